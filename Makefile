@@ -1,0 +1,29 @@
+# Everyday verbs; README and .ci/run use these.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: install test lint typecheck bench plan serve
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	./scripts/run-tests
+
+lint: install
+	$(VENV)/bin/ruff check fleet tests bench
+	$(VENV)/bin/ruff format --check fleet tests bench
+	$(VENV)/bin/mypy fleet
+	$(VENV)/bin/lint-imports
+
+bench: install
+	$(PY) bench/bench_cycle.py
+	$(PY) bench/bench_cells.py
+
+plan: install
+	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/lab.yaml --jobs policies/jobs/examples.yaml

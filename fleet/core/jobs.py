@@ -1,0 +1,150 @@
+"""Jobs as the core sees them: gangs of pods with a queue, a priority and a request.
+
+Theory of operation: a submitted PyTorchJob is turned (outside the core, in
+``fleet.spec``) into one frozen :class:`Job`.  The core never looks at YAML.
+A job is a list of replica groups (``Master``, ``Worker``); each replica is a
+pod with the same per-pod :class:`~fleet.core.resources.Resources`.  Its
+*gang size* (``min_members``) is how many pods must be placed at the same time
+for it to start; a gang job starts with all its pods when they fit and with at
+least ``min_members`` otherwise.  A non-gang (incremental) job may start with
+one pod and grow later.
+
+Priority classes map names to integers; a negative priority is opportunistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from fleet.core import resources
+from fleet.core.resources import Resources
+
+DEFAULT_PRIORITY_CLASSES: Final[Mapping[str, int]] = {
+    "crit": 120,
+    "prod": 100,
+    "test": 10,
+    "oppo": -1,
+}
+DEFAULT_PRIORITY_CLASS: Final = "test"
+#: Priority classes whose jobs are non-preemptible unless the job says otherwise.
+NON_PREEMPTIBLE_BY_DEFAULT: Final = frozenset({"crit"})
+
+
+class Mode(StrEnum):
+    """How an admitted job is charged and how safe it is from preemption."""
+
+    GUARANTEED = "guaranteed"  # within its queue's min: never reclaimed
+    BORROWED = "borrowed"  # above min, within max: reclaimable, placed like opportunistic
+    OPPORTUNISTIC = "opportunistic"  # negative priority: only max-jobs charged
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaGroup:
+    """``count`` identical pods of one role (``Master`` or ``Worker``)."""
+
+    role: str
+    count: int
+    per_pod: Resources
+
+    @property
+    def gpus(self) -> int:
+        return self.per_pod[resources.GPU]
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """One replica: ``Worker-3`` and its per-pod request."""
+
+    name: str
+    role: str
+    index: int
+    request: Resources
+
+    @property
+    def gpus(self) -> int:
+        return self.request[resources.GPU]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A queued or running job, immutable; state lives in the scheduler."""
+
+    key: str  # "namespace/name"
+    queue: str  # leaf queue (= virtual cluster name in member clusters)
+    priority: int
+    seq: int  # submission order; earlier first among equal priorities
+    groups: tuple[ReplicaGroup, ...]
+    min_members: int = 0  # 0 = all pods (a strict gang)
+    gang: bool = True  # False: pods may start one at a time
+    preemptible: bool = True
+    gpu_sku: str | None = None
+    clusters: frozenset[str] | None = None  # allowed member clusters; None = any
+    priority_class: str = DEFAULT_PRIORITY_CLASS
+    #: Pods by placement order: masters first, then workers (computed).
+    pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pods: list[Pod] = []
+        for group in self.groups:
+            for i in range(group.count):
+                pods.append(Pod(f"{group.role}-{i}", group.role, i, group.per_pod))
+        object.__setattr__(self, "pods", tuple(pods))
+
+    @property
+    def size(self) -> int:
+        return len(self.pods)
+
+    @property
+    def gang_size(self) -> int:
+        """How many pods must start together (at least one)."""
+        if not self.gang:
+            return 1 if self.pods else 0
+        if self.min_members <= 0 or self.min_members > len(self.pods):
+            return len(self.pods)
+        return self.min_members
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority < 0
+
+    def request_of(self, pods: tuple[Pod, ...] | list[Pod]) -> Resources:
+        """Quota charge of running ``pods``: their sum, SKU-typed, plus one job."""
+        total: dict[str, int] = {resources.MAX_JOBS: 1}
+        for pod in pods:
+            for name, amount in pod.request.items():
+                total[name] = total.get(name, 0) + amount
+        gpus = total.get(resources.GPU, 0)
+        if self.gpu_sku and gpus:
+            typed = resources.typed_gpu(self.gpu_sku)
+            total[typed] = total.get(typed, 0) + gpus
+        return Resources(total)
+
+    @property
+    def request(self) -> Resources:
+        """Quota charge of the whole job (every pod)."""
+        return self.request_of(self.pods)
+
+    @property
+    def gang_request(self) -> Resources:
+        """Quota charge of the gang minimum (what admission needs at least)."""
+        return self.request_of(self.pods[: self.gang_size])
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """What makes two jobs interchangeable for placement ("unfeasible key")."""
+        return (
+            self.queue,
+            self.priority >= 0,
+            self.gpu_sku,
+            self.clusters,
+            self.gang_size,
+            tuple((p.request, p.role) for p in self.pods[: self.gang_size]),
+        )
+
+
+def sort_key(job: Job) -> tuple[int, int]:
+    """Queue order: higher priority first, then earlier submission."""
+    return (-job.priority, job.seq)

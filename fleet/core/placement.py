@@ -1,0 +1,120 @@
+"""The contract between the scheduling cycle and a member cluster's placer.
+
+Theory of operation: the cycle decides *whether* a job may start (quota,
+order, fairness); a :class:`Placer` (one per member cluster) decides *where*:
+which node and which GPU indices every pod gets, and which running jobs would
+have to be preempted to make room.  A placer is asked first without
+preemption; only if no cluster can take the gang as it is, it is asked again
+with preemption allowed.  Asking never changes the placer: ``fit`` is a query
+and ``bind`` commits the answer the cycle chose.
+
+Victim rules every placer honours (DESIGN.md, *Cells*):
+
+* a non-preemptible job is never a victim;
+* opportunistic jobs are victims for any non-opportunistic job;
+* borrowed jobs are victims for a guaranteed job;
+* inside one queue (virtual cluster), a guaranteed job may preempt guaranteed
+  jobs of strictly lower priority;
+* victims are whole jobs; the fewest and lowest-priority victims are preferred.
+
+``released`` names jobs the cycle has already decided to preempt (quota
+reclaim): their resources count as free for this question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where one pod runs: a node and the leaf-cell (GPU) indices on it."""
+
+    pod: str
+    node: str
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A placer's answer that the pods fit.
+
+    ``level`` is the topology level of the lowest cell that holds every pod
+    (0 = one GPU, higher = further apart); ``fragmentation`` is what the
+    placement leaves behind (lower is better); ``victims`` are the job keys
+    that must be preempted first (empty when the pods fit in free capacity).
+    """
+
+    cluster: str
+    pods: tuple[PodPlacement, ...]
+    level: int = 0
+    fragmentation: float = 0.0
+    victims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NoFit:
+    """Why the pods do not fit in this cluster, for a human."""
+
+    cluster: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunningInfo:
+    """What a placer remembers about a job it holds, to choose victims."""
+
+    key: str
+    queue: str
+    priority: int
+    mode: Mode
+    preemptible: bool
+    seq: int
+
+
+class Placer(Protocol):
+    """One member cluster's placement engine."""
+
+    @property
+    def cluster(self) -> str: ...
+
+    def fit(
+        self,
+        job: Job,
+        pods: Sequence[Pod],
+        mode: Mode,
+        *,
+        preempt: bool = False,
+        released: frozenset[str] = frozenset(),
+    ) -> Fit | NoFit:
+        """Can ``pods`` of ``job`` run here now in ``mode``; where; whom to preempt."""
+        ...
+
+    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+        """Commit ``fit`` (its victims must already have been released)."""
+        ...
+
+    def release(self, key: str) -> None:
+        """Free every cell held by job ``key`` (no-op if it holds none)."""
+        ...
+
+    def holds(self, key: str) -> bool:
+        """Whether job ``key`` has pods placed here."""
+        ...
+
+    def capacity(self) -> Resources:
+        """Total healthy allocatable resources (cpu, memory, nvidia.com/gpu)."""
+        ...
+
+    def allocated(self) -> Resources:
+        """Resources held by placed pods."""
+        ...
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when internal indexes disagree with a recount."""
+        ...
