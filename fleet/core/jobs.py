@@ -14,6 +14,7 @@ Priority classes map names to integers; a negative priority is opportunistic.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -87,11 +88,7 @@ class Job:
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        pods: list[Pod] = []
-        for group in self.groups:
-            for i in range(group.count):
-                pods.append(Pod(f"{group.role}-{i}", group.role, i, group.per_pod))
-        object.__setattr__(self, "pods", tuple(pods))
+        object.__setattr__(self, "pods", _expand(self.groups))
 
     @property
     def size(self) -> int:
@@ -143,6 +140,16 @@ class Job:
             self.gang_size,
             tuple((p.request, p.role) for p in self.pods[: self.gang_size]),
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _expand(groups: tuple[ReplicaGroup, ...]) -> tuple[Pod, ...]:
+    """The pods of some replica groups; identical jobs share one tuple (memory)."""
+    pods: list[Pod] = []
+    for group in groups:
+        for i in range(group.count):
+            pods.append(Pod(f"{group.role}-{i}", group.role, i, group.per_pod))
+    return tuple(pods)
 
 
 def sort_key(job: Job) -> tuple[int, int]:

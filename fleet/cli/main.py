@@ -1,0 +1,152 @@
+"""The ``fleet`` command line: offline checks and plans of Fleet's YAML objects.
+
+Theory of operation: :func:`main` parses ``argv`` with argparse and dispatches
+to one handler per subcommand; each handler returns the process exit code and
+never calls ``sys.exit`` itself, so tests call ``main([...])`` directly.
+
+``fleet check quota|jobs|clusters FILE`` loads a file with the same loaders the
+server uses (:mod:`fleet.spec`), prints every error (document index and field
+path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
+summary on stdout when there is no error, and exits 1 on any error.
+``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fleet.core import quota
+from fleet.spec import convert
+from fleet.spec.errors import SpecError, SpecIssue
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _report(path: str, issues: Sequence[SpecIssue]) -> int:
+    for issue in issues:
+        print(f"error: {path}: {issue}", file=sys.stderr)
+    return 1 if issues else 0
+
+
+def _warn(path: str, warnings: Sequence[str]) -> None:
+    for w in warnings:
+        print(f"warning: {path}: {w}", file=sys.stderr)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
+    text = _read(path)
+    if text is None:
+        return None, 1
+    try:
+        tree, warnings = convert.load_quota(text)
+    except SpecError as e:
+        return None, _report(path, e.issues)
+    _warn(path, warnings)
+    return tree, 0
+
+
+def _check_quota(args: argparse.Namespace) -> int:
+    tree, rc = _load_tree(args.file)
+    if tree is None:
+        return rc or 1
+    leaves = tree.leaves()
+    warned = _plural(len(tree.warnings), "warning")
+    print(
+        f"OK: {args.file}: quota tree with {_plural(len(tree.nodes()), 'node')}, "
+        f"{_plural(len(leaves), 'leaf queue')} ({', '.join(leaves)}); {warned}"
+    )
+    return 0
+
+
+def _check_clusters(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    if text is None:
+        return 1
+    try:
+        clusters = convert.load_clusters(text)
+    except SpecError as e:
+        return _report(args.file, e.issues)
+    names = ", ".join(c.name for c in clusters)
+    print(f"OK: {args.file}: {_plural(len(clusters), 'member cluster')} ({names})")
+    return 0
+
+
+def _check_jobs(args: argparse.Namespace) -> int:
+    tree: quota.QuotaTree | None = None
+    if args.quota is not None:
+        tree, rc = _load_tree(args.quota)
+        if tree is None:
+            return rc or 1
+    text = _read(args.file)
+    if text is None:
+        return 1
+    n_jobs, n_policies, issues = convert.check_submission(text, tree)
+    if issues:
+        return _report(args.file, issues)
+    routed = "queues routed" if tree is not None else "queues not routed (no --quota)"
+    print(
+        f"OK: {args.file}: {_plural(n_jobs, 'PyTorchJob')}, "
+        f"{_plural(n_policies, 'PropagationPolicy')}; {routed}"
+    )
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    # Lazy: the planner pulls in the whole core, and `check` must not need it.
+    plan = importlib.import_module("fleet.cli.plan")
+    run: Callable[[argparse.Namespace], int] = plan.run
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleet", description="Multi-cluster queueing and quota federation for GPU jobs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser("check", help="validate YAML files offline")
+    what = check.add_subparsers(dest="what", required=True, metavar="OBJECTS")
+    q = what.add_parser("quota", help="an ElasticQuotaTree file")
+    q.add_argument("file", metavar="FILE")
+    q.set_defaults(handler=_check_quota)
+    j = what.add_parser("jobs", help="PyTorchJobs and PropagationPolicies (a submission)")
+    j.add_argument("file", metavar="FILE")
+    j.add_argument("--quota", metavar="TREE", help="route every job to a queue of this tree")
+    j.set_defaults(handler=_check_jobs)
+    c = what.add_parser("clusters", help="a MemberCluster file")
+    c.add_argument("file", metavar="FILE")
+    c.set_defaults(handler=_check_clusters)
+
+    p = sub.add_parser("plan", help="offline: what the scheduler would do with these jobs")
+    p.add_argument("--quota", metavar="TREE", required=True)
+    p.add_argument("--clusters", metavar="CLUSTERS", required=True)
+    p.add_argument("--jobs", metavar="JOBS", required=True)
+    p.add_argument("--running", metavar="RUNNING")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--placer", choices=("cells", "capacity"), default="cells")
+    p.set_defaults(handler=_plan)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

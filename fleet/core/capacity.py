@@ -1,0 +1,302 @@
+"""The capacity-only placer: free GPUs, cpu and memory per node, no topology.
+
+This is a real, documented policy and the honest baseline that the
+topology-aware cell allocator (``fleet.core.cells``) is compared with.
+
+Theory of operation:
+
+* Each node has a capacity vector; it constrains only the resources it names
+  (a node that declares no ``cpu`` does not limit cpu).  GPUs are numbered
+  ``0..n-1`` per node and handed out lowest index first.
+* Nodes are indexed by their number of free GPUs (one ordered bucket per
+  count), so a pod asking for ``g`` GPUs looks at the fullest nodes that still
+  have ``g`` free first (best fit), and only walks a bucket when cpu or memory
+  rule a node out.  A pod without GPUs goes to the first node with room.
+* A gang is placed pod by pod on a scratch overlay; if one pod does not fit,
+  nothing is placed (``NoFit``).  Asking never changes the placer.
+* With ``preempt=True`` victims are added one at a time in the order of
+  :func:`victim_order` (opportunistic, then borrowed, then lower-priority
+  guaranteed of the same queue; newest first) until the gang fits.
+* A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
+  SKU); a job without one lands anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fleet.core import resources
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.placement import Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.resources import Resources
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    capacity: Resources
+    gpus: int
+    free: dict[str, int]
+    free_gpus: list[int]  # sorted free GPU indices
+    sku: str | None
+
+
+@dataclass(slots=True)
+class _Held:
+    info: RunningInfo
+    pods: list[PodPlacement] = field(default_factory=list)
+    requests: list[Resources] = field(default_factory=list)
+
+
+def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
+    """The victim rules of :mod:`fleet.core.placement`."""
+    if not victim.preemptible or job.opportunistic:
+        return False
+    if victim.mode is Mode.OPPORTUNISTIC:
+        return True
+    if mode is not Mode.GUARANTEED:
+        return False
+    if victim.mode is Mode.BORROWED:
+        return True
+    return victim.queue == job.queue and victim.priority < job.priority
+
+
+def victim_order(victim: RunningInfo) -> tuple[int, int, int]:
+    """Cheapest victims first: opportunistic, borrowed, guaranteed; low priority; newest."""
+    rank = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}[victim.mode]
+    return (rank, victim.priority, -victim.seq)
+
+
+class CapacityPlacer:
+    """Placer over free per-node capacity; see the module docstring."""
+
+    def __init__(
+        self,
+        cluster: str,
+        nodes: Mapping[str, Resources],
+        skus: Mapping[str, str] | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._nodes: dict[str, _Node] = {}
+        self._buckets: dict[int, dict[str, None]] = {}
+        self._held: dict[str, _Held] = {}
+        self._capacity = Resources()
+        self._allocated: dict[str, int] = {}
+        for name, cap in nodes.items():
+            gpus = cap[resources.GPU]
+            node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
+            self._nodes[name] = node
+            self._buckets.setdefault(gpus, {})[name] = None
+            self._capacity = self._capacity + cap
+        self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
+
+    @property
+    def cluster(self) -> str:
+        return self._cluster
+
+    # Queries ----------------------------------------------------------------
+    def fit(
+        self,
+        job: Job,
+        pods: Sequence[Pod],
+        mode: Mode,
+        *,
+        preempt: bool = False,
+        released: frozenset[str] = frozenset(),
+    ) -> Fit | NoFit:
+        freed = [k for k in released if k in self._held]
+        placed = self._try(job, pods, freed)
+        if placed is not None:
+            return self._fit(placed, ())
+        if not preempt:
+            return NoFit(self._cluster, self._why(job, pods))
+        candidates = sorted(
+            (
+                h.info
+                for k, h in self._held.items()
+                if k not in released and k != job.key and may_preempt(job, mode, h.info)
+            ),
+            key=victim_order,
+        )
+        victims: list[str] = []
+        for victim in candidates:
+            victims.append(victim.key)
+            placed = self._try(job, pods, freed + victims)
+            if placed is not None:
+                return self._fit(placed, tuple(victims))
+        return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
+
+    def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
+        """0 when the pods could share one node (by GPU count), else 1."""
+        return 0 if sum(p.gpus for p in pods) <= self._max_gpus else 1
+
+    def _fit(self, placed: list[PodPlacement], victims: tuple[str, ...]) -> Fit:
+        nodes = {p.node for p in placed}
+        return Fit(self._cluster, tuple(placed), level=0 if len(nodes) <= 1 else 1, victims=victims)
+
+    def _why(self, job: Job, pods: Sequence[Pod]) -> str:
+        gpus = sum(p.gpus for p in pods)
+        free = sum(len(n.free_gpus) for n in self._nodes.values() if self._sku_ok(job, n))
+        sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
+        return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
+
+    @staticmethod
+    def _sku_ok(job: Job, node: _Node) -> bool:
+        return job.gpu_sku is None or node.sku == job.gpu_sku
+
+    def _try(
+        self, job: Job, pods: Sequence[Pod], freed: Iterable[str]
+    ) -> list[PodPlacement] | None:
+        """Place ``pods`` on a scratch overlay; None if any pod does not fit."""
+        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
+
+        def state(node: _Node) -> tuple[dict[str, int], list[int]]:
+            if node.name not in overlay:
+                overlay[node.name] = (dict(node.free), list(node.free_gpus))
+            return overlay[node.name]
+
+        for key in freed:
+            held = self._held[key]
+            for pp, req in zip(held.pods, held.requests, strict=True):
+                free, idx = state(self._nodes[pp.node])
+                for name, amount in req.items():
+                    if name in free:
+                        free[name] += amount
+                idx.extend(pp.gpus)
+                idx.sort()
+        placed: list[PodPlacement] = []
+        for pod in pods:
+            node = self._pick(job, pod, overlay)
+            if node is None:
+                return None
+            free, idx = state(node)
+            for name, amount in pod.request.items():
+                if name in free:
+                    free[name] -= amount
+            gpus = tuple(idx[: pod.gpus])
+            del idx[: pod.gpus]
+            placed.append(PodPlacement(pod.name, node.name, gpus))
+        return placed
+
+    def _pick(
+        self, job: Job, pod: Pod, overlay: Mapping[str, tuple[dict[str, int], list[int]]]
+    ) -> _Node | None:
+        # Nodes touched by this question are checked first with their scratch state
+        # (packing a gang together), then the buckets from the fullest node up.
+        for name, (free, _) in overlay.items():
+            node = self._nodes[name]
+            if self._sku_ok(job, node) and _fits(pod.request, free):
+                return node
+        for count in range(pod.gpus, self._max_gpus + 1):
+            for name in self._buckets.get(count, ()):
+                if name in overlay:
+                    continue
+                node = self._nodes[name]
+                if self._sku_ok(job, node) and _fits(pod.request, node.free):
+                    return node
+        return None
+
+    # Commands ---------------------------------------------------------------
+    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+        for victim in fit.victims:
+            if victim in self._held:
+                raise ValueError(f"victim {victim} of {job.key} still holds {self._cluster}")
+        held = self._held.get(job.key)
+        if held is None:
+            info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
+            held = self._held[job.key] = _Held(info)
+        by_name = {p.name: p for p in job.pods}
+        for pp in fit.pods:
+            node = self._nodes[pp.node]
+            req = by_name[pp.pod].request
+            self._take(node, req, pp.gpus)
+            held.pods.append(pp)
+            held.requests.append(req)
+
+    def release(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is None:
+            return
+        for pp, req in zip(held.pods, held.requests, strict=True):
+            self._give(self._nodes[pp.node], req, pp.gpus)
+
+    def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
+        before = len(node.free_gpus)
+        for name, amount in req.items():
+            if name in node.free:
+                node.free[name] -= amount
+                self._allocated[name] = self._allocated.get(name, 0) + amount
+                if node.free[name] < 0:
+                    raise ValueError(f"{node.name}: {name} over capacity")
+        for g in gpus:
+            node.free_gpus.remove(g)
+        self._rebucket(node, before)
+
+    def _give(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
+        before = len(node.free_gpus)
+        for name, amount in req.items():
+            if name in node.free:
+                node.free[name] += amount
+                self._allocated[name] -= amount
+        node.free_gpus.extend(gpus)
+        node.free_gpus.sort()
+        self._rebucket(node, before)
+
+    def _rebucket(self, node: _Node, before: int) -> None:
+        after = len(node.free_gpus)
+        if after != before:
+            del self._buckets[before][node.name]
+            self._buckets.setdefault(after, {})[node.name] = None
+
+    # Introspection ----------------------------------------------------------
+    def holds(self, key: str) -> bool:
+        return key in self._held
+
+    def running(self) -> list[RunningInfo]:
+        return [h.info for h in self._held.values()]
+
+    def placement_of(self, key: str) -> tuple[PodPlacement, ...]:
+        held = self._held.get(key)
+        return tuple(held.pods) if held else ()
+
+    def capacity(self) -> Resources:
+        return self._capacity
+
+    def allocated(self) -> Resources:
+        return Resources(self._allocated)
+
+    def free_gpus(self) -> int:
+        return sum(len(n.free_gpus) for n in self._nodes.values())
+
+    def check_invariants(self) -> None:
+        used: dict[str, dict[str, int]] = {n: {} for n in self._nodes}
+        owners: dict[tuple[str, int], str] = {}
+        for key, held in self._held.items():
+            for pp, req in zip(held.pods, held.requests, strict=True):
+                for name, amount in req.items():
+                    used[pp.node][name] = used[pp.node].get(name, 0) + amount
+                for g in pp.gpus:
+                    assert (pp.node, g) not in owners, f"GPU {pp.node}/{g} has two owners"
+                    owners[(pp.node, g)] = key
+        total: dict[str, int] = {}
+        for per_node in used.values():
+            for res, amount in per_node.items():
+                total[res] = total.get(res, 0) + amount
+        recount = Resources({k: v for k, v in total.items() if k in self._capacity})
+        assert self.allocated() == recount, "allocated total differs from recount"
+        for name, node in self._nodes.items():
+            for res, cap in node.capacity.items():
+                assert node.free[res] == cap - used[name].get(res, 0), f"{name}: {res} recount"
+                assert node.free[res] >= 0, f"{name}: {res} over capacity"
+            expected = [g for g in range(node.gpus) if (name, g) not in owners]
+            assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
+            assert name in self._buckets[len(node.free_gpus)], f"{name}: wrong bucket"
+
+
+def _fits(request: Resources, free: Mapping[str, int]) -> bool:
+    for name, amount in request.items():
+        have = free.get(name)
+        if have is not None and have < amount:
+            return False
+    return True

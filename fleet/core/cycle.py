@@ -1,0 +1,449 @@
+"""The scheduling cycle: which queued jobs start, where, and whom they preempt.
+
+``cycle(state, now) -> list[Decision]`` is deterministic: no clock (``now`` is
+passed in and stamped on the decisions), no I/O, no randomness.  It applies its
+decisions to ``state`` as it goes, so later jobs of the same cycle see the
+quota and cells that earlier admissions took.
+
+Theory of operation:
+
+1. **Fair order across queues.**  Queues sit in a heap keyed by their
+   *share*: the largest ratio, over the resources the queue's ``min`` names,
+   of what it uses to what it is guaranteed (a queue without ``min`` uses its
+   ``max``; without either it sorts last).  The queue furthest below its share
+   is served first; after every admission its key is recomputed (lazily: a
+   stale key is re-pushed when popped).  Many gangs are admitted per cycle,
+   not one head per queue (Kueue's known bottleneck).
+2. **Within a queue**, jobs are taken in priority order, then submission
+   order.  A ``StrictFIFO`` queue stops at the first job that cannot start;
+   a ``BestEffortFIFO`` queue (the default) lets smaller jobs behind it try.
+3. **Quota** (:class:`~fleet.core.quota.QuotaTree`) classifies the job as
+   guaranteed, borrowed or opportunistic.  When a ``max`` blocks a job,
+   reclaim (borrowed jobs of other queues, for a job within its ``min``) and
+   then priority preemption inside the queue are tried; the chosen victims
+   are only preempted if the job then also finds a placement.
+4. **Placement**: every member cluster the job's policy allows is asked for a
+   gang fit without preemption, least loaded first, stopping early at a fit
+   as tight as the gang can be; the tightest fit wins (lowest cell level,
+   least fragmentation, least loaded, name).  If none fits, clusters are
+   asked again with preemption allowed and the fit with the fewest, then
+   lowest-priority victims wins.  A gang that cannot start whole tries its
+   gang minimum (``minAvailable``); a non-gang job starts with as many pods
+   as fit and grows in later cycles.
+5. **Unfeasible shapes** (Armada): a placement question that failed
+   everywhere is remembered by the job's shape for the rest of the cycle, so
+   identical jobs behind it are answered without asking the placers again;
+   the memory is cleared whenever something is released.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from fleet.core import resources
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.placement import Fit, NoFit, Placer, PodPlacement
+from fleet.core.quota import QuotaBlock
+from fleet.core.resources import ONE_JOB, Resources
+from fleet.core.state import Charge, Running, SchedulerState
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start ``job`` (or, with ``grown``, more of its pods) in ``cluster``."""
+
+    job: str
+    queue: str
+    cluster: str
+    mode: Mode
+    priority: int
+    pods: tuple[PodPlacement, ...]
+    at: float = 0.0
+    grown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop running ``job`` and queue it again."""
+
+    job: str
+    queue: str
+    reason: str
+    at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """``job`` stays queued; ``reason`` names the limit that blocks it."""
+
+    job: str
+    queue: str
+    reason: str
+    at: float = 0.0
+
+
+Decision = Admit | Preempt | Wait
+
+
+@runtime_checkable
+class LevelHint(Protocol):
+    """Optional placer extension: the tightest level a gang could possibly get."""
+
+    def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int: ...
+
+
+_NO_SHARE = (2, 0.0)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A job's way in: its mode, pods, fit, and the victims it needs."""
+
+    mode: Mode
+    pods: tuple[Pod, ...]
+    fit: Fit
+    quota_victims: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Cycle:
+    state: SchedulerState
+    now: float
+    decisions: list[Decision] = field(default_factory=list)
+    unfeasible: dict[tuple[object, ...], str] = field(default_factory=dict)
+    admitted: dict[str, set[str]] = field(default_factory=dict)  # queue -> keys
+    requeued: list[Job] = field(default_factory=list)
+
+    # Fairness ----------------------------------------------------------------
+    def share(self, queue: str) -> tuple[int, float]:
+        tree = self.state.tree
+        used = tree.used(queue)
+        basis: Resources | None = tree.min_of(queue)
+        if not basis:
+            basis = tree.max_of(queue)
+        if not basis:
+            return _NO_SHARE
+        ratio = 0.0
+        for name, amount in basis.items():
+            if amount > 0:
+                ratio = max(ratio, used[name] / amount)
+        return (0 if ratio < 1.0 else 1, ratio)
+
+    # The loop ----------------------------------------------------------------
+    def run(self) -> list[Decision]:
+        state = self.state
+        order = {name: i for i, name in enumerate(state.queues)}
+        heap: list[tuple[tuple[int, float], int, str]] = []
+        cursors: dict[str, int] = {}
+        for name, q in state.queues.items():
+            if q.pending:
+                heap.append((self.share(name), order[name], name))
+                cursors[name] = 0
+        heapq.heapify(heap)
+        while heap:
+            key, rank, name = heapq.heappop(heap)
+            current = self.share(name)
+            if current != key:
+                heapq.heappush(heap, (current, rank, name))
+                continue
+            queue = state.queues[name]
+            i = cursors[name]
+            if i >= len(queue.pending):
+                continue
+            job = queue.pending[i]
+            cursors[name] = i + 1
+            reason = self.admit(job)
+            if reason is None:
+                heapq.heappush(heap, (self.share(name), rank, name))
+                continue
+            self.decisions.append(Wait(job.key, name, reason, self.now))
+            if queue.strict_fifo:
+                for rest in queue.pending[i + 1 :]:
+                    why = f"behind {job.key} in StrictFIFO queue {name}"
+                    self.decisions.append(Wait(rest.key, name, why, self.now))
+                continue
+            heapq.heappush(heap, (key, rank, name))
+        for name, keys in self.admitted.items():
+            state.drop_pending(name, keys)
+        for job in self.requeued:
+            state.submit(job)
+        self.grow()
+        return self.decisions
+
+    # Admission -----------------------------------------------------------------
+    def admit(self, job: Job) -> str | None:
+        """Admit ``job`` if it can start; else return why it waits."""
+        attempts: list[tuple[Pod, ...]] = [job.pods]
+        if job.gang_size < job.size:
+            attempts += _smaller(job)
+        reason = ""
+        for pods in attempts:
+            plan = self.plan(job, pods)
+            if isinstance(plan, _Plan):
+                self.commit(job, plan)
+                return None
+            reason = reason or plan
+        return reason
+
+    def plan(self, job: Job, pods: tuple[Pod, ...]) -> _Plan | str:
+        tree = self.state.tree
+        request = job.request_of(pods)
+        verdict = tree.classify(
+            job.queue, request, priority=job.priority, preemptible=job.preemptible
+        )
+        if isinstance(verdict, Mode):
+            fit = self.place(job, pods, verdict, frozenset())
+            if isinstance(fit, Fit):
+                return _Plan(verdict, pods, fit)
+            return fit
+        return self.plan_with_victims(job, pods, request, verdict)
+
+    def plan_with_victims(
+        self, job: Job, pods: tuple[Pod, ...], request: Resources, block: QuotaBlock
+    ) -> _Plan | str:
+        """Reclaim or preempt inside the queue to get under ``max``; roll back on failure."""
+        tree = self.state.tree
+        if block.kind != "max" or job.opportunistic:
+            return block.reason
+        victims = tree.reclaim_victims(job.queue, request)
+        if not victims:
+            victims = tree.queue_victims(job.queue, request, job.priority)
+        if not victims:
+            return block.reason
+        removed = [self.uncharge(key) for key in victims]
+        try:
+            verdict = tree.classify(
+                job.queue, request, priority=job.priority, preemptible=job.preemptible
+            )
+            if not isinstance(verdict, Mode):
+                return block.reason
+            fit = self.place(job, pods, verdict, frozenset(victims))
+            if isinstance(fit, Fit):
+                return _Plan(verdict, pods, fit, tuple(victims))
+            return f"{block.reason}; after preemption: {fit}"
+        finally:
+            for charges in removed:
+                for charge, run in charges:
+                    tree.admit(
+                        charge.key,
+                        run.job.queue,
+                        charge.request,
+                        charge.mode,
+                        priority=run.job.priority,
+                        seq=run.job.seq,
+                        preemptible=run.job.preemptible,
+                    )
+
+    def uncharge(self, key: str) -> list[tuple[Charge, Running]]:
+        run = self.state.running[key]
+        for charge in run.charges:
+            self.state.tree.release(charge.key)
+        return [(charge, run) for charge in run.charges]
+
+    def place(
+        self, job: Job, pods: tuple[Pod, ...], mode: Mode, released: frozenset[str]
+    ) -> Fit | str:
+        placers = self.candidates(job)
+        if not placers:
+            return "no member cluster is allowed by the job's placement policy"
+        shape = (job.shape, mode, len(pods), released)
+        known = self.unfeasible.get(shape)
+        if known is not None:
+            return known
+        need = _sum(pods)
+        best: tuple[tuple[int, float, float, str], Fit] | None = None
+        misses: list[str] = []
+        for load, placer in placers:
+            if not released and not _may_fit(placer, need):
+                misses.append(f"{placer.cluster}: not enough free capacity")
+                continue
+            fit = placer.fit(job, pods, mode, released=released)
+            if isinstance(fit, NoFit):
+                misses.append(f"{placer.cluster}: {fit.reason}")
+                continue
+            rank = (fit.level, fit.fragmentation, load, placer.cluster)
+            if best is None or rank < best[0]:
+                best = (rank, fit)
+            if isinstance(placer, LevelHint) and fit.level <= placer.lowest_level(job, pods):
+                break
+        if best is not None:
+            return best[1]
+        if mode is not Mode.OPPORTUNISTIC:
+            victim_fit = self.place_with_preemption(job, pods, mode, released, placers)
+            if victim_fit is not None:
+                return victim_fit
+        reason = "no cluster fits the gang: " + "; ".join(misses[:3])
+        if len(misses) > 3:
+            reason += f"; and {len(misses) - 3} more"
+        self.unfeasible[shape] = reason
+        return reason
+
+    def place_with_preemption(
+        self,
+        job: Job,
+        pods: tuple[Pod, ...],
+        mode: Mode,
+        released: frozenset[str],
+        placers: list[tuple[float, Placer]],
+    ) -> Fit | None:
+        running = self.state.running
+        best: tuple[tuple[int, int, int, float, str], Fit] | None = None
+        for load, placer in placers:
+            fit = placer.fit(job, pods, mode, preempt=True, released=released)
+            if isinstance(fit, NoFit):
+                continue
+            top = max((running[v].job.priority for v in fit.victims if v in running), default=0)
+            rank = (len(fit.victims), top, fit.level, load, placer.cluster)
+            if best is None or rank < best[0]:
+                best = (rank, fit)
+        return best[1] if best else None
+
+    def candidates(self, job: Job) -> list[tuple[float, Placer]]:
+        out: list[tuple[float, Placer]] = []
+        for name, placer in self.state.placers.items():
+            if job.clusters is not None and name not in job.clusters:
+                continue
+            out.append((_load(placer), placer))
+        out.sort(key=lambda lp: (lp[0], lp[1].cluster))
+        return out
+
+    def commit(self, job: Job, plan: _Plan) -> None:
+        state = self.state
+        victims = list(plan.quota_victims)
+        victims += [v for v in plan.fit.victims if v not in victims]
+        for key in victims:
+            run = state.running[key]
+            why = (
+                f"reclaimed for {job.key} of queue {job.queue}"
+                if run.job.queue != job.queue and key in plan.quota_victims
+                else f"preempted by {job.key} (priority {job.priority})"
+            )
+            self.decisions.append(Preempt(key, run.job.queue, why, self.now))
+            self.requeued.append(state.finish(key))
+            self.unfeasible.clear()
+        request = job.request_of(plan.pods)
+        state.tree.admit(
+            job.key,
+            job.queue,
+            request,
+            plan.mode,
+            priority=job.priority,
+            seq=job.seq,
+            preemptible=job.preemptible,
+        )
+        placer = state.placers[plan.fit.cluster]
+        placer.bind(job, plan.mode, plan.fit)
+        run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
+        run.charges.append(Charge(job.key, request, plan.mode))
+        self.admitted.setdefault(job.queue, set()).add(job.key)
+        self.decisions.append(
+            Admit(
+                job.key,
+                job.queue,
+                plan.fit.cluster,
+                plan.mode,
+                job.priority,
+                plan.fit.pods,
+                self.now,
+            )
+        )
+
+    # Incremental growth ----------------------------------------------------------
+    def grow(self) -> None:
+        """Give running jobs that started partially the pods that now fit."""
+        state = self.state
+        for run in list(state.running.values()):
+            if run.complete:
+                continue
+            job = run.job
+            placed = {p.pod for p in run.pods}
+            missing = tuple(p for p in job.pods if p.name not in placed)
+            placer = state.placers[run.cluster]
+            for count in _counts(len(missing)):
+                pods = missing[:count]
+                request = job.request_of(pods) - ONE_JOB
+                verdict = state.tree.classify(
+                    job.queue, request, priority=job.priority, preemptible=job.preemptible
+                )
+                if not isinstance(verdict, Mode):
+                    continue
+                fit = placer.fit(job, pods, verdict)
+                if isinstance(fit, NoFit):
+                    continue
+                charge = Charge(f"{job.key}#{len(run.charges) + 1}", request, verdict)
+                state.tree.admit(
+                    charge.key,
+                    job.queue,
+                    request,
+                    verdict,
+                    priority=job.priority,
+                    seq=job.seq,
+                    preemptible=job.preemptible,
+                )
+                placer.bind(job, verdict, fit)
+                run.pods.extend(fit.pods)
+                run.charges.append(charge)
+                self.decisions.append(
+                    Admit(
+                        job.key,
+                        job.queue,
+                        run.cluster,
+                        verdict,
+                        job.priority,
+                        fit.pods,
+                        self.now,
+                        grown=True,
+                    )
+                )
+                break
+
+
+def _smaller(job: Job) -> list[tuple[Pod, ...]]:
+    """Smaller pod sets to try for a job that may start below its full size."""
+    return [job.pods[:n] for n in _counts(job.size)[1:] if n >= job.gang_size]
+
+
+def _counts(n: int) -> list[int]:
+    """``n``, then halves down to 1: the pod counts tried for partial starts."""
+    out: list[int] = []
+    while n >= 1:
+        out.append(n)
+        n //= 2
+    if out and out[-1] != 1:
+        out.append(1)
+    return out
+
+
+def _sum(pods: Sequence[Pod]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod in pods:
+        for name, amount in pod.request.items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _may_fit(placer: Placer, need: dict[str, int]) -> bool:
+    """Cheap necessary condition: the cluster has that much free in total."""
+    capacity = placer.capacity()
+    allocated = placer.allocated()
+    for name in (resources.GPU, resources.CPU, resources.MEMORY):
+        amount = need.get(name, 0)
+        if amount and name in capacity and capacity[name] - allocated[name] < amount:
+            return False
+    return True
+
+
+def _load(placer: Placer) -> float:
+    capacity = placer.capacity()
+    for name in (resources.GPU, resources.CPU):
+        if capacity[name]:
+            return placer.allocated()[name] / capacity[name]
+    return 0.0
+
+
+def cycle(state: SchedulerState, now: float = 0.0) -> list[Decision]:
+    """Run one scheduling cycle over ``state`` and return its decisions."""
+    return _Cycle(state, now).run()

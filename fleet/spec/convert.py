@@ -1,0 +1,333 @@
+"""From validated documents to the core's values: quota tree, member clusters, jobs.
+
+Theory of operation: the loaders here are the only way YAML becomes core state.
+Each one parses the whole text (:mod:`fleet.spec.documents`), runs every check
+it can (shape, quantities, tree rules, queue routing, priority classes,
+cluster affinity), and either returns *all* the objects or raises *one*
+:class:`SpecError` listing every issue: a submission is never partially
+accepted.
+
+A PyTorchJob becomes a core :class:`~fleet.core.jobs.Job`:
+
+* queue: ``schedulingPolicy.queue`` (must be a leaf), else the leaf owning the
+  job's namespace, else an error;
+* priority from the class name (default ``test``); preemptible from the
+  ``fleet.io/preemptible`` annotation, else every class but ``crit``;
+* groups Master then Worker with exact per-pod requests;
+* gang size: ``minAvailable``, else ``elasticPolicy.minReplicas`` + masters,
+  else 0 (all pods);
+* gang unless a PropagationPolicy selects the job without
+  ``customSchedulingType: Gang`` (then it is incremental);
+* allowed clusters from the policy's ``clusterAffinity`` resolved against the
+  known MemberClusters.
+
+The matching policy is chosen like Karmada: same namespace, a selector with
+the job's apiVersion and kind (and name/namespace/labels when given); among
+several, the highest ``spec.priority``, then the most specific selector
+(name > labelSelector > kind only), then the policy name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from fleet.core import jobs, quota
+from fleet.core.jobs import Job, ReplicaGroup
+from fleet.spec import documents, models
+from fleet.spec.documents import Document
+from fleet.spec.errors import Problem, SpecError, SpecIssue
+from fleet.spec.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
+
+QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
+PRIORITY_PATH = "spec.runPolicy.schedulingPolicy.priorityClass"
+
+
+# Quota tree and clusters ------------------------------------------------------------
+
+
+def load_quota(text: str) -> tuple[quota.QuotaTree, list[str]]:
+    """The one ElasticQuotaTree in ``text`` and the tree's warnings."""
+    docs = documents.load_documents(text, kinds=["ElasticQuotaTree"])
+    if len(docs) != 1:
+        index = docs[1].index if len(docs) > 1 else 0
+        msg = "a quota file holds exactly one ElasticQuotaTree"
+        raise SpecError([SpecIssue(index, "", "", "", f"{msg}, found {len(docs)}")])
+    doc = docs[0]
+    assert isinstance(doc.model, models.ElasticQuotaTreeModel)
+    root, problems = doc.model.to_spec()
+    if problems:  # reported by load_documents already; kept for safety
+        raise SpecError([doc.issue(p, m) for p, m in problems])
+    try:
+        tree = quota.QuotaTree.build(root)
+    except quota.QuotaError as e:
+        msg = str(e).removesuffix(f" ({e.path})")
+        raise SpecError([doc.issue(e.path, msg)]) from e
+    return tree, list(tree.warnings)
+
+
+def load_clusters(text: str) -> list[MemberClusterModel]:
+    """Every MemberCluster in ``text``; names must be unique."""
+    docs = documents.load_documents(text, kinds=["MemberCluster"])
+    out: list[MemberClusterModel] = []
+    issues: list[SpecIssue] = []
+    seen: dict[str, int] = {}
+    for doc in docs:
+        assert isinstance(doc.model, MemberClusterModel)
+        if doc.model.name in seen:
+            msg = f"duplicate MemberCluster name (first in document {seen[doc.model.name]})"
+            issues.append(doc.issue("metadata.name", msg))
+        seen.setdefault(doc.model.name, doc.index)
+        out.append(doc.model)
+    if issues:
+        raise SpecError(issues)
+    return out
+
+
+# Policies -------------------------------------------------------------------------
+
+
+def _selector_score(sel: models.ResourceSelector, job: PyTorchJobModel) -> int:
+    """0 if the selector does not pick the job, else 3 by name, 2 by labels, 1 by kind."""
+    if sel.api_version != job.api_version or sel.kind != job.kind:
+        return 0
+    if sel.namespace is not None and sel.namespace != job.namespace:
+        return 0
+    if sel.name is not None:
+        return 3 if sel.name == job.metadata.name else 0
+    if sel.label_selector is not None:
+        return 2 if sel.label_selector.matches(job.metadata.labels) else 0
+    return 1
+
+
+def match_policy(
+    job_doc: PyTorchJobModel, policies: Sequence[PropagationPolicyModel]
+) -> PropagationPolicyModel | None:
+    """The policy that governs ``job_doc``, chosen the way Karmada chooses."""
+    best: tuple[int, int, str] | None = None
+    chosen: PropagationPolicyModel | None = None
+    for policy in policies:
+        if policy.namespace != job_doc.namespace:
+            continue
+        score = max((_selector_score(s, job_doc) for s in policy.spec.resource_selectors), default=0)
+        if score == 0:
+            continue
+        # Higher priority, then higher score, then the alphabetically first name.
+        rank = (-policy.spec.priority, -score, policy.metadata.name)
+        if best is None or rank < best:
+            best, chosen = rank, policy
+    return chosen
+
+
+def resolve_clusters(
+    policy: PropagationPolicyModel | None, clusters: Sequence[MemberClusterModel]
+) -> frozenset[str] | None:
+    """Cluster names the policy allows (None = any).
+
+    ``clusterNames`` ∩ clusters matching ``labelSelector`` − ``exclude``.  With no
+    known clusters only the names can be used: ``clusterNames − exclude``, or
+    None when the affinity names no clusters.
+    """
+    if policy is None or policy.spec.placement.cluster_affinity is None:
+        return None
+    aff = policy.spec.placement.cluster_affinity
+    if not clusters:
+        if not aff.cluster_names:
+            return None
+        return frozenset(aff.cluster_names) - frozenset(aff.exclude)
+    allowed = {c.name for c in clusters}
+    if aff.cluster_names:
+        allowed &= set(aff.cluster_names)
+    if aff.label_selector is not None:
+        selector = aff.label_selector
+        allowed &= {c.name for c in clusters if selector.matches(c.labels)}
+    return frozenset(allowed - set(aff.exclude))
+
+
+# Jobs ---------------------------------------------------------------------------
+
+
+def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Problem]) -> str:
+    wanted = job_doc.scheduling_policy.queue
+    if wanted is not None:
+        if tree.is_leaf(wanted):
+            return wanted
+        if tree.has_node(wanted):
+            msg = f"queue {wanted!r} is not a leaf of the quota tree; jobs go to leaf queues"
+        else:
+            msg = f"no queue {wanted!r} in the quota tree; leaves: {', '.join(tree.leaves())}"
+        problems.append((QUEUE_PATH, msg))
+        return ""
+    owner = tree.queue_for_namespace(job_doc.namespace)
+    if owner is None:
+        ns = job_doc.namespace
+        msg = (
+            f"no queue: no leaf of the quota tree owns namespace {ns!r}; "
+            f"set {QUEUE_PATH} or add namespace {ns} to a leaf"
+        )
+        problems.append((QUEUE_PATH, msg))
+        return ""
+    return owner
+
+
+def _build(
+    job_doc: PyTorchJobModel,
+    *,
+    policy: PropagationPolicyModel | None,
+    tree: quota.QuotaTree | None,
+    seq: int,
+    priority_classes: Mapping[str, int],
+    clusters: Sequence[MemberClusterModel],
+) -> tuple[Job | None, list[Problem]]:
+    problems = job_doc.problems()
+    if problems:
+        return None, problems
+    queue = _route(job_doc, tree, problems) if tree is not None else ""
+
+    sp = job_doc.scheduling_policy
+    pclass = sp.priority_class or jobs.DEFAULT_PRIORITY_CLASS
+    priority = priority_classes.get(pclass)
+    if priority is None:
+        known = ", ".join(f"{n} ({v})" for n, v in priority_classes.items())
+        problems.append((PRIORITY_PATH, f"unknown priority class {pclass!r}; known: {known}"))
+        priority = 0
+
+    ann = job_doc.metadata.annotations.get(models.PREEMPTIBLE_ANNOTATION)
+    preemptible = ann == "true" if ann is not None else pclass not in jobs.NON_PREEMPTIBLE_BY_DEFAULT
+    if not preemptible and priority < 0:
+        path = f"metadata.annotations.{models.PREEMPTIBLE_ANNOTATION}"
+        problems.append((path, f"an opportunistic job (class {pclass}) is always preemptible"))
+
+    groups: list[ReplicaGroup] = []
+    scratch: list[Problem] = []  # per_pod problems were reported by problems() above
+    for role, spec in job_doc.replica_groups():
+        groups.append(ReplicaGroup(role, spec.replicas, job_doc.per_pod(role, spec, scratch)))
+    masters = sum(g.count for g in groups if g.role == "Master")
+
+    min_members = 0
+    ep = job_doc.spec.elastic_policy
+    if sp.min_available is not None:
+        min_members = sp.min_available
+    elif ep is not None and ep.min_replicas is not None:
+        min_members = ep.min_replicas + masters
+
+    allowed = resolve_clusters(policy, clusters)
+    if allowed is not None and not allowed:
+        known = ", ".join(sorted(c.name for c in clusters)) or "none"
+        problems.append(
+            (
+                "",
+                f"PropagationPolicy {policy.key if policy else ''}: "
+                f"spec.placement.clusterAffinity allows no member cluster (known: {known})",
+            )
+        )
+    if problems:
+        return None, problems
+    job = Job(
+        key=job_doc.key,
+        queue=queue,
+        priority=priority,
+        seq=seq,
+        groups=tuple(groups),
+        min_members=min_members,
+        gang=policy is None or policy.gang,
+        preemptible=preemptible,
+        gpu_sku=job_doc.gpu_sku(scratch),
+        clusters=allowed,
+        priority_class=pclass,
+    )
+    return job, []
+
+
+def to_job(
+    job_doc: PyTorchJobModel,
+    *,
+    policy: PropagationPolicyModel | None,
+    tree: quota.QuotaTree,
+    seq: int,
+    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+    clusters: Sequence[MemberClusterModel] = (),
+    index: int = 0,
+) -> Job:
+    """The core job for one PyTorchJob, or a SpecError naming document ``index``."""
+    job, problems = _build(
+        job_doc,
+        policy=policy,
+        tree=tree,
+        seq=seq,
+        priority_classes=priority_classes,
+        clusters=clusters,
+    )
+    if job is None:
+        raise SpecError(SpecIssue(index, "PyTorchJob", job_doc.key, p, m) for p, m in problems)
+    return job
+
+
+def _submission(
+    text: str,
+    tree: quota.QuotaTree | None,
+    clusters: Sequence[MemberClusterModel],
+    first_seq: int,
+    priority_classes: Mapping[str, int],
+) -> tuple[list[Job], list[SpecIssue]]:
+    docs, issues = documents.parse_documents(text)
+    bad = {i.document for i in issues}
+    policies: list[PropagationPolicyModel] = []
+    job_docs: list[Document] = []
+    seen: dict[tuple[str, str], int] = {}
+    for doc in docs:
+        if doc.kind not in ("PyTorchJob", "PropagationPolicy"):
+            msg = f"{doc.kind} does not belong in a submission; expected PyTorchJob, PropagationPolicy"
+            issues.append(doc.issue("kind", msg))
+            continue
+        if (doc.kind, doc.name) in seen:
+            msg = f"duplicate {doc.kind} {doc.name} (first in document {seen[doc.kind, doc.name]})"
+            issues.append(doc.issue("metadata.name", msg))
+            continue
+        seen[doc.kind, doc.name] = doc.index
+        if isinstance(doc.model, PropagationPolicyModel):
+            policies.append(doc.model)
+        elif doc.index not in bad:
+            job_docs.append(doc)
+    out: list[Job] = []
+    for seq, doc in enumerate(job_docs, start=first_seq):
+        assert isinstance(doc.model, PyTorchJobModel)
+        job, problems = _build(
+            doc.model,
+            policy=match_policy(doc.model, policies),
+            tree=tree,
+            seq=seq,
+            priority_classes=priority_classes,
+            clusters=clusters,
+        )
+        issues.extend(doc.issue(p, m) for p, m in problems)
+        if job is not None:
+            out.append(job)
+    return out, sorted(issues, key=lambda i: i.document)
+
+
+def check_submission(
+    text: str,
+    tree: quota.QuotaTree | None = None,
+    clusters: Sequence[MemberClusterModel] = (),
+    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+) -> tuple[int, int, list[SpecIssue]]:
+    """(jobs, policies, issues) of a submission; without a tree, queues are not routed."""
+    found, issues = _submission(text, tree, clusters, 0, priority_classes)
+    docs, _ = documents.parse_documents(text)
+    policies = sum(1 for d in docs if d.kind == "PropagationPolicy")
+    return len(found), policies, issues
+
+
+def load_submission(
+    text: str,
+    tree: quota.QuotaTree,
+    clusters: Sequence[MemberClusterModel] = (),
+    first_seq: int = 0,
+    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+) -> list[Job]:
+    """Every PyTorchJob of a submission as a core Job (seq from ``first_seq`` in
+    document order), or one SpecError with every issue: all or nothing."""
+    out, issues = _submission(text, tree, clusters, first_seq, priority_classes)
+    if issues:
+        raise SpecError(issues)
+    return out

@@ -1,0 +1,613 @@
+"""Pydantic models of the objects Fleet reads: quota tree, policy, job, member cluster.
+
+Theory of operation: a model checks the *shape* of one document (types,
+enums, ranges, required fields) and pydantic reports each problem with its
+location, which :mod:`fleet.spec.documents` turns into a dotted field path.
+Checks that need more than one field, or that must name a map key in the
+path (quantities, GPU SKU, annotations, cell configs), live in each top-level
+model's ``problems()``, which returns ``(path, message)`` pairs and never
+raises.  Nothing here needs the quota tree or the member clusters: those
+checks are in :mod:`fleet.spec.convert`.
+
+Fleet owns the schema of ``ElasticQuotaTree``, ``PropagationPolicy`` and
+``MemberCluster``: unknown fields are rejected (``extra="forbid"``) so a typo
+never passes silently.  ``PyTorchJob`` belongs to Kubeflow: unknown fields are
+kept (``extra="allow"``) and only what Fleet reads is validated.  Object
+``metadata`` is Kubernetes' and is tolerant everywhere.  Field names are the
+Kubernetes camelCase spellings (aliases); quantities stay as written until
+:func:`parse_resources` turns them into exact :class:`Resources`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from fleet.core import resources
+from fleet.core.quota import QuotaNodeSpec
+from fleet.core.resources import QuantityError, Resources
+from fleet.spec import _cells
+from fleet.spec.errors import Problem
+
+
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
+PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
+SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
+SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
+SIM_OUTCOMES: Final = ("Succeeded", "Failed")
+REPLICA_TYPES: Final = ("Master", "Worker")
+
+QUOTA_API: Final = "scheduling.sigs.k8s.io/v1beta1"
+ACK_POLICY_API: Final = "policy.one.alibabacloud.com/v1alpha1"
+KARMADA_POLICY_API: Final = "policy.karmada.io/v1alpha1"
+PYTORCH_API: Final = "kubeflow.org/v1"
+FLEET_API: Final = "fleet.io/v1alpha1"
+
+_SUBDOMAIN_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION_RE: Final = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
+_DURATION_PART_RE: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _object_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if len(value) > 253 or not _SUBDOMAIN_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid name: lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 253 characters"
+        )
+    return value
+
+
+def _namespace_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if len(value) > 63 or not _LABEL_RE.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid namespace: lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+def _quantity(value: object) -> int | float | str:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (a number or a string)")
+    try:
+        resources.parse_value(value)
+    except QuantityError as e:
+        raise ValueError(str(e)) from None
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration such as ``90s``, ``5m``, ``1h30m`` or ``500ms``."""
+    if not _DURATION_RE.match(text):
+        raise ValueError(f"{text!r} is not a duration (examples: 90s, 5m, 1h30m)")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
+
+
+Name = Annotated[str, PlainValidator(_object_name)]
+NamespaceName = Annotated[str, PlainValidator(_namespace_name)]
+Quantity = Annotated[int | float | str, PlainValidator(_quantity)]
+QuantityMap = dict[str, Quantity]
+Count = Annotated[StrictInt, Field(ge=1)]
+
+
+class _Owned(BaseModel):
+    """Fleet's own schema: unknown fields are errors."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class _Foreign(BaseModel):
+    """Someone else's schema: keep unknown fields, validate what Fleet reads."""
+
+    model_config = ConfigDict(
+        extra="allow", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class ObjectMeta(_Foreign):
+    name: Name
+    namespace: NamespaceName | None = None
+    labels: dict[str, StrictStr] = Field(default_factory=dict)
+    annotations: dict[str, StrictStr] = Field(default_factory=dict)
+
+
+def parse_resources(quantities: Mapping[str, Any], path: str) -> tuple[Resources, list[Problem]]:
+    """Parse ``{resource: quantity}`` exactly; problems name ``path.<resource>``."""
+    values: dict[str, int] = {}
+    problems: list[Problem] = []
+    for name, text in quantities.items():
+        try:
+            values[name] = resources.parse_quantity(name, text)
+        except QuantityError as e:
+            problems.append((f"{path}.{name}", str(e)))
+    return Resources(values), problems
+
+
+# ElasticQuotaTree ----------------------------------------------------------------
+
+
+class QuotaNodeModel(_Owned):
+    name: Name
+    min: QuantityMap | None = None
+    max: QuantityMap | None = None
+    namespaces: list[NamespaceName] = Field(default_factory=list)
+    children: list[QuotaNodeModel] = Field(default_factory=list)
+
+    def to_spec(self, path: str, problems: list[Problem]) -> QuotaNodeSpec:
+        """The exact core node (``path`` names it); quantity problems are appended."""
+        min_, p1 = parse_resources(self.min or {}, f"{path}.min")
+        max_: Resources | None = None
+        problems.extend(p1)
+        if self.max is not None:
+            max_, p2 = parse_resources(self.max, f"{path}.max")
+            problems.extend(p2)
+        children = tuple(
+            child.to_spec(f"{path}.children[{i}]", problems) for i, child in enumerate(self.children)
+        )
+        return QuotaNodeSpec(
+            name=self.name,
+            min=min_,
+            max=max_,
+            namespaces=tuple(self.namespaces),
+            children=children,
+            path=path,
+        )
+
+
+class ElasticQuotaTreeSpec(_Owned):
+    root: QuotaNodeModel
+
+
+class ElasticQuotaTreeModel(_Owned):
+    api_version: Literal["scheduling.sigs.k8s.io/v1beta1"]
+    kind: Literal["ElasticQuotaTree"]
+    metadata: ObjectMeta
+    spec: ElasticQuotaTreeSpec
+
+    def to_spec(self) -> tuple[QuotaNodeSpec, list[Problem]]:
+        problems: list[Problem] = []
+        root = self.spec.root.to_spec("spec.root", problems)
+        return root, problems
+
+    def problems(self) -> list[Problem]:
+        return self.to_spec()[1]
+
+
+# Label selectors (Kubernetes semantics) -------------------------------------------
+
+
+class LabelSelectorRequirement(_Owned):
+    key: Annotated[StrictStr, Field(min_length=1)]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[StrictStr] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs a non-empty values list")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.operator == "In":
+            return labels.get(self.key) in self.values
+        if self.operator == "NotIn":
+            return labels.get(self.key) not in self.values
+        if self.operator == "Exists":
+            return self.key in labels
+        return self.key not in labels
+
+
+class LabelSelector(_Owned):
+    """``matchLabels`` AND every ``matchExpressions``; an empty selector matches all."""
+
+    match_labels: dict[str, StrictStr] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            e.matches(labels) for e in self.match_expressions
+        )
+
+
+# PropagationPolicy (ACK One and Karmada) -------------------------------------------
+
+
+class ResourceSelector(_Owned):
+    api_version: Annotated[StrictStr, Field(min_length=1)]
+    kind: Annotated[StrictStr, Field(min_length=1)]
+    namespace: NamespaceName | None = None
+    name: Name | None = None
+    label_selector: LabelSelector | None = None
+
+
+class ClusterAffinity(_Owned):
+    cluster_names: list[Name] = Field(default_factory=list)
+    exclude: list[Name] = Field(default_factory=list)
+    label_selector: LabelSelector | None = None
+
+
+class ReplicaScheduling(_Owned):
+    replica_scheduling_type: Literal["Divided", "Duplicated"] = "Duplicated"
+    replica_division_preference: Literal["Aggregated", "Weighted"] | None = None
+    weight_preference: dict[str, Any] | None = None
+    custom_scheduling_type: Literal["Gang"] | None = None
+
+
+class Placement(_Owned):
+    cluster_affinity: ClusterAffinity | None = None
+    replica_scheduling: ReplicaScheduling | None = None
+
+
+_OLD_PURGE_MODES: Final = {"Immediately": "Directly", "Graciously": "Gracefully"}
+
+
+def _purge_mode(value: object) -> object:
+    if isinstance(value, str):
+        return _OLD_PURGE_MODES.get(value, value)
+    return value
+
+
+PurgeMode = Annotated[Literal["Directly", "Gracefully", "Never"], BeforeValidator(_purge_mode)]
+
+
+class DecisionConditions(_Owned):
+    toleration_seconds: Annotated[StrictInt, Field(ge=0)] = 300
+
+
+class ApplicationFailover(_Owned):
+    decision_conditions: DecisionConditions = Field(default_factory=DecisionConditions)
+    purge_mode: PurgeMode = "Gracefully"
+    grace_period_seconds: Count | None = None
+    state_preservation: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _grace_needs_graceful(self) -> ApplicationFailover:
+        if self.grace_period_seconds is not None and self.purge_mode != "Gracefully":
+            raise ValueError("gracePeriodSeconds only applies with purgeMode Gracefully")
+        return self
+
+
+class Failover(_Owned):
+    application: ApplicationFailover | None = None
+
+
+class Suspension(_Owned):
+    scheduling: StrictBool = False  # ACK One: hold the job in the queue
+    dispatching: StrictBool = False  # Karmada: do not create it in member clusters
+    dispatching_on_clusters: dict[str, Any] | None = None
+
+
+class PropagationPolicySpec(_Owned):
+    resource_selectors: Annotated[list[ResourceSelector], Field(min_length=1)]
+    propagate_deps: StrictBool = False
+    placement: Placement = Field(default_factory=Placement)
+    priority: StrictInt = 0
+    preemption: Literal["Always", "Never"] = "Never"
+    conflict_resolution: Literal["Abort", "Overwrite"] = "Abort"
+    scheduler_name: StrictStr | None = None
+    failover: Failover | None = None
+    suspension: Suspension | None = None
+    activation_preference: Literal["Lazy"] | None = None
+    preserve_resources_on_deletion: StrictBool | None = None
+    dependent_overrides: list[StrictStr] = Field(default_factory=list)
+
+
+class PropagationPolicyModel(_Owned):
+    api_version: Literal["policy.one.alibabacloud.com/v1alpha1", "policy.karmada.io/v1alpha1"]
+    kind: Literal["PropagationPolicy"]
+    metadata: ObjectMeta
+    spec: PropagationPolicySpec
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.metadata.name}"
+
+    @property
+    def gang(self) -> bool:
+        rs = self.spec.placement.replica_scheduling
+        return rs is not None and rs.custom_scheduling_type == "Gang"
+
+    @property
+    def application_failover(self) -> ApplicationFailover:
+        """The failover rule in force (defaults: 300 s, Gracefully)."""
+        fo = self.spec.failover
+        return fo.application if fo and fo.application else ApplicationFailover()
+
+    def problems(self) -> list[Problem]:
+        return []
+
+
+# PyTorchJob (Kubeflow; tolerant) ----------------------------------------------------
+
+
+class ResourceRequirements(_Foreign):
+    requests: QuantityMap = Field(default_factory=dict)
+    limits: QuantityMap = Field(default_factory=dict)
+
+
+class Container(_Foreign):
+    name: StrictStr | None = None
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class PodSpec(_Foreign):
+    containers: Annotated[list[Container], Field(min_length=1)]
+    init_containers: list[Container] = Field(default_factory=list)
+    node_selector: dict[str, StrictStr] = Field(default_factory=dict)
+
+
+class PodTemplate(_Foreign):
+    spec: PodSpec
+
+
+class ReplicaSpec(_Foreign):
+    replicas: Count = 1
+    template: PodTemplate
+
+
+class PyTorchReplicaSpecs(_Foreign):
+    master: ReplicaSpec | None = Field(default=None, alias="Master")
+    worker: ReplicaSpec | None = Field(default=None, alias="Worker")
+
+
+class SchedulingPolicy(_Foreign):
+    queue: StrictStr | None = None
+    priority_class: StrictStr | None = None
+    min_available: Count | None = None
+
+
+class RunPolicy(_Foreign):
+    scheduling_policy: SchedulingPolicy | None = None
+
+
+class ElasticPolicy(_Foreign):
+    min_replicas: Count | None = None
+    max_replicas: Count | None = None
+
+
+class PyTorchJobSpec(_Foreign):
+    pytorch_replica_specs: PyTorchReplicaSpecs
+    run_policy: RunPolicy | None = None
+    elastic_policy: ElasticPolicy | None = None
+
+
+def _container_request(c: Container, path: str, problems: list[Problem]) -> Resources:
+    """Requests, falling back to limits per resource (as Kubernetes defaults them)."""
+    req, p1 = parse_resources(c.resources.requests, f"{path}.resources.requests")
+    lim, p2 = parse_resources(c.resources.limits, f"{path}.resources.limits")
+    problems.extend(p1 + p2)
+    merged = dict(lim)
+    merged.update(req)
+    for name, amount in req.items():
+        if name in c.resources.limits and amount > lim[name]:
+            problems.append(
+                (f"{path}.resources.requests.{name}", "request must not exceed the limit")
+            )
+        elif name == resources.GPU and name in c.resources.limits and amount != lim[name]:
+            problems.append(
+                (f"{path}.resources.requests.{name}", "request must equal the limit for GPUs")
+            )
+    return Resources(merged)
+
+
+class PyTorchJobModel(_Foreign):
+    api_version: Literal["kubeflow.org/v1"]
+    kind: Literal["PyTorchJob"]
+    metadata: ObjectMeta
+    spec: PyTorchJobSpec
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace or "default"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.metadata.name}"
+
+    @property
+    def scheduling_policy(self) -> SchedulingPolicy:
+        rp = self.spec.run_policy
+        return rp.scheduling_policy if rp and rp.scheduling_policy else SchedulingPolicy()
+
+    def replica_groups(self) -> list[tuple[str, ReplicaSpec]]:
+        """``(role, spec)`` in placement order: Master first, then Worker."""
+        specs = self.spec.pytorch_replica_specs
+        out: list[tuple[str, ReplicaSpec]] = []
+        if specs.master is not None:
+            out.append(("Master", specs.master))
+        if specs.worker is not None:
+            out.append(("Worker", specs.worker))
+        return out
+
+    def per_pod(self, role: str, spec: ReplicaSpec, problems: list[Problem]) -> Resources:
+        """One pod's request: sum over containers, at least the largest init container."""
+        path = f"spec.pytorchReplicaSpecs.{role}.template.spec"
+        total = resources.ZERO
+        for i, c in enumerate(spec.template.spec.containers):
+            total = total + _container_request(c, f"{path}.containers[{i}]", problems)
+        for i, c in enumerate(spec.template.spec.init_containers):
+            init = _container_request(c, f"{path}.initContainers[{i}]", problems)
+            total = Resources({k: max(total[k], init[k]) for k in set(total) | set(init)})
+        return total
+
+    def gpu_sku(self, problems: list[Problem]) -> str | None:
+        """The SKU named by the annotation and/or the templates; they must agree."""
+        sources: list[tuple[str, str]] = []
+        annotated = self.metadata.annotations.get(GPU_TYPE_ANNOTATION)
+        if annotated is not None:
+            sources.append((f"metadata.annotations.{GPU_TYPE_ANNOTATION}", annotated))
+        for role, spec in self.replica_groups():
+            sku = spec.template.spec.node_selector.get(GPU_PRODUCT_LABEL)
+            if sku is not None:
+                path = f"spec.pytorchReplicaSpecs.{role}.template.spec.nodeSelector"
+                sources.append((f"{path}.{GPU_PRODUCT_LABEL}", sku))
+        if not sources:
+            return None
+        first_path, first = sources[0]
+        for path, sku in sources[1:]:
+            if sku != first:
+                problems.append(
+                    (path, f"GPU type {sku!r} differs from {first!r} given at {first_path}")
+                )
+        if not first:
+            problems.append((first_path, "GPU type must not be empty"))
+        return first
+
+    @property
+    def simulated_duration(self) -> float | None:
+        """Seconds the simulated backend runs this job, if the annotation says."""
+        text = self.metadata.annotations.get(SIM_DURATION_ANNOTATION)
+        return None if text is None else parse_duration(text)
+
+    @property
+    def simulated_outcome(self) -> str | None:
+        return self.metadata.annotations.get(SIM_OUTCOME_ANNOTATION)
+
+    def problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+        specs = self.spec.pytorch_replica_specs
+        for extra in sorted(specs.model_extra or {}):
+            problems.append(
+                (
+                    f"spec.pytorchReplicaSpecs.{extra}",
+                    f"replica type {extra!r} is not supported; Fleet runs Master and Worker",
+                )
+            )
+        groups = self.replica_groups()
+        if not groups:
+            problems.append(("spec.pytorchReplicaSpecs", "needs a Master or a Worker replica spec"))
+        if specs.master is not None and specs.master.replicas != 1:
+            problems.append(
+                ("spec.pytorchReplicaSpecs.Master.replicas", "a PyTorchJob has exactly 1 Master")
+            )
+        for role, spec in groups:
+            self.per_pod(role, spec, problems)
+        self.gpu_sku(problems)
+        total = sum(spec.replicas for _, spec in groups)
+        sp = self.scheduling_policy
+        if sp.min_available is not None and groups and sp.min_available > total:
+            problems.append(
+                (
+                    "spec.runPolicy.schedulingPolicy.minAvailable",
+                    f"{sp.min_available} is more than the job's {total} replicas",
+                )
+            )
+        problems.extend(self._elastic_problems())
+        problems.extend(self._annotation_problems())
+        return problems
+
+    def _elastic_problems(self) -> list[Problem]:
+        ep = self.spec.elastic_policy
+        if ep is None:
+            return []
+        worker = self.spec.pytorch_replica_specs.worker
+        if worker is None:
+            return [("spec.elasticPolicy", "an elastic job needs a Worker replica spec")]
+        out: list[Problem] = []
+        lo, hi = ep.min_replicas, ep.max_replicas
+        if lo is not None and hi is not None and lo > hi:
+            out.append(("spec.elasticPolicy.minReplicas", f"{lo} is more than maxReplicas {hi}"))
+        if lo is not None and worker.replicas < lo:
+            out.append(
+                (
+                    "spec.pytorchReplicaSpecs.Worker.replicas",
+                    f"{worker.replicas} is below elasticPolicy.minReplicas {lo}",
+                )
+            )
+        if hi is not None and worker.replicas > hi:
+            out.append(
+                (
+                    "spec.pytorchReplicaSpecs.Worker.replicas",
+                    f"{worker.replicas} is above elasticPolicy.maxReplicas {hi}",
+                )
+            )
+        return out
+
+    def _annotation_problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        ann = self.metadata.annotations
+        base = "metadata.annotations"
+        pre = ann.get(PREEMPTIBLE_ANNOTATION)
+        if pre is not None and pre not in ("true", "false"):
+            out.append((f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {pre!r}'))
+        dur = ann.get(SIM_DURATION_ANNOTATION)
+        if dur is not None:
+            try:
+                if parse_duration(dur) <= 0:
+                    out.append((f"{base}.{SIM_DURATION_ANNOTATION}", "must be positive"))
+            except ValueError as e:
+                out.append((f"{base}.{SIM_DURATION_ANNOTATION}", str(e)))
+        outcome = ann.get(SIM_OUTCOME_ANNOTATION)
+        if outcome is not None and outcome not in SIM_OUTCOMES:
+            out.append(
+                (f"{base}.{SIM_OUTCOME_ANNOTATION}", f"must be Succeeded or Failed, not {outcome!r}")
+            )
+        return out
+
+
+# MemberCluster ------------------------------------------------------------------------
+
+
+class KubeconfigRef(_Owned):
+    path: Annotated[StrictStr, Field(min_length=1)]
+    context: StrictStr | None = None
+
+
+class MemberClusterSpec(_Owned):
+    simulated: StrictBool = False
+    kubeconfig: KubeconfigRef | None = None
+    cells: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> MemberClusterSpec:
+        if self.simulated == (self.kubeconfig is not None):
+            raise ValueError("set exactly one of `simulated: true` and `kubeconfig`")
+        return self
+
+
+class MemberClusterModel(_Owned):
+    api_version: Literal["fleet.io/v1alpha1"]
+    kind: Literal["MemberCluster"]
+    metadata: ObjectMeta
+    spec: MemberClusterSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        return self.metadata.labels
+
+    def problems(self) -> list[Problem]:
+        return _cells.problems(self.spec.cells)
+
