@@ -134,7 +134,7 @@ def main() -> None:
     jobs = make_jobs(rng, args.jobs, queues, 0)
     for job in jobs:
         state.submit(job)
-    current, peak = tracemalloc.get_traced_memory()
+    _current, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del jobs
     per_job = (peak - base) / args.jobs

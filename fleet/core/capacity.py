@@ -83,6 +83,8 @@ class CapacityPlacer:
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
+        self._by_mode: dict[Mode, dict[str, None]] = {m: {} for m in Mode}
+        self._guaranteed_by_queue: dict[str, dict[str, None]] = {}
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
@@ -113,19 +115,41 @@ class CapacityPlacer:
             return NoFit(self._cluster, self._why(job, pods))
         candidates = sorted(
             (
-                h.info
-                for k, h in self._held.items()
-                if k not in released and k != job.key and may_preempt(job, mode, h.info)
+                info
+                for info in self._candidates(job, mode)
+                if info.key not in released and info.key != job.key
             ),
             key=victim_order,
+        )
+        need = sum(p.gpus for p in pods)
+        free = self.free_gpus() + sum(
+            sum(len(pp.gpus) for pp in self._held[k].pods) for k in freed
         )
         victims: list[str] = []
         for victim in candidates:
             victims.append(victim.key)
+            free += sum(len(pp.gpus) for pp in self._held[victim.key].pods)
+            if free < need:
+                continue
             placed = self._try(job, pods, freed + victims)
             if placed is not None:
                 return self._fit(placed, tuple(victims))
         return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
+
+    def _candidates(self, job: Job, mode: Mode) -> list[RunningInfo]:
+        """Running jobs that ``job`` in ``mode`` may preempt, from the indexes."""
+        if job.opportunistic:
+            return []
+        held = self._held
+        out = [held[k].info for k in self._by_mode[Mode.OPPORTUNISTIC]]
+        if mode is Mode.GUARANTEED:
+            out += [held[k].info for k in self._by_mode[Mode.BORROWED]]
+            out += [
+                held[k].info
+                for k in self._guaranteed_by_queue.get(job.queue, ())
+                if held[k].info.priority < job.priority
+            ]
+        return [info for info in out if info.preemptible]
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """0 when the pods could share one node (by GPU count), else 1."""
@@ -137,7 +161,10 @@ class CapacityPlacer:
 
     def _why(self, job: Job, pods: Sequence[Pod]) -> str:
         gpus = sum(p.gpus for p in pods)
-        free = sum(len(n.free_gpus) for n in self._nodes.values() if self._sku_ok(job, n))
+        if job.gpu_sku is None:
+            free = self.free_gpus()
+        else:
+            free = sum(len(n.free_gpus) for n in self._nodes.values() if self._sku_ok(job, n))
         sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
         return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
 
@@ -206,6 +233,9 @@ class CapacityPlacer:
         if held is None:
             info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
             held = self._held[job.key] = _Held(info)
+            self._by_mode[mode][job.key] = None
+            if mode is Mode.GUARANTEED:
+                self._guaranteed_by_queue.setdefault(job.queue, {})[job.key] = None
         by_name = {p.name: p for p in job.pods}
         for pp in fit.pods:
             node = self._nodes[pp.node]
@@ -218,6 +248,9 @@ class CapacityPlacer:
         held = self._held.pop(key, None)
         if held is None:
             return
+        del self._by_mode[held.info.mode][key]
+        if held.info.mode is Mode.GUARANTEED:
+            del self._guaranteed_by_queue[held.info.queue][key]
         for pp, req in zip(held.pods, held.requests, strict=True):
             self._give(self._nodes[pp.node], req, pp.gpus)
 
@@ -267,7 +300,7 @@ class CapacityPlacer:
         return Resources(self._allocated)
 
     def free_gpus(self) -> int:
-        return sum(len(n.free_gpus) for n in self._nodes.values())
+        return self._capacity[resources.GPU] - self._allocated.get(resources.GPU, 0)
 
     def check_invariants(self) -> None:
         used: dict[str, dict[str, int]] = {n: {} for n in self._nodes}
@@ -279,6 +312,9 @@ class CapacityPlacer:
                 for g in pp.gpus:
                     assert (pp.node, g) not in owners, f"GPU {pp.node}/{g} has two owners"
                     owners[(pp.node, g)] = key
+        for mode, keys in self._by_mode.items():
+            assert all(self._held[k].info.mode is mode for k in keys), "mode index"
+        assert sum(len(k) for k in self._by_mode.values()) == len(self._held), "mode index"
         total: dict[str, int] = {}
         for per_node in used.values():
             for res, amount in per_node.items():
@@ -290,6 +326,7 @@ class CapacityPlacer:
                 assert node.free[res] == cap - used[name].get(res, 0), f"{name}: {res} recount"
                 assert node.free[res] >= 0, f"{name}: {res} over capacity"
             expected = [g for g in range(node.gpus) if (name, g) not in owners]
+            assert len(node.free_gpus) == node.free.get(resources.GPU, len(node.free_gpus))
             assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
             assert name in self._buckets[len(node.free_gpus)], f"{name}: wrong bucket"
 

@@ -30,10 +30,14 @@ Theory of operation:
    lowest-priority victims wins.  A gang that cannot start whole tries its
    gang minimum (``minAvailable``); a non-gang job starts with as many pods
    as fit and grows in later cycles.
-5. **Unfeasible shapes** (Armada): a placement question that failed
-   everywhere is remembered by the job's shape for the rest of the cycle, so
-   identical jobs behind it are answered without asking the placers again;
-   the memory is cleared whenever something is released.
+5. **Unfeasible shapes** (Armada): a job that cannot start is remembered by
+   its shape (queue, replicas, gang size, priority, SKU, allowed clusters)
+   for the rest of the cycle, so identical jobs behind it wait for the same
+   reason without asking the quota tree or the placers again.  The memory is
+   cleared whenever a preemption releases something.  Admissions only take
+   capacity, so an answer stays right, with one exception accepted for speed:
+   a borrowed admission later in the cycle can create a reclaim victim that
+   an earlier identical job did not see; it is seen next cycle.
 """
 
 from __future__ import annotations
@@ -176,6 +180,10 @@ class _Cycle:
     # Admission -----------------------------------------------------------------
     def admit(self, job: Job) -> str | None:
         """Admit ``job`` if it can start; else return why it waits."""
+        shape = job.shape
+        known = self.unfeasible.get(shape)
+        if known is not None:
+            return known
         attempts: list[tuple[Pod, ...]] = [job.pods]
         if job.gang_size < job.size:
             attempts += _smaller(job)
@@ -186,6 +194,7 @@ class _Cycle:
                 self.commit(job, plan)
                 return None
             reason = reason or plan
+        self.unfeasible[shape] = reason
         return reason
 
     def plan(self, job: Job, pods: tuple[Pod, ...]) -> _Plan | str:
@@ -249,10 +258,6 @@ class _Cycle:
         placers = self.candidates(job)
         if not placers:
             return "no member cluster is allowed by the job's placement policy"
-        shape = (job.shape, mode, len(pods), released)
-        known = self.unfeasible.get(shape)
-        if known is not None:
-            return known
         need = _sum(pods)
         best: tuple[tuple[int, float, float, str], Fit] | None = None
         misses: list[str] = []
@@ -278,7 +283,6 @@ class _Cycle:
         reason = "no cluster fits the gang: " + "; ".join(misses[:3])
         if len(misses) > 3:
             reason += f"; and {len(misses) - 3} more"
-        self.unfeasible[shape] = reason
         return reason
 
     def place_with_preemption(

@@ -131,14 +131,20 @@ class Job:
 
     @property
     def shape(self) -> tuple[object, ...]:
-        """What makes two jobs interchangeable for placement ("unfeasible key")."""
+        """What makes two jobs interchangeable for admission ("unfeasible key").
+
+        Two jobs of one shape ask the same quota and the same placement question,
+        so within one cycle the answer to one is the answer to the other.
+        """
         return (
             self.queue,
-            self.priority >= 0,
+            self.groups,
+            self.gang_size,
+            self.gang,
+            self.priority,
+            self.preemptible,
             self.gpu_sku,
             self.clusters,
-            self.gang_size,
-            tuple((p.request, p.role) for p in self.pods[: self.gang_size]),
         )
 
 

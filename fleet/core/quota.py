@@ -145,7 +145,9 @@ def _validate(root: QuotaNodeSpec) -> list[str]:
     def visit(node: QuotaNodeSpec, parent: QuotaNodeSpec | None) -> None:
         name = node.name
         if not name:
-            raise QuotaError("node name must not be empty", path=f"{node.path}.name", node=name)
+            raise QuotaError(
+                "node '': a node name must not be empty", path=f"{node.path}.name", node=name
+            )
         if name in seen:
             raise QuotaError(
                 f"node {name!r}: duplicate node name (first defined at {seen[name]})",

@@ -40,6 +40,7 @@ from fleet.spec.models import MemberClusterModel, PropagationPolicyModel, PyTorc
 
 QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
 PRIORITY_PATH = "spec.runPolicy.schedulingPolicy.priorityClass"
+_SUBMISSION_KINDS = "PyTorchJob, PropagationPolicy"
 
 
 # Quota tree and clusters ------------------------------------------------------------
@@ -108,7 +109,9 @@ def match_policy(
     for policy in policies:
         if policy.namespace != job_doc.namespace:
             continue
-        score = max((_selector_score(s, job_doc) for s in policy.spec.resource_selectors), default=0)
+        score = max(
+            (_selector_score(s, job_doc) for s in policy.spec.resource_selectors), default=0
+        )
         if score == 0:
             continue
         # Higher priority, then higher score, then the alphabetically first name.
@@ -149,7 +152,7 @@ def resolve_clusters(
 def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Problem]) -> str:
     wanted = job_doc.scheduling_policy.queue
     if wanted is not None:
-        if tree.is_leaf(wanted):
+        if tree.has_node(wanted) and tree.is_leaf(wanted):
             return wanted
         if tree.has_node(wanted):
             msg = f"queue {wanted!r} is not a leaf of the quota tree; jobs go to leaf queues"
@@ -192,7 +195,9 @@ def _build(
         priority = 0
 
     ann = job_doc.metadata.annotations.get(models.PREEMPTIBLE_ANNOTATION)
-    preemptible = ann == "true" if ann is not None else pclass not in jobs.NON_PREEMPTIBLE_BY_DEFAULT
+    preemptible = (
+        ann == "true" if ann is not None else pclass not in jobs.NON_PREEMPTIBLE_BY_DEFAULT
+    )
     if not preemptible and priority < 0:
         path = f"metadata.annotations.{models.PREEMPTIBLE_ANNOTATION}"
         problems.append((path, f"an opportunistic job (class {pclass}) is always preemptible"))
@@ -276,7 +281,7 @@ def _submission(
     seen: dict[tuple[str, str], int] = {}
     for doc in docs:
         if doc.kind not in ("PyTorchJob", "PropagationPolicy"):
-            msg = f"{doc.kind} does not belong in a submission; expected PyTorchJob, PropagationPolicy"
+            msg = f"{doc.kind} does not belong in a submission; expected {_SUBMISSION_KINDS}"
             issues.append(doc.issue("kind", msg))
             continue
         if (doc.kind, doc.name) in seen:

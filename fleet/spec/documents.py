@@ -93,12 +93,16 @@ def display_name(kind: str, raw: Mapping[str, Any]) -> str:
 def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]]:
     if not isinstance(raw, Mapping):
         kind_name = type(raw).__name__
-        return None, [SpecIssue(index, "", "", "", f"a document must be a mapping, not {kind_name}")]
+        return None, [
+            SpecIssue(index, "", "", "", f"a document must be a mapping, not {kind_name}")
+        ]
     kind = raw.get("kind")
     api = raw.get("apiVersion")
     if not isinstance(kind, str) or kind not in KINDS:
         known = ", ".join(sorted(KINDS))
-        return None, [SpecIssue(index, "", "", "kind", f"unknown kind {kind!r}; Fleet reads {known}")]
+        return None, [
+            SpecIssue(index, "", "", "kind", f"unknown kind {kind!r}; Fleet reads {known}")
+        ]
     name = display_name(kind, raw)
     versions = KINDS[kind]
     if not isinstance(api, str) or api not in versions:
@@ -154,7 +158,9 @@ def load_documents(text: str, kinds: Sequence[str] | None = None) -> list[Docume
         allowed = ", ".join(kinds)
         for doc in docs:
             if doc.kind not in kinds:
-                issues.append(doc.issue("kind", f"{doc.kind} does not belong here; expected {allowed}"))
+                issues.append(
+                    doc.issue("kind", f"{doc.kind} does not belong here; expected {allowed}")
+                )
     if issues:
         raise SpecError(sorted(issues, key=lambda i: i.document))
     return docs

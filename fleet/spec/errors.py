@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-
 #: (field path, message): a problem found inside one document, before it gets its index.
 Problem = tuple[str, str]
 

@@ -43,7 +43,6 @@ from fleet.core.resources import QuantityError, Resources
 from fleet.spec import _cells
 from fleet.spec.errors import Problem
 
-
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
 PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
@@ -58,7 +57,9 @@ KARMADA_POLICY_API: Final = "policy.karmada.io/v1alpha1"
 PYTORCH_API: Final = "kubeflow.org/v1"
 FLEET_API: Final = "fleet.io/v1alpha1"
 
-_SUBDOMAIN_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUBDOMAIN_RE: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 _LABEL_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION_RE: Final = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
 _DURATION_PART_RE: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -165,7 +166,8 @@ class QuotaNodeModel(_Owned):
             max_, p2 = parse_resources(self.max, f"{path}.max")
             problems.extend(p2)
         children = tuple(
-            child.to_spec(f"{path}.children[{i}]", problems) for i, child in enumerate(self.children)
+            child.to_spec(f"{path}.children[{i}]", problems)
+            for i, child in enumerate(self.children)
         )
         return QuotaNodeSpec(
             name=self.name,
@@ -535,7 +537,7 @@ class PyTorchJobModel(_Foreign):
         out: list[Problem] = []
         lo, hi = ep.min_replicas, ep.max_replicas
         if lo is not None and hi is not None and lo > hi:
-            out.append(("spec.elasticPolicy.minReplicas", f"{lo} is more than maxReplicas {hi}"))
+            return [("spec.elasticPolicy.minReplicas", f"{lo} is more than maxReplicas {hi}")]
         if lo is not None and worker.replicas < lo:
             out.append(
                 (
@@ -558,7 +560,9 @@ class PyTorchJobModel(_Foreign):
         base = "metadata.annotations"
         pre = ann.get(PREEMPTIBLE_ANNOTATION)
         if pre is not None and pre not in ("true", "false"):
-            out.append((f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {pre!r}'))
+            out.append(
+                (f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {pre!r}')
+            )
         dur = ann.get(SIM_DURATION_ANNOTATION)
         if dur is not None:
             try:
@@ -569,7 +573,10 @@ class PyTorchJobModel(_Foreign):
         outcome = ann.get(SIM_OUTCOME_ANNOTATION)
         if outcome is not None and outcome not in SIM_OUTCOMES:
             out.append(
-                (f"{base}.{SIM_OUTCOME_ANNOTATION}", f"must be Succeeded or Failed, not {outcome!r}")
+                (
+                    f"{base}.{SIM_OUTCOME_ANNOTATION}",
+                    f"must be Succeeded or Failed, not {outcome!r}",
+                )
             )
         return out
 
@@ -610,4 +617,3 @@ class MemberClusterModel(_Owned):
 
     def problems(self) -> list[Problem]:
         return _cells.problems(self.spec.cells)
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+
 import pytest
 
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle

@@ -1,0 +1,216 @@
+"""``fleet plan``: run the scheduling cycle offline and say who starts where.
+
+Theory of operation: the quota tree, the member clusters and the jobs are
+loaded with the same loaders the service uses.  Jobs of ``--running`` are
+submitted first and the cycle is run until nothing changes: they are the jobs
+already running.  Then the jobs of ``--jobs`` are submitted in document order
+and the cycle is run again until nothing changes (at most
+:data:`MAX_CYCLES` cycles).  The report lists every job exactly once in
+``admitted`` (running at the end, with node and GPU indices per replica;
+``already_running`` marks jobs of ``--running``) or ``waiting`` (with the
+reason of the last cycle), plus the running jobs that were preempted on the
+way (they also appear in ``waiting``: they are queued again) and every leaf
+queue's usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.cells.config import CellConfig, load_cell_config
+from fleet.core.cells.spec import PhysicalCellSpec
+from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.jobs import Job
+from fleet.core.placement import Placer
+from fleet.core.quota import QuotaTree
+from fleet.core.state import DuplicateJob, SchedulerState
+from fleet.spec import convert
+from fleet.spec.errors import SpecError
+from fleet.spec.models import MemberClusterModel
+
+MAX_CYCLES = 100
+
+
+def _leaf_nodes(cell: PhysicalCellSpec) -> Iterator[PhysicalCellSpec]:
+    if not cell.children:
+        yield cell
+    for child in cell.children:
+        yield from _leaf_nodes(child)
+
+
+def capacity_placer(name: str, config: CellConfig) -> CapacityPlacer:
+    """The capacity-only baseline over the same nodes as a cell config."""
+    skus: dict[str, str] = {}
+    for top in config.physical_cells:
+        for leaf in _leaf_nodes(top):
+            if leaf.node is not None:
+                skus[leaf.node] = config.cell_types[leaf.cell_type].leaf_type
+    return CapacityPlacer(name, config.nodes(), skus)
+
+
+def build_placers(clusters: Sequence[MemberClusterModel], kind: str) -> dict[str, Placer]:
+    """One placer per member cluster: the cell allocator, or the capacity baseline."""
+    placers: dict[str, Placer] = {}
+    for cluster in clusters:
+        config = load_cell_config(cluster.spec.cells)
+        if kind == "capacity":
+            placers[cluster.name] = capacity_placer(cluster.name, config)
+        else:
+            from fleet.core.cells.placer import CellPlacer
+
+            placers[cluster.name] = CellPlacer(cluster.name, config)
+    return placers
+
+
+def settle(state: SchedulerState, start: float) -> tuple[list[Decision], float]:
+    """Run cycles until one admits and preempts nothing; return every decision."""
+    now = start
+    seen: list[Decision] = []
+    for _ in range(MAX_CYCLES):
+        decisions = cycle(state, now)
+        seen.extend(decisions)
+        now += 1.0
+        if not any(isinstance(d, (Admit, Preempt)) for d in decisions):
+            break
+    return seen, now
+
+
+def plan(
+    tree: QuotaTree,
+    placers: Mapping[str, Placer],
+    jobs: Sequence[Job],
+    running: Sequence[Job] = (),
+) -> dict[str, Any]:
+    """The plan as the JSON document ``fleet plan -o json`` prints."""
+    state = SchedulerState(tree, placers)
+    for job in running:
+        state.submit(job)
+    _, now = settle(state, 0.0)
+    already = set(state.running)
+    for job in jobs:
+        state.submit(job)
+    decisions, _ = settle(state, now)
+
+    last_wait: dict[str, Wait] = {}
+    preempted: list[dict[str, str]] = []
+    for d in decisions:
+        if isinstance(d, Wait):
+            last_wait[d.job] = d
+        elif isinstance(d, Preempt):
+            preempted.append({"job": d.job, "reason": d.reason})
+
+    admitted: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for job in [*running, *jobs]:
+        run = state.running.get(job.key)
+        if run is not None:
+            entry: dict[str, Any] = {
+                "job": job.key,
+                "queue": job.queue,
+                "cluster": run.cluster,
+                "mode": str(run.mode),
+                "priority": job.priority,
+                "replicas": [
+                    {"replica": p.pod, "node": p.node, "gpus": list(p.gpus)} for p in run.pods
+                ],
+            }
+            if job.key in already:
+                entry["already_running"] = True
+            admitted.append(entry)
+        else:
+            wait = last_wait.get(job.key)
+            reason = wait.reason if wait else "not considered"
+            waiting.append({"job": job.key, "queue": job.queue, "reason": reason})
+
+    queues = []
+    for leaf in tree.leaves():
+        limit = tree.max_of(leaf)
+        queues.append(
+            {
+                "name": leaf,
+                "used": tree.used(leaf).to_quantities(),
+                "min": tree.min_of(leaf).to_quantities(),
+                "max": limit.to_quantities() if limit is not None else {},
+                "pending": len(state.queues[leaf].pending),
+            }
+        )
+    return {"admitted": admitted, "preempted": preempted, "waiting": waiting, "queues": queues}
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def render_table(result: Mapping[str, Any]) -> str:
+    out: list[str] = []
+    rows = [["JOB", "QUEUE", "CLUSTER", "MODE", "PRIORITY", "PLACEMENT"]]
+    for a in result["admitted"]:
+        placement = " ".join(
+            f"{r['replica']}@{r['node']}"
+            + (f"[{','.join(map(str, r['gpus']))}]" if r["gpus"] else "")
+            for r in a["replicas"]
+        )
+        mode = a["mode"] + (" (running)" if a.get("already_running") else "")
+        rows.append([a["job"], a["queue"], a["cluster"], mode, str(a["priority"]), placement])
+    out.append(f"ADMITTED ({len(result['admitted'])})\n" + _table(rows))
+    if result["preempted"]:
+        rows = [["JOB", "REASON"]] + [[p["job"], p["reason"]] for p in result["preempted"]]
+        out.append(f"PREEMPTED ({len(result['preempted'])})\n" + _table(rows))
+    rows = [["JOB", "QUEUE", "REASON"]]
+    rows += [[w["job"], w["queue"], w["reason"]] for w in result["waiting"]]
+    out.append(f"WAITING ({len(result['waiting'])})\n" + _table(rows))
+    rows = [["QUEUE", "USED", "MIN", "MAX", "PENDING"]]
+    for q in result["queues"]:
+        rows.append(
+            [
+                q["name"],
+                _quantities(q["used"]),
+                _quantities(q["min"]),
+                _quantities(q["max"]),
+                str(q["pending"]),
+            ]
+        )
+    out.append("QUEUES\n" + _table(rows))
+    return "\n\n".join(out)
+
+
+def _quantities(values: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``fleet plan`` (see :mod:`fleet.cli.main`)."""
+    try:
+        tree, warnings = convert.load_quota(Path(args.quota).read_text(encoding="utf-8"))
+        clusters = convert.load_clusters(Path(args.clusters).read_text(encoding="utf-8"))
+        running: list[Job] = []
+        if args.running:
+            text = Path(args.running).read_text(encoding="utf-8")
+            running = convert.load_submission(text, tree, clusters, first_seq=0)
+        text = Path(args.jobs).read_text(encoding="utf-8")
+        jobs = convert.load_submission(text, tree, clusters, first_seq=len(running))
+        placers = build_placers(clusters, args.placer)
+        for w in warnings:
+            print(f"warning: {args.quota}: {w}", file=sys.stderr)
+        result = plan(tree, placers, jobs, running)
+    except SpecError as e:
+        for issue in e.issues:
+            print(f"error: {issue}", file=sys.stderr)
+        return 1
+    except (OSError, DuplicateJob) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_table(result))
+    return 0

@@ -1,0 +1,378 @@
+"""Buddy allocation of physical cells to reservations, with HiveD's VC safety.
+
+Theory of operation: every physical cell is in exactly one of three states,
+kept as flags on the cells:
+
+* a *free root* is a wholly unreserved cell whose parent is not wholly free;
+  free roots are the buddy free lists, one ordered dict per chain per level;
+* a *reserved root* (``cell.res``) is a cell held by one :class:`Reservation`:
+  a VC's virtual cell bound to it (``vc``), a pinned cell (``pin``), a
+  shared-pool guaranteed job's leaves (``shared``) or a bad node (``bad``);
+* a *split* cell has children that are each free, reserved or split.
+
+Cells inside a free or reserved root carry no flag.  :meth:`Allocator.take`
+splits the free root above a cell down to it (buddy split) and
+:meth:`Allocator.untake` frees it and merges buddies upward.
+
+VC safety follows HiveD: a VC's virtual cells are bound lazily, so what the
+allocator keeps per chain per level is ``owed`` — the VCs' unbound virtual
+cells — next to the free lists.  Whether every owed cell can still be bound is
+a top-down count (:meth:`Allocator.deficit`): at each level the free cells plus
+the halves carried down from unneeded higher cells must cover what is owed.
+That is a handful of integer operations per chain, never a walk over nodes.  A
+take is allowed only if it does not increase the deficit, so a split never
+takes a cell another VC is owed.  A deficit can only appear when nodes go bad;
+it is reported per VC as *doomed* cells.
+
+Every mutation goes through the :class:`Journal`, so a query (``fit``) can
+try real takes and roll them back exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from fleet.core.cells.topology import Cell, Topology
+
+if TYPE_CHECKING:
+    from fleet.core.cells.config import CellConfig
+
+VC = "vc"
+PIN = "pin"
+SHARED = "shared"
+BAD = "bad"
+
+
+class Reservation:
+    """One reserved root: who holds ``cell`` and why."""
+
+    __slots__ = ("cell", "gused", "job", "kind", "vc")
+
+    def __init__(self, kind: str, cell: Cell, vc: str | None = None, job: str | None = None):
+        self.kind = kind
+        self.cell = cell
+        self.vc = vc
+        self.job = job
+        self.gused = 0  # leaves used by guaranteed jobs of ``vc`` inside ``cell``
+
+    def __repr__(self) -> str:
+        who = self.vc or self.job or ""
+        return f"Reservation({self.kind}:{who}@{self.cell.address})"
+
+
+class Journal:
+    """An undo log: every state change records how to revert it."""
+
+    def __init__(self) -> None:
+        self._log: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
+
+    def begin(self) -> None:
+        assert self._log is None, "nested transaction"
+        self._log = []
+
+    def commit(self) -> None:
+        self._log = None
+
+    def rollback(self) -> None:
+        log = self._log
+        assert log is not None
+        self._log = None
+        for fn, args in reversed(log):
+            fn(*args)
+
+    def set(self, obj: Any, attr: str, value: Any) -> None:
+        if self._log is not None:
+            self._log.append((setattr, (obj, attr, getattr(obj, attr))))
+        setattr(obj, attr, value)
+
+    def add(self, obj: Any, attr: str, delta: int) -> None:
+        if self._log is not None:
+            self._log.append((setattr, (obj, attr, getattr(obj, attr))))
+        setattr(obj, attr, getattr(obj, attr) + delta)
+
+    def setitem(self, d: Any, key: Any, value: Any) -> None:
+        if self._log is not None:
+            if key in d:
+                self._log.append((d.__setitem__, (key, d[key])))
+            else:
+                self._log.append((d.pop, (key,)))
+        d[key] = value
+
+    def delitem(self, d: Any, key: Any) -> None:
+        if self._log is not None:
+            self._log.append((d.__setitem__, (key, d[key])))
+        del d[key]
+
+    def listitem(self, lst: list[int], index: int, delta: int) -> None:
+        if self._log is not None:
+            self._log.append((lst.__setitem__, (index, lst[index])))
+        lst[index] += delta
+
+
+class Allocator:
+    """Free lists, owed counters and reservations of one cluster's cells."""
+
+    def __init__(self, topo: Topology, config: CellConfig, journal: Journal | None = None):
+        self.topo = topo
+        self.j = journal or Journal()
+        self.free: dict[str, list[dict[int, Cell]]] = {}
+        self.owed: dict[str, list[int]] = {}
+        self.weight: dict[str, list[int]] = {}
+        for chain, types in topo.chain_types.items():
+            depth = len(types)
+            self.free[chain] = [{} for _ in range(depth + 1)]
+            self.owed[chain] = [0] * (depth + 1)
+            # Leaves per cell at each level (index = level).
+            weights = [0, 1]
+            for ct in types[1:]:
+                weights.append(weights[-1] * ct.child_number)
+            self.weight[chain] = weights
+        self.vc_owed: dict[str, dict[str, list[int]]] = {}
+        self.vc_bound: dict[str, dict[int, Reservation]] = {}
+        self.configured: dict[str, dict[str, list[int]]] = {}
+        self.pins: dict[str, Reservation] = {}
+        for top in topo.tops:
+            top.free_root = True
+            self.free[top.chain][top.level][top.id] = top
+        for vc, spec in config.vcs.items():
+            owed = {chain: [0] * len(self.owed[chain]) for chain in topo.chain_types}
+            for vcell in spec.cells:
+                level = config.cell_types[vcell.cell_type].level
+                owed[vcell.chain][level] += vcell.number
+                self.owed[vcell.chain][level] += vcell.number
+            self.vc_owed[vc] = owed
+            self.configured[vc] = {chain: list(levels) for chain, levels in owed.items()}
+            self.vc_bound[vc] = {}
+            for pid in spec.pinned:
+                cell = topo.pinned[pid]
+                res = Reservation(PIN, cell, vc=vc)
+                self.take(cell, res)
+                self.pins[pid] = res
+
+    # -- buddy free lists ------------------------------------------------------------------
+
+    def free_root_of(self, cell: Cell) -> Cell | None:
+        """The free root containing ``cell`` (itself or an ancestor), or None."""
+        if cell.free_root:
+            return cell
+        if cell.res is not None or cell.split:
+            return None
+        parent = cell.parent
+        while parent is not None:
+            if parent.free_root:
+                return parent
+            if parent.res is not None:
+                return None
+            parent = parent.parent
+        return None
+
+    def reservation_of(self, cell: Cell) -> Reservation | None:
+        """The reservation holding ``cell`` wholly (itself or an ancestor), or None."""
+        c: Cell | None = cell
+        while c is not None:
+            if c.res is not None:
+                return c.res
+            if c.free_root or c.split:
+                return None
+            c = c.parent
+        return None
+
+    def _push(self, cell: Cell) -> None:
+        self.j.set(cell, "free_root", True)
+        self.j.setitem(self.free[cell.chain][cell.level], cell.id, cell)
+
+    def _pop(self, cell: Cell) -> None:
+        self.j.set(cell, "free_root", False)
+        self.j.delitem(self.free[cell.chain][cell.level], cell.id)
+
+    def take(self, cell: Cell, res: Reservation) -> None:
+        """Reserve a wholly free ``cell`` for ``res``, splitting its free root."""
+        root = self.free_root_of(cell)
+        assert root is not None, f"{cell} is not free"
+        path: list[Cell] = []
+        c: Cell | None = cell
+        while c is not root:
+            assert c is not None
+            path.append(c)
+            c = c.parent
+        for upper in reversed(path):
+            parent = upper.parent
+            assert parent is not None
+            self._pop(parent)
+            self.j.set(parent, "split", True)
+            for child in parent.children:
+                self._push(child)
+        self._pop(cell)
+        self.j.set(cell, "res", res)
+        for leaf in cell.leaves:
+            self.j.set(leaf, "tag", res)
+
+    def untake(self, cell: Cell) -> None:
+        """Release the reservation rooted at ``cell`` and merge free buddies."""
+        assert cell.res is not None
+        self.j.set(cell, "res", None)
+        for leaf in cell.leaves:
+            self.j.set(leaf, "tag", None)
+        self._push(cell)
+        parent = cell.parent
+        while parent is not None and parent.split and all(c.free_root for c in parent.children):
+            for child in parent.children:
+                self._pop(child)
+            self.j.set(parent, "split", False)
+            self._push(parent)
+            parent = parent.parent
+
+    def free_parts(self, cell: Cell) -> list[Cell]:
+        """The free roots inside ``cell`` (or the free root above it, as ``cell`` itself)."""
+        if self.free_root_of(cell) is not None:
+            return [cell]
+        if not cell.split:
+            return []
+        out: list[Cell] = []
+        for child in cell.children:
+            out.extend(self.free_parts(child))
+        return out
+
+    # -- safety ---------------------------------------------------------------------------
+
+    def shortage(self, chain: str) -> list[int]:
+        """Owed cells per level (index = level) that the free cells cannot cover."""
+        free = self.free[chain]
+        owed = self.owed[chain]
+        types = self.topo.chain_types[chain]
+        short = [0] * len(owed)
+        carry = 0
+        for level in range(len(owed) - 1, 0, -1):
+            avail = len(free[level]) + carry
+            need = owed[level]
+            if avail >= need:
+                carry = (avail - need) * types[level - 1].child_number if level > 1 else 0
+            else:
+                short[level] = need - avail
+                carry = 0
+        return short
+
+    def deficit(self, chain: str) -> int:
+        """Owed leaves of ``chain`` that can no longer be bound (0 when every VC is safe)."""
+        weights = self.weight[chain]
+        return sum(s * w for s, w in zip(self.shortage(chain), weights, strict=True))
+
+    def doomed_by_chain_level(self) -> dict[str, dict[tuple[str, int], int]]:
+        """VC -> (chain, level) -> owed cells that cannot be bound (VCs in name order)."""
+        out: dict[str, dict[tuple[str, int], int]] = {}
+        for chain in self.topo.chain_types:
+            short = self.shortage(chain)
+            for level, missing in enumerate(short):
+                if not missing:
+                    continue
+                for vc in sorted(self.vc_owed):
+                    if not missing:
+                        break
+                    n = min(missing, self.vc_owed[vc][chain][level])
+                    if n:
+                        out.setdefault(vc, {})[(chain, level)] = n
+                        missing -= n
+        return out
+
+    def candidates(self, chain: str, level: int) -> Iterator[Cell]:
+        """Wholly free cells of ``level``: exact free roots first, then inside higher ones."""
+        free = self.free[chain]
+        yield from list(free[level].values())
+        for upper in range(level + 1, len(free)):
+            for root in list(free[upper].values()):
+                yield from _descendants_at(root, level)
+
+    # -- VC bindings ----------------------------------------------------------------------
+
+    def bind_vc(self, vc: str, cell: Cell) -> Reservation:
+        """Bind one of ``vc``'s owed virtual cells of ``cell``'s level to ``cell``."""
+        res = Reservation(VC, cell, vc=vc)
+        self.take(cell, res)
+        self.j.listitem(self.vc_owed[vc][cell.chain], cell.level, -1)
+        self.j.listitem(self.owed[cell.chain], cell.level, -1)
+        self.j.setitem(self.vc_bound[vc], cell.id, res)
+        return res
+
+    def unbind_vc(self, res: Reservation) -> None:
+        assert res.kind == VC and res.vc is not None
+        cell = res.cell
+        self.untake(cell)
+        self.j.listitem(self.vc_owed[res.vc][cell.chain], cell.level, 1)
+        self.j.listitem(self.owed[cell.chain], cell.level, 1)
+        self.j.delitem(self.vc_bound[res.vc], cell.id)
+
+    # -- bad nodes ------------------------------------------------------------------------
+
+    def reserve_bad(self, node: Cell) -> None:
+        """Take every free part of a bad node out of the free lists."""
+        for part in self.free_parts(node):
+            self.take(part, Reservation(BAD, part))
+
+    def release_bad(self, node: Cell) -> None:
+        for res in list(_reservations_in(node)):
+            if res.kind == BAD:
+                self.untake(res.cell)
+
+    # -- invariants -----------------------------------------------------------------------
+
+    def check(self) -> None:
+        free_count: dict[tuple[str, int], int] = {}
+
+        def walk(cell: Cell, inside: bool, tag: Reservation | None) -> None:
+            flags = int(cell.free_root) + int(cell.split) + int(cell.res is not None)
+            if inside:
+                assert flags == 0, f"{cell} inside a root carries a flag"
+            else:
+                assert flags == 1, f"{cell} has {flags} state flags"
+            if cell.free_root:
+                assert self.free[cell.chain][cell.level].get(cell.id) is cell
+                key = (cell.chain, cell.level)
+                free_count[key] = free_count.get(key, 0) + 1
+            if cell.res is not None:
+                assert cell.res.cell is cell
+                tag = cell.res
+            if not cell.children:
+                assert cell.tag is tag, f"{cell} tag {cell.tag} != {tag}"
+            for child in cell.children:
+                walk(child, inside or not cell.split, tag)
+
+        for top in self.topo.tops:
+            walk(top, False, None)
+        for chain, levels in self.free.items():
+            for level, cells in enumerate(levels):
+                assert len(cells) == free_count.get((chain, level), 0), (chain, level)
+        total: dict[str, list[int]] = {c: [0] * len(v) for c, v in self.owed.items()}
+        for vc, chains in self.vc_owed.items():
+            bound: dict[tuple[str, int], int] = {}
+            for res in self.vc_bound[vc].values():
+                assert res.cell.res is res and res.vc == vc
+                key = (res.cell.chain, res.cell.level)
+                bound[key] = bound.get(key, 0) + 1
+            for chain, levels in chains.items():
+                for level, n in enumerate(levels):
+                    assert n >= 0
+                    total[chain][level] += n
+                    configured = self.configured[vc][chain][level]
+                    assert n + bound.get((chain, level), 0) == configured, (vc, chain, level)
+        assert total == self.owed
+
+
+def _descendants_at(cell: Cell, level: int) -> Iterator[Cell]:
+    if cell.level == level:
+        yield cell
+        return
+    for child in cell.children:
+        yield from _descendants_at(child, level)
+
+
+def _reservations_in(cell: Cell) -> Iterator[Reservation]:
+    if cell.res is not None:
+        yield cell.res
+        return
+    if cell.split:
+        for child in cell.children:
+            yield from _reservations_in(child)
+    elif not cell.free_root:
+        # Inside a root: the root is above ``cell``.
+        return

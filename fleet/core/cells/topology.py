@@ -1,0 +1,175 @@
+"""The physical cell forest of one cluster: chains, levels and per-cell state slots.
+
+Theory of operation: a :class:`Topology` turns the config's expanded physical
+cells into linked :class:`Cell` objects once.  A *chain* is the cell type of a
+top-level physical cell (HiveD's ``CellChain``): every cell below it has a
+level (leaf = 1) and one cell type per level, so buddy arithmetic inside a
+chain is uniform.  Cells carry the mutable slots that the allocator and the
+placer maintain (free/split/reserved flags, owners, usage counters) so that the
+hot paths are attribute reads, not dictionary lookups.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fleet.core.cells.spec import CellType, PhysicalCellSpec
+
+if TYPE_CHECKING:
+    from fleet.core.cells.allocator import Reservation
+    from fleet.core.cells.config import CellConfig
+
+
+class Cell:
+    """One physical cell (a GPU, a PCIe switch, a node, a rack, ...)."""
+
+    __slots__ = (
+        "address",
+        "chain",
+        "children",
+        "ctype",
+        "free_root",
+        "healthy",
+        "id",
+        "index",
+        "is_node",
+        "leaf_index",
+        "leaves",
+        "level",
+        "node",
+        "node_cell",
+        "node_cells",
+        "owner",
+        "parent",
+        "pinned_id",
+        "res",
+        "size",
+        "split",
+        "tag",
+        "top",
+        "used",
+    )
+
+    def __init__(self, cid: int, spec: PhysicalCellSpec, ctype: CellType, chain: str) -> None:
+        self.id = cid
+        self.ctype = ctype
+        self.level = ctype.level
+        self.chain = chain
+        self.address = spec.address
+        self.node = spec.node
+        self.leaf_index = spec.leaf_index
+        self.pinned_id = spec.pinned_id
+        self.is_node = ctype.is_node_level
+        self.parent: Cell | None = None
+        self.children: list[Cell] = []
+        self.top: Cell = self
+        self.index = 0  # position among its siblings
+        self.node_cell: Cell | None = None
+        self.leaves: list[Cell] = []
+        self.node_cells: list[Cell] = []
+        self.size = 0
+        # Allocator state (see allocator.py).
+        self.free_root = False
+        self.split = False
+        self.res: Reservation | None = None
+        # Leaves only: the reservation covering the leaf, and the job using it.
+        self.tag: Reservation | None = None
+        self.owner: str | None = None
+        # Node cells only.
+        self.healthy = True
+        # Leaves used by any job in the subtree.
+        self.used = 0
+
+    def __repr__(self) -> str:
+        return f"Cell({self.ctype.name}@{self.address})"
+
+    def ancestors(self) -> list[Cell]:
+        """Self, then parents up to the top."""
+        out: list[Cell] = []
+        cell: Cell | None = self
+        while cell is not None:
+            out.append(cell)
+            cell = cell.parent
+        return out
+
+
+def lowest_common(cells: list[Cell]) -> Cell | None:
+    """The lowest cell containing every cell given (None if they span top cells)."""
+    if not cells:
+        return None
+    common = cells[0]
+    for cell in cells[1:]:
+        if cell.top is not common.top:
+            return None
+        a, b = common, cell
+        while a.level < b.level:
+            assert a.parent is not None
+            a = a.parent
+        while b.level < a.level:
+            assert b.parent is not None
+            b = b.parent
+        while a is not b:
+            assert a.parent is not None and b.parent is not None
+            a, b = a.parent, b.parent
+        common = a
+    return common
+
+
+class Topology:
+    """All physical cells of a cluster, indexed for the allocator and the placer."""
+
+    def __init__(self, config: CellConfig) -> None:
+        self.config = config
+        self.cells: list[Cell] = []
+        self.tops: list[Cell] = []
+        self.chain_types: dict[str, list[CellType]] = {
+            chain: config.chain_levels(chain) for chain in config.chains
+        }
+        self.chain_tops: dict[str, list[Cell]] = {chain: [] for chain in config.chains}
+        self.nodes: dict[str, list[Cell]] = {}
+        self.leaf_at: dict[tuple[str, int], Cell] = {}
+        self.pinned: dict[str, Cell] = {}
+        for spec in config.physical_cells:
+            top = self._build(spec, spec.cell_type, None, None)
+            self.tops.append(top)
+            self.chain_tops[spec.cell_type].append(top)
+        # Chains per leaf type, in order of first use.
+        self.leaf_chains: dict[str, list[str]] = {}
+        for leaf in config.leaf_types:
+            self.leaf_chains[leaf] = [c for c in config.chains if self.chain_types[c][0].name == leaf]
+        self.node_level: dict[str, int] = {
+            chain: next(ct.level for ct in types if ct.is_node_level)
+            for chain, types in self.chain_types.items()
+        }
+
+    def _build(
+        self, spec: PhysicalCellSpec, chain: str, parent: Cell | None, node_cell: Cell | None
+    ) -> Cell:
+        ctype = self.config.cell_types[spec.cell_type]
+        cell = Cell(len(self.cells), spec, ctype, chain)
+        self.cells.append(cell)
+        cell.parent = parent
+        cell.top = parent.top if parent is not None else cell
+        if cell.is_node:
+            node_cell = cell
+            assert cell.node is not None
+            self.nodes.setdefault(cell.node, []).append(cell)
+        cell.node_cell = node_cell
+        if spec.pinned_id is not None:
+            self.pinned[spec.pinned_id] = cell
+        for i, child_spec in enumerate(spec.children):
+            child = self._build(child_spec, chain, cell, node_cell)
+            child.index = i
+            cell.children.append(child)
+        if not cell.children:
+            assert cell.node is not None and cell.leaf_index is not None
+            cell.leaves = [cell]
+            self.leaf_at[(cell.node, cell.leaf_index)] = cell
+        else:
+            for child in cell.children:
+                cell.leaves.extend(child.leaves)
+                cell.node_cells.extend(child.node_cells)
+        if cell.is_node:
+            cell.node_cells = [cell]
+        cell.size = len(cell.leaves)
+        return cell

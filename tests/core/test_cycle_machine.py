@@ -1,0 +1,133 @@
+"""A hypothesis state machine over submit / cycle / finish / cancel / quota change.
+
+After every step: quota usage and placers agree with a recount, usage is
+never above ``max`` anywhere, no partial gang runs, and a reclaim never takes
+guaranteed work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from fleet.core.cycle import Admit, Preempt, cycle
+from fleet.core.jobs import Mode
+from fleet.core.quota import QuotaError
+from fleet.core.resources import GPU, Resources
+from fleet.core.state import SchedulerState
+from tests.core.factories import make_job, make_nodes, make_state
+
+TREE: dict[str, Any] = {
+    "name": "root",
+    "min": {"nvidia.com/gpu": 16},
+    "max": {"nvidia.com/gpu": 24},
+    "children": [
+        {
+            "name": "org",
+            "min": {"nvidia.com/gpu": 12},
+            "max": {"nvidia.com/gpu": 24},
+            "children": [
+                {"name": "team-a", "min": {"nvidia.com/gpu": 6}, "max": {"nvidia.com/gpu": 16}},
+                {"name": "team-b", "min": {"nvidia.com/gpu": 6}, "max": {"nvidia.com/gpu": 12}},
+            ],
+        },
+        {"name": "team-c", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8}},
+    ],
+}
+QUEUES = ["team-a", "team-b", "team-c"]
+
+
+class CycleMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        clusters = {"c1": make_nodes(2, gpus=8), "c2": make_nodes(2, gpus=4)}
+        self.state: SchedulerState = make_state(TREE, clusters)
+        self.count = 0
+        self.max_lowered = False
+
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        pods=st.integers(1, 3),
+        gpus=st.sampled_from([1, 2, 4, 8]),
+        priority=st.sampled_from([-1, 10, 100]),
+        gang=st.booleans(),
+        preemptible=st.booleans(),
+    )
+    def submit(
+        self, queue: str, pods: int, gpus: int, priority: int, gang: bool, preemptible: bool
+    ) -> None:
+        self.count += 1
+        job = make_job(
+            f"j{self.count}",
+            queue=queue,
+            pods=pods,
+            gpus=gpus,
+            priority=priority,
+            gang=gang,
+            preemptible=preemptible or priority < 0,
+        )
+        self.state.submit(job)
+
+    @rule()
+    def run_cycle(self) -> None:
+        before = {k: r.mode for k, r in self.state.running.items()}
+        decisions = cycle(self.state, float(self.count))
+        for d in decisions:
+            if isinstance(d, Preempt):
+                mode = before[d.job]
+                if "reclaimed" in d.reason:
+                    assert mode is Mode.BORROWED, f"reclaim took {mode} job {d.job}"
+                if mode is Mode.GUARANTEED:
+                    assert "preempted by" in d.reason
+            if isinstance(d, Admit) and not d.grown:
+                run = self.state.running.get(d.job)
+                if run is not None:
+                    assert len(run.pods) >= run.job.gang_size
+
+    @precondition(lambda self: bool(self.state.running))
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.state.running)))
+        self.state.finish(key)
+
+    @precondition(lambda self: self.state.pending_count() > 0)
+    @rule(data=st.data())
+    def cancel_pending(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(j.key for j in self.state.pending())))
+        self.state.cancel(key)
+
+    @rule(queue=st.sampled_from(QUEUES), new_max=st.integers(4, 16))
+    def change_quota(self, queue: str, new_max: int) -> None:
+        tree = self.state.tree
+        try:
+            tree.set_node(queue, max=Resources({GPU: new_max}))
+        except QuotaError:
+            return
+        if tree.used(queue)[GPU] > new_max:
+            self.max_lowered = True
+
+    @invariant()
+    def consistent(self) -> None:
+        self.state.check_invariants()
+
+    @invariant()
+    def never_above_max_after_admission(self) -> None:
+        if self.max_lowered:
+            return  # an administrator lowered max below usage; nothing is evicted for it
+        tree = self.state.tree
+        for name in tree.nodes():
+            limit = tree.max_of(name)
+            if limit is not None:
+                assert tree.used(name).first_over(limit) is None, f"{name} above max"
+
+
+CycleMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCycleMachine = CycleMachine.TestCase

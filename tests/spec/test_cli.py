@@ -1,0 +1,130 @@
+"""`fleet check` on every example in policies/ and on broken files; `plan` is wired."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import main as cli
+from tests.spec.factories import dump, make_job, make_tree
+
+POLICIES = Path(__file__).resolve().parents[2] / "policies"
+
+
+@pytest.mark.parametrize("path", sorted((POLICIES / "quota").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_quota_example_passes(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "quota", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"OK: {path}: quota tree with ")
+    assert all(line.startswith("warning: ") for line in err.splitlines())
+
+
+def test_ack_example_warns_about_root(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "quota", str(POLICIES / "quota" / "ack-example.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "1 leaf queue (child-2); 1 warning" in out
+    (line,) = err.splitlines()
+    assert line.startswith("warning: ") and "root node 'root'" in line
+
+
+@pytest.mark.parametrize("path", sorted((POLICIES / "clusters").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_cluster_example_passes(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "clusters", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"OK: {path}: ") and err == ""
+
+
+def test_lab_seeds_and_example_cluster_names(capsys: pytest.CaptureFixture[str]) -> None:
+    for name, expected in [("lab-1", "(lab-1)"), ("lab-2", "(lab-2)"), ("example", "(east, west, edge)")]:
+        assert cli.main(["check", "clusters", str(POLICIES / "clusters" / f"{name}.yaml")]) == 0
+        assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("quota", [None, "team-tree.yaml"])
+def test_job_examples_pass(quota: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["check", "jobs", str(POLICIES / "jobs" / "examples.yaml")]
+    if quota:
+        argv += ["--quota", str(POLICIES / "quota" / quota)]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "4 PyTorchJobs, 1 PropagationPolicy" in out
+    assert ("queues routed" if quota else "queues not routed") in out
+    assert err == ""
+
+
+def test_job_examples_route_to_expected_queues() -> None:
+    from fleet.spec import convert
+
+    tree, _ = convert.load_quota((POLICIES / "quota" / "team-tree.yaml").read_text())
+    clusters = convert.load_clusters((POLICIES / "clusters" / "example.yaml").read_text())
+    jobs = convert.load_submission((POLICIES / "jobs" / "examples.yaml").read_text(), tree, clusters)
+    got = {j.key: (j.queue, j.priority_class, j.gang, j.preemptible, j.gpu_sku, j.clusters) for j in jobs}
+    assert got == {
+        "team-a/pytorch-test": ("team-a", "test", True, True, None, frozenset({"east", "west"})),
+        "team-b/llm-pretrain": ("team-b", "crit", True, False, "H100", None),
+        "team-c/elastic-imagenet": ("team-c", "prod", True, True, None, None),
+        "sandbox/hparam-sweep": ("sandbox", "oppo", True, True, None, None),
+    }
+
+
+def test_errors_name_document_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = make_job()
+    bad["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 0
+    f = tmp_path / "jobs.yaml"
+    f.write_text(dump(make_job("ok"), bad))
+    assert cli.main(["check", "jobs", str(f)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"error: {f}: document 1 (PyTorchJob default/train): "
+        "spec.pytorchReplicaSpecs.Worker.replicas: Input should be greater than or equal to 1\n"
+    )
+
+
+def test_jobs_with_quota_report_routing_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tree.yaml").write_text(dump(make_tree()))
+    (tmp_path / "jobs.yaml").write_text(dump(make_job(namespace="orphan")))
+    argv = ["check", "jobs", str(tmp_path / "jobs.yaml"), "--quota", str(tmp_path / "tree.yaml")]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "document 0 (PyTorchJob orphan/train): spec.runPolicy.schedulingPolicy.queue: no queue" in err
+
+
+def test_bad_quota_tree_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "tree.yaml"
+    f.write_text("kind: ElasticQuotaTree\napiVersion: scheduling.sigs.k8s.io/v1beta1\n")
+    assert cli.main(["check", "quota", str(f)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert f"error: {f}: document 0 (ElasticQuotaTree): metadata: Field required" in err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "clusters", str(tmp_path / "nope.yaml")]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'nope.yaml'}: ")
+
+
+def test_plan_calls_the_lazily_imported_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[argparse.Namespace] = []
+    fake = types.ModuleType("fleet.cli.plan")
+
+    def run(args: argparse.Namespace) -> int:
+        seen.append(args)
+        return 3
+
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fleet.cli.plan", fake)
+    argv = ["plan", "--quota", "q", "--clusters", "c", "--jobs", "j", "-o", "json"]
+    assert cli.main(argv) == 3
+    (args,) = seen
+    assert (args.quota, args.clusters, args.jobs, args.running, args.output, args.placer) == (
+        "q",
+        "c",
+        "j",
+        None,
+        "json",
+        "cells",
+    )
