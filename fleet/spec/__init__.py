@@ -1,0 +1,31 @@
+"""Fleet's YAML objects: parsing, validation with field paths, conversion to core values.
+
+Theory of operation: the shell side of the object model.  ``documents`` reads
+multi-document YAML into pydantic ``models``; ``convert`` turns them into the
+core's quota tree and jobs, refusing a whole file with one ``SpecError`` (every
+issue, each with its document index and field path) when anything is wrong.
+The core never imports this package.
+"""
+
+from fleet.spec.convert import (
+    check_submission,
+    load_clusters,
+    load_quota,
+    load_submission,
+    match_policy,
+    resolve_clusters,
+    to_job,
+)
+from fleet.spec.errors import SpecError, SpecIssue
+
+__all__ = [
+    "SpecError",
+    "SpecIssue",
+    "check_submission",
+    "load_clusters",
+    "load_quota",
+    "load_submission",
+    "match_policy",
+    "resolve_clusters",
+    "to_job",
+]

@@ -38,6 +38,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from fleet.core import resources
+from fleet.core.cells.config import CellConfig
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.resources import QuantityError, Resources
 from fleet.spec import _cells
@@ -614,6 +615,10 @@ class MemberClusterModel(_Owned):
     @property
     def labels(self) -> Mapping[str, str]:
         return self.metadata.labels
+
+    def cell_config(self) -> CellConfig:
+        """The validated HiveD cell config (raises CellConfigError if invalid)."""
+        return _cells.load(self.spec.cells)
 
     def problems(self) -> list[Problem]:
         return _cells.problems(self.spec.cells)

@@ -139,9 +139,7 @@ VALID = [
         node("root", node("a", min={GPU: 4}, max={"cpu": 1}), min={GPU: 4}),
         id="min-on-resource-max-lacks",
     ),
-    pytest.param(
-        node("root", node("a", namespaces=("x", "x"))), id="namespace-twice-in-one-leaf"
-    ),
+    pytest.param(node("root", node("a", namespaces=("x", "x"))), id="namespace-twice-in-one-leaf"),
     pytest.param(
         node("root", node("a", min={"cpu": 5}), node("b", min={"cpu": 5}), min={"cpu": 10}),
         id="children-min-sum-equal-parent-min",

@@ -37,12 +37,16 @@ SETTINGS = settings(
 def trees(draw: st.DrawFn) -> QuotaNodeSpec:
     """A valid tree: children's mins split their parent's, maxes within the parent's."""
     counter = iter(range(1000))
-    cap = {r: draw(st.integers(0, 12)) for r in NAMES}
+    cap = {
+        "cpu": draw(st.integers(0, 12)),
+        GPU: draw(st.integers(0, 12)),
+        MAX_JOBS: draw(st.one_of(st.just(50), st.integers(0, 12))),
+    }
     root_max = draw(st.sampled_from(["same", "none", "bigger"]))
 
-    def limits(parent_min: dict[str, int], parent_max: dict[str, int] | None) -> tuple[
-        list[dict[str, int]], list[dict[str, int] | None]
-    ]:
+    def limits(
+        parent_min: dict[str, int], parent_max: dict[str, int] | None
+    ) -> tuple[list[dict[str, int]], list[dict[str, int] | None]]:
         n = draw(st.integers(1, 3))
         left = dict(parent_min)
         mins: list[dict[str, int]] = []
@@ -66,9 +70,7 @@ def trees(draw: st.DrawFn) -> QuotaNodeSpec:
             maxes.append(mx)
         return mins, maxes
 
-    def make(
-        mn: dict[str, int], mx: dict[str, int] | None, depth: int
-    ) -> QuotaNodeSpec:
+    def make(mn: dict[str, int], mx: dict[str, int] | None, depth: int) -> QuotaNodeSpec:
         name = f"n{next(counter)}"
         children: tuple[QuotaNodeSpec, ...] = ()
         if depth < 3 and (depth == 1 or draw(st.booleans())):
@@ -165,7 +167,8 @@ class QuotaMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), apply=st.booleans())
     def reclaim(self, data: st.DataObject, apply: bool) -> None:
-        queue = data.draw(st.sampled_from(self.t.leaves()))
+        with_min = [q for q in self.t.leaves() if self.t.min_of(q)]
+        queue = data.draw(st.sampled_from(with_min or self.t.leaves()))
         # Mostly requests within the queue's min: that is when reclaim applies.
         floor = self.t.min_of(queue)
         request = Resources(
@@ -225,9 +228,7 @@ class QuotaMachine(RuleBasedStateMachine):
         t = self.t
         t.check_invariants()
         for name in t.nodes():
-            under = [
-                h for h in self.held.values() if name in t.path_to_root(h.queue)
-            ]
+            under = [h for h in self.held.values() if name in t.path_to_root(h.queue)]
             used = Resources()
             guar = Resources()
             borr = Resources()
@@ -254,7 +255,7 @@ class QuotaMachine(RuleBasedStateMachine):
 
 QuotaMachine.TestCase.settings = settings(
     max_examples=100,
-    stateful_step_count=30,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -294,3 +295,48 @@ def test_random_trees_are_valid_and_round_trip(spec: QuotaNodeSpec) -> None:
     for leaf in t.leaves():
         assert t.path_to_root(leaf)[-1] == spec.name
         assert t.queue_for_namespace(f"ns-{leaf}") == leaf
+
+
+@SETTINGS
+@given(spec=trees(), data=st.data())
+def test_reclaim_takes_only_borrowed_jobs_of_other_queues_and_makes_room(
+    spec: QuotaNodeSpec, data: st.DataObject
+) -> None:
+    t = QuotaTree.build(spec)
+    leaves = t.leaves()
+    held: dict[str, tuple[str, Mode, bool]] = {}
+    for i in range(data.draw(st.integers(0, 40))):
+        queue = data.draw(st.sampled_from(leaves))
+        request = data.draw(requests)
+        priority = data.draw(priorities)
+        preemptible = data.draw(st.booleans())
+        verdict = t.classify(queue, request, priority=priority, preemptible=preemptible)
+        if isinstance(verdict, Mode):
+            t.admit(
+                f"j{i}", queue, request, verdict, priority=priority, seq=i, preemptible=preemptible
+            )
+            held[f"j{i}"] = (queue, verdict, preemptible)
+    with_min = [q for q in leaves if t.min_of(q)] or leaves
+    queue = data.draw(st.sampled_from(with_min))
+    floor = t.min_of(queue)
+    request = Resources(
+        {
+            "cpu": data.draw(st.integers(0, max(floor["cpu"], 1))),
+            GPU: data.draw(st.integers(0, max(floor[GPU], 1))),
+            MAX_JOBS: 1,
+        }
+    )
+    victims = t.reclaim_victims(queue, request)
+    event(f"reclaim: {'none' if victims is None else len(victims)} victims")
+    if victims is None:
+        return
+    trial = t.copy()
+    for key in victims:
+        owner, mode, preemptible = held[key]
+        assert owner != queue
+        assert mode is Mode.BORROWED
+        assert preemptible
+        trial.release(key)
+    assert trial.classify(queue, request, priority=0, preemptible=True) is Mode.GUARANTEED
+    t.check_invariants()
+    trial.check_invariants()

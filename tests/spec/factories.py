@@ -100,12 +100,16 @@ def make_policy(
     }
 
 
-def make_cluster(name: str = "c1", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def make_cluster(
+    name: str = "c1", labels: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "simulated": True,
         "cells": {
             "physicalCluster": {
-                "cellTypes": {"NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}},
+                "cellTypes": {
+                    "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True}
+                },
                 "physicalCells": [{"cellType": "NODE", "cellAddress": f"{name}-node-0"}],
             }
         },

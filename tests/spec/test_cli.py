@@ -31,7 +31,9 @@ def test_ack_example_warns_about_root(capsys: pytest.CaptureFixture[str]) -> Non
     assert line.startswith("warning: ") and "root node 'root'" in line
 
 
-@pytest.mark.parametrize("path", sorted((POLICIES / "clusters").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((POLICIES / "clusters").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_cluster_example_passes(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["check", "clusters", str(path)]) == 0
     out, err = capsys.readouterr()
@@ -39,7 +41,11 @@ def test_every_cluster_example_passes(path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_lab_seeds_and_example_cluster_names(capsys: pytest.CaptureFixture[str]) -> None:
-    for name, expected in [("lab-1", "(lab-1)"), ("lab-2", "(lab-2)"), ("example", "(east, west, edge)")]:
+    for name, expected in [
+        ("lab-1", "(lab-1)"),
+        ("lab-2", "(lab-2)"),
+        ("example", "(east, west, edge)"),
+    ]:
         assert cli.main(["check", "clusters", str(POLICIES / "clusters" / f"{name}.yaml")]) == 0
         assert expected in capsys.readouterr().out
 
@@ -61,8 +67,13 @@ def test_job_examples_route_to_expected_queues() -> None:
 
     tree, _ = convert.load_quota((POLICIES / "quota" / "team-tree.yaml").read_text())
     clusters = convert.load_clusters((POLICIES / "clusters" / "example.yaml").read_text())
-    jobs = convert.load_submission((POLICIES / "jobs" / "examples.yaml").read_text(), tree, clusters)
-    got = {j.key: (j.queue, j.priority_class, j.gang, j.preemptible, j.gpu_sku, j.clusters) for j in jobs}
+    jobs = convert.load_submission(
+        (POLICIES / "jobs" / "examples.yaml").read_text(), tree, clusters
+    )
+    got = {
+        j.key: (j.queue, j.priority_class, j.gang, j.preemptible, j.gpu_sku, j.clusters)
+        for j in jobs
+    }
     assert got == {
         "team-a/pytorch-test": ("team-a", "test", True, True, None, frozenset({"east", "west"})),
         "team-b/llm-pretrain": ("team-b", "crit", True, False, "H100", None),
@@ -85,13 +96,18 @@ def test_errors_name_document_and_path(tmp_path: Path, capsys: pytest.CaptureFix
     )
 
 
-def test_jobs_with_quota_report_routing_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_jobs_with_quota_report_routing_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "tree.yaml").write_text(dump(make_tree()))
     (tmp_path / "jobs.yaml").write_text(dump(make_job(namespace="orphan")))
     argv = ["check", "jobs", str(tmp_path / "jobs.yaml"), "--quota", str(tmp_path / "tree.yaml")]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
-    assert "document 0 (PyTorchJob orphan/train): spec.runPolicy.schedulingPolicy.queue: no queue" in err
+    assert (
+        "document 0 (PyTorchJob orphan/train): spec.runPolicy.schedulingPolicy.queue: no queue"
+        in err
+    )
 
 
 def test_bad_quota_tree_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,7 +33,9 @@ def clusters() -> list[models.MemberClusterModel]:
     )
 
 
-def convert_one(tree: QuotaTree, doc: dict[str, Any], policy: dict[str, Any] | None = None, **kw: Any) -> Any:
+def convert_one(
+    tree: QuotaTree, doc: dict[str, Any], policy: dict[str, Any] | None = None, **kw: Any
+) -> Any:
     return convert.to_job(
         model_of(doc), policy=model_of(policy) if policy else None, tree=tree, seq=7, **kw
     )
@@ -155,7 +157,10 @@ def test_groups_master_then_worker_with_per_pod_requests(tree: QuotaTree) -> Non
             make_job(workers=3, elastic={"minReplicas": 1, "maxReplicas": 4}), 2, 2, id="elastic"
         ),
         pytest.param(
-            make_job(master=False, workers=3, elastic={"minReplicas": 2}), 2, 2, id="elastic-no-master"
+            make_job(master=False, workers=3, elastic={"minReplicas": 2}),
+            2,
+            2,
+            id="elastic-no-master",
         ),
         pytest.param(
             make_job(workers=3, min_available=3, elastic={"minReplicas": 1}),
@@ -165,7 +170,9 @@ def test_groups_master_then_worker_with_per_pod_requests(tree: QuotaTree) -> Non
         ),
     ],
 )
-def test_min_members(tree: QuotaTree, doc: dict[str, Any], min_members: int, gang_size: int) -> None:
+def test_min_members(
+    tree: QuotaTree, doc: dict[str, Any], min_members: int, gang_size: int
+) -> None:
     job = convert_one(tree, doc)
     assert (job.min_members, job.gang_size) == (min_members, gang_size)
 
@@ -201,11 +208,16 @@ def test_match_policy_prefers_name_then_labels_then_kind() -> None:
     by_label = make_policy(
         "b-label",
         selectors=[
-            {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "labelSelector": {"matchLabels": {"app": "llm"}}}
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "labelSelector": {"matchLabels": {"app": "llm"}},
+            }
         ],
     )
     by_name = make_policy(
-        "c-name", selectors=[{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train"}]
+        "c-name",
+        selectors=[{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train"}],
     )
     chosen = convert.match_policy(job, policies(by_kind, by_label, by_name))
     assert chosen is not None and chosen.metadata.name == "c-name"
@@ -227,7 +239,9 @@ def test_match_policy_explicit_priority_then_name() -> None:
     [
         pytest.param({"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}, id="other-kind"),
         pytest.param({"apiVersion": "kubeflow.org/v2", "kind": "PyTorchJob"}, id="other-version"),
-        pytest.param({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "x"}, id="other-name"),
+        pytest.param(
+            {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "x"}, id="other-name"
+        ),
         pytest.param(
             {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "namespace": "b"}, id="other-ns"
         ),
@@ -256,7 +270,9 @@ def test_policy_only_matches_its_own_namespace() -> None:
     [
         pytest.param(None, None, id="no-affinity"),
         pytest.param({"clusterNames": ["east", "lab"]}, {"east", "lab"}, id="names"),
-        pytest.param({"labelSelector": {"matchLabels": {"tier": "prod"}}}, {"east", "west"}, id="labels"),
+        pytest.param(
+            {"labelSelector": {"matchLabels": {"tier": "prod"}}}, {"east", "west"}, id="labels"
+        ),
         pytest.param(
             {"clusterNames": ["east", "lab"], "labelSelector": {"matchLabels": {"tier": "prod"}}},
             {"east"},
@@ -275,7 +291,9 @@ def test_policy_only_matches_its_own_namespace() -> None:
         ),
     ],
 )
-def test_cluster_affinity(tree: QuotaTree, affinity: dict[str, Any] | None, allowed: set[str] | None) -> None:
+def test_cluster_affinity(
+    tree: QuotaTree, affinity: dict[str, Any] | None, allowed: set[str] | None
+) -> None:
     job = convert_one(tree, make_job(), make_policy(affinity=affinity), clusters=clusters())
     assert job.clusters == (None if allowed is None else frozenset(allowed))
 
@@ -289,7 +307,10 @@ def test_cluster_affinity_without_known_clusters_uses_names() -> None:
 
 def test_cluster_affinity_matching_nothing_is_an_error(tree: QuotaTree) -> None:
     path, message = error_of(
-        tree, make_job(), policy=make_policy(affinity={"clusterNames": ["mars"]}), clusters=clusters()
+        tree,
+        make_job(),
+        policy=make_policy(affinity={"clusterNames": ["mars"]}),
+        clusters=clusters(),
     )
     assert path == ""
     assert message == (
@@ -376,7 +397,9 @@ def test_load_quota_needs_exactly_one_tree() -> None:
 
 
 def test_load_quota_warns_about_root_min_below_max() -> None:
-    tree, warnings = convert.load_quota(dump(make_tree(node("root", max={"cpu": 2}, namespaces=["a"]))))
+    tree, warnings = convert.load_quota(
+        dump(make_tree(node("root", max={"cpu": 2}, namespaces=["a"])))
+    )
     assert tree.is_leaf("root")
     assert len(warnings) == 1 and "root" in warnings[0]
 

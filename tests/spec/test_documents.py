@@ -41,7 +41,10 @@ def test_yaml_syntax_error_names_its_line() -> None:
     first, issue = issues_of("a: 1\n---\nkind: x\n  bad: indent\n")
     assert first.document == 0  # the first document is read (and has no kind)
     assert issue.document == 1
-    assert issue.message == "YAML syntax error at line 4, column 6: mapping values are not allowed here"
+    assert (
+        issue.message
+        == "YAML syntax error at line 4, column 6: mapping values are not allowed here"
+    )
 
 
 def test_empty_documents_are_skipped_but_keep_their_index() -> None:
@@ -56,8 +59,12 @@ def test_empty_documents_are_skipped_but_keep_their_index() -> None:
 @pytest.mark.parametrize(
     ("text", "path", "message"),
     [
-        pytest.param("- 1\n- 2\n", "", "a document must be a mapping, not list", id="not-a-mapping"),
-        pytest.param("kind: Pod\napiVersion: v1\n", "kind", "unknown kind 'Pod'", id="unknown-kind"),
+        pytest.param(
+            "- 1\n- 2\n", "", "a document must be a mapping, not list", id="not-a-mapping"
+        ),
+        pytest.param(
+            "kind: Pod\napiVersion: v1\n", "kind", "unknown kind 'Pod'", id="unknown-kind"
+        ),
         pytest.param("apiVersion: v1\n", "kind", "unknown kind None", id="no-kind"),
         pytest.param(
             "kind: PyTorchJob\napiVersion: kubeflow.org/v2\n",
@@ -285,9 +292,9 @@ ANN = "metadata.annotations"
 
 def with_worker_resources(**res: Any) -> dict[str, Any]:
     job = make_job(master=False)
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = (
-        res
-    )
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "resources"
+    ] = res
     return job
 
 
@@ -400,7 +407,9 @@ def with_worker_resources(**res: Any) -> dict[str, Any]:
             make_job(
                 master=False,
                 annotations={"fleet.io/gpu-type": "A100"},
-                replica_specs={"Worker": replica(1, nodeSelector={"nvidia.com/gpu.product": "H100"})},
+                replica_specs={
+                    "Worker": replica(1, nodeSelector={"nvidia.com/gpu.product": "H100"})
+                },
             ),
             f"{W}.template.spec.nodeSelector.nvidia.com/gpu.product",
             "GPU type 'H100' differs from 'A100' given at metadata.annotations.fleet.io/gpu-type",
@@ -441,7 +450,10 @@ def test_per_pod_requests_fall_back_to_limits_and_sum_containers() -> None:
     spec = replica(
         1,
         containers=[
-            {"name": "a", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": 1, "memory": "1Gi"}}},
+            {
+                "name": "a",
+                "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": 1, "memory": "1Gi"}},
+            },
             {"name": "b", "resources": {"limits": {"nvidia.com/gpu": 2, "example.com/rdma": 1}}},
         ],
         initContainers=[{"name": "init", "resources": {"requests": {"cpu": 4}}}],
@@ -464,17 +476,23 @@ def test_per_pod_requests_fall_back_to_limits_and_sum_containers() -> None:
         pytest.param({"fleet.io/gpu-type": "A100"}, {}, "A100", id="annotation"),
         pytest.param({}, {"nvidia.com/gpu.product": "H100"}, "H100", id="node-selector"),
         pytest.param(
-            {"fleet.io/gpu-type": "H100"}, {"nvidia.com/gpu.product": "H100"}, "H100", id="both-agree"
+            {"fleet.io/gpu-type": "H100"},
+            {"nvidia.com/gpu.product": "H100"},
+            "H100",
+            id="both-agree",
         ),
     ],
 )
 def test_gpu_sku(annotations: dict[str, str], selector: dict[str, str], sku: str | None) -> None:
-    doc = make_job(annotations=annotations, replica_specs={"Worker": replica(1, nodeSelector=selector)})
+    doc = make_job(
+        annotations=annotations, replica_specs={"Worker": replica(1, nodeSelector=selector)}
+    )
     assert job_model(doc).gpu_sku([]) == sku
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("90s", 90.0), ("5m", 300.0), ("1h", 3600.0), ("1h30m", 5400.0), ("500ms", 0.5)]
+    ("text", "seconds"),
+    [("90s", 90.0), ("5m", 300.0), ("1h", 3600.0), ("1h30m", 5400.0), ("500ms", 0.5)],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert models.parse_duration(text) == seconds
@@ -544,3 +562,18 @@ def test_member_cluster_with_kubeconfig() -> None:
     model = docs[0].model
     assert isinstance(model, models.MemberClusterModel)
     assert model.spec.kubeconfig is not None and model.spec.kubeconfig.context == "prod"
+
+
+def test_cell_config_errors_come_from_the_core_loader_with_paths() -> None:
+    doc = make_cluster()
+    doc["spec"]["cells"]["physicalCluster"]["physicalCells"][0]["cellType"] = "NOPE"
+    issue = one_issue(doc)
+    assert issue.path.startswith("spec.cells.physicalCluster.physicalCells[0]")
+    assert "NOPE" in issue.message
+
+
+def test_member_cluster_exposes_its_cell_config() -> None:
+    docs, _ = documents.parse_documents(dump(make_cluster()))
+    model = docs[0].model
+    assert isinstance(model, models.MemberClusterModel)
+    assert model.cell_config() is not None
