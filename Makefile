@@ -26,4 +26,4 @@ bench: install
 	$(PY) bench/bench_cells.py
 
 plan: install
-	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/lab.yaml --jobs policies/jobs/examples.yaml
+	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from quota_factories import Ledger, ack_tree, flat_tree, node, req, res, tree, with_paths
+from quota_factories import Ledger, ack_tree, node, req, res, tree, with_paths
 
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaError, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import MAX_JOBS, Resources, typed_gpu
 
 GPU = "nvidia.com/gpu"
+MakeLedger = Callable[[QuotaTree], Ledger]
 A100 = typed_gpu("A100")
 
 
@@ -25,7 +26,7 @@ def ledgers() -> Iterator[list[Ledger]]:
 
 
 @pytest.fixture
-def ledger_for(ledgers: list[Ledger]):  # type: ignore[no-untyped-def]
+def ledger_for(ledgers: list[Ledger]) -> MakeLedger:
     def make(t: QuotaTree) -> Ledger:
         ledger = Ledger(t)
         ledgers.append(ledger)
@@ -267,24 +268,24 @@ CLASSIFY = [
 @pytest.mark.parametrize(("t", "before", "request_", "priority", "preemptible", "mode"), CLASSIFY)
 def test_classify_mode(
     t: QuotaTree,
-    before: list[object],
-    request_: object,
+    before: list[Resources],
+    request_: Resources,
     priority: int,
     preemptible: bool,
     mode: Mode,
 ) -> None:
     ledger = Ledger(t)
     for r in before:
-        ledger.admit("team-a", r)  # type: ignore[arg-type]
-    verdict = t.classify("team-a", request_, priority=priority, preemptible=preemptible)  # type: ignore[arg-type]
+        ledger.admit("team-a", r)
+    verdict = t.classify("team-a", request_, priority=priority, preemptible=preemptible)
     assert verdict is mode
     t.check_invariants()
 
 
-def blocked(t: QuotaTree, queue: str, request: object, **kw: object) -> QuotaBlock:
-    kw.setdefault("priority", 10)
-    kw.setdefault("preemptible", True)
-    verdict = t.classify(queue, request, **kw)  # type: ignore[arg-type]
+def blocked(
+    t: QuotaTree, queue: str, request: Resources, *, priority: int = 10, preemptible: bool = True
+) -> QuotaBlock:
+    verdict = t.classify(queue, request, priority=priority, preemptible=preemptible)
     assert isinstance(verdict, QuotaBlock), verdict
     return verdict
 
@@ -298,7 +299,7 @@ def test_block_at_leaf_max_names_queue_and_limit() -> None:
     assert block.reason == "queue team-a at max nvidia.com/gpu 16/16 (needs 8 more)"
 
 
-def test_block_at_inner_node_max_names_the_node(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_block_at_inner_node_max_names_the_node(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     for _ in range(4):
         ledger.admit("a.1", req(cpu=5))
@@ -308,7 +309,7 @@ def test_block_at_inner_node_max_names_the_node(ledger_for) -> None:  # type: ig
     assert block.reason == "node 'root' at max cpu 40/40 (needs 5 more)"
 
 
-def test_block_checks_the_leaf_first(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_block_checks_the_leaf_first(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     for _ in range(4):
         ledger.admit("a.1", req(cpu=5))
@@ -361,7 +362,7 @@ def test_non_preemptible_within_min_still_respects_max() -> None:
     assert (block.kind, block.resource) == ("max", "cpu")
 
 
-def test_typed_gpu_quota_limits_its_sku_while_all_gpus_are_charged(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_typed_gpu_quota_limits_its_sku_while_all_gpus_are_charged(ledger_for: MakeLedger) -> None:
     t = tree(
         node(
             "root",
@@ -383,7 +384,7 @@ def test_typed_gpu_quota_limits_its_sku_while_all_gpus_are_charged(ledger_for) -
 # Accounting ------------------------------------------------------------------
 
 
-def test_admit_charges_every_node_of_the_path(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_admit_charges_every_node_of_the_path(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     t = ledger.tree
     g = ledger.admit("a.1", req(cpu=10), expect=Mode.GUARANTEED)
@@ -401,7 +402,7 @@ def test_admit_charges_every_node_of_the_path(ledger_for) -> None:  # type: igno
     assert t.jobs_of("a.1") == [g, b, o]
 
 
-def test_release_restores_the_path(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_release_restores_the_path(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     t = ledger.tree
     keys = [ledger.admit("a.1", req(cpu=5), priority=p) for p in (10, 10, 10, -1)]
@@ -463,12 +464,12 @@ def fill_a(ledger: Ledger) -> None:
             ledger.admit(queue, req(cpu=5), expect=mode)
 
 
-def reclaim_and_admit(ledger: Ledger, queue: str, request: object) -> list[str]:
+def reclaim_and_admit(ledger: Ledger, queue: str, request: Resources) -> list[str]:
     t = ledger.tree
-    victims = t.reclaim_victims(queue, request)  # type: ignore[arg-type]
+    victims = t.reclaim_victims(queue, request)
     assert victims is not None
     ledger.release(*victims)
-    ledger.admit(queue, request, expect=Mode.GUARANTEED)  # type: ignore[arg-type]
+    ledger.admit(queue, request, expect=Mode.GUARANTEED)
     return [ledger_queue_of(v) for v in victims]
 
 
@@ -476,7 +477,7 @@ def ledger_queue_of(key: str) -> str:
     return key.split("/")[0]
 
 
-def test_reclaim_follows_the_ack_walkthrough(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_follows_the_ack_walkthrough(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     fill_a(ledger)
     assert reclaim_and_admit(ledger, "b.1", req(cpu=5)) == ["a.2"]
@@ -489,7 +490,7 @@ def test_reclaim_follows_the_ack_walkthrough(ledger_for) -> None:  # type: ignor
     assert ledger.tree.borrowed_used("a") == res()
 
 
-def test_reclaim_spreads_one_request_over_the_biggest_borrowers(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_spreads_one_request_over_the_biggest_borrowers(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     fill_a(ledger)
     victims = ledger.tree.reclaim_victims("b.1", req(cpu=10))
@@ -497,7 +498,7 @@ def test_reclaim_spreads_one_request_over_the_biggest_borrowers(ledger_for) -> N
     assert [ledger_queue_of(v) for v in victims] == ["a.2", "a.1"]
 
 
-def test_reclaim_is_a_pure_query(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_is_a_pure_query(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     fill_a(ledger)
     before = {n: ledger.tree.used(n) for n in ledger.tree.nodes()}
@@ -505,7 +506,7 @@ def test_reclaim_is_a_pure_query(ledger_for) -> None:  # type: ignore[no-untyped
     assert {n: ledger.tree.used(n) for n in ledger.tree.nodes()} == before
 
 
-def test_reclaim_prefers_lowest_priority_over_biggest_borrower(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_prefers_lowest_priority_over_biggest_borrower(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     for queue, priority in (("a.1", 10), ("a.2", 5)):
         for _ in range(2):
@@ -517,7 +518,7 @@ def test_reclaim_prefers_lowest_priority_over_biggest_borrower(ledger_for) -> No
     assert ledger.tree.reclaim_victims("b.1", req(cpu=5)) == [low]
 
 
-def test_reclaim_takes_the_newest_among_equals(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_takes_the_newest_among_equals(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     for _ in range(2):
         ledger.admit("a.1", req(cpu=5), expect=Mode.GUARANTEED)
@@ -529,7 +530,9 @@ def test_reclaim_takes_the_newest_among_equals(ledger_for) -> None:  # type: ign
     assert older != newer
 
 
-def test_reclaim_never_takes_guaranteed_or_non_preemptible_or_opportunistic(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_never_takes_guaranteed_or_non_preemptible_or_opportunistic(
+    ledger_for: MakeLedger,
+) -> None:
     ledger = ledger_for(ack_tree())
     borrowed = set()
     for queue in ("a.1", "a.2"):
@@ -547,7 +550,7 @@ def test_reclaim_never_takes_guaranteed_or_non_preemptible_or_opportunistic(ledg
     assert ledger.tree.used("root")["cpu"] == 40_000
 
 
-def test_reclaim_skips_non_preemptible_borrowed_jobs(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_skips_non_preemptible_borrowed_jobs(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     t = ledger.tree
     ledger.admit("a.1", req(cpu=10), expect=Mode.GUARANTEED)
@@ -559,7 +562,7 @@ def test_reclaim_skips_non_preemptible_borrowed_jobs(ledger_for) -> None:  # typ
     assert t.reclaim_victims("b.1", req(cpu=5)) is None
 
 
-def test_reclaim_leaves_a_subtree_that_is_within_its_min_alone(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_leaves_a_subtree_that_is_within_its_min_alone(ledger_for: MakeLedger) -> None:
     leaf = {"min": {"cpu": 10}, "max": {"cpu": 40}}
     mid = {"min": {"cpu": 20}, "max": {"cpu": 40}}
     t = tree(
@@ -583,7 +586,7 @@ def test_reclaim_leaves_a_subtree_that_is_within_its_min_alone(ledger_for) -> No
     assert victims == [from_b2[-1]]
 
 
-def test_reclaim_refuses_a_request_not_within_min(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_refuses_a_request_not_within_min(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     fill_a(ledger)
     assert ledger.tree.reclaim_victims("b.1", req(cpu=15)) is None
@@ -593,7 +596,7 @@ def test_reclaim_returns_nothing_when_the_request_fits() -> None:
     assert ack_tree().reclaim_victims("b.1", req(cpu=5)) == []
 
 
-def test_reclaim_cannot_fix_the_queue_own_max(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_reclaim_cannot_fix_the_queue_own_max(ledger_for: MakeLedger) -> None:
     t = tree(
         node(
             "root",
@@ -612,7 +615,7 @@ def test_reclaim_cannot_fix_the_queue_own_max(ledger_for) -> None:  # type: igno
 # Victims inside one queue ----------------------------------------------------
 
 
-def test_queue_victims_lowest_priority_then_newest(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_queue_victims_lowest_priority_then_newest(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(team(max={GPU: 16}))
     t = ledger.tree
     old_low = ledger.admit("team-a", req({GPU: 4}), priority=1)
@@ -623,28 +626,28 @@ def test_queue_victims_lowest_priority_then_newest(ledger_for) -> None:  # type:
     assert t.queue_victims("team-a", req({GPU: 8}), 100) == [new_low, old_low]
 
 
-def test_queue_victims_needs_strictly_lower_priority(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_queue_victims_needs_strictly_lower_priority(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(team(max={GPU: 8}))
     ledger.admit("team-a", req({GPU: 8}), priority=10)
     assert ledger.tree.queue_victims("team-a", req({GPU: 8}), 10) is None
     assert ledger.tree.queue_victims("team-a", req({GPU: 8}), 11) is not None
 
 
-def test_queue_victims_skips_non_preemptible_and_opportunistic(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_queue_victims_skips_non_preemptible_and_opportunistic(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(team(min={GPU: 8}, max={GPU: 8}))
     ledger.admit("team-a", req({GPU: 8}), priority=1, preemptible=False)
     ledger.admit("team-a", req({GPU: 8}), priority=-1)
     assert ledger.tree.queue_victims("team-a", req({GPU: 8}), 100) is None
 
 
-def test_queue_victims_skips_jobs_that_free_nothing_needed(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_queue_victims_skips_jobs_that_free_nothing_needed(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(team(max={GPU: 8}))
     needed = ledger.admit("team-a", req({GPU: 8}), priority=5)
     ledger.admit("team-a", req(cpu=4), priority=1)
     assert ledger.tree.queue_victims("team-a", req({GPU: 4}), 10) == [needed]
 
 
-def test_queue_victims_drops_picks_a_later_pick_makes_unnecessary(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_queue_victims_drops_picks_a_later_pick_makes_unnecessary(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(team(max={GPU: 12}))
     ledger.admit("team-a", req({GPU: 2}), priority=5)
     small = ledger.admit("team-a", req({GPU: 2}), priority=1)
@@ -703,7 +706,7 @@ def test_set_node_failure_changes_nothing(
     t.check_invariants()
 
 
-def test_lowering_max_below_usage_keeps_the_usage(ledger_for) -> None:  # type: ignore[no-untyped-def]
+def test_lowering_max_below_usage_keeps_the_usage(ledger_for: MakeLedger) -> None:
     ledger = ledger_for(ack_tree())
     keys = [ledger.admit("a.1", req(cpu=5)) for _ in range(4)]
     ledger.tree.set_node("a.1", min=res(cpu=5), max=res(cpu=10))
@@ -737,3 +740,13 @@ def test_block_is_a_frozen_value() -> None:
     block = QuotaBlock("q", "cpu", 1, 2, 2, "max")
     with pytest.raises(AttributeError):
         block.used = 3  # type: ignore[misc]
+
+
+def test_usage_above_a_lowered_max_does_not_block_jobs_without_that_resource(
+    ledger_for: MakeLedger,
+) -> None:
+    ledger = ledger_for(team(max={GPU: 16}))
+    ledger.admit("team-a", req({GPU: 16}))
+    ledger.tree.set_node("team-a", max=res({GPU: 8}))
+    ledger.admit("team-a", req(cpu=1), expect=Mode.BORROWED)
+    assert blocked(ledger.tree, "team-a", req({GPU: 1})).resource == GPU

@@ -135,10 +135,6 @@ def test_format_quantity_round_trips(resource: str, amount: int, text: str) -> N
 # Vectors ---------------------------------------------------------------------
 
 
-def v(**kw: int) -> Resources:
-    return Resources({k.replace("_", "/"): x for k, x in kw.items()})
-
-
 def test_zero_entries_are_dropped_so_equality_is_structural() -> None:
     assert Resources({"cpu": 0, GPU: 1}) == Resources({GPU: 1})
     assert hash(Resources({"cpu": 0, GPU: 1})) == hash(Resources({GPU: 1}))
