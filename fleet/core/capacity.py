@@ -122,9 +122,7 @@ class CapacityPlacer:
             key=victim_order,
         )
         need = sum(p.gpus for p in pods)
-        free = self.free_gpus() + sum(
-            sum(len(pp.gpus) for pp in self._held[k].pods) for k in freed
-        )
+        free = self.free_gpus() + sum(sum(len(pp.gpus) for pp in self._held[k].pods) for k in freed)
         victims: list[str] = []
         for victim in candidates:
             victims.append(victim.key)

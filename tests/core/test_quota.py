@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from quota_factories import Ledger, ack_tree, node, req, res, tree, with_paths
 
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaError, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import MAX_JOBS, Resources, typed_gpu
+from tests.core.quota_factories import Ledger, ack_tree, node, req, res, tree, with_paths
 
 GPU = "nvidia.com/gpu"
 MakeLedger = Callable[[QuotaTree], Ledger]

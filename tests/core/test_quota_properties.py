@@ -19,11 +19,11 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from quota_factories import with_paths
 
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import GPU, MAX_JOBS, Resources
+from tests.core.quota_factories import with_paths
 
 NAMES = ("cpu", GPU, MAX_JOBS)
 SETTINGS = settings(

@@ -140,9 +140,15 @@ def load_cell_config(data: Mapping[str, Any], path: str = "spec.cells") -> CellC
         raise CellConfigError(pc_path, "required")
     pc = _mapping(data["physicalCluster"], pc_path, "physicalCluster")
     skus = _parse_skus(pc.get("skuTypes"), _join(pc_path, "skuTypes"))
-    cell_types, leaf_order = _parse_cell_types(pc.get("cellTypes"), _join(pc_path, "cellTypes"), skus)
-    tops, chains = _parse_physical(pc.get("physicalCells"), _join(pc_path, "physicalCells"), cell_types)
-    vcs = _parse_vcs(data.get("virtualClusters"), _join(path, "virtualClusters"), cell_types, chains, tops)
+    cell_types, leaf_order = _parse_cell_types(
+        pc.get("cellTypes"), _join(pc_path, "cellTypes"), skus
+    )
+    tops, chains = _parse_physical(
+        pc.get("physicalCells"), _join(pc_path, "physicalCells"), cell_types
+    )
+    vcs = _parse_vcs(
+        data.get("virtualClusters"), _join(path, "virtualClusters"), cell_types, chains, tops
+    )
     config = CellConfig(
         sku_types=skus,
         cell_types=cell_types,
@@ -167,7 +173,11 @@ def _parse_skus(raw: Any, path: str) -> dict[str, SkuType]:
         spath = _join(path, str(name))
         spec = _mapping(spec, spath, f"skuType {name}")
         amounts: dict[str, int] = {}
-        for key, resource in (("gpu", resources.GPU), ("cpu", resources.CPU), ("memory", resources.MEMORY)):
+        for key, resource in (
+            ("gpu", resources.GPU),
+            ("cpu", resources.CPU),
+            ("memory", resources.MEMORY),
+        ):
             if spec.get(key) is None:
                 amounts[key] = 0
                 continue
@@ -193,7 +203,9 @@ def _parse_cell_types(
         spec = _mapping(spec, tpath, f"cell type {name}")
         child = spec.get("childCellType")
         if not isinstance(child, str) or not child:
-            raise CellConfigError(_join(tpath, "childCellType"), f"cell type {name} needs a childCellType")
+            raise CellConfigError(
+                _join(tpath, "childCellType"), f"cell type {name} needs a childCellType"
+            )
         number = _int(spec.get("childCellNumber"), _join(tpath, "childCellNumber"), 1)
         node_level = spec.get("isNodeLevel", False)
         if node_level is None:

@@ -359,8 +359,12 @@ class CellPlacer:
     ) -> _Choice | None:
         best: _Choice | None = None
         for cell, want in containers:
-            choice = self._pack(cell, want if want is not None else default_want, demands, ctx, opportunistic)
-            if choice is not None and (best is None or (choice.level, choice.key) < (best.level, best.key)):
+            choice = self._pack(
+                cell, want if want is not None else default_want, demands, ctx, opportunistic
+            )
+            if choice is not None and (
+                best is None or (choice.level, choice.key) < (best.level, best.key)
+            ):
                 best = choice
         if best is None and len(demands) > 1:
             best = self._spread(list(containers), demands, ctx, opportunistic)
@@ -405,8 +409,6 @@ class CellPlacer:
         before = alloc.deficit(chain)
         tried = 0
         for cell in alloc.candidates(chain, level):
-            if not cell.top.free_root and not self._healthy_cell(cell):
-                continue
             choice = self._pack(cell, None, demands, ctx, False)
             if choice is None:
                 tried += 1
@@ -421,10 +423,6 @@ class CellPlacer:
             if safe:
                 return choice
         return None
-
-    def _healthy_cell(self, cell: Cell) -> bool:
-        nodes = cell.node_cells or ([cell.node_cell] if cell.node_cell else [])
-        return all(n.healthy for n in nodes)
 
     def _spread_vc(
         self, vc: str, chain: str, demands: list[tuple[int, int]], ctx: _Ctx
@@ -489,12 +487,17 @@ class CellPlacer:
             if choice is not None:
                 candidates.append(choice)
         if not candidates and len(demands) > 1:
-            spread = self._spread([(t, None) for t in self.topo.chain_tops[chain]], demands, ctx, False)
+            spread = self._spread(
+                [(t, None) for t in self.topo.chain_tops[chain]], demands, ctx, False
+            )
             if spread is not None:
                 candidates.append(spread)
         candidates.sort(key=lambda c: (c.level, c.key))
         for choice in candidates[:8]:
             self._mark()
+            for key in sorted(choice.victims | ctx.released):
+                if key in self._held:
+                    self._release(key)
             for ls in choice.leaves.values():
                 for leaf in ls:
                     alloc.take(leaf, Reservation(alloc_mod.SHARED, leaf, job=ctx.job))
@@ -537,7 +540,14 @@ class CellPlacer:
                 if tag is not None:
                     reserved += 1
                 if want is not ANY and tag is not want:
-                    continue
+                    # A shared-pool job's own leaves are usable once it is preempted.
+                    if not (
+                        want is None
+                        and tag is not None
+                        and tag.kind == alloc_mod.SHARED
+                        and (leaf.owner in victims_ok or leaf.owner in released)
+                    ):
+                        continue
                 if leaf.id in taken:
                     continue
                 owner = leaf.owner
@@ -563,7 +573,12 @@ class CellPlacer:
             return self._zero_choice(root, demands)
         if root.node_cell is not None and not root.node_cell.healthy:
             return None
-        if want is not ANY and not ctx.preempt and not ctx.released and root.size - root.used < need:
+        if (
+            want is not ANY
+            and not ctx.preempt
+            and not ctx.released
+            and root.size - root.used < need
+        ):
             return None
         info, total = self._usable(root, want, ctx)
         if total < need:
@@ -598,7 +613,12 @@ class CellPlacer:
                 if placed_multi is None:
                     continue
                 leaves, nvict, pref = placed_multi
-                victims = {leaf.owner for ls in leaves.values() for leaf in ls if leaf.owner and leaf.owner not in ctx.released}
+                victims = {
+                    leaf.owner
+                    for ls in leaves.values()
+                    for leaf in ls
+                    if leaf.owner and leaf.owner not in ctx.released
+                }
                 key = (len(victims), nvict, pref, cell.id)
                 if best is None or key < best.key:
                     best = _Choice(leaves, key, {v for v in victims if v is not None})
@@ -607,12 +627,8 @@ class CellPlacer:
         return None
 
     def _zero_choice(self, root: Cell, demands: list[tuple[int, int]]) -> _Choice | None:
-        node = (root.node_cells or [root])[0]
-        leaf = node.leaves[0]
         choice = _Choice({idx: [] for idx, _ in demands}, (0,), set())
-        choice.level = leaf.level
-        choice.leaves = {idx: [] for idx, _ in demands}
-        self._zero_node = node
+        choice.level = 1
         return choice
 
     def _cells_at(self, root: Cell, level: int) -> list[Cell]:
@@ -759,9 +775,21 @@ class CellPlacer:
     ) -> CellFit:
         choice, kind, bindings = found
         placements = self._placements(job, pods, choice.leaves)
-        # Fragmentation after the placement: apply it (the fit's journal rolls it back).
-        for victim in sorted(choice.victims):
-            self._release(victim)
+        # Apply the placement (the fit's journal rolls it back): victims and released jobs
+        # leave first; a VC cell they leave empty is unbound and must be bound again.
+        before = [
+            leaf.tag.cell
+            for ls in choice.leaves.values()
+            for leaf in ls
+            if leaf.tag is not None and leaf.tag.kind == alloc_mod.VC
+        ]
+        for victim in sorted(choice.victims | ctx.released):
+            if victim in self._held:
+                self._release(victim)
+        bindings = list(bindings)
+        for cell in before:
+            if cell.res is None and cell not in bindings:
+                bindings.append(cell)
         for ls in choice.leaves.values():
             for leaf in ls:
                 if leaf.owner is not None:
@@ -867,6 +895,11 @@ class CellPlacer:
 
     def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
         """Commit ``fit``; its victims must already have been released."""
+        if not isinstance(fit, CellFit):
+            refit = self.fit(job, self._pods_named(job, fit), mode, preempt=False)
+            if not isinstance(refit, CellFit) or refit.pods != fit.pods:
+                raise ValueError(f"{job.key}: stale fit for {self._cluster}; ask fit() again")
+            fit = refit
         self.j.begin()
         try:
             self._bind(job, mode, fit)
@@ -876,14 +909,8 @@ class CellPlacer:
         self.j.commit()
         self._version += 1
 
-    def _bind(self, job: Job, mode: Mode, fit: Fit) -> None:
-        if isinstance(fit, CellFit):
-            kind, bindings = fit.kind, fit.bindings
-        else:
-            refit = self.fit(job, self._pods_named(job, fit), mode, preempt=False)
-            if not isinstance(refit, CellFit) or refit.pods != fit.pods:
-                raise ValueError(f"{job.key}: stale fit for {self._cluster}; ask fit() again")
-            kind, bindings = refit.kind, refit.bindings
+    def _bind(self, job: Job, mode: Mode, fit: CellFit) -> None:
+        kind, bindings = fit.kind, fit.bindings
         for victim in fit.victims:
             if victim in self._held:
                 raise ValueError(f"{job.key}: victim {victim} has not been released")
@@ -913,10 +940,7 @@ class CellPlacer:
                 raise ValueError(f"{job.key}: pod {placement.pod} is already placed")
             leaves: list[Cell] = []
             for index in placement.gpus:
-                leaf = self.topo.leaf_at.get((placement.node, index))
-                if leaf is None:
-                    raise ValueError(f"{job.key}: no GPU {index} on node {placement.node}")
-                leaf = self._leaf_for(placement.node, index, job)
+                leaf = self._leaf_for(placement.node, index, kind, held, job)
                 self._check_leaf(job, held, leaf)
                 if kind == KIND_SHARED:
                     chain = leaf.chain
@@ -932,8 +956,10 @@ class CellPlacer:
             self.j.setitem(held.leaves, placement.pod, leaves)
             self.j.setitem(held.requests, placement.pod, pod.request)
 
-    def _leaf_for(self, node: str, index: int, job: Job) -> Cell:
-        leaf = self.topo.leaf_at[(node, index)]
+    def _leaf_for(self, node: str, index: int, kind: str, held: _Held, job: Job) -> Cell:
+        leaf = self.topo.leaf_at.get((node, index))
+        if leaf is None:
+            raise ValueError(f"{job.key}: no GPU {index} on node {node}")
         return leaf
 
     def _check_leaf(self, job: Job, held: _Held, leaf: Cell) -> None:
@@ -942,7 +968,9 @@ class CellPlacer:
         if not node.healthy:
             raise ValueError(f"{job.key}: node {leaf.node} is bad")
         if leaf.owner is not None:
-            raise ValueError(f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {leaf.owner}")
+            raise ValueError(
+                f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {leaf.owner}"
+            )
         tag = leaf.tag
         if held.kind == KIND_VC:
             ok = tag is not None and tag.kind == alloc_mod.VC and tag.vc == held.vc
@@ -953,7 +981,9 @@ class CellPlacer:
         else:
             ok = tag is None or tag.kind != alloc_mod.BAD
         if not ok:
-            raise ValueError(f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is reserved for {tag}")
+            raise ValueError(
+                f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is reserved for {tag}"
+            )
 
     def _pods_named(self, job: Job, fit: Fit) -> list[Pod]:
         names = {p.pod for p in fit.pods}
@@ -1061,12 +1091,10 @@ class CellPlacer:
                     whole += cell.size
         assert free == self.free_leaves, (free, self.free_leaves)
         assert whole == self.whole_free_leaves, (whole, self.whole_free_leaves)
-        for vc, bound in self.alloc.vc_bound.items():
+        for bound in self.alloc.vc_bound.values():
             for res in bound.values():
                 assert res.gused == gused.get(id(res), 0), f"{res} gused"
                 assert res.gused > 0, f"{res} bound but unused"
-                del vc
-                break
         for res in self.alloc.pins.values():
             assert res.gused == gused.get(id(res), 0), f"{res} gused"
         if not self._bad:

@@ -136,7 +136,9 @@ class Topology:
         # Chains per leaf type, in order of first use.
         self.leaf_chains: dict[str, list[str]] = {}
         for leaf in config.leaf_types:
-            self.leaf_chains[leaf] = [c for c in config.chains if self.chain_types[c][0].name == leaf]
+            self.leaf_chains[leaf] = [
+                c for c in config.chains if self.chain_types[c][0].name == leaf
+            ]
         self.node_level: dict[str, int] = {
             chain: next(ct.level for ct in types if ct.is_node_level)
             for chain, types in self.chain_types.items()
