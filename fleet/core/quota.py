@@ -120,6 +120,11 @@ class _Admitted:
     preemptible: bool
 
 
+def _reclaimable(rec: _Admitted) -> bool:
+    """Whether a reclaim may ever take this job: borrowed, preemptible, not opportunistic."""
+    return rec.mode is Mode.BORROWED and rec.preemptible and rec.priority >= 0
+
+
 class _Unchanged:
     """Sentinel type: ``set_node`` leaves ``max`` as it is."""
 
@@ -260,6 +265,7 @@ class QuotaTree:
     _over: list[dict[str, int]]  # usage grandfathered above a max set_node lowered
     _jobs: dict[str, _Admitted]
     _leaf_jobs: list[dict[str, _Admitted]]
+    _leaf_borrowed: list[dict[str, _Admitted]]  # reclaimable: borrowed, preemptible
 
     # Construction -------------------------------------------------------------
     @classmethod
@@ -318,6 +324,7 @@ class QuotaTree:
         self._over = [{} for _ in range(n)]
         self._jobs = {}
         self._leaf_jobs = [{} for _ in range(n)]
+        self._leaf_borrowed = [{} for _ in range(n)]
         return self
 
     def copy(self) -> QuotaTree:
@@ -347,6 +354,7 @@ class QuotaTree:
         other._over = [dict(d) for d in self._over]
         other._jobs = dict(self._jobs)
         other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
+        other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
         return other
 
     # Structure ----------------------------------------------------------------
@@ -519,11 +527,14 @@ class QuotaTree:
         self._charge(rec, 1)
         self._jobs[key] = rec
         self._leaf_jobs[leaf][key] = rec
+        if _reclaimable(rec):
+            self._leaf_borrowed[leaf][key] = rec
 
     def release(self, key: str) -> None:
         """Uncharge an admitted job; KeyError for a key that is not admitted."""
         rec = self._jobs.pop(key)
         del self._leaf_jobs[rec.leaf][key]
+        self._leaf_borrowed[rec.leaf].pop(key, None)
         self._charge(rec, -1)
 
     def _charge(self, rec: _Admitted, sign: int) -> None:
@@ -606,33 +617,38 @@ class QuotaTree:
             return None  # only the queue's own jobs are charged there
         top = min((n for n, _ in deficits), key=lambda n: len(self._paths[n]))  # highest
         on_path = set(path)
-        candidates: list[tuple[_Admitted, tuple[int, ...]]] = []
+        # Per leaf, its reclaimable jobs cheapest first (lowest priority, newest):
+        # every job of one leaf borrows the same amount, so a leaf's first useful
+        # job is its best, and a pick compares leaves, not jobs.
+        per_leaf: list[tuple[int, tuple[int, ...], list[_Admitted]]] = []
         for other in self._leaves_under[top]:
-            if other == leaf:
+            if other == leaf or not self._leaf_borrowed[other]:
                 continue
+            recs = sorted(self._leaf_borrowed[other].values(), key=lambda r: (r.priority, -r.seq))
             # Nodes of the victim's subtree that must stay above their min:
             # from its leaf up to (not including) the common ancestor.
             chain = tuple(n for n in self._paths[other] if n not in on_path)
-            for rec in self._leaf_jobs[other].values():
-                if rec.mode is Mode.BORROWED and rec.preemptible and rec.priority >= 0:
-                    candidates.append((rec, chain))
+            per_leaf.append((other, chain, recs))
         picked: list[_Admitted] = []
         while deficits:
             blocking = deficits[0][1]
             best: tuple[int, int, int] | None = None
-            best_i = -1
-            for i, (rec, chain) in enumerate(candidates):
-                if not self._reclaim_useful(rec, chain, deficits, removed):
-                    continue
-                borrowed = self._borr[rec.leaf].get(blocking, 0) - removed.get(rec.leaf, {}).get(
-                    blocking, 0
-                )
-                sort_key = (rec.priority, -borrowed, -rec.seq)
-                if best is None or sort_key < best:
-                    best, best_i = sort_key, i
-            if best is None:
+            best_at: tuple[list[_Admitted], int] | None = None
+            for other, chain, recs in per_leaf:
+                for i, rec in enumerate(recs):
+                    if not self._reclaim_useful(rec, chain, deficits, removed):
+                        continue
+                    borrowed = self._borr[other].get(blocking, 0) - removed.get(other, {}).get(
+                        blocking, 0
+                    )
+                    sort_key = (rec.priority, -borrowed, -rec.seq)
+                    if best is None or sort_key < best:
+                        best, best_at = sort_key, (recs, i)
+                    break
+            if best_at is None:
                 return None
-            rec, _ = candidates.pop(best_i)
+            recs, i = best_at
+            rec = recs.pop(i)
             picked.append(rec)
             self._remove(removed, rec, 1)
             deficits = self._deficits(path, request, removed)
@@ -771,6 +787,9 @@ class QuotaTree:
                 _add(used[m], rec.request.items(), 1)
                 _add((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.items(), 1)
         assert sum(len(j) for j in self._leaf_jobs) == len(self._jobs), "stale job index"
+        for leaf_index, recs in enumerate(self._leaf_borrowed):
+            expected = {k for k, r in self._leaf_jobs[leaf_index].items() if _reclaimable(r)}
+            assert set(recs) == expected, "stale reclaimable-job index"
         for m in range(n):
             name = self._names[m]
             assert _nonzero(self._used[m]) == _nonzero(used[m]), f"{name}: used drifted"

@@ -253,6 +253,10 @@ class Allocator:
                 carry = 0
         return short
 
+    def no_worse(self, chain: str, before: list[int]) -> bool:
+        """Whether no level of ``chain`` is shorter of owed cells than in ``before``."""
+        return all(a <= b for a, b in zip(self.shortage(chain), before, strict=True))
+
     def deficit(self, chain: str) -> int:
         """Owed leaves of ``chain`` that can no longer be bound (0 when every VC is safe)."""
         weights = self.weight[chain]
@@ -340,8 +344,8 @@ class Allocator:
         for top in self.topo.tops:
             walk(top, False, None)
         for chain, levels in self.free.items():
-            for level, cells in enumerate(levels):
-                assert len(cells) == free_count.get((chain, level), 0), (chain, level)
+            for level, free_cells in enumerate(levels):
+                assert len(free_cells) == free_count.get((chain, level), 0), (chain, level)
         total: dict[str, list[int]] = {c: [0] * len(v) for c, v in self.owed.items()}
         for vc, chains in self.vc_owed.items():
             bound: dict[tuple[str, int], int] = {}
@@ -349,8 +353,8 @@ class Allocator:
                 assert res.cell.res is res and res.vc == vc
                 key = (res.cell.chain, res.cell.level)
                 bound[key] = bound.get(key, 0) + 1
-            for chain, levels in chains.items():
-                for level, n in enumerate(levels):
+            for chain, owed_levels in chains.items():
+                for level, n in enumerate(owed_levels):
                     assert n >= 0
                     total[chain][level] += n
                     configured = self.configured[vc][chain][level]

@@ -30,6 +30,7 @@ path under ``path`` (default ``spec.cells``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,7 +222,8 @@ def _parse_cell_types(
         if skus and child not in skus:
             raise CellConfigError(
                 _join(_join(path, name), "childCellType"),
-                f"cell type {name}: unknown child cell type {child} (neither a cellType nor a skuType)",
+                f"cell type {name}: unknown child cell type {child} "
+                "(neither a cellType nor a skuType)",
             )
         if child not in leaf_order:
             leaf_order.append(child)
@@ -242,7 +244,8 @@ def _parse_cell_types(
         if node_level and _has_node_level(sub, out):
             raise CellConfigError(
                 _join(_join(path, name), "isNodeLevel"),
-                f"cell type {name} is node level but its child {child} already contains a node level",
+                f"cell type {name} is node level but its child {child} "
+                "already contains a node level",
             )
         ct = CellType(name, child, number, node_level, sub.level + 1, sub.leaf_type)
         out[name] = ct
@@ -456,7 +459,7 @@ def _parse_vcs(
                     _join(cpath, "cellType"),
                     f"VC {vc}: no top-level physical cell has cell type {chain}",
                 )
-            for parent, child in zip(parts, parts[1:], strict=False):
+            for parent, child in itertools.pairwise(parts):
                 if cell_types[parent].child != child:
                     raise CellConfigError(
                         _join(cpath, "cellType"),

@@ -97,6 +97,8 @@ class _Choice:
 
     __slots__ = ("key", "leaves", "level", "victims")
 
+    key: tuple[int, ...]
+
     def __init__(self, leaves: dict[int, list[Cell]], key: tuple[int, ...], victims: set[str]):
         self.leaves = leaves
         self.key = key
@@ -135,6 +137,7 @@ class CellPlacer:
         self._pins: dict[str, str] = {}  # job key -> pinned cell id
         self._node_caps = config.nodes()
         self._bad: set[str] = set()
+        self._suggested: frozenset[str] | None = None
         self._version = 0
         # Fragmentation counters: healthy unowned leaves, and those in wholly free nodes.
         self.free_leaves = 0
@@ -152,6 +155,14 @@ class CellPlacer:
     @property
     def cluster(self) -> str:
         return self._cluster
+
+    def suggest_nodes(self, nodes: frozenset[str] | None) -> None:
+        """Restrict every following placement to ``nodes`` (None: no restriction).
+
+        HiveD takes Kubernetes' suggested nodes per call; Fleet has none, but the
+        restriction is kept for node selectors and for replaying HiveD's tests.
+        """
+        self._suggested = nodes
 
     def pin_job(self, key: str, pinned_cell_id: str | None) -> None:
         """Make job ``key`` use HiveD pinned cell ``pinned_cell_id`` (None: unpin)."""
@@ -237,14 +248,14 @@ class CellPlacer:
         leaf_types = self._leaf_types(job)
         if not leaf_types:
             return NoFit(self._cluster, f"no leaf cells of type {job.gpu_sku} in {self._cluster}")
-        victims_ok = frozenset()
+        victims_ok: frozenset[str] = frozenset()
         if preempt:
             victims_ok = frozenset(
                 key
                 for key, held in self._held.items()
                 if key not in released and key != job.key and may_preempt(job, mode, held.info)
             )
-        passes = [frozenset()] + ([victims_ok] if victims_ok else [])
+        passes: list[frozenset[str]] = [frozenset(), *([victims_ok] if victims_ok else [])]
         reasons: list[str] = []
         for ok in passes:
             ctx = _Ctx(job.key, released, ok)
@@ -304,7 +315,10 @@ class CellPlacer:
         if kind == KIND_VC and vc is not None:
             doomed = self.doomed_cells().get(vc, 0)
             extra = f"; {doomed} of its cells are doomed by bad nodes" if doomed else ""
-            return f"VC {vc} cells and the shared pool of {self._cluster} cannot hold {what}{tail}{extra}"
+            return (
+                f"VC {vc} cells and the shared pool of {self._cluster} cannot hold "
+                f"{what}{tail}{extra}"
+            )
         if kind == KIND_PIN:
             return f"pinned cell of VC {vc} in {self._cluster} cannot hold {what}{tail}"
         if kind == KIND_SHARED:
@@ -406,7 +420,7 @@ class CellPlacer:
     ) -> _Choice | None:
         """The first safe free cell of ``level`` (buddy order) that holds the gang."""
         alloc = self.alloc
-        before = alloc.deficit(chain)
+        before = alloc.shortage(chain)
         tried = 0
         for cell in alloc.candidates(chain, level):
             choice = self._pack(cell, None, demands, ctx, False)
@@ -418,7 +432,7 @@ class CellPlacer:
             # Safety: binding must not break any other VC's guarantee.
             self._mark()
             alloc.bind_vc(vc, cell)
-            safe = alloc.deficit(chain) <= before
+            safe = alloc.no_worse(chain, before)
             self._undo()
             if safe:
                 return choice
@@ -480,7 +494,7 @@ class CellPlacer:
     ) -> _Choice | None:
         """Unreserved leaves, taken only if no VC's owed cells are put at risk."""
         alloc = self.alloc
-        before = alloc.deficit(chain)
+        before = alloc.shortage(chain)
         candidates: list[_Choice] = []
         for top in self.topo.chain_tops[chain]:
             choice = self._pack(top, None, demands, ctx, False)
@@ -501,7 +515,7 @@ class CellPlacer:
             for ls in choice.leaves.values():
                 for leaf in ls:
                     alloc.take(leaf, Reservation(alloc_mod.SHARED, leaf, job=ctx.job))
-            safe = alloc.deficit(chain) <= before
+            safe = alloc.no_worse(chain, before)
             self._undo()
             if safe:
                 return choice
@@ -519,9 +533,12 @@ class CellPlacer:
         taken = ctx.taken
         released = ctx.released
         victims_ok = ctx.victims_ok
+        suggested = self._suggested
         for node in nodes:
             node_cell = node.node_cell
             if node_cell is None or not node_cell.healthy:
+                continue
+            if suggested is not None and node_cell.node not in suggested:
                 continue
             leaves = node.leaves
             if (
@@ -539,15 +556,18 @@ class CellPlacer:
                 tag = leaf.tag
                 if tag is not None:
                     reserved += 1
-                if want is not ANY and tag is not want:
-                    # A shared-pool job's own leaves are usable once it is preempted.
-                    if not (
+                # A shared-pool job's own leaves are usable once it is preempted.
+                if (
+                    want is not ANY
+                    and tag is not want
+                    and not (
                         want is None
                         and tag is not None
                         and tag.kind == alloc_mod.SHARED
                         and (leaf.owner in victims_ok or leaf.owner in released)
-                    ):
-                        continue
+                    )
+                ):
+                    continue
                 if leaf.id in taken:
                     continue
                 owner = leaf.owner
@@ -619,9 +639,9 @@ class CellPlacer:
                     for leaf in ls
                     if leaf.owner and leaf.owner not in ctx.released
                 }
-                key = (len(victims), nvict, pref, cell.id)
-                if best is None or key < best.key:
-                    best = _Choice(leaves, key, {v for v in victims if v is not None})
+                mkey: tuple[int, ...] = (len(victims), nvict, pref, cell.id)
+                if best is None or mkey < best.key:
+                    best = _Choice(leaves, mkey, {v for v in victims if v is not None})
             if best is not None:
                 return best
         return None
@@ -655,7 +675,7 @@ class CellPlacer:
     def _in_node(
         self, node: Cell, demands: list[tuple[int, int]], free: list[Cell], vict: list[Cell]
     ) -> tuple[dict[int, list[Cell]], int, int] | None:
-        """Buddy choice of leaves for ``demands`` inside one node: (leaves, level, victim leaves)."""
+        """Buddy choice of leaves for ``demands`` in one node: (leaves, level, victim leaves)."""
         avail = {leaf.id: 0 for leaf in free}
         for leaf in vict:
             avail[leaf.id] = 1
@@ -923,13 +943,13 @@ class CellPlacer:
         for cid in bindings:
             cell = self.topo.cells[cid]
             chain = cell.chain
-            before = self.alloc.deficit(chain)
+            before = self.alloc.shortage(chain)
             if vc is None or self.alloc.vc_owed[vc][chain][cell.level] <= 0:
                 raise ValueError(f"{job.key}: VC {vc} is owed no {cell.ctype.name} cell")
             if self.alloc.free_root_of(cell) is None:
                 raise ValueError(f"{job.key}: cell {cell.address} is no longer free")
             self.alloc.bind_vc(vc, cell)
-            if self.alloc.deficit(chain) > before:
+            if not self.alloc.no_worse(chain, before):
                 raise ValueError(f"{job.key}: binding {cell.address} would break a VC guarantee")
         by_pod = {p.name: p for p in job.pods}
         for placement in fit.pods:
@@ -944,10 +964,10 @@ class CellPlacer:
                 self._check_leaf(job, held, leaf)
                 if kind == KIND_SHARED:
                     chain = leaf.chain
-                    before = self.alloc.deficit(chain)
+                    before = self.alloc.shortage(chain)
                     res = Reservation(alloc_mod.SHARED, leaf, job=job.key)
                     self.alloc.take(leaf, res)
-                    if self.alloc.deficit(chain) > before:
+                    if not self.alloc.no_worse(chain, before):
                         raise ValueError(f"{job.key}: shared cell {leaf.address} is owed to a VC")
                     held.shared.append(res)
                 self._own(leaf, job.key, held)
