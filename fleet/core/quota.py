@@ -615,6 +615,13 @@ class QuotaTree:
             return []
         if any(n == leaf for n, _ in deficits):
             return None  # only the queue's own jobs are charged there
+        for n, r in deficits:
+            # Cheap bound: only borrowed usage of other queues under ``n`` can go.
+            mx = self._max_d[n]
+            assert mx is not None
+            need = self._used[n].get(r, 0) + request.get(r, 0) - mx[r]
+            if self._borr[n].get(r, 0) - self._borr[leaf].get(r, 0) < need:
+                return None
         top = min((n for n, _ in deficits), key=lambda n: len(self._paths[n]))  # highest
         on_path = set(path)
         # Per leaf, its reclaimable jobs cheapest first (lowest priority, newest):

@@ -493,17 +493,24 @@ def _check_assignment(config: CellConfig, path: str) -> None:
 
     topo = topology.Topology(config)
     alloc = allocator.Allocator(topo, config)
-    for vc, doomed in alloc.doomed_by_chain_level().items():
-        for (chain, level), count in sorted(doomed.items()):
-            ct = topo.chain_types[chain][level - 1]
-            spec = config.vcs[vc]
-            where = next(
-                (c.path for c in spec.cells if c.chain == chain and c.cell_type == ct.name),
-                _join(path, vc),
-            )
-            raise CellConfigError(
-                where,
-                f"illegal initial VC assignment: insufficient physical cells: VC {vc} is owed "
-                f"{count} more {ct.name} cell(s) (level {level}) in chain {chain} than the "
-                "physical cells can provide",
-            )
+    # Report the highest level first: a shortage there is the cause of any below.
+    shortages = sorted(
+        ((-level, chain, vc, count))
+        for vc, doomed in alloc.doomed_by_chain_level().items()
+        for (chain, level), count in doomed.items()
+    )
+    if not shortages:
+        return
+    neg_level, chain, vc, count = shortages[0]
+    level = -neg_level
+    ct = topo.chain_types[chain][level - 1]
+    where = next(
+        (c.path for c in config.vcs[vc].cells if c.chain == chain and c.cell_type == ct.name),
+        _join(path, vc),
+    )
+    raise CellConfigError(
+        where,
+        f"illegal initial VC assignment: insufficient physical cells: VC {vc} is owed "
+        f"{count} more {ct.name} cell(s) (level {level}) in chain {chain} than the "
+        "physical cells can provide",
+    )
