@@ -37,7 +37,10 @@ Theory of operation:
    cleared whenever a preemption releases something.  Admissions only take
    capacity, so an answer stays right, with one exception accepted for speed:
    a borrowed admission later in the cycle can create a reclaim victim that
-   an earlier identical job did not see; it is seen next cycle.
+   an earlier identical job did not see; it is seen next cycle.  Likewise a
+   reclaim that failed for a queue blocked at a node and resource is not
+   searched again in the cycle for a larger shortfall at the same place
+   (until a release or a borrowed admission changes the candidates).
 """
 
 from __future__ import annotations
@@ -120,6 +123,10 @@ class _Cycle:
     unfeasible: dict[tuple[object, ...], str] = field(default_factory=dict)
     admitted: dict[str, set[str]] = field(default_factory=dict)  # queue -> keys
     requeued: list[Job] = field(default_factory=list)
+    #: (queue, blocking node, resource) -> smallest shortfall reclaim failed for
+    reclaim_failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    loads: dict[str, float] = field(default_factory=dict)  # cluster -> load, until it changes
+    displaced: set[str] = field(default_factory=set)  # admitted, then preempted, this cycle
 
     # Fairness ----------------------------------------------------------------
     def share(self, queue: str) -> tuple[int, float]:
@@ -139,13 +146,28 @@ class _Cycle:
     # The loop ----------------------------------------------------------------
     def run(self) -> list[Decision]:
         state = self.state
+        cursors = {name: 0 for name, q in state.queues.items() if q.pending}
+        # Guaranteed and borrowed work first, then opportunistic jobs take what
+        # is left, so an opportunistic job is not started only to be preempted
+        # by a job behind it in the same cycle.
+        self.serve(cursors, opportunistic=False)
+        self.serve(cursors, opportunistic=True)
+        for name, keys in self.admitted.items():
+            state.drop_pending(name, keys)
+        if self.displaced:
+            self.decisions = [
+                d for d in self.decisions if not (isinstance(d, Admit) and d.job in self.displaced)
+            ]
+        for job in self.requeued:
+            state.submit(job)
+        self.grow()
+        return self.decisions
+
+    def serve(self, cursors: dict[str, int], *, opportunistic: bool) -> None:
+        """One pass over the queues in fair order; advances ``cursors``."""
+        state = self.state
         order = {name: i for i, name in enumerate(state.queues)}
-        heap: list[tuple[tuple[int, float], int, str]] = []
-        cursors: dict[str, int] = {}
-        for name, q in state.queues.items():
-            if q.pending:
-                heap.append((self.share(name), order[name], name))
-                cursors[name] = 0
+        heap = [(self.share(name), order[name], name) for name in cursors]
         heapq.heapify(heap)
         while heap:
             key, rank, name = heapq.heappop(heap)
@@ -158,6 +180,8 @@ class _Cycle:
             if i >= len(queue.pending):
                 continue
             job = queue.pending[i]
+            if job.opportunistic and not opportunistic:
+                continue  # the rest of this queue is opportunistic (priority order)
             cursors[name] = i + 1
             reason = self.admit(job)
             if reason is None:
@@ -168,14 +192,9 @@ class _Cycle:
                 for rest in queue.pending[i + 1 :]:
                     why = f"behind {job.key} in StrictFIFO queue {name}"
                     self.decisions.append(Wait(rest.key, name, why, self.now))
+                cursors[name] = len(queue.pending)
                 continue
             heapq.heappush(heap, (key, rank, name))
-        for name, keys in self.admitted.items():
-            state.drop_pending(name, keys)
-        for job in self.requeued:
-            state.submit(job)
-        self.grow()
-        return self.decisions
 
     # Admission -----------------------------------------------------------------
     def admit(self, job: Job) -> str | None:
@@ -217,7 +236,14 @@ class _Cycle:
         tree = self.state.tree
         if block.kind != "max" or job.opportunistic:
             return block.reason
-        victims = tree.reclaim_victims(job.queue, request)
+        memo = (job.queue, block.node, block.resource)
+        shortfall = block.used + block.request - block.limit
+        failed = self.reclaim_failed.get(memo)
+        victims: list[str] | None = None
+        if failed is None or shortfall < failed:
+            victims = tree.reclaim_victims(job.queue, request)
+            if victims is None:
+                self.reclaim_failed[memo] = shortfall if failed is None else min(failed, shortfall)
         if not victims:
             victims = tree.queue_victims(job.queue, request, job.priority)
         if not victims:
@@ -310,7 +336,10 @@ class _Cycle:
         for name, placer in self.state.placers.items():
             if job.clusters is not None and name not in job.clusters:
                 continue
-            out.append((_load(placer), placer))
+            load = self.loads.get(name)
+            if load is None:
+                load = self.loads[name] = _load(placer)
+            out.append((load, placer))
         out.sort(key=lambda lp: (lp[0], lp[1].cluster))
         return out
 
@@ -320,14 +349,22 @@ class _Cycle:
         victims += [v for v in plan.fit.victims if v not in victims]
         for key in victims:
             run = state.running[key]
-            why = (
-                f"reclaimed for {job.key} of queue {job.queue}"
-                if run.job.queue != job.queue and key in plan.quota_victims
-                else f"preempted by {job.key} (priority {job.priority})"
-            )
-            self.decisions.append(Preempt(key, run.job.queue, why, self.now))
+            if key in self.admitted.get(run.job.queue, ()):
+                # Started earlier in this very cycle: it never ran, so it simply
+                # stays queued (its Admit is withdrawn) instead of being preempted.
+                self.displaced.add(key)
+                why = f"displaced by {job.key} in the same cycle"
+                self.decisions.append(Wait(key, run.job.queue, why, self.now))
+            else:
+                if run.job.queue != job.queue and key in plan.quota_victims:
+                    why = f"reclaimed for {job.key} of queue {job.queue}"
+                else:
+                    why = f"preempted by {job.key} (priority {job.priority})"
+                self.decisions.append(Preempt(key, run.job.queue, why, self.now))
+            self.loads.pop(run.cluster, None)
             self.requeued.append(state.finish(key))
             self.unfeasible.clear()
+            self.reclaim_failed.clear()
         request = job.request_of(plan.pods)
         state.tree.admit(
             job.key,
@@ -338,8 +375,11 @@ class _Cycle:
             seq=job.seq,
             preemptible=job.preemptible,
         )
+        if plan.mode is Mode.BORROWED:
+            self.reclaim_failed.clear()  # a new borrowed job is a new reclaim candidate
         placer = state.placers[plan.fit.cluster]
         placer.bind(job, plan.mode, plan.fit)
+        self.loads.pop(plan.fit.cluster, None)
         run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
         run.charges.append(Charge(job.key, request, plan.mode))
         self.admitted.setdefault(job.queue, set()).add(job.key)

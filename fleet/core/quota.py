@@ -615,15 +615,24 @@ class QuotaTree:
             return []
         if any(n == leaf for n, _ in deficits):
             return None  # only the queue's own jobs are charged there
+        on_path = set(path)
         for n, r in deficits:
-            # Cheap bound: only borrowed usage of other queues under ``n`` can go.
+            # Cheap upper bound on what can go: borrowed usage in the subtrees
+            # hanging off the path below ``n`` whose root is above its min
+            # (a victim's whole chain off the path must be above its min).
             mx = self._max_d[n]
             assert mx is not None
             need = self._used[n].get(r, 0) + request.get(r, 0) - mx[r]
-            if self._borr[n].get(r, 0) - self._borr[leaf].get(r, 0) < need:
+            bound = 0
+            for m in path:
+                for c in self._children[m]:
+                    if c not in on_path and self._used[c].get(r, 0) > self._min_d[c].get(r, 0):
+                        bound += self._borr[c].get(r, 0)
+                if m == n:
+                    break
+            if bound < need:
                 return None
         top = min((n for n, _ in deficits), key=lambda n: len(self._paths[n]))  # highest
-        on_path = set(path)
         # Per leaf, its reclaimable jobs cheapest first (lowest priority, newest):
         # every job of one leaf borrows the same amount, so a leaf's first useful
         # job is its best, and a pick compares leaves, not jobs.

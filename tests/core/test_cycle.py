@@ -314,3 +314,24 @@ def test_same_input_gives_the_same_decisions() -> None:
 def test_decisions_carry_the_time_they_were_made() -> None:
     decisions = run(build_busy_state(), 42.0)
     assert decisions and {d.at for d in decisions} == {42.0}
+
+
+def test_opportunistic_jobs_take_what_is_left_after_the_other_jobs() -> None:
+    state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
+    state.submit(make_job("oppo", queue="team-a", gpus=8, pods=2, priority=-1))
+    state.submit(make_job("owner", queue="team-b", gpus=8))
+    decisions = run(state)
+    assert admitted(decisions) == ["default/owner"]
+    assert not [d for d in decisions if isinstance(d, Preempt)]
+    assert "default/oppo" in waits(decisions)
+
+
+def test_a_job_displaced_in_the_cycle_that_started_it_is_never_reported_as_started() -> None:
+    state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
+    state.submit(make_job("borrower", queue="team-a", gpus=8, pods=2))
+    state.submit(make_job("owner", queue="team-b", gpus=8))
+    decisions = run(state)
+    assert admitted(decisions) == ["default/owner"]
+    assert not [d for d in decisions if isinstance(d, Preempt)]
+    assert "displaced by default/owner" in waits(decisions)["default/borrower"]
+    assert state.is_pending("default/borrower")

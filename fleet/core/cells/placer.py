@@ -255,6 +255,13 @@ class CellPlacer:
                 for key, held in self._held.items()
                 if key not in released and key != job.key and may_preempt(job, mode, held.info)
             )
+        if all(leaf_cells_needed(p.request, None) == 0 for p in pods) and not self.config.sku_types:
+            # Nothing to allocate: pods go next to the job (or on the first healthy node).
+            zero = _Choice({i: [] for i in range(len(pods))}, (0,), set())
+            zero.level = 1
+            return self._answer(
+                job, pods, [], (zero, kind, []), _Ctx(job.key, released, frozenset())
+            )
         passes: list[frozenset[str]] = [frozenset(), *([victims_ok] if victims_ok else [])]
         reasons: list[str] = []
         for ok in passes:
