@@ -84,6 +84,8 @@ class Job:
     gpu_sku: str | None = None
     clusters: frozenset[str] | None = None  # allowed member clusters; None = any
     priority_class: str = DEFAULT_PRIORITY_CLASS
+    #: HiveD pinned cell: the job runs only inside the physical cell with this id.
+    pinned_cell_id: str | None = None
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
 
@@ -145,6 +147,7 @@ class Job:
             self.preemptible,
             self.gpu_sku,
             self.clusters,
+            self.pinned_cell_id,
         )
 
 

@@ -279,7 +279,7 @@ class CellPlacer:
         return NoFit(self._cluster, reason)
 
     def _kind(self, job: Job, mode: Mode) -> tuple[str, str | None, str | None]:
-        pinned = self._pins.get(job.key) or getattr(job, "pinned_cell_id", None)
+        pinned = self._pins.get(job.key) or job.pinned_cell_id
         held = self._held.get(job.key)
         if held is not None:
             return held.kind, held.vc, None
@@ -350,7 +350,7 @@ class CellPlacer:
             choice = self._best_over(self._tops(chain), ANY, demands, ctx, opportunistic=True)
             return (choice, KIND_OPP, []) if choice else None
         if kind == KIND_PIN:
-            pin = self._pins.get(job.key) or getattr(job, "pinned_cell_id", None)
+            pin = self._pins.get(job.key) or job.pinned_cell_id
             res = self.alloc.pins[str(pin)]
             if res.cell.chain != chain:
                 return None
