@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from fleet.core import resources
-from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.jobs import Job, Mode, Pod, sort_key
 from fleet.core.placement import Fit, NoFit, Placer, PodPlacement
 from fleet.core.quota import QuotaBlock
 from fleet.core.resources import ONE_JOB, Resources
@@ -103,6 +103,14 @@ class LevelHint(Protocol):
 
 
 _NO_SHARE = (2, 0.0)
+_GUARANTEED, _BORROWED, _OPPORTUNISTIC = 0, 1, 2
+
+
+class _Defer:
+    """Marker: the job must borrow; try it again in the borrowing pass."""
+
+
+_DEFER = _Defer()
 
 
 @dataclass(slots=True)
@@ -127,6 +135,9 @@ class _Cycle:
     reclaim_failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
     loads: dict[str, float] = field(default_factory=dict)  # cluster -> load, until it changes
     displaced: set[str] = field(default_factory=set)  # admitted, then preempted, this cycle
+    admitted_keys: set[str] = field(default_factory=set)
+    blocked: set[str] = field(default_factory=set)  # StrictFIFO queues stopped this cycle
+    phase: int = 0
 
     # Fairness ----------------------------------------------------------------
     def share(self, queue: str) -> tuple[int, float]:
@@ -146,12 +157,26 @@ class _Cycle:
     # The loop ----------------------------------------------------------------
     def run(self) -> list[Decision]:
         state = self.state
-        cursors = {name: 0 for name, q in state.queues.items() if q.pending}
-        # Guaranteed and borrowed work first, then opportunistic jobs take what
-        # is left, so an opportunistic job is not started only to be preempted
-        # by a job behind it in the same cycle.
-        self.serve(cursors, opportunistic=False)
-        self.serve(cursors, opportunistic=True)
+        # Three passes in fair order: work within every queue's min first, then
+        # borrowing, then opportunistic jobs on what is left.  So a queue does
+        # not borrow what another queue is owed in the same cycle, and nothing
+        # is started only to be reclaimed by a job behind it.
+        guaranteed: dict[str, list[Job]] = {}
+        opportunistic: dict[str, list[Job]] = {}
+        for name, queue in state.queues.items():
+            split = next(
+                (i for i, j in enumerate(queue.pending) if j.opportunistic), len(queue.pending)
+            )
+            if split:
+                guaranteed[name] = queue.pending[:split]
+            if split < len(queue.pending):
+                opportunistic[name] = queue.pending[split:]
+        self.phase = _GUARANTEED
+        borrowing = self.serve(guaranteed)
+        self.phase = _BORROWED
+        self.serve(borrowing)
+        self.phase = _OPPORTUNISTIC
+        self.serve({k: v for k, v in opportunistic.items() if k not in self.blocked})
         for name, keys in self.admitted.items():
             state.drop_pending(name, keys)
         if self.displaced:
@@ -163,42 +188,55 @@ class _Cycle:
         self.grow()
         return self.decisions
 
-    def serve(self, cursors: dict[str, int], *, opportunistic: bool) -> None:
-        """One pass over the queues in fair order; advances ``cursors``."""
+    def serve(self, work: dict[str, list[Job]]) -> dict[str, list[Job]]:
+        """One pass over ``work`` (queue -> jobs in order) in fair order.
+
+        Returns, per queue, the jobs deferred to the borrowing pass: from the
+        first job that must borrow on, in order, so that a queue's own order
+        holds.  A StrictFIFO queue stops at its first job that cannot start;
+        the rest wait behind it.
+        """
         state = self.state
         order = {name: i for i, name in enumerate(state.queues)}
-        heap = [(self.share(name), order[name], name) for name in cursors]
+        heap = [(self.share(name), order[name], name) for name in work]
         heapq.heapify(heap)
+        cursors = dict.fromkeys(work, 0)
+        deferred: dict[str, list[Job]] = {}
         while heap:
             key, rank, name = heapq.heappop(heap)
             current = self.share(name)
             if current != key:
                 heapq.heappush(heap, (current, rank, name))
                 continue
-            queue = state.queues[name]
+            jobs = work[name]
             i = cursors[name]
-            if i >= len(queue.pending):
+            if i >= len(jobs):
                 continue
-            job = queue.pending[i]
-            if job.opportunistic and not opportunistic:
-                continue  # the rest of this queue is opportunistic (priority order)
+            job = jobs[i]
             cursors[name] = i + 1
-            reason = self.admit(job)
-            if reason is None:
+            outcome = self.admit(job)
+            if outcome is None:
                 heapq.heappush(heap, (self.share(name), rank, name))
                 continue
-            self.decisions.append(Wait(job.key, name, reason, self.now))
-            if queue.strict_fifo:
-                for rest in queue.pending[i + 1 :]:
-                    why = f"behind {job.key} in StrictFIFO queue {name}"
-                    self.decisions.append(Wait(rest.key, name, why, self.now))
-                cursors[name] = len(queue.pending)
+            if isinstance(outcome, _Defer):
+                # The queue's order holds: this job and every job behind it
+                # wait for the borrowing pass.
+                deferred[name] = jobs[i:]
+                continue
+            self.decisions.append(Wait(job.key, name, outcome, self.now))
+            if state.queues[name].strict_fifo:
+                self.blocked.add(name)
+                for rest in state.queues[name].pending:
+                    if sort_key(rest) > sort_key(job) and rest.key not in self.admitted_keys:
+                        why = f"behind {job.key} in StrictFIFO queue {name}"
+                        self.decisions.append(Wait(rest.key, name, why, self.now))
                 continue
             heapq.heappush(heap, (key, rank, name))
+        return deferred
 
     # Admission -----------------------------------------------------------------
-    def admit(self, job: Job) -> str | None:
-        """Admit ``job`` if it can start; else return why it waits."""
+    def admit(self, job: Job) -> str | _Defer | None:
+        """Admit ``job`` if it can start; else say why it waits (or defer it)."""
         shape = job.shape
         known = self.unfeasible.get(shape)
         if known is not None:
@@ -207,21 +245,29 @@ class _Cycle:
         if job.gang_size < job.size:
             attempts += _smaller(job)
         reason = ""
+        deferred = False
         for pods in attempts:
             plan = self.plan(job, pods)
             if isinstance(plan, _Plan):
                 self.commit(job, plan)
                 return None
-            reason = reason or plan
+            if isinstance(plan, _Defer):
+                deferred = True
+            else:
+                reason = reason or plan
+        if deferred:
+            return _DEFER
         self.unfeasible[shape] = reason
         return reason
 
-    def plan(self, job: Job, pods: tuple[Pod, ...]) -> _Plan | str:
+    def plan(self, job: Job, pods: tuple[Pod, ...]) -> _Plan | str | _Defer:
         tree = self.state.tree
         request = job.request_of(pods)
         verdict = tree.classify(
             job.queue, request, priority=job.priority, preemptible=job.preemptible
         )
+        if verdict is Mode.BORROWED and self.phase == _GUARANTEED:
+            return _DEFER
         if isinstance(verdict, Mode):
             fit = self.place(job, pods, verdict, frozenset())
             if isinstance(fit, Fit):
@@ -231,7 +277,7 @@ class _Cycle:
 
     def plan_with_victims(
         self, job: Job, pods: tuple[Pod, ...], request: Resources, block: QuotaBlock
-    ) -> _Plan | str:
+    ) -> _Plan | str | _Defer:
         """Reclaim or preempt inside the queue to get under ``max``; roll back on failure."""
         tree = self.state.tree
         if block.kind != "max" or job.opportunistic:
@@ -255,6 +301,8 @@ class _Cycle:
             )
             if not isinstance(verdict, Mode):
                 return block.reason
+            if verdict is Mode.BORROWED and self.phase == _GUARANTEED:
+                return _DEFER
             fit = self.place(job, pods, verdict, frozenset(victims))
             if isinstance(fit, Fit):
                 return _Plan(verdict, pods, fit, tuple(victims))
@@ -383,6 +431,7 @@ class _Cycle:
         run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
         run.charges.append(Charge(job.key, request, plan.mode))
         self.admitted.setdefault(job.queue, set()).add(job.key)
+        self.admitted_keys.add(job.key)
         self.decisions.append(
             Admit(
                 job.key,

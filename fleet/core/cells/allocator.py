@@ -24,6 +24,12 @@ take is allowed only if it does not increase the deficit, so a split never
 takes a cell another VC is owed.  A deficit can only appear when nodes go bad;
 it is reported per VC as *doomed* cells.
 
+Free capacity is indexed, not scanned: the free lists give the free cells per
+chain per level (``len(free[chain][level])``), every cell outside a reserved
+root counts its unreserved leaves (``cell.unres``, kept on the path from a
+taken cell to its top), and ``open_tops[chain]`` holds the top cells that still
+have unreserved leaves, so the shared pool is searched only where it exists.
+
 Every mutation goes through the :class:`Journal`, so a query (``fit``) can
 try real takes and roll them back exactly.
 """
@@ -132,9 +138,12 @@ class Allocator:
         self.vc_bound: dict[str, dict[int, Reservation]] = {}
         self.configured: dict[str, dict[str, list[int]]] = {}
         self.pins: dict[str, Reservation] = {}
+        #: chain -> top cells with unreserved leaves (id -> cell).
+        self.open_tops: dict[str, dict[int, Cell]] = {chain: {} for chain in topo.chain_types}
         for top in topo.tops:
             top.free_root = True
             self.free[top.chain][top.level][top.id] = top
+            self.open_tops[top.chain][top.id] = top
         for vc, spec in config.vcs.items():
             owed = {chain: [0] * len(self.owed[chain]) for chain in topo.chain_types}
             for vcell in spec.cells:
@@ -207,6 +216,7 @@ class Allocator:
         self.j.set(cell, "res", res)
         for leaf in cell.leaves:
             self.j.set(leaf, "tag", res)
+        self._count_unres(cell, -cell.size)
 
     def untake(self, cell: Cell) -> None:
         """Release the reservation rooted at ``cell`` and merge free buddies."""
@@ -214,6 +224,7 @@ class Allocator:
         self.j.set(cell, "res", None)
         for leaf in cell.leaves:
             self.j.set(leaf, "tag", None)
+        self._count_unres(cell, cell.size)
         self._push(cell)
         parent = cell.parent
         while parent is not None and parent.split and all(c.free_root for c in parent.children):
@@ -222,6 +233,21 @@ class Allocator:
             self.j.set(parent, "split", False)
             self._push(parent)
             parent = parent.parent
+
+    def _count_unres(self, cell: Cell, delta: int) -> None:
+        """Add ``delta`` unreserved leaves to ``cell`` and its ancestors; track open tops."""
+        j = self.j
+        c: Cell | None = cell
+        top = cell.top
+        while c is not None:
+            j.add(c, "unres", delta)
+            c = c.parent
+        opened = self.open_tops[top.chain]
+        if top.unres > 0:
+            if top.id not in opened:
+                j.setitem(opened, top.id, top)
+        elif top.id in opened:
+            j.delitem(opened, top.id)
 
     def free_parts(self, cell: Cell) -> list[Cell]:
         """The free roots inside ``cell`` (or the free root above it, as ``cell`` itself)."""
@@ -323,7 +349,8 @@ class Allocator:
     def check(self) -> None:
         free_count: dict[tuple[str, int], int] = {}
 
-        def walk(cell: Cell, inside: bool, tag: Reservation | None) -> None:
+        def walk(cell: Cell, inside: bool, tag: Reservation | None) -> int:
+            """Checks ``cell``'s subtree; returns its unreserved leaves."""
             flags = int(cell.free_root) + int(cell.split) + int(cell.res is not None)
             if inside:
                 assert flags == 0, f"{cell} inside a root carries a flag"
@@ -338,11 +365,20 @@ class Allocator:
                 tag = cell.res
             if not cell.children:
                 assert cell.tag is tag, f"{cell} tag {cell.tag} != {tag}"
-            for child in cell.children:
-                walk(child, inside or not cell.split, tag)
+                unres = int(tag is None)
+            else:
+                unres = sum(walk(child, inside or not cell.split, tag) for child in cell.children)
+            if inside and tag is not None:
+                assert cell.unres == cell.size, f"{cell} unres inside a reserved root"
+            else:
+                assert cell.unres == unres, f"{cell} unres {cell.unres} != {unres}"
+            return unres
 
         for top in self.topo.tops:
             walk(top, False, None)
+            assert (top.id in self.open_tops[top.chain]) == (top.unres > 0), f"{top} open"
+        for chain, opened in self.open_tops.items():
+            assert all(top.chain == chain and top.parent is None for top in opened.values())
         for chain, levels in self.free.items():
             for level, free_cells in enumerate(levels):
                 assert len(free_cells) == free_count.get((chain, level), 0), (chain, level)

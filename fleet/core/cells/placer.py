@@ -501,16 +501,23 @@ class CellPlacer:
     ) -> _Choice | None:
         """Unreserved leaves, taken only if no VC's owed cells are put at risk."""
         alloc = self.alloc
+        if ctx.preempt or ctx.released:
+            # Victims' shared leaves may sit in tops with no unreserved leaf left.
+            tops = self.topo.chain_tops[chain]
+        else:
+            opened = alloc.open_tops[chain]
+            need = sum(k for _, k in demands)
+            if sum(top.unres for top in opened.values()) < need:
+                return None
+            tops = sorted(opened.values(), key=_cell_id)
         before = alloc.shortage(chain)
         candidates: list[_Choice] = []
-        for top in self.topo.chain_tops[chain]:
+        for top in tops:
             choice = self._pack(top, None, demands, ctx, False)
             if choice is not None:
                 candidates.append(choice)
         if not candidates and len(demands) > 1:
-            spread = self._spread(
-                [(t, None) for t in self.topo.chain_tops[chain]], demands, ctx, False
-            )
+            spread = self._spread([(t, None) for t in tops], demands, ctx, False)
             if spread is not None:
                 candidates.append(spread)
         candidates.sort(key=lambda c: (c.level, c.key))
@@ -600,13 +607,14 @@ class CellPlacer:
             return self._zero_choice(root, demands)
         if root.node_cell is not None and not root.node_cell.healthy:
             return None
-        if (
-            want is not ANY
-            and not ctx.preempt
-            and not ctx.released
-            and root.size - root.used < need
-        ):
-            return None
+        if not ctx.preempt and not ctx.released:
+            # Upper bounds from the counters: unowned leaves, and for the shared pool
+            # unreserved ones (``unres`` may overcount inside a reserved root; still a bound).
+            room = root.size - root.used
+            if want is None and root.unres < room:
+                room = root.unres
+            if room < need:
+                return None
         info, total = self._usable(root, want, ctx)
         if total < need:
             return None
@@ -1127,6 +1135,10 @@ class CellPlacer:
         if not self._bad:
             for chain in self.topo.chain_types:
                 assert self.alloc.deficit(chain) == 0, f"VC guarantee broken in chain {chain}"
+
+
+def _cell_id(cell: Cell) -> int:
+    return cell.id
 
 
 def fresh_cell(choice: _Choice, level: int) -> Cell:

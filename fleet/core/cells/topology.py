@@ -47,6 +47,7 @@ class Cell:
         "split",
         "tag",
         "top",
+        "unres",
         "used",
     )
 
@@ -79,6 +80,9 @@ class Cell:
         self.healthy = True
         # Leaves used by any job in the subtree.
         self.used = 0
+        # Unreserved leaves (``tag`` None) in the subtree, kept by the allocator for
+        # every cell not strictly inside a reserved root (inside one it stays ``size``).
+        self.unres = 0
 
     def __repr__(self) -> str:
         return f"Cell({self.ctype.name}@{self.address})"
@@ -174,4 +178,5 @@ class Topology:
         if cell.is_node:
             cell.node_cells = [cell]
         cell.size = len(cell.leaves)
+        cell.unres = cell.size
         return cell
