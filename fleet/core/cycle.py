@@ -133,7 +133,8 @@ class _Cycle:
     requeued: list[Job] = field(default_factory=list)
     #: (queue, blocking node, resource) -> smallest shortfall reclaim failed for
     reclaim_failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    loads: dict[str, float] = field(default_factory=dict)  # cluster -> load, until it changes
+    #: cluster -> (free resources, load), until a bind or release there changes it
+    room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
     displaced: set[str] = field(default_factory=set)  # admitted, then preempted, this cycle
     admitted_keys: set[str] = field(default_factory=set)
     blocked: set[str] = field(default_factory=set)  # StrictFIFO queues stopped this cycle
@@ -336,7 +337,7 @@ class _Cycle:
         best: tuple[tuple[int, float, float, str], Fit] | None = None
         misses: list[str] = []
         for load, placer in placers:
-            if not released and not _may_fit(placer, need):
+            if not released and not _may_fit(self.room[placer.cluster][0], need):
                 misses.append(f"{placer.cluster}: not enough free capacity")
                 continue
             fit = placer.fit(job, pods, mode, released=released)
@@ -384,10 +385,10 @@ class _Cycle:
         for name, placer in self.state.placers.items():
             if job.clusters is not None and name not in job.clusters:
                 continue
-            load = self.loads.get(name)
-            if load is None:
-                load = self.loads[name] = _load(placer)
-            out.append((load, placer))
+            room = self.room.get(name)
+            if room is None:
+                room = self.room[name] = _room(placer)
+            out.append((room[1], placer))
         out.sort(key=lambda lp: (lp[0], lp[1].cluster))
         return out
 
@@ -409,7 +410,7 @@ class _Cycle:
                 else:
                     why = f"preempted by {job.key} (priority {job.priority})"
                 self.decisions.append(Preempt(key, run.job.queue, why, self.now))
-            self.loads.pop(run.cluster, None)
+            self.room.pop(run.cluster, None)
             self.requeued.append(state.finish(key))
             self.unfeasible.clear()
             self.reclaim_failed.clear()
@@ -427,7 +428,7 @@ class _Cycle:
             self.reclaim_failed.clear()  # a new borrowed job is a new reclaim candidate
         placer = state.placers[plan.fit.cluster]
         placer.bind(job, plan.mode, plan.fit)
-        self.loads.pop(plan.fit.cluster, None)
+        self.room.pop(plan.fit.cluster, None)
         run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
         run.charges.append(Charge(job.key, request, plan.mode))
         self.admitted.setdefault(job.queue, set()).add(job.key)
@@ -518,23 +519,26 @@ def _sum(pods: Sequence[Pod]) -> dict[str, int]:
     return total
 
 
-def _may_fit(placer: Placer, need: dict[str, int]) -> bool:
-    """Cheap necessary condition: the cluster has that much free in total."""
+def _room(placer: Placer) -> tuple[dict[str, int], float]:
+    """Free resources of a cluster and its load (share of GPUs, else cpu, in use)."""
     capacity = placer.capacity()
     allocated = placer.allocated()
-    for name in (resources.GPU, resources.CPU, resources.MEMORY):
-        amount = need.get(name, 0)
-        if amount and name in capacity and capacity[name] - allocated[name] < amount:
-            return False
-    return True
-
-
-def _load(placer: Placer) -> float:
-    capacity = placer.capacity()
+    free = {name: amount - allocated[name] for name, amount in capacity.items()}
+    load = 0.0
     for name in (resources.GPU, resources.CPU):
         if capacity[name]:
-            return placer.allocated()[name] / capacity[name]
-    return 0.0
+            load = allocated[name] / capacity[name]
+            break
+    return free, load
+
+
+def _may_fit(free: dict[str, int], need: dict[str, int]) -> bool:
+    """Cheap necessary condition: the cluster has that much free in total."""
+    for name in (resources.GPU, resources.CPU, resources.MEMORY):
+        amount = need.get(name, 0)
+        if amount and name in free and free[name] < amount:
+            return False
+    return True
 
 
 def cycle(state: SchedulerState, now: float = 0.0) -> list[Decision]:

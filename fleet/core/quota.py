@@ -266,6 +266,7 @@ class QuotaTree:
     _jobs: dict[str, _Admitted]
     _leaf_jobs: list[dict[str, _Admitted]]
     _leaf_borrowed: list[dict[str, _Admitted]]  # reclaimable: borrowed, preemptible
+    _borrowed_order: list[list[_Admitted] | None]  # the same, cheapest first; None = stale
 
     # Construction -------------------------------------------------------------
     @classmethod
@@ -325,6 +326,7 @@ class QuotaTree:
         self._jobs = {}
         self._leaf_jobs = [{} for _ in range(n)]
         self._leaf_borrowed = [{} for _ in range(n)]
+        self._borrowed_order = [None] * n
         return self
 
     def copy(self) -> QuotaTree:
@@ -355,6 +357,7 @@ class QuotaTree:
         other._jobs = dict(self._jobs)
         other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
         other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
+        other._borrowed_order = [None] * len(self._leaf_borrowed)
         return other
 
     # Structure ----------------------------------------------------------------
@@ -529,12 +532,14 @@ class QuotaTree:
         self._leaf_jobs[leaf][key] = rec
         if _reclaimable(rec):
             self._leaf_borrowed[leaf][key] = rec
+            self._borrowed_order[leaf] = None
 
     def release(self, key: str) -> None:
         """Uncharge an admitted job; KeyError for a key that is not admitted."""
         rec = self._jobs.pop(key)
         del self._leaf_jobs[rec.leaf][key]
-        self._leaf_borrowed[rec.leaf].pop(key, None)
+        if self._leaf_borrowed[rec.leaf].pop(key, None) is not None:
+            self._borrowed_order[rec.leaf] = None
         self._charge(rec, -1)
 
     def _charge(self, rec: _Admitted, sign: int) -> None:
@@ -640,7 +645,13 @@ class QuotaTree:
         for other in self._leaves_under[top]:
             if other == leaf or not self._leaf_borrowed[other]:
                 continue
-            recs = sorted(self._leaf_borrowed[other].values(), key=lambda r: (r.priority, -r.seq))
+            ordered = self._borrowed_order[other]
+            if ordered is None:
+                ordered = sorted(
+                    self._leaf_borrowed[other].values(), key=lambda r: (r.priority, -r.seq)
+                )
+                self._borrowed_order[other] = ordered
+            recs = list(ordered)
             # Nodes of the victim's subtree that must stay above their min:
             # from its leaf up to (not including) the common ancestor.
             chain = tuple(n for n in self._paths[other] if n not in on_path)

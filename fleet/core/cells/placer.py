@@ -31,6 +31,7 @@ will commit; the plan (which cells get bound for the VC) travels in
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -499,29 +500,53 @@ class CellPlacer:
     def _search_shared(
         self, chain: str, demands: list[tuple[int, int]], ctx: _Ctx
     ) -> _Choice | None:
-        """Unreserved leaves, taken only if no VC's owed cells are put at risk."""
+        """Unreserved leaves, taken only if no VC's owed cells are put at risk.
+
+        Candidates are tried best first ((level, key) order, at most 8, the first
+        safe one wins), generated lazily: tops are packed in id order only while
+        their lower bound (the lowest level whose cells hold ``need`` leaves, no
+        victims, ids at least the top's) could still beat the best packed one.
+        Without victims or released jobs only tops with unreserved leaves count.
+        """
         alloc = self.alloc
+        need = sum(k for _, k in demands)
+        tops: list[Cell]
         if ctx.preempt or ctx.released:
             # Victims' shared leaves may sit in tops with no unreserved leaf left.
             tops = self.topo.chain_tops[chain]
         else:
             opened = alloc.open_tops[chain]
-            need = sum(k for _, k in demands)
             if sum(top.unres for top in opened.values()) < need:
                 return None
             tops = sorted(opened.values(), key=_cell_id)
+        low = self._lowest_level_in(chain, need)
+        across = low > self.topo.node_level[chain]
         before = alloc.shortage(chain)
-        candidates: list[_Choice] = []
-        for top in tops:
-            choice = self._pack(top, None, demands, ctx, False)
-            if choice is not None:
-                candidates.append(choice)
-        if not candidates and len(demands) > 1:
-            spread = self._spread([(t, None) for t in tops], demands, ctx, False)
-            if spread is not None:
-                candidates.append(spread)
-        candidates.sort(key=lambda c: (c.level, c.key))
-        for choice in candidates[:8]:
+        heap: list[tuple[int, tuple[int, ...], int, _Choice]] = []
+        seq = 0
+        tried = 0
+        i = 0
+        while tried < 8:
+            if i < len(tops):
+                top = tops[i]
+                bound: tuple[int, ...] = (0, 0, 0, top.id) if across else (0, 0, 0, 0, top.id)
+                if not heap or (heap[0][0], heap[0][1]) >= (low, bound):
+                    i += 1
+                    choice = self._pack(top, None, demands, ctx, False)
+                    if choice is not None:
+                        heapq.heappush(heap, (choice.level, choice.key, seq, choice))
+                        seq += 1
+                    continue
+            if not heap:
+                if seq or len(demands) <= 1:
+                    return None
+                spread = self._spread([(t, None) for t in tops], demands, ctx, False)
+                if spread is None:
+                    return None
+                heap.append((spread.level, spread.key, seq, spread))
+                seq += 1
+            choice = heapq.heappop(heap)[3]
+            tried += 1
             self._mark()
             for key in sorted(choice.victims | ctx.released):
                 if key in self._held:
@@ -534,6 +559,14 @@ class CellPlacer:
             if safe:
                 return choice
         return None
+
+    def _lowest_level_in(self, chain: str, need: int) -> int:
+        """The lowest level of ``chain`` whose cells hold ``need`` leaves (top + 1 if none)."""
+        weights = self.alloc.weight[chain]
+        for level in range(1, len(weights)):
+            if weights[level] >= need:
+                return level
+        return len(weights)
 
     # -- packing --------------------------------------------------------------------------
 
