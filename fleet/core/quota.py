@@ -33,6 +33,7 @@ See docs/decisions/0001-quota-semantics.md for the choices DESIGN.md left open.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -640,8 +641,14 @@ class QuotaTree:
         top = min((n for n, _ in deficits), key=lambda n: len(self._paths[n]))  # highest
         # Per leaf, its reclaimable jobs cheapest first (lowest priority, newest):
         # every job of one leaf borrows the same amount, so a leaf's first useful
-        # job is its best, and a pick compares leaves, not jobs.
-        per_leaf: list[tuple[int, tuple[int, ...], list[_Admitted]]] = []
+        # job is its best.  Leaves sit in a heap keyed by a lower bound of their
+        # best job's order (their first remaining job); a popped leaf whose
+        # actual best is worse goes back with its actual key (lazy evaluation).
+        # A leaf that cannot give anything now never can later in this query:
+        # usage and deficits only shrink.
+        chains: dict[int, tuple[int, ...]] = {}
+        orders: dict[int, list[_Admitted]] = {}
+        pos: dict[int, int] = {}
         for other in self._leaves_under[top]:
             if other == leaf or not self._leaf_borrowed[other]:
                 continue
@@ -651,54 +658,72 @@ class QuotaTree:
                     self._leaf_borrowed[other].values(), key=lambda r: (r.priority, -r.seq)
                 )
                 self._borrowed_order[other] = ordered
-            recs = list(ordered)
             # Nodes of the victim's subtree that must stay above their min:
             # from its leaf up to (not including) the common ancestor.
-            chain = tuple(n for n in self._paths[other] if n not in on_path)
-            per_leaf.append((other, chain, recs))
+            chains[other] = tuple(n for n in self._paths[other] if n not in on_path)
+            orders[other] = ordered
+            pos[other] = 0
+
+        def borrowed(other: int, r: str) -> int:
+            return self._borr[other].get(r, 0) - removed.get(other, {}).get(r, 0)
+
+        def lower_key(other: int, r: str) -> tuple[int, int, int]:
+            head = orders[other][pos[other]]
+            return (head.priority, -borrowed(other, r), -head.seq)
+
+        blocking = deficits[0][1]
+        heap = [(lower_key(o, blocking), o) for o in orders]
+        heapq.heapify(heap)
         picked: list[_Admitted] = []
         while deficits:
-            blocking = deficits[0][1]
-            best: tuple[int, int, int] | None = None
-            best_at: tuple[list[_Admitted], int] | None = None
-            for other, chain, recs in per_leaf:
-                for i, rec in enumerate(recs):
-                    if not self._reclaim_useful(rec, chain, deficits, removed):
-                        continue
-                    borrowed = self._borr[other].get(blocking, 0) - removed.get(other, {}).get(
-                        blocking, 0
-                    )
-                    sort_key = (rec.priority, -borrowed, -rec.seq)
-                    if best is None or sort_key < best:
-                        best, best_at = sort_key, (recs, i)
-                    break
-            if best_at is None:
+            if deficits[0][1] != blocking:
+                blocking = deficits[0][1]
+                heap = [(lower_key(o, blocking), o) for o in orders if pos[o] < len(orders[o])]
+                heapq.heapify(heap)
+            if not heap:
                 return None
-            recs, i = best_at
-            rec = recs.pop(i)
+            key, other = heapq.heappop(heap)
+            givable = self._givable(other, chains[other], deficits, removed)
+            recs = orders[other]
+            i = pos[other]
+            while i < len(recs) and not any(recs[i].request.get(r, 0) > 0 for r in givable):
+                i += 1
+            if not givable or i >= len(recs):
+                pos[other] = len(recs)  # nothing more from this leaf
+                continue
+            rec = recs[i]
+            actual = (rec.priority, -borrowed(other, blocking), -rec.seq)
+            if actual > key:
+                pos[other] = i
+                heapq.heappush(heap, (actual, other))
+                continue
+            pos[other] = i + 1
             picked.append(rec)
             self._remove(removed, rec, 1)
             deficits = self._deficits(path, request, removed)
+            if pos[other] < len(recs):
+                heapq.heappush(heap, (lower_key(other, blocking), other))
         return self._prune(path, request, picked)
 
-    def _reclaim_useful(
+    def _givable(
         self,
-        rec: _Admitted,
+        leaf: int,
         chain: tuple[int, ...],
         deficits: list[tuple[int, str]],
         removed: dict[int, dict[str, int]],
-    ) -> bool:
-        """Whether preempting ``rec`` reduces a deficit its own subtree may give up."""
-        rpath = self._paths[rec.leaf]
+    ) -> list[str]:
+        """Deficit resources a job of ``leaf`` may give up: the deficit's node is
+        above the leaf and the leaf's chain off the reclaimer's path is still
+        above its min in that resource."""
+        rpath = self._paths[leaf]
+        out: list[str] = []
         for n, r in deficits:
-            if rec.request.get(r, 0) <= 0 or n not in rpath:
-                continue
-            if all(
+            if n in rpath and all(
                 self._used[m].get(r, 0) - removed.get(m, {}).get(r, 0) > self._min_d[m].get(r, 0)
                 for m in chain
             ):
-                return True
-        return False
+                out.append(r)
+        return out
 
     def queue_victims(self, queue: str, request: Resources, priority: int) -> list[str] | None:
         """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.

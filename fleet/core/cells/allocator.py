@@ -36,7 +36,7 @@ try real takes and roll them back exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.cells.topology import Cell, Topology
@@ -140,10 +140,13 @@ class Allocator:
         self.pins: dict[str, Reservation] = {}
         #: chain -> top cells with unreserved leaves (id -> cell).
         self.open_tops: dict[str, dict[int, Cell]] = {chain: {} for chain in topo.chain_types}
+        #: chain -> [unreserved leaves in the chain].
+        self.unres_total: dict[str, list[int]] = {chain: [0] for chain in topo.chain_types}
         for top in topo.tops:
             top.free_root = True
             self.free[top.chain][top.level][top.id] = top
             self.open_tops[top.chain][top.id] = top
+            self.unres_total[top.chain][0] += top.size
         for vc, spec in config.vcs.items():
             owed = {chain: [0] * len(self.owed[chain]) for chain in topo.chain_types}
             for vcell in spec.cells:
@@ -242,6 +245,7 @@ class Allocator:
         while c is not None:
             j.add(c, "unres", delta)
             c = c.parent
+        j.listitem(self.unres_total[top.chain], 0, delta)
         opened = self.open_tops[top.chain]
         if top.unres > 0:
             if top.id not in opened:
@@ -262,15 +266,18 @@ class Allocator:
 
     # -- safety ---------------------------------------------------------------------------
 
-    def shortage(self, chain: str) -> list[int]:
-        """Owed cells per level (index = level) that the free cells cannot cover."""
+    def shortage(self, chain: str, delta: list[int] | None = None) -> list[int]:
+        """Owed cells per level (index = level) that the free cells cannot cover.
+
+        ``delta`` (index = level) is added to the free cell counts first (a what-if).
+        """
         free = self.free[chain]
         owed = self.owed[chain]
         types = self.topo.chain_types[chain]
         short = [0] * len(owed)
         carry = 0
         for level in range(len(owed) - 1, 0, -1):
-            avail = len(free[level]) + carry
+            avail = len(free[level]) + carry + (delta[level] if delta is not None else 0)
             need = owed[level]
             if avail >= need:
                 carry = (avail - need) * types[level - 1].child_number if level > 1 else 0
@@ -278,6 +285,44 @@ class Allocator:
                 short[level] = need - avail
                 carry = 0
         return short
+
+    def take_delta(self, chain: str, leaves: Iterable[Cell]) -> list[int] | None:
+        """Change of the free cell counts per level if every leaf were taken on its own.
+
+        Counter arithmetic, no state change: each free root holding taken leaves leaves
+        the free lists and its maximal untouched subtrees join them (buddy splits).
+        None if a leaf is not free or appears twice.
+        """
+        delta = [0] * len(self.free[chain])
+        under: dict[int, set[int]] = {}  # cell id -> ids of its taken leaves
+        roots: dict[int, Cell] = {}
+        for leaf in leaves:
+            root = self.free_root_of(leaf)
+            if root is None or leaf.chain != chain:
+                return None
+            roots[root.id] = root
+            c: Cell | None = leaf
+            while c is not None:
+                ids = under.setdefault(c.id, set())
+                if leaf.id in ids:
+                    return None
+                ids.add(leaf.id)
+                if c is root:
+                    break
+                c = c.parent
+        stack = list(roots.values())
+        for root in stack:
+            delta[root.level] -= 1
+        while stack:
+            cell = stack.pop()
+            if len(under[cell.id]) == cell.size:
+                continue  # wholly taken
+            for child in cell.children:
+                if child.id in under:
+                    stack.append(child)
+                else:
+                    delta[child.level] += 1
+        return delta
 
     def no_worse(self, chain: str, before: list[int]) -> bool:
         """Whether no level of ``chain`` is shorter of owed cells than in ``before``."""
@@ -379,6 +424,8 @@ class Allocator:
             assert (top.id in self.open_tops[top.chain]) == (top.unres > 0), f"{top} open"
         for chain, opened in self.open_tops.items():
             assert all(top.chain == chain and top.parent is None for top in opened.values())
+            total_unres = sum(top.unres for top in self.topo.chain_tops[chain])
+            assert self.unres_total[chain] == [total_unres], chain
         for chain, levels in self.free.items():
             for level, free_cells in enumerate(levels):
                 assert len(free_cells) == free_count.get((chain, level), 0), (chain, level)

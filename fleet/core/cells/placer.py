@@ -138,6 +138,11 @@ class CellPlacer:
         self._pins: dict[str, str] = {}  # job key -> pinned cell id
         self._node_caps = config.nodes()
         self._bad: set[str] = set()
+        # Incremental totals behind capacity() and allocated() (O(1) for the cycle).
+        self._capacity = Resources()
+        for cap in self._node_caps.values():
+            self._capacity = self._capacity + cap
+        self._allocated = Resources()
         self._suggested: frozenset[str] | None = None
         self._version = 0
         # Fragmentation counters: healthy unowned leaves, and those in wholly free nodes.
@@ -183,18 +188,37 @@ class CellPlacer:
         return tuple(held.pods.values()) if held else ()
 
     def capacity(self) -> Resources:
-        total = Resources()
-        for name, cap in self._node_caps.items():
-            if name not in self._bad:
-                total = total + cap
-        return total
+        """Resources of the healthy nodes (kept incrementally)."""
+        return self._capacity
 
     def allocated(self) -> Resources:
-        total = Resources()
-        for held in self._held.values():
-            for request in held.requests.values():
-                total = total + request
-        return total
+        """Sum of the placed pods' requests (kept incrementally)."""
+        return self._allocated
+
+    def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
+        """A lower bound on the ``Fit.level`` this gang can get here (cheap, no search).
+
+        The lowest common cell of a placement holds all its leaf cells, so its level is
+        at least that of the smallest cell type (of any chain the job may use) with
+        that many leaves; pods needing no leaf cells get level 0.
+        """
+        best: int | None = None
+        for leaf_type in self._leaf_types(job):
+            sku = self.config.sku_types.get(leaf_type)
+            need = 0
+            for pod in pods:
+                n = leaf_cells_needed(pod.request, sku)
+                if n is None:
+                    break
+                need += n
+            else:
+                if need == 0:
+                    return 0
+                for chain in self.topo.leaf_chains[leaf_type]:
+                    level = max(0, self._lowest_level_in(chain, need) - 1)
+                    if best is None or level < best:
+                        best = level
+        return 0 if best is None else best
 
     def fragmentation(self) -> float:
         """Share of free healthy GPUs that cannot host a whole node-level cell."""
@@ -397,6 +421,17 @@ class CellPlacer:
     ) -> tuple[_Choice, list[Cell]] | None:
         alloc = self.alloc
         bound = [r for r in alloc.vc_bound[vc].values() if r.cell.chain == chain]
+        total = sum(k for _, k in demands)
+        owed = alloc.vc_owed[vc][chain]
+        weights = alloc.weight[chain]
+        if not ctx.preempt and not ctx.released:
+            # Counters only: unowned leaves of the bound cells plus what the owed cells
+            # could still add (bounded by the chain's unreserved leaves).
+            fresh_room = sum(n * w for n, w in zip(owed, weights, strict=True))
+            room = sum(r.cell.size - r.cell.used for r in bound)
+            room += min(fresh_room, alloc.unres_total[chain][0])
+            if room < total:
+                return None
         best: tuple[tuple[int, ...], _Choice, list[Cell]] | None = None
         for res in bound:
             choice = self._pack(res.cell, res, demands, ctx, False)
@@ -404,9 +439,6 @@ class CellPlacer:
                 key = (choice.level, 0, *choice.key)
                 if best is None or key < best[0]:
                     best = (key, choice, [])
-        total = sum(k for _, k in demands)
-        owed = alloc.vc_owed[vc][chain]
-        weights = alloc.weight[chain]
         for level in range(1, len(owed)):
             if owed[level] <= 0 or weights[level] < total:
                 continue
@@ -515,10 +547,9 @@ class CellPlacer:
             # Victims' shared leaves may sit in tops with no unreserved leaf left.
             tops = self.topo.chain_tops[chain]
         else:
-            opened = alloc.open_tops[chain]
-            if sum(top.unres for top in opened.values()) < need:
+            if alloc.unres_total[chain][0] < need:
                 return None
-            tops = sorted(opened.values(), key=_cell_id)
+            tops = sorted(alloc.open_tops[chain].values(), key=_cell_id)
         low = self._lowest_level_in(chain, need)
         across = low > self.topo.node_level[chain]
         before = alloc.shortage(chain)
@@ -547,6 +578,15 @@ class CellPlacer:
                 seq += 1
             choice = heapq.heappop(heap)[3]
             tried += 1
+            if not choice.victims and not any(key in self._held for key in ctx.released):
+                # Nothing leaves first: the takes' effect on the free lists is arithmetic.
+                leaves = [leaf for ls in choice.leaves.values() for leaf in ls]
+                delta = alloc.take_delta(chain, leaves)
+                if delta is not None:
+                    after = alloc.shortage(chain, delta)
+                    if all(a <= b for a, b in zip(after, before, strict=True)):
+                        return choice
+                    continue
             self._mark()
             for key in sorted(choice.victims | ctx.released):
                 if key in self._held:
@@ -843,6 +883,17 @@ class CellPlacer:
     ) -> CellFit:
         choice, kind, bindings = found
         placements = self._placements(job, pods, choice.leaves)
+        if not choice.victims and not any(key in self._held for key in ctx.released):
+            # Nothing leaves: the fragmentation after the placement is counter arithmetic.
+            return CellFit(
+                cluster=self._cluster,
+                pods=placements,
+                level=max(0, choice.level - 1),
+                fragmentation=round(self._fragmentation_after(choice), 6),
+                victims=(),
+                kind=kind,
+                bindings=tuple(c.id for c in bindings),
+            )
         # Apply the placement (the fit's journal rolls it back): victims and released jobs
         # leave first; a VC cell they leave empty is unbound and must be bound again.
         before = [
@@ -873,6 +924,21 @@ class CellPlacer:
             kind=kind,
             bindings=tuple(c.id for c in bindings),
         )
+
+    def _fragmentation_after(self, choice: _Choice) -> float:
+        """``fragmentation()`` once ``choice``'s (unowned) leaves are owned."""
+        free, whole = self.free_leaves, self.whole_free_leaves
+        touched: set[int] = set()
+        for ls in choice.leaves.values():
+            for leaf in ls:
+                node = leaf.node_cell
+                assert node is not None
+                if node.healthy:
+                    free -= 1
+                    if node.used == 0 and node.id not in touched:
+                        whole -= node.size
+                touched.add(node.id)
+        return (free - whole) / free if free > 0 else 0.0
 
     def _placements(
         self, job: Job, pods: Sequence[Pod], leaves: Mapping[int, list[Cell]]
@@ -942,6 +1008,39 @@ class CellPlacer:
         if held is not None and held.kind in (KIND_VC, KIND_PIN) and leaf.tag is not None:
             j.add(leaf.tag, "gused", 1)
 
+    def _own_many(self, leaves: list[Cell], key: str, held: _Held) -> None:
+        """``_own`` for several unowned leaves, each ancestor's counter updated once."""
+        j = self.j
+        counts: dict[int, tuple[Cell, int]] = {}
+        gused: dict[int, tuple[Reservation, int]] = {}
+        free = whole = 0
+        guaranteed = held.kind in (KIND_VC, KIND_PIN)
+        for leaf in leaves:
+            node = leaf.node_cell
+            assert node is not None
+            if node.healthy:
+                free += 1
+                if node.used == 0 and node.id not in counts:
+                    whole += node.size
+            j.set(leaf, "owner", key)
+            c: Cell | None = leaf
+            while c is not None:
+                entry = counts.get(c.id)
+                counts[c.id] = (c, 1 if entry is None else entry[1] + 1)
+                c = c.parent
+            tag = leaf.tag
+            if guaranteed and tag is not None:
+                gentry = gused.get(id(tag))
+                gused[id(tag)] = (tag, 1 if gentry is None else gentry[1] + 1)
+        if free:
+            j.add(self, "free_leaves", -free)
+        if whole:
+            j.add(self, "whole_free_leaves", -whole)
+        for cell, n in counts.values():
+            j.add(cell, "used", n)
+        for res, n in gused.values():
+            j.add(res, "gused", n)
+
     def _unown(self, leaf: Cell) -> None:
         j = self.j
         node = leaf.node_cell
@@ -1010,6 +1109,10 @@ class CellPlacer:
             for index in placement.gpus:
                 leaf = self._leaf_for(placement.node, index, kind, held, job)
                 self._check_leaf(job, held, leaf)
+                if leaf in leaves:
+                    raise ValueError(
+                        f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
+                    )
                 if kind == KIND_SHARED:
                     chain = leaf.chain
                     before = self.alloc.shortage(chain)
@@ -1018,11 +1121,12 @@ class CellPlacer:
                     if not self.alloc.no_worse(chain, before):
                         raise ValueError(f"{job.key}: shared cell {leaf.address} is owed to a VC")
                     held.shared.append(res)
-                self._own(leaf, job.key, held)
                 leaves.append(leaf)
+            self._own_many(leaves, job.key, held)
             self.j.setitem(held.pods, placement.pod, placement)
             self.j.setitem(held.leaves, placement.pod, leaves)
             self.j.setitem(held.requests, placement.pod, pod.request)
+            self.j.set(self, "_allocated", self._allocated + pod.request)
 
     def _leaf_for(self, node: str, index: int, kind: str, held: _Held, job: Job) -> Cell:
         leaf = self.topo.leaf_at.get((node, index))
@@ -1072,6 +1176,8 @@ class CellPlacer:
     def _release(self, key: str) -> None:
         held = self._held[key]
         touched: dict[int, Reservation] = {}
+        for request in held.requests.values():
+            self.j.set(self, "_allocated", self._allocated - request)
         for leaves in held.leaves.values():
             for leaf in leaves:
                 if held.kind == KIND_VC and leaf.tag is not None:
@@ -1114,9 +1220,14 @@ class CellPlacer:
                 self.alloc.reserve_bad(cell)
                 affected.update(leaf.owner for leaf in cell.leaves if leaf.owner is not None)
         self.j.commit()
+        cap = self._node_caps.get(node)
         if healthy:
+            if node in self._bad and cap is not None:
+                self._capacity = self._capacity + cap
             self._bad.discard(node)
         else:
+            if node not in self._bad and cap is not None:
+                self._capacity = self._capacity - cap
             self._bad.add(node)
         self._version += 1
         return sorted(affected)
@@ -1125,6 +1236,16 @@ class CellPlacer:
 
     def check_invariants(self) -> None:
         self.alloc.check()
+        capacity = Resources()
+        for name, cap in self._node_caps.items():
+            if name not in self._bad:
+                capacity = capacity + cap
+        assert self._capacity == capacity, (self._capacity, capacity)
+        allocated = Resources()
+        for held in self._held.values():
+            for request in held.requests.values():
+                allocated = allocated + request
+        assert self._allocated == allocated, (self._allocated, allocated)
         owners: dict[int, str] = {}
         for key, held in self._held.items():
             assert held.info.key == key
