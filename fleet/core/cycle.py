@@ -53,7 +53,7 @@ from typing import Protocol, runtime_checkable
 from fleet.core import resources
 from fleet.core.jobs import Job, Mode, Pod, sort_key
 from fleet.core.placement import Fit, NoFit, Placer, PodPlacement
-from fleet.core.quota import QuotaBlock
+from fleet.core.quota import QuotaBlock, QuotaTree
 from fleet.core.resources import ONE_JOB, Resources
 from fleet.core.state import Charge, Running, SchedulerState
 
@@ -311,15 +311,7 @@ class _Cycle:
         finally:
             for charges in removed:
                 for charge, run in charges:
-                    tree.admit(
-                        charge.key,
-                        run.job.queue,
-                        charge.request,
-                        charge.mode,
-                        priority=run.job.priority,
-                        seq=run.job.seq,
-                        preemptible=run.job.preemptible,
-                    )
+                    _charge(tree, run.job, charge)
 
     def uncharge(self, key: str) -> list[tuple[Charge, Running]]:
         run = self.state.running[key]
@@ -415,22 +407,15 @@ class _Cycle:
             self.unfeasible.clear()
             self.reclaim_failed.clear()
         request = job.request_of(plan.pods)
-        state.tree.admit(
-            job.key,
-            job.queue,
-            request,
-            plan.mode,
-            priority=job.priority,
-            seq=job.seq,
-            preemptible=job.preemptible,
-        )
+        charge = Charge(job.key, request, plan.mode)
+        _charge(state.tree, job, charge)
         if plan.mode is Mode.BORROWED:
             self.reclaim_failed.clear()  # a new borrowed job is a new reclaim candidate
         placer = state.placers[plan.fit.cluster]
         placer.bind(job, plan.mode, plan.fit)
         self.room.pop(plan.fit.cluster, None)
         run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
-        run.charges.append(Charge(job.key, request, plan.mode))
+        run.charges.append(charge)
         self.admitted.setdefault(job.queue, set()).add(job.key)
         self.admitted_keys.add(job.key)
         self.decisions.append(
@@ -468,15 +453,7 @@ class _Cycle:
                 if isinstance(fit, NoFit):
                     continue
                 charge = Charge(f"{job.key}#{len(run.charges) + 1}", request, verdict)
-                state.tree.admit(
-                    charge.key,
-                    job.queue,
-                    request,
-                    verdict,
-                    priority=job.priority,
-                    seq=job.seq,
-                    preemptible=job.preemptible,
-                )
+                _charge(state.tree, job, charge)
                 placer.bind(job, verdict, fit)
                 run.pods.extend(fit.pods)
                 run.charges.append(charge)
@@ -493,6 +470,19 @@ class _Cycle:
                     )
                 )
                 break
+
+
+def _charge(tree: QuotaTree, job: Job, charge: Charge) -> None:
+    """Charge one quota charge of ``job`` to the tree."""
+    tree.admit(
+        charge.key,
+        job.queue,
+        charge.request,
+        charge.mode,
+        priority=job.priority,
+        seq=job.seq,
+        preemptible=job.preemptible,
+    )
 
 
 def _smaller(job: Job) -> list[tuple[Pod, ...]]:
