@@ -1,4 +1,4 @@
-"""A hypothesis state machine over submit / cycle / finish / cancel / quota change.
+"""A hypothesis state machine over submit / cycle / finish / preempt / cancel / quota change.
 
 After every step: quota usage and placers agree with a recount, usage is
 never above ``max`` anywhere, no partial gang runs, and a reclaim never takes
@@ -92,6 +92,14 @@ class CycleMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.running)))
         self.state.finish(key)
+
+    @precondition(lambda self: bool(self.state.running))
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.state.running)))
+        self.state.requeue(key)
+        assert self.state.is_pending(key)
+        assert not any(p.holds(key) for p in self.state.placers.values())
 
     @precondition(lambda self: self.state.pending_count() > 0)
     @rule(data=st.data())
