@@ -1,0 +1,125 @@
+"""Free-capacity indexes of the cell allocator: counters, open tops, what-if takes, hints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.allocator import SHARED, Reservation
+from fleet.core.jobs import Job, Mode, ReplicaGroup
+from fleet.core.placement import Fit
+from fleet.core.resources import GPU, Resources
+
+
+def config(racks: int = 3, owed: int = 1) -> dict[str, Any]:
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
+                "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": 2},
+            },
+            "physicalCells": [
+                {"cellType": "RACK", "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in (0, 1)]}
+                for r in range(racks)
+            ],
+        },
+        "virtualClusters": {"a": {"virtualCells": [{"cellType": "RACK", "cellNumber": owed}]}},
+    }
+
+
+def job(key: str, queue: str, pods: int, gpus: int) -> Job:
+    return Job(f"t/{key}", queue, 10, 0, (ReplicaGroup("Worker", pods, Resources({GPU: gpus})),))
+
+
+def place(p: CellPlacer, j: Job) -> Fit:
+    fit = p.fit(j, j.pods, Mode.GUARANTEED)
+    assert isinstance(fit, Fit), fit
+    p.bind(j, Mode.GUARANTEED, fit)
+    p.check_invariants()
+    return fit
+
+
+def test_capacity_and_allocated_are_kept_incrementally() -> None:
+    p = CellPlacer("c", load_cell_config(config()))
+    assert p.capacity()[GPU] == 48 and not p.allocated()
+    place(p, job("x", "a", 2, 8))
+    place(p, job("y", "team", 1, 3))
+    assert p.allocated()[GPU] == 19
+    p.set_node_health("r2n1", False)
+    p.set_node_health("r2n1", False)  # twice: counted once
+    assert p.capacity()[GPU] == 40
+    p.check_invariants()
+    p.release("t/x")
+    assert p.allocated()[GPU] == 3
+    p.set_node_health("r2n1", True)
+    assert p.capacity()[GPU] == 48
+    p.check_invariants()
+
+
+def test_fit_leaves_counters_and_indexes_unchanged() -> None:
+    p = CellPlacer("c", load_cell_config(config()))
+    place(p, job("x", "team", 1, 3))
+    before = (p.allocated(), dict(p.alloc.open_tops["RACK"]), list(p.alloc.unres_total["RACK"]))
+    for queue in ("a", "team"):
+        j = job(f"q-{queue}", queue, 2, 8)
+        assert isinstance(p.fit(j, j.pods, Mode.GUARANTEED), Fit)
+    after = (p.allocated(), dict(p.alloc.open_tops["RACK"]), list(p.alloc.unres_total["RACK"]))
+    assert after == before
+    p.check_invariants()
+
+
+def test_open_tops_follow_reservations() -> None:
+    p = CellPlacer("c", load_cell_config(config(racks=2, owed=1)))
+    tops = p.topo.chain_tops["RACK"]
+    assert set(p.alloc.open_tops["RACK"]) == {t.id for t in tops}
+    place(p, job("x", "a", 2, 8))  # binds a whole rack to VC a
+    assert len(p.alloc.open_tops["RACK"]) == 1
+    assert p.alloc.unres_total["RACK"] == [16]
+    p.release("t/x")
+    assert set(p.alloc.open_tops["RACK"]) == {t.id for t in tops}
+    p.check_invariants()
+
+
+def test_shared_pool_is_rejected_by_the_counters_when_it_cannot_hold_the_gang() -> None:
+    # Two racks, one owed to VC a: the shared pool holds 16 GPUs, not 24.
+    p = CellPlacer("c", load_cell_config(config(racks=2, owed=1)))
+    big = job("big", "team", 3, 8)
+    fit = p.fit(big, big.pods, Mode.GUARANTEED)
+    assert not isinstance(fit, Fit)
+    assert "shared pool" in fit.reason
+    assert isinstance(place(p, job("ok", "team", 2, 8)), Fit)
+
+
+def test_take_delta_matches_real_takes() -> None:
+    p = CellPlacer("c", load_cell_config(config()))
+    alloc = p.alloc
+    node = p.topo.nodes["r1n0"][0]
+    picks = [node.leaves[0], node.leaves[1], node.leaves[2], p.topo.nodes["r1n1"][0].leaves[7]]
+    delta = alloc.take_delta("RACK", picks)
+    assert delta is not None
+    counts = [len(level) for level in alloc.free["RACK"]]
+    expected = [c + d for c, d in zip(counts, delta, strict=True)]
+    what_if = alloc.shortage("RACK", delta)
+    p.j.begin()
+    for leaf in picks:
+        alloc.take(leaf, Reservation(SHARED, leaf, job="t/z"))
+    assert [len(level) for level in alloc.free["RACK"]] == expected
+    assert alloc.shortage("RACK") == what_if
+    p.j.rollback()
+    assert alloc.take_delta("RACK", [picks[0], picks[0]]) is None
+    p.check_invariants()
+
+
+def test_lowest_level_is_a_lower_bound_reached_by_tight_fits() -> None:
+    p = CellPlacer("c", load_cell_config(config()))
+    cases = [((1, 1), 0), ((1, 2), 1), ((1, 3), 2), ((2, 4), 2), ((2, 8), 3), ((4, 8), 4)]
+    for (pods, gpus), level in cases:
+        j = job(f"l{pods}x{gpus}", "team", pods, gpus)
+        assert p.lowest_level(j, j.pods) == level, (pods, gpus)
+        fit = p.fit(j, j.pods, Mode.GUARANTEED)
+        assert isinstance(fit, Fit) and fit.level >= level
+        if (pods, gpus) != (4, 8):  # 32 GPUs span racks: level above the top
+            assert fit.level == level
+    zero = job("zero", "team", 2, 0)
+    assert p.lowest_level(zero, zero.pods) == 0
