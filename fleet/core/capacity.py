@@ -14,9 +14,11 @@ Theory of operation:
   rule a node out.  A pod without GPUs goes to the first node with room.
 * A gang is placed pod by pod on a scratch overlay; if one pod does not fit,
   nothing is placed (``NoFit``).  Asking never changes the placer.
-* With ``preempt=True`` victims are added one at a time in the order of
-  :func:`victim_order` (opportunistic, then borrowed, then lower-priority
-  guaranteed of the same queue; newest first) until the gang fits.
+* With ``preempt=True``, whenever a pod of the gang does not fit, the node
+  that can take it by preempting the fewest, then cheapest, further jobs
+  gives them up (cheapest in the order of :func:`victim_order`:
+  opportunistic, then borrowed, then lower-priority guaranteed jobs of the
+  same queue; newest first), until the gang fits or no node can.
 * A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
   SKU); a job without one lands anywhere.
 """
@@ -113,26 +115,61 @@ class CapacityPlacer:
             return self._fit(placed, ())
         if not preempt:
             return NoFit(self._cluster, self._why(job, pods))
-        candidates = sorted(
-            (
-                info
-                for info in self._candidates(job, mode)
-                if info.key not in released and info.key != job.key
-            ),
-            key=victim_order,
-        )
-        need = sum(p.gpus for p in pods)
-        free = self.free_gpus() + sum(sum(len(pp.gpus) for pp in self._held[k].pods) for k in freed)
+        # Victims are chosen where they help: when a pod does not fit, the node
+        # that can take it by preempting the fewest, cheapest jobs gives them up.
         victims: list[str] = []
-        for victim in candidates:
-            victims.append(victim.key)
-            free += sum(len(pp.gpus) for pp in self._held[victim.key].pods)
-            if free < need:
+        on_node: dict[str, list[RunningInfo]] = {}
+        for info in sorted(self._candidates(job, mode), key=victim_order):
+            if info.key in released or info.key == job.key:
                 continue
-            placed = self._try(job, pods, freed + victims)
+            for node_name in dict.fromkeys(pp.node for pp in self._held[info.key].pods):
+                on_node.setdefault(node_name, []).append(info)
+        while on_node:
+            overlay = self._overlay(freed + victims)
+            placed, failed = self._place(job, pods, overlay)
             if placed is not None:
                 return self._fit(placed, tuple(victims))
+            assert failed is not None
+            more = self._cheapest_room(job, failed, overlay, on_node, set(victims))
+            if more is None:
+                break
+            victims += more
         return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
+
+    def _cheapest_room(
+        self,
+        job: Job,
+        pod: Pod,
+        overlay: Mapping[str, tuple[dict[str, int], list[int]]],
+        on_node: Mapping[str, list[RunningInfo]],
+        taken: set[str],
+    ) -> list[str] | None:
+        """The fewest, cheapest further victims that make room for ``pod`` on one node."""
+        best: tuple[tuple[int, tuple[int, int, int]], list[str]] | None = None
+        for node_name, infos in on_node.items():
+            node = self._nodes[node_name]
+            if not self._sku_ok(job, node):
+                continue
+            free = dict(overlay[node_name][0] if node_name in overlay else node.free)
+            add: list[RunningInfo] = []
+            for info in infos:
+                if _fits(pod.request, free):
+                    break
+                if info.key in taken:
+                    continue
+                add.append(info)
+                held = self._held[info.key]
+                for pp, req in zip(held.pods, held.requests, strict=True):
+                    if pp.node == node_name:
+                        for name, amount in req.items():
+                            if name in free:
+                                free[name] += amount
+            if not add or not _fits(pod.request, free):
+                continue
+            cost = (len(add), max(victim_order(i) for i in add))
+            if best is None or cost < best[0]:
+                best = (cost, [i.key for i in add])
+        return best[1] if best else None
 
     def _candidates(self, job: Job, mode: Mode) -> list[RunningInfo]:
         """Running jobs that ``job`` in ``mode`` may preempt, from the indexes."""
@@ -174,35 +211,42 @@ class CapacityPlacer:
         self, job: Job, pods: Sequence[Pod], freed: Iterable[str]
     ) -> list[PodPlacement] | None:
         """Place ``pods`` on a scratch overlay; None if any pod does not fit."""
+        return self._place(job, pods, self._overlay(freed))[0]
+
+    def _overlay(self, freed: Iterable[str]) -> dict[str, tuple[dict[str, int], list[int]]]:
+        """Scratch state of the nodes that jobs in ``freed`` would give back."""
         overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
-
-        def state(node: _Node) -> tuple[dict[str, int], list[int]]:
-            if node.name not in overlay:
-                overlay[node.name] = (dict(node.free), list(node.free_gpus))
-            return overlay[node.name]
-
         for key in freed:
             held = self._held[key]
             for pp, req in zip(held.pods, held.requests, strict=True):
-                free, idx = state(self._nodes[pp.node])
+                free, idx = _scratch(self._nodes[pp.node], overlay)
                 for name, amount in req.items():
                     if name in free:
                         free[name] += amount
                 idx.extend(pp.gpus)
                 idx.sort()
+        return overlay
+
+    def _place(
+        self,
+        job: Job,
+        pods: Sequence[Pod],
+        overlay: dict[str, tuple[dict[str, int], list[int]]],
+    ) -> tuple[list[PodPlacement] | None, Pod | None]:
+        """Place ``pods`` one by one on ``overlay``: (placements, None) or (None, failed pod)."""
         placed: list[PodPlacement] = []
         for pod in pods:
             node = self._pick(job, pod, overlay)
             if node is None:
-                return None
-            free, idx = state(node)
+                return None, pod
+            free, idx = _scratch(node, overlay)
             for name, amount in pod.request.items():
                 if name in free:
                     free[name] -= amount
             gpus = tuple(idx[: pod.gpus])
             del idx[: pod.gpus]
             placed.append(PodPlacement(pod.name, node.name, gpus))
-        return placed
+        return placed, None
 
     def _pick(
         self, job: Job, pod: Pod, overlay: Mapping[str, tuple[dict[str, int], list[int]]]
@@ -327,6 +371,15 @@ class CapacityPlacer:
             assert len(node.free_gpus) == node.free.get(resources.GPU, len(node.free_gpus))
             assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
             assert name in self._buckets[len(node.free_gpus)], f"{name}: wrong bucket"
+
+
+def _scratch(
+    node: _Node, overlay: dict[str, tuple[dict[str, int], list[int]]]
+) -> tuple[dict[str, int], list[int]]:
+    """The node's scratch (free resources, free GPU indices), created on first use."""
+    if node.name not in overlay:
+        overlay[node.name] = (dict(node.free), list(node.free_gpus))
+    return overlay[node.name]
 
 
 def _fits(request: Resources, free: Mapping[str, int]) -> bool:

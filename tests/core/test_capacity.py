@@ -1,0 +1,123 @@
+"""The capacity-only placer: best fit by free GPUs, whole gangs, victims where they help."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.jobs import Job, Mode
+from fleet.core.placement import Fit, NoFit
+from fleet.core.resources import Resources
+from tests.core.factories import make_job, make_nodes
+
+
+def placer(nodes: int = 2, gpus: int = 8, **extra: str) -> CapacityPlacer:
+    return CapacityPlacer("c1", make_nodes(nodes, gpus=gpus, **extra))
+
+
+def bind(p: CapacityPlacer, job: Job, mode: Mode = Mode.GUARANTEED) -> Fit:
+    fit = p.fit(job, job.pods, mode)
+    assert isinstance(fit, Fit), fit
+    p.bind(job, mode, fit)
+    p.check_invariants()
+    return fit
+
+
+def test_gpu_indices_are_handed_out_lowest_first_and_never_twice() -> None:
+    p = placer(nodes=1)
+    first = bind(p, make_job("a", gpus=3))
+    second = bind(p, make_job("b", gpus=2))
+    assert first.pods[0].gpus == (0, 1, 2)
+    assert second.pods[0].gpus == (3, 4)
+
+
+def test_best_fit_prefers_the_fullest_node_that_still_fits() -> None:
+    p = placer(nodes=2)
+    bind(p, make_job("half", gpus=4))  # node-0 now has 4 free
+    fit = bind(p, make_job("small", gpus=2))
+    assert fit.pods[0].node == "node-0"
+
+
+def test_a_gang_is_placed_whole_or_not_at_all() -> None:
+    p = placer(nodes=2)
+    bind(p, make_job("blocker", gpus=4))
+    gang = make_job("gang", pods=2, gpus=8)
+    assert isinstance(p.fit(gang, gang.pods, Mode.GUARANTEED), NoFit)
+    assert p.allocated()["nvidia.com/gpu"] == 4
+
+
+def test_cpu_and_memory_limit_nodes_that_declare_them() -> None:
+    p = placer(nodes=1, gpus=8, cpu="4", memory="16Gi")
+    bind(p, make_job("a", gpus=1, cpu="3"))
+    fat = make_job("b", gpus=1, cpu="2")
+    assert isinstance(p.fit(fat, fat.pods, Mode.GUARANTEED), NoFit)
+
+
+def test_sku_jobs_only_land_on_nodes_of_that_sku() -> None:
+    nodes = {
+        "a100": Resources.parse({"nvidia.com/gpu": 8}),
+        "h100": Resources.parse({"nvidia.com/gpu": 8}),
+    }
+    p = CapacityPlacer("c1", nodes, skus={"a100": "A100", "h100": "H100"})
+    fit = bind(p, make_job("typed", gpus=2, sku="H100"))
+    assert fit.pods[0].node == "h100"
+
+
+def test_released_jobs_count_as_free() -> None:
+    p = placer(nodes=1)
+    bind(p, make_job("old", gpus=8))
+    new = make_job("new", gpus=8)
+    assert isinstance(p.fit(new, new.pods, Mode.GUARANTEED), NoFit)
+    fit = p.fit(new, new.pods, Mode.GUARANTEED, released=frozenset({"default/old"}))
+    assert isinstance(fit, Fit) and fit.victims == ()
+
+
+@pytest.mark.parametrize(
+    ("victim_mode", "victim_priority", "preemptor_mode", "expected"),
+    [
+        pytest.param(Mode.OPPORTUNISTIC, -1, Mode.BORROWED, True, id="anyone-preempts-oppo"),
+        pytest.param(Mode.BORROWED, 10, Mode.GUARANTEED, True, id="guaranteed-preempts-borrowed"),
+        pytest.param(Mode.BORROWED, 10, Mode.BORROWED, False, id="borrowed-spares-borrowed"),
+        pytest.param(Mode.GUARANTEED, 10, Mode.GUARANTEED, True, id="higher-priority-same-queue"),
+    ],
+)
+def test_victim_rules(
+    victim_mode: Mode, victim_priority: int, preemptor_mode: Mode, expected: bool
+) -> None:
+    p = placer(nodes=1)
+    bind(p, make_job("victim", gpus=8, priority=victim_priority), victim_mode)
+    job = make_job("preemptor", gpus=8, priority=100)
+    fit = p.fit(job, job.pods, preemptor_mode, preempt=True)
+    assert isinstance(fit, Fit) is expected
+    if expected:
+        assert isinstance(fit, Fit) and fit.victims == ("default/victim",)
+
+
+def test_guaranteed_jobs_of_other_queues_and_non_preemptible_jobs_are_never_victims() -> None:
+    p = placer(nodes=2)
+    bind(p, make_job("other-queue", queue="team-b", gpus=8, priority=10))
+    bind(p, make_job("crit", gpus=8, priority=10, preemptible=False))
+    job = make_job("preemptor", gpus=8, priority=100)
+    assert isinstance(p.fit(job, job.pods, Mode.GUARANTEED, preempt=True), NoFit)
+
+
+def test_victims_are_taken_on_one_node_where_they_make_room() -> None:
+    p = placer(nodes=2)
+    # node-0: two 4-GPU opportunistic jobs; node-1: eight 1-GPU opportunistic jobs.
+    for i in range(2):
+        bind(p, make_job(f"big-{i}", gpus=4, priority=-1), Mode.OPPORTUNISTIC)
+    for i in range(8):
+        bind(p, make_job(f"small-{i}", gpus=1, priority=-1), Mode.OPPORTUNISTIC)
+    job = make_job("eight", gpus=8, priority=10)
+    fit = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True)
+    assert isinstance(fit, Fit)
+    assert sorted(fit.victims) == ["default/big-0", "default/big-1"]
+    assert fit.pods[0].node == "node-0"
+
+
+def test_release_returns_everything() -> None:
+    p = placer(nodes=1)
+    bind(p, make_job("a", pods=2, gpus=4))
+    p.release("default/a")
+    p.check_invariants()
+    assert p.allocated() == Resources() and p.free_gpus() == 8 and not p.holds("default/a")
