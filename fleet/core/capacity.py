@@ -119,9 +119,15 @@ class CapacityPlacer:
         # that can take it by preempting the fewest, cheapest jobs gives them up.
         victims: list[str] = []
         on_node: dict[str, list[RunningInfo]] = {}
-        for info in sorted(self._candidates(job, mode), key=victim_order):
-            if info.key in released or info.key == job.key:
-                continue
+        candidates = [
+            info
+            for info in self._candidates(job, mode)
+            if info.key not in released and info.key != job.key
+        ]
+        room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
+        if room + sum(self._gpus_of(info.key) for info in candidates) < sum(p.gpus for p in pods):
+            return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
+        for info in sorted(candidates, key=victim_order):
             for node_name in dict.fromkeys(pp.node for pp in self._held[info.key].pods):
                 on_node.setdefault(node_name, []).append(info)
         while on_node:
@@ -135,6 +141,9 @@ class CapacityPlacer:
                 break
             victims += more
         return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
+
+    def _gpus_of(self, key: str) -> int:
+        return sum(len(pp.gpus) for pp in self._held[key].pods)
 
     def _cheapest_room(
         self,

@@ -26,8 +26,9 @@ Theory of operation:
    gang fit without preemption, least loaded first, stopping early at a fit
    as tight as the gang can be; the tightest fit wins (lowest cell level,
    least fragmentation, least loaded, name).  If none fits, clusters are
-   asked again with preemption allowed and the fit with the fewest, then
-   lowest-priority victims wins.  A gang that cannot start whole tries its
+   asked again with preemption allowed, least loaded first, until
+   :data:`PREEMPTION_CLUSTERS` of them can take the gang; the fit with the
+   fewest, then lowest-priority victims wins.  A gang that cannot start whole tries its
    gang minimum (``minAvailable``); a non-gang job starts with as many pods
    as fit and grows in later cycles.
 5. **Unfeasible shapes** (Armada): a job that cannot start is remembered by
@@ -103,6 +104,9 @@ class LevelHint(Protocol):
 
 
 _NO_SHARE = (2, 0.0)
+#: With preemption, the least loaded clusters are asked until this many can take
+#: the gang; the one with the fewest, then lowest-priority victims wins.
+PREEMPTION_CLUSTERS = 2
 _GUARANTEED, _BORROWED, _OPPORTUNISTIC = 0, 1, 2
 
 
@@ -362,14 +366,20 @@ class _Cycle:
     ) -> Fit | None:
         running = self.state.running
         best: tuple[tuple[int, int, int, float, str], Fit] | None = None
+        found = 0
         for load, placer in placers:
+            if found >= PREEMPTION_CLUSTERS:
+                break
             fit = placer.fit(job, pods, mode, preempt=True, released=released)
             if isinstance(fit, NoFit):
                 continue
+            found += 1
             top = max((running[v].job.priority for v in fit.victims if v in running), default=0)
             rank = (len(fit.victims), top, fit.level, load, placer.cluster)
             if best is None or rank < best[0]:
                 best = (rank, fit)
+            if len(fit.victims) <= 1 and top < 0:
+                break  # one opportunistic victim: no cluster can do better on victims
         return best[1] if best else None
 
     def candidates(self, job: Job) -> list[tuple[float, Placer]]:

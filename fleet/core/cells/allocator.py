@@ -36,7 +36,7 @@ try real takes and roll them back exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.cells.topology import Cell, Topology
@@ -67,11 +67,25 @@ class Reservation:
         return f"Reservation({self.kind}:{who}@{self.cell.address})"
 
 
+def _delitem(d: Any, key: Any, _unused: Any) -> None:
+    del d[key]
+
+
+def _setitem(d: Any, key: Any, value: Any) -> None:
+    d[key] = value
+
+
 class Journal:
-    """An undo log: every state change records how to revert it."""
+    """An undo log: every state change records how to revert it.
+
+    The log is flat — ``obj, key, old value, undo function`` per change, appended
+    with one ``extend`` — so a change allocates no tuple that outlives it (a bind
+    of a large gang logs thousands of changes; tuples kept until commit would be
+    garbage-collector work).
+    """
 
     def __init__(self) -> None:
-        self._log: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
+        self._log: list[Any] | None = None
 
     def begin(self) -> None:
         assert self._log is None, "nested transaction"
@@ -81,39 +95,55 @@ class Journal:
         self._log = None
 
     def rollback(self) -> None:
+        assert self._log is not None
+        self.undo_to(0)
+        self._log = None
+
+    def mark(self) -> int:
+        """A point of the open transaction that :meth:`undo_to` can return to."""
+        assert self._log is not None
+        return len(self._log)
+
+    def undo_to(self, mark: int) -> None:
+        """Revert every change made since ``mark`` (newest first)."""
         log = self._log
         assert log is not None
-        self._log = None
-        for fn, args in reversed(log):
-            fn(*args)
+        pop = log.pop
+        while len(log) > mark:
+            fn = pop()
+            old = pop()
+            key = pop()
+            fn(pop(), key, old)
 
     def set(self, obj: Any, attr: str, value: Any) -> None:
         if self._log is not None:
-            self._log.append((setattr, (obj, attr, getattr(obj, attr))))
+            self._log.extend((obj, attr, getattr(obj, attr), setattr))
         setattr(obj, attr, value)
 
     def add(self, obj: Any, attr: str, delta: int) -> None:
+        old = getattr(obj, attr)
         if self._log is not None:
-            self._log.append((setattr, (obj, attr, getattr(obj, attr))))
-        setattr(obj, attr, getattr(obj, attr) + delta)
+            self._log.extend((obj, attr, old, setattr))
+        setattr(obj, attr, old + delta)
 
     def setitem(self, d: Any, key: Any, value: Any) -> None:
         if self._log is not None:
             if key in d:
-                self._log.append((d.__setitem__, (key, d[key])))
+                self._log.extend((d, key, d[key], _setitem))
             else:
-                self._log.append((d.pop, (key,)))
+                self._log.extend((d, key, None, _delitem))
         d[key] = value
 
     def delitem(self, d: Any, key: Any) -> None:
         if self._log is not None:
-            self._log.append((d.__setitem__, (key, d[key])))
+            self._log.extend((d, key, d[key], _setitem))
         del d[key]
 
     def listitem(self, lst: list[int], index: int, delta: int) -> None:
+        old = lst[index]
         if self._log is not None:
-            self._log.append((lst.__setitem__, (index, lst[index])))
-        lst[index] += delta
+            self._log.extend((lst, index, old, _setitem))
+        lst[index] = old + delta
 
 
 class Allocator:

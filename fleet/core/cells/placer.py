@@ -153,6 +153,7 @@ class CellPlacer:
                 self.free_leaves += node.size
                 self.whole_free_leaves += node.size
         self._subcells: dict[int, list[Cell]] = {}
+        self._marks: list[int] = []  # nested undo scopes (journal marks)
         # Cells at a level under a cell, cached.
         self._at_level: dict[tuple[int, int], list[Cell]] = {}
 
@@ -971,26 +972,11 @@ class CellPlacer:
     # -- state changes --------------------------------------------------------------------
 
     def _mark(self) -> None:
-        """Start a nested undo scope (a sub-list of the journal)."""
-        log = self.j._log
-        assert log is not None
-        self._marks.append(len(log))
+        """Start a nested undo scope (a suffix of the journal)."""
+        self._marks.append(self.j.mark())
 
     def _undo(self) -> None:
-        log = self.j._log
-        assert log is not None
-        mark = self._marks.pop()
-        while len(log) > mark:
-            fn, args = log.pop()
-            fn(*args)
-
-    @property
-    def _marks(self) -> list[int]:
-        marks: list[int] | None = getattr(self, "_mark_stack", None)
-        if marks is None:
-            marks = []
-            self._mark_stack = marks
-        return marks
+        self.j.undo_to(self._marks.pop())
 
     def _own(self, leaf: Cell, key: str, held: _Held | None) -> None:
         j = self.j
@@ -1099,6 +1085,8 @@ class CellPlacer:
             if not self.alloc.no_worse(chain, before):
                 raise ValueError(f"{job.key}: binding {cell.address} would break a VC guarantee")
         by_pod = {p.name: p for p in job.pods}
+        # Shared pool: shortage per chain before the takes (checked once, after them).
+        shared_before: dict[str, list[int]] = {}
         for placement in fit.pods:
             pod = by_pod.get(placement.pod)
             if pod is None:
@@ -1113,20 +1101,49 @@ class CellPlacer:
                     raise ValueError(
                         f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
                     )
-                if kind == KIND_SHARED:
-                    chain = leaf.chain
-                    before = self.alloc.shortage(chain)
-                    res = Reservation(alloc_mod.SHARED, leaf, job=job.key)
-                    self.alloc.take(leaf, res)
-                    if not self.alloc.no_worse(chain, before):
-                        raise ValueError(f"{job.key}: shared cell {leaf.address} is owed to a VC")
-                    held.shared.append(res)
                 leaves.append(leaf)
+            if kind == KIND_SHARED and leaves:
+                self._take_shared(job.key, held, leaves, shared_before)
             self._own_many(leaves, job.key, held)
             self.j.setitem(held.pods, placement.pod, placement)
             self.j.setitem(held.leaves, placement.pod, leaves)
             self.j.setitem(held.requests, placement.pod, pod.request)
             self.j.set(self, "_allocated", self._allocated + pod.request)
+        for chain, before in shared_before.items():
+            if not self.alloc.no_worse(chain, before):
+                raise ValueError(f"{job.key}: shared cells in chain {chain} are owed to a VC")
+
+    def _take_shared(
+        self, key: str, held: _Held, leaves: list[Cell], before: dict[str, list[int]]
+    ) -> None:
+        """Reserve one pod's (unreserved) leaves for ``key``, whole cells at a time.
+
+        The leaves are covered by their maximal wholly chosen cells, taken in the
+        order of their first leaf: the free lists end up exactly as with one take per
+        leaf (same free roots, pushed in the same order).  The caller compares the
+        shortage after all takes with ``before``; that is the same answer as checking
+        after every take, because one take changes the shortage vector only by raising
+        the highest level it changes (so "no level grew at any step" holds iff the
+        vector is unchanged at the end, iff no level grew overall).
+        """
+        alloc = self.alloc
+        chain = leaves[0].chain
+        if chain not in before:
+            before[chain] = alloc.shortage(chain)
+        chosen = {leaf.id for leaf in leaves}
+        covered: set[int] = set()
+        for leaf in leaves:
+            if leaf.id in covered:
+                continue
+            cell = leaf
+            parent = cell.parent
+            while parent is not None and all(c.id in chosen for c in parent.leaves):
+                cell = parent
+                parent = cell.parent
+            res = Reservation(alloc_mod.SHARED, cell, job=key)
+            alloc.take(cell, res)
+            held.shared.append(res)
+            covered.update(c.id for c in cell.leaves)
 
     def _leaf_for(self, node: str, index: int, kind: str, held: _Held, job: Job) -> Cell:
         leaf = self.topo.leaf_at.get((node, index))
