@@ -143,9 +143,21 @@ class _Cycle:
     admitted_keys: set[str] = field(default_factory=set)
     blocked: set[str] = field(default_factory=set)  # StrictFIFO queues stopped this cycle
     phase: int = 0
+    shares: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     # Fairness ----------------------------------------------------------------
     def share(self, queue: str) -> tuple[int, float]:
+        """The queue's fairness key; cached until its usage changes (:meth:`touch`)."""
+        known = self.shares.get(queue)
+        if known is None:
+            known = self.shares[queue] = self._share(queue)
+        return known
+
+    def touch(self, queue: str) -> None:
+        """The usage of ``queue`` changed: forget its fairness key."""
+        self.shares.pop(queue, None)
+
+    def _share(self, queue: str) -> tuple[int, float]:
         tree = self.state.tree
         used = tree.used(queue)
         basis: Resources | None = tree.min_of(queue)
@@ -413,6 +425,7 @@ class _Cycle:
                     why = f"preempted by {job.key} (priority {job.priority})"
                 self.decisions.append(Preempt(key, run.job.queue, why, self.now))
             self.room.pop(run.cluster, None)
+            self.touch(run.job.queue)
             self.requeued.append(state.finish(key))
             self.unfeasible.clear()
             self.reclaim_failed.clear()
@@ -426,6 +439,7 @@ class _Cycle:
         self.room.pop(plan.fit.cluster, None)
         run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
         run.charges.append(charge)
+        self.touch(job.queue)
         self.admitted.setdefault(job.queue, set()).add(job.key)
         self.admitted_keys.add(job.key)
         self.decisions.append(

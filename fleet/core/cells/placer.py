@@ -488,6 +488,10 @@ class CellPlacer:
         victims: set[str] = set()
         new_bound: list[Cell] = []
         used_containers: list[Reservation] = []
+        # Leaves picked so far per bound cell: without victims or released jobs a cell
+        # whose unowned leaves minus the picked ones cannot hold a pod is skipped.
+        picked: dict[int, int] = {}
+        counted = not ctx.preempt and not ctx.released
         self._mark()
         try:
             for idx, k in demands:
@@ -500,7 +504,10 @@ class CellPlacer:
                     key=lambda r: (r not in used_containers, r.cell.id),
                 )
                 for res in bound:
-                    placed = self._pack(res.cell, res, [(idx, k)], ctx, False)
+                    cell = res.cell
+                    if counted and cell.size - cell.used - picked.get(cell.id, 0) < k:
+                        continue
+                    placed = self._pack(cell, res, [(idx, k)], ctx, False)
                     if placed is not None:
                         if res not in used_containers:
                             used_containers.append(res)
@@ -522,6 +529,10 @@ class CellPlacer:
                 leaves[idx] = placed.leaves[idx]
                 victims |= placed.victims
                 ctx.taken.update(leaf.id for leaf in placed.leaves[idx])
+                for leaf in placed.leaves[idx]:
+                    tag = leaf.tag
+                    if tag is not None:
+                        picked[tag.cell.id] = picked.get(tag.cell.id, 0) + 1
             choice = _Choice(leaves, (len(victims), len(new_bound)), victims)
             return choice, new_bound
         finally:
@@ -629,14 +640,8 @@ class CellPlacer:
             if suggested is not None and node_cell.node not in suggested:
                 continue
             leaves = node.leaves
-            if (
-                not ctx.preempt
-                and not released
-                and not taken
-                and want is not ANY
-                and node.used == node.size
-            ):
-                continue
+            if node.used == node.size and not ctx.preempt and not released:
+                continue  # every leaf owned, and no owner leaves
             free: list[Cell] = []
             vict: list[Cell] = []
             reserved = 0
