@@ -28,7 +28,8 @@ Theory of operation:
   is accepted by :meth:`QuotaTree.check_invariants` up to the usage at the
   time of the change, and :meth:`QuotaTree.classify` never adds to it.
 
-See docs/decisions/0001-quota-semantics.md for the choices DESIGN.md left open.
+The tree's rules live in :mod:`fleet.core.quota_rules`.  See
+docs/decisions/0001-quota-semantics.md for the choices DESIGN.md left open.
 """
 
 from __future__ import annotations
@@ -39,37 +40,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.core.jobs import Mode
-from fleet.core.resources import MAX_JOBS, ZERO, Resources, format_quantity
 
-
-@dataclass(frozen=True, slots=True)
-class QuotaNodeSpec:
-    """One node of an ElasticQuotaTree as written (already parsed to exact values).
-
-    ``max`` of None means the node sets no limit of its own; a ``max`` that
-    names some resources limits only those.  ``path`` is the field path of the
-    node in its document (``spec.root.children[0]``) for error messages.
-    """
-
-    name: str
-    min: Resources = ZERO
-    max: Resources | None = None
-    namespaces: tuple[str, ...] = ()
-    children: tuple[QuotaNodeSpec, ...] = ()
-    path: str = "spec.root"
-
-
-class QuotaError(ValueError):
-    """An invalid quota tree or quota change; names the node, resource and field path."""
-
-    path: str
-    node: str | None
-
-    def __init__(self, message: str, *, path: str, node: str | None = None) -> None:
-        super().__init__(f"{message} ({path})")
-        self.path = path
-        self.node = node
-
+# QuotaNodeSpec and QuotaError are part of this module's API.
+from fleet.core.quota_rules import QuotaError as QuotaError
+from fleet.core.quota_rules import QuotaNodeSpec as QuotaNodeSpec
+from fleet.core.quota_rules import fmt, validate
+from fleet.core.resources import MAX_JOBS, Resources, format_quantity
 
 #: QuotaBlock kinds.
 MAX: Final = "max"
@@ -136,102 +112,6 @@ class _Unchanged:
 UNCHANGED: Final = _Unchanged()
 
 
-def _fmt(resource: str, amount: int) -> str:
-    return f"{resource} {format_quantity(resource, amount)}"
-
-
-def _validate(root: QuotaNodeSpec) -> list[str]:
-    """Check every rule of the tree; raise :class:`QuotaError` on the first break.
-
-    Returns the non-fatal warnings.
-    """
-    seen: dict[str, str] = {}
-    ns_owner: dict[str, str] = {}
-
-    def visit(node: QuotaNodeSpec, parent: QuotaNodeSpec | None) -> None:
-        name = node.name
-        if not name:
-            raise QuotaError(
-                "node '': a node name must not be empty", path=f"{node.path}.name", node=name
-            )
-        if name in seen:
-            raise QuotaError(
-                f"node {name!r}: duplicate node name (first defined at {seen[name]})",
-                path=f"{node.path}.name",
-                node=name,
-            )
-        seen[name] = node.path
-        for field, vec in (("min", node.min), ("max", node.max)):
-            if vec is None:
-                continue
-            for r, v in vec.items():
-                if v < 0:
-                    raise QuotaError(
-                        f"node {name!r}: {field} {_fmt(r, v)} is negative",
-                        path=f"{node.path}.{field}",
-                        node=name,
-                    )
-        if node.max is not None:
-            for r, cap in node.max.items():
-                if node.min[r] > cap:
-                    raise QuotaError(
-                        f"node {name!r}: min {_fmt(r, node.min[r])} is above max "
-                        f"{format_quantity(r, cap)}",
-                        path=f"{node.path}.min",
-                        node=name,
-                    )
-        if parent is not None and parent.max is not None and node.max is not None:
-            for r, cap in node.max.items():
-                if r in parent.max and cap > parent.max[r]:
-                    raise QuotaError(
-                        f"node {name!r}: max {_fmt(r, cap)} is above the max "
-                        f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
-                        path=f"{node.path}.max",
-                        node=name,
-                    )
-        if node.children and node.namespaces:
-            raise QuotaError(
-                f"node {name!r}: only leaves own namespaces, but it has children",
-                path=f"{node.path}.namespaces",
-                node=name,
-            )
-        for i, ns in enumerate(node.namespaces):
-            owner = ns_owner.get(ns)
-            if owner is not None and owner != name:
-                raise QuotaError(
-                    f"node {name!r}: namespace {ns!r} already belongs to leaf {owner!r}",
-                    path=f"{node.path}.namespaces[{i}]",
-                    node=name,
-                )
-            ns_owner[ns] = name
-        for child in node.children:
-            visit(child, node)
-        if node.children:
-            total: dict[str, int] = {}
-            for child in node.children:
-                for r, v in child.min.items():
-                    total[r] = total.get(r, 0) + v
-            for r, v in total.items():
-                if v > node.min[r]:
-                    raise QuotaError(
-                        f"node {name!r}: children's min {_fmt(r, v)} in sum is above its "
-                        f"min {format_quantity(r, node.min[r])}",
-                        path=f"{node.path}.min",
-                        node=name,
-                    )
-
-    visit(root, None)
-    warnings: list[str] = []
-    if (root.max is None and root.min) or (root.max is not None and root.min != root.max):
-        shown_max = "unlimited" if root.max is None else root.max.to_quantities()
-        warnings.append(
-            f"root node {root.name!r}: min {root.min.to_quantities()} differs from max "
-            f"{shown_max}; the root's max is the capacity being shared, usually min = max "
-            f"({root.path})"
-        )
-    return warnings
-
-
 def _add(counter: dict[str, int], vec: Iterable[tuple[str, int]], sign: int) -> None:
     for r, v in vec:
         counter[r] = counter.get(r, 0) + sign * v
@@ -273,7 +153,7 @@ class QuotaTree:
     @classmethod
     def build(cls, root: QuotaNodeSpec) -> QuotaTree:
         """Validate ``root`` and return an empty-usage tree; raise :class:`QuotaError`."""
-        warnings = _validate(root)
+        warnings = validate(root)
         self = cls.__new__(cls)
         self.warnings = warnings
         self._names = []
@@ -800,7 +680,7 @@ class QuotaTree:
         """
         i = self._node(name)
         spec = self._spec_with(i, min, max, None if namespaces is None else tuple(namespaces))
-        warnings = _validate(spec)
+        warnings = validate(spec)
         self.warnings = warnings
         if min is not None:
             self._min[i] = min
@@ -854,7 +734,7 @@ class QuotaTree:
             for r, cap in mx.items():
                 allowed = max(cap, self._over[m].get(r, cap))
                 assert used[m].get(r, 0) <= allowed, (
-                    f"{name}: {_fmt(r, used[m].get(r, 0))} used is above max "
+                    f"{name}: {fmt(r, used[m].get(r, 0))} used is above max "
                     f"{format_quantity(r, allowed)}"
                 )
         for ns, i in self._ns_map.items():

@@ -1,0 +1,141 @@
+"""The rules an ElasticQuotaTree must keep, checked before any tree is used.
+
+Theory of operation: :func:`validate` walks a :class:`QuotaNodeSpec` tree once,
+depth first in document order, and raises :class:`QuotaError` at the first
+broken rule, naming the node, the resource and the field path: unique node
+names; namespaces only on leaves and in one leaf; the children's ``min`` sum
+within the parent's ``min``; a child's ``max`` within its parent's (an absent
+``max`` is never above anything); ``min <= max``; no negative quantity.  A root
+whose ``min`` differs from its ``max`` is accepted with a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.core.resources import ZERO, Resources, format_quantity
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaNodeSpec:
+    """One node of an ElasticQuotaTree as written (already parsed to exact values).
+
+    ``max`` of None means the node sets no limit of its own; a ``max`` that
+    names some resources limits only those.  ``path`` is the field path of the
+    node in its document (``spec.root.children[0]``) for error messages.
+    """
+
+    name: str
+    min: Resources = ZERO
+    max: Resources | None = None
+    namespaces: tuple[str, ...] = ()
+    children: tuple[QuotaNodeSpec, ...] = ()
+    path: str = "spec.root"
+
+
+class QuotaError(ValueError):
+    """An invalid quota tree or quota change; names the node, resource and field path."""
+
+    path: str
+    node: str | None
+
+    def __init__(self, message: str, *, path: str, node: str | None = None) -> None:
+        super().__init__(f"{message} ({path})")
+        self.path = path
+        self.node = node
+
+
+def fmt(resource: str, amount: int) -> str:
+    return f"{resource} {format_quantity(resource, amount)}"
+
+
+def validate(root: QuotaNodeSpec) -> list[str]:
+    """Check every rule of the tree; raise :class:`QuotaError` on the first break.
+
+    Returns the non-fatal warnings.
+    """
+    seen: dict[str, str] = {}
+    ns_owner: dict[str, str] = {}
+
+    def visit(node: QuotaNodeSpec, parent: QuotaNodeSpec | None) -> None:
+        name = node.name
+        if not name:
+            raise QuotaError(
+                "node '': a node name must not be empty", path=f"{node.path}.name", node=name
+            )
+        if name in seen:
+            raise QuotaError(
+                f"node {name!r}: duplicate node name (first defined at {seen[name]})",
+                path=f"{node.path}.name",
+                node=name,
+            )
+        seen[name] = node.path
+        for field, vec in (("min", node.min), ("max", node.max)):
+            if vec is None:
+                continue
+            for r, v in vec.items():
+                if v < 0:
+                    raise QuotaError(
+                        f"node {name!r}: {field} {fmt(r, v)} is negative",
+                        path=f"{node.path}.{field}",
+                        node=name,
+                    )
+        if node.max is not None:
+            for r, cap in node.max.items():
+                if node.min[r] > cap:
+                    raise QuotaError(
+                        f"node {name!r}: min {fmt(r, node.min[r])} is above max "
+                        f"{format_quantity(r, cap)}",
+                        path=f"{node.path}.min",
+                        node=name,
+                    )
+        if parent is not None and parent.max is not None and node.max is not None:
+            for r, cap in node.max.items():
+                if r in parent.max and cap > parent.max[r]:
+                    raise QuotaError(
+                        f"node {name!r}: max {fmt(r, cap)} is above the max "
+                        f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
+                        path=f"{node.path}.max",
+                        node=name,
+                    )
+        if node.children and node.namespaces:
+            raise QuotaError(
+                f"node {name!r}: only leaves own namespaces, but it has children",
+                path=f"{node.path}.namespaces",
+                node=name,
+            )
+        for i, ns in enumerate(node.namespaces):
+            owner = ns_owner.get(ns)
+            if owner is not None and owner != name:
+                raise QuotaError(
+                    f"node {name!r}: namespace {ns!r} already belongs to leaf {owner!r}",
+                    path=f"{node.path}.namespaces[{i}]",
+                    node=name,
+                )
+            ns_owner[ns] = name
+        for child in node.children:
+            visit(child, node)
+        if node.children:
+            total: dict[str, int] = {}
+            for child in node.children:
+                for r, v in child.min.items():
+                    total[r] = total.get(r, 0) + v
+            for r, v in total.items():
+                if v > node.min[r]:
+                    raise QuotaError(
+                        f"node {name!r}: children's min {fmt(r, v)} in sum is above its "
+                        f"min {format_quantity(r, node.min[r])}",
+                        path=f"{node.path}.min",
+                        node=name,
+                    )
+
+    visit(root, None)
+    warnings: list[str] = []
+    if (root.max is None and root.min) or (root.max is not None and root.min != root.max):
+        shown_max = "unlimited" if root.max is None else root.max.to_quantities()
+        warnings.append(
+            f"root node {root.name!r}: min {root.min.to_quantities()} differs from max "
+            f"{shown_max}; the root's max is the capacity being shared, usually min = max "
+            f"({root.path})"
+        )
+    return warnings
