@@ -7,16 +7,25 @@ quota and cells that earlier admissions took.
 
 Theory of operation:
 
-1. **Fair order across queues.**  Queues sit in a heap keyed by their
-   *share*: the largest ratio, over the resources the queue's ``min`` names,
-   of what it uses to what it is guaranteed (a queue without ``min`` uses its
-   ``max``; without either it sorts last).  The queue furthest below its share
-   is served first; after every admission its key is recomputed (lazily: a
-   stale key is re-pushed when popped).  Many gangs are admitted per cycle,
-   not one head per queue (Kueue's known bottleneck).
-2. **Within a queue**, jobs are taken in priority order, then submission
-   order.  A ``StrictFIFO`` queue stops at the first job that cannot start;
-   a ``BestEffortFIFO`` queue (the default) lets smaller jobs behind it try.
+1. **Three passes.**  First every queue's work that fits within its ``min``
+   (guaranteed), then borrowing, then opportunistic jobs on what is left: a
+   queue does not borrow what another queue is owed in the same cycle, and
+   nothing is started only to be reclaimed by a job behind it.  A job that
+   would have to borrow is deferred to the second pass together with every
+   job behind it in its queue, so each queue keeps its own order.  If a job
+   admitted earlier in the cycle still has to make room for a later one, its
+   admission is withdrawn (a ``Wait`` "displaced by ...") rather than
+   reported as started and preempted.
+2. **Fair order across queues.**  In each pass, queues sit in a heap keyed by
+   their *share*: the largest ratio, over the resources the queue's ``min``
+   names, of what it uses to what it is guaranteed (a queue without ``min``
+   uses its ``max``; without either it sorts last).  The queue furthest below
+   its share is served first; its key is recomputed after each admission
+   (lazily: a stale key is re-pushed when popped).  Many gangs are admitted
+   per cycle, not one head per queue (Kueue's known bottleneck).  Within a
+   queue, jobs are taken in priority order, then submission order.  A
+   ``StrictFIFO`` queue stops at the first job that cannot start; a
+   ``BestEffortFIFO`` queue (the default) lets the jobs behind it try.
 3. **Quota** (:class:`~fleet.core.quota.QuotaTree`) classifies the job as
    guaranteed, borrowed or opportunistic.  When a ``max`` blocks a job,
    reclaim (borrowed jobs of other queues, for a job within its ``min``) and
@@ -28,9 +37,9 @@ Theory of operation:
    least fragmentation, least loaded, name).  If none fits, clusters are
    asked again with preemption allowed, least loaded first, until
    :data:`PREEMPTION_CLUSTERS` of them can take the gang; the fit with the
-   fewest, then lowest-priority victims wins.  A gang that cannot start whole tries its
-   gang minimum (``minAvailable``); a non-gang job starts with as many pods
-   as fit and grows in later cycles.
+   fewest, then lowest-priority victims wins.  A gang that cannot start
+   whole tries its gang minimum (``minAvailable``); a non-gang job starts
+   with as many pods as fit and grows in later cycles.
 5. **Unfeasible shapes** (Armada): a job that cannot start is remembered by
    its shape (queue, replicas, gang size, priority, SKU, allowed clusters)
    for the rest of the cycle, so identical jobs behind it wait for the same

@@ -1000,10 +1000,16 @@ class CellPlacer:
             j.add(leaf.tag, "gused", 1)
 
     def _own_many(self, leaves: list[Cell], key: str, held: _Held) -> None:
-        """``_own`` for several unowned leaves, each ancestor's counter updated once."""
+        """``_own`` for several unowned leaves, each ancestor's counter updated once.
+
+        Cells below a node are counted per leaf; the node and the cells above it once
+        per node (a pod's leaves are in one node).
+        """
         j = self.j
-        counts: dict[int, tuple[Cell, int]] = {}
-        gused: dict[int, tuple[Reservation, int]] = {}
+        log = j.log
+        below: dict[Cell, int] = {}
+        per_node: dict[Cell, int] = {}
+        gused: dict[Reservation, int] = {}
         free = whole = 0
         guaranteed = held.kind in (KIND_VC, KIND_PIN)
         for leaf in leaves:
@@ -1011,25 +1017,36 @@ class CellPlacer:
             assert node is not None
             if node.healthy:
                 free += 1
-                if node.used == 0 and node.id not in counts:
+                if node.used == 0 and node not in per_node:
                     whole += node.size
-            j.set(leaf, "owner", key)
-            c: Cell | None = leaf
-            while c is not None:
-                entry = counts.get(c.id)
-                counts[c.id] = (c, 1 if entry is None else entry[1] + 1)
-                c = c.parent
+            if log is not None:
+                log.extend((leaf, "owner", leaf.owner, setattr))
+            leaf.owner = key
+            if node is leaf:
+                per_node[leaf] = 1
+            else:
+                c = leaf
+                while c is not node:
+                    below[c] = below.get(c, 0) + 1
+                    parent = c.parent
+                    assert parent is not None
+                    c = parent
+                per_node[node] = per_node.get(node, 0) + 1
             tag = leaf.tag
             if guaranteed and tag is not None:
-                gentry = gused.get(id(tag))
-                gused[id(tag)] = (tag, 1 if gentry is None else gentry[1] + 1)
+                gused[tag] = gused.get(tag, 0) + 1
         if free:
             j.add(self, "free_leaves", -free)
         if whole:
             j.add(self, "whole_free_leaves", -whole)
-        for cell, n in counts.values():
+        for cell, n in below.items():
             j.add(cell, "used", n)
-        for res, n in gused.values():
+        for node, n in per_node.items():
+            up: Cell | None = node
+            while up is not None:
+                j.add(up, "used", n)
+                up = up.parent
+        for res, n in gused.items():
             j.add(res, "gused", n)
 
     def _unown(self, leaf: Cell) -> None:
