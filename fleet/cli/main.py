@@ -8,6 +8,9 @@ never calls ``sys.exit`` itself, so tests call ``main([...])`` directly.
 server uses (:mod:`fleet.spec`), prints every error (document index and field
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
+``check jobs`` routes jobs with ``--quota`` and checks cluster affinity and
+GPU types with ``--clusters``.  A file that cannot be read (missing, a
+directory, not UTF-8) is one plain error line naming it, for ``plan`` too.
 ``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
 """
 
@@ -22,14 +25,25 @@ from pathlib import Path
 from fleet.core import quota
 from fleet.spec import convert
 from fleet.spec.errors import SpecError, SpecIssue
+from fleet.spec.models import MemberClusterModel
 
 
 def _read(path: str) -> str | None:
+    """The file's text, or None after saying on stderr why it cannot be read."""
     try:
         return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"error: {path}: {e}", file=sys.stderr)
-        return None
+    except FileNotFoundError:
+        why = "no such file"
+    except IsADirectoryError:
+        why = "is a directory, not a file"
+    except PermissionError:
+        why = "permission denied"
+    except OSError as e:
+        why = e.strerror or str(e)
+    except UnicodeDecodeError as e:
+        why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+    print(f"error: {path}: {why}", file=sys.stderr)
+    return None
 
 
 def _report(path: str, issues: Sequence[SpecIssue]) -> int:
@@ -44,7 +58,11 @@ def _warn(path: str, warnings: Sequence[str]) -> None:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+    if n == 1:
+        return f"{n} {word}"
+    if word.endswith("y") and word[-2:-1] not in ("a", "e", "o", "u"):
+        return f"{n} {word[:-1]}ies"
+    return f"{n} {word}s"
 
 
 def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
@@ -91,12 +109,22 @@ def _check_jobs(args: argparse.Namespace) -> int:
         tree, rc = _load_tree(args.quota)
         if tree is None:
             return rc or 1
+    clusters: list[MemberClusterModel] = []
+    if args.clusters is not None:
+        clusters_text = _read(args.clusters)
+        if clusters_text is None:
+            return 1
+        try:
+            clusters = convert.load_clusters(clusters_text)
+        except SpecError as e:
+            return _report(args.clusters, e.issues)
     text = _read(args.file)
     if text is None:
         return 1
-    n_jobs, n_policies, issues = convert.check_submission(text, tree)
+    n_jobs, n_policies, issues = convert.check_submission(text, tree, clusters)
     if issues:
         return _report(args.file, issues)
+    _warn(args.file, [str(w) for w in convert.submission_warnings(text)])
     routed = "queues routed" if tree is not None else "queues not routed (no --quota)"
     print(
         f"OK: {args.file}: {_plural(n_jobs, 'PyTorchJob')}, "
@@ -106,6 +134,11 @@ def _check_jobs(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    # Unreadable files (missing, a directory, not UTF-8) are refused here, each
+    # with its path, before the planner reads them.
+    for path in (args.quota, args.clusters, args.jobs, args.running):
+        if path is not None and _read(path) is None:
+            return 1
     # Lazy: the planner pulls in the whole core, and `check` must not need it.
     plan = importlib.import_module("fleet.cli.plan")
     run: Callable[[argparse.Namespace], int] = plan.run
@@ -126,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     j = what.add_parser("jobs", help="PyTorchJobs and PropagationPolicies (a submission)")
     j.add_argument("file", metavar="FILE")
     j.add_argument("--quota", metavar="TREE", help="route every job to a queue of this tree")
+    j.add_argument(
+        "--clusters",
+        metavar="CLUSTERS",
+        help="check cluster affinity and GPU types against these MemberClusters",
+    )
     j.set_defaults(handler=_check_jobs)
     c = what.add_parser("clusters", help="a MemberCluster file")
     c.add_argument("file", metavar="FILE")

@@ -14,6 +14,7 @@ from fleet.spec.convert import (
     load_submission,
     match_policy,
     resolve_clusters,
+    submission_warnings,
     to_job,
 )
 from fleet.spec.errors import SpecError, SpecIssue
@@ -27,5 +28,6 @@ __all__ = [
     "load_submission",
     "match_policy",
     "resolve_clusters",
+    "submission_warnings",
     "to_job",
 ]

@@ -69,6 +69,8 @@ def load_quota(text: str) -> tuple[quota.QuotaTree, list[str]]:
 def load_clusters(text: str) -> list[MemberClusterModel]:
     """Every MemberCluster in ``text``; names must be unique."""
     docs = documents.load_documents(text, kinds=["MemberCluster"])
+    if not docs:
+        raise SpecError([SpecIssue(0, "", "", "", "the file holds no MemberCluster")])
     out: list[MemberClusterModel] = []
     issues: list[SpecIssue] = []
     seen: dict[str, int] = {}
@@ -172,6 +174,28 @@ def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Probl
     return owner
 
 
+def cluster_leaf_types(clusters: Sequence[MemberClusterModel]) -> dict[str, tuple[str, ...]]:
+    """Cluster name -> its leaf cell types (the GPU types a job may name)."""
+    return {c.name: c.cell_config().leaf_types for c in clusters}
+
+
+def _sku_problems(
+    job_doc: PyTorchJobModel,
+    sku: str,
+    allowed: frozenset[str] | None,
+    clusters: Sequence[MemberClusterModel],
+    leaf_types: Mapping[str, tuple[str, ...]] | None,
+) -> list[Problem]:
+    """A problem if no member cluster the job may use has leaf cells of type ``sku``."""
+    types = leaf_types if leaf_types is not None else cluster_leaf_types(clusters)
+    usable = [c.name for c in clusters if allowed is None or c.name in allowed]
+    if not usable or any(sku in types.get(name, ()) for name in usable):
+        return []
+    have = "; ".join(f"{name}: {', '.join(types.get(name, ())) or '-'}" for name in usable)
+    msg = f"GPU type {sku!r} is not a leaf cell type of any member cluster the job may use ({have})"
+    return [(job_doc.gpu_sku_path() or "", msg)]
+
+
 def _build(
     job_doc: PyTorchJobModel,
     *,
@@ -180,6 +204,7 @@ def _build(
     seq: int,
     priority_classes: Mapping[str, int],
     clusters: Sequence[MemberClusterModel],
+    leaf_types: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[Job | None, list[Problem]]:
     problems = job_doc.problems()
     if problems:
@@ -191,7 +216,9 @@ def _build(
     priority = priority_classes.get(pclass)
     if priority is None:
         known = ", ".join(f"{n} ({v})" for n, v in priority_classes.items())
-        problems.append((PRIORITY_PATH, f"unknown priority class {pclass!r}; known: {known}"))
+        same = [n for n in priority_classes if n.lower() == pclass.lower()]
+        hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
+        problems.append((PRIORITY_PATH, f"unknown priority class {pclass!r}{hint}; known: {known}"))
         priority = 0
 
     ann = job_doc.metadata.annotations.get(models.PREEMPTIBLE_ANNOTATION)
@@ -225,6 +252,9 @@ def _build(
                 f"spec.placement.clusterAffinity allows no member cluster (known: {known})",
             )
         )
+    sku = job_doc.gpu_sku(scratch)
+    if sku and clusters:
+        problems.extend(_sku_problems(job_doc, sku, allowed, clusters, leaf_types))
     if problems:
         return None, problems
     job = Job(
@@ -236,7 +266,7 @@ def _build(
         min_members=min_members,
         gang=policy is None or policy.gang,
         preemptible=preemptible,
-        gpu_sku=job_doc.gpu_sku(scratch),
+        gpu_sku=sku,
         clusters=allowed,
         priority_class=pclass,
     )
@@ -294,6 +324,7 @@ def _submission(
         elif doc.index not in bad:
             job_docs.append(doc)
     out: list[Job] = []
+    leaf_types = cluster_leaf_types(clusters)
     for seq, doc in enumerate(job_docs, start=first_seq):
         assert isinstance(doc.model, PyTorchJobModel)
         job, problems = _build(
@@ -303,6 +334,7 @@ def _submission(
             seq=seq,
             priority_classes=priority_classes,
             clusters=clusters,
+            leaf_types=leaf_types,
         )
         issues.extend(doc.issue(p, m) for p, m in problems)
         if job is not None:
@@ -321,6 +353,43 @@ def check_submission(
     docs, _ = documents.parse_documents(text)
     policies = sum(1 for d in docs if d.kind == "PropagationPolicy")
     return len(found), policies, issues
+
+
+def submission_warnings(text: str) -> list[SpecIssue]:
+    """What is legal in a submission but probably not meant, one issue per finding.
+
+    A file without a PyTorchJob; a PropagationPolicy that selects no PyTorchJob
+    of the file; a PyTorchJob that several policies select (one of them applies,
+    chosen like Karmada: see :func:`match_policy`).
+    """
+    docs, _ = documents.parse_documents(text)
+    policies = [d for d in docs if isinstance(d.model, PropagationPolicyModel)]
+    jobs_ = [d for d in docs if isinstance(d.model, PyTorchJobModel)]
+    out: list[SpecIssue] = []
+    if not jobs_:
+        out.append(SpecIssue(0, "", "", "", "the file holds no PyTorchJob"))
+        return out
+    used: set[int] = set()
+    for doc in jobs_:
+        assert isinstance(doc.model, PyTorchJobModel)
+        selecting: list[PropagationPolicyModel] = []
+        for p in policies:
+            assert isinstance(p.model, PropagationPolicyModel)
+            if match_policy(doc.model, [p.model]) is not None:
+                selecting.append(p.model)
+                used.add(p.index)
+        chosen = match_policy(doc.model, selecting)
+        if len(selecting) > 1 and chosen is not None:
+            names = ", ".join(sorted(p.metadata.name for p in selecting))
+            msg = (
+                f"selected by {len(selecting)} PropagationPolicies ({names}); "
+                f"{chosen.metadata.name} applies"
+            )
+            out.append(doc.issue("", msg))
+    for p in policies:
+        if p.index not in used:
+            out.append(p.issue("spec.resourceSelectors", "selects no PyTorchJob of this file"))
+    return sorted(out, key=lambda i: i.document)
 
 
 def load_submission(

@@ -14,6 +14,8 @@ loaders in :mod:`fleet.spec.convert` refuse everything if there is any issue.
 
 from __future__ import annotations
 
+import difflib
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -68,11 +70,123 @@ def loc_to_path(loc: Sequence[int | str]) -> str:
     return out
 
 
+def yaml_type(value: object) -> str:
+    """What a YAML value is, in words a YAML author uses."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+#: Karmada fields Fleet knows and refuses (docs/decisions/0003), and why.
+UNSUPPORTED_FIELDS: Final[Mapping[str, str]] = {
+    "clusterAffinities": "Fleet takes one clusterAffinity (clusterNames, exclude, labelSelector)",
+    "clusterTolerations": "Fleet does not read cluster taints",
+    "spreadConstraints": "Fleet places a whole job in one member cluster",
+    "fieldSelector": "select clusters with clusterNames or labelSelector",
+}
+
+#: pydantic error type -> what was expected, in plain words (the input is appended).
+_EXPECTED: Final[Mapping[str, str]] = {
+    "dict_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
+    "list_type": "a list",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+}
+
+
 def _message(error: Mapping[str, Any]) -> str:
+    """pydantic's message, rephrased for someone who wrote YAML, not Python."""
+    kind = str(error.get("type", ""))
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    expected = _EXPECTED.get(kind)
+    if expected is not None:
+        msg = f"expected {expected}, not {yaml_type(value)}"
+        if isinstance(value, str) and (
+            (kind in ("int_type", "int_parsing") and value.strip().lstrip("-").isdigit())
+            or (kind == "bool_type" and value.strip().lower() in ("true", "false"))
+        ):
+            msg += " (remove the quotes)"
+        return msg
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        field = str(error["loc"][-1]) if error.get("loc") else ""
+        if field in UNSUPPORTED_FIELDS:
+            return f"not supported: {UNSUPPORTED_FIELDS[field]}"
+        return "unknown field"
+    if kind == "literal_error" and "expected" in ctx:
+        return f"must be {ctx['expected']}, not {yaml_type(value)}"
+    if kind in ("greater_than_equal", "less_than_equal") and isinstance(value, int | float):
+        bound = ctx.get("ge", ctx.get("le"))
+        word = "least" if kind == "greater_than_equal" else "most"
+        return f"must be at {word} {bound}, not {value}"
+    if kind == "too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
     msg = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             return msg[len(prefix) :]
+    return msg
+
+
+def _field_names(model: type[pydantic.BaseModel], loc: Sequence[int | str]) -> list[str]:
+    """The field names (as written in YAML) of the model that holds ``loc``'s last part."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        found = None
+        for name, info in fields.items():
+            if part in (name, info.alias):
+                found = info.annotation
+                break
+        current = _model_in(found)
+    fields = getattr(current, "model_fields", None)
+    if not fields:
+        return []
+    return [info.alias or name for name, info in fields.items()]
+
+
+def _model_in(annotation: object) -> type[pydantic.BaseModel] | None:
+    """The pydantic model inside ``X``, ``X | None``, ``list[X]`` or ``Annotated[X, ...]``."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _issue_message(model: type[pydantic.BaseModel], error: Mapping[str, Any]) -> str:
+    msg = _message(error)
+    if error.get("type") == "extra_forbidden" and error["loc"] and msg == "unknown field":
+        wrong = str(error["loc"][-1])
+        close = difflib.get_close_matches(wrong, _field_names(model, error["loc"]), n=1)
+        if close:
+            msg += f" (did you mean {close[0]!r}?)"
     return msg
 
 
@@ -92,29 +206,34 @@ def display_name(kind: str, raw: Mapping[str, Any]) -> str:
 
 def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]]:
     if not isinstance(raw, Mapping):
-        kind_name = type(raw).__name__
-        return None, [
-            SpecIssue(index, "", "", "", f"a document must be a mapping, not {kind_name}")
-        ]
+        msg = f"a document must be a mapping (key: value), not {yaml_type(raw)}"
+        return None, [SpecIssue(index, "", "", "", msg)]
     kind = raw.get("kind")
     api = raw.get("apiVersion")
     if not isinstance(kind, str) or kind not in KINDS:
         known = ", ".join(sorted(KINDS))
-        return None, [
-            SpecIssue(index, "", "", "kind", f"unknown kind {kind!r}; Fleet reads {known}")
-        ]
+        if kind is None:
+            msg = f"kind is missing; Fleet reads {known}"
+        else:
+            msg = f"unknown kind {kind!r}"
+            same = [k for k in KINDS if isinstance(kind, str) and k.lower() == kind.lower()]
+            msg += f" (did you mean {same[0]}?)" if same else f"; Fleet reads {known}"
+        return None, [SpecIssue(index, "", "", "kind", msg)]
     name = display_name(kind, raw)
     versions = KINDS[kind]
     if not isinstance(api, str) or api not in versions:
         expected = " or ".join(sorted(versions))
-        msg = f"{kind} must have apiVersion {expected}, not {api!r}"
+        if api is None:
+            msg = f"apiVersion is missing; {kind} uses {expected}"
+        else:
+            msg = f"{kind} must have apiVersion {expected}, not {api!r}"
         return None, [SpecIssue(index, kind, name, "apiVersion", msg)]
     model_type = versions[api]
     try:
         model = model_type.model_validate(raw)
     except pydantic.ValidationError as e:
         issues = [
-            SpecIssue(index, kind, name, loc_to_path(err["loc"]), _message(err))
+            SpecIssue(index, kind, name, loc_to_path(err["loc"]), _issue_message(model_type, err))
             for err in e.errors(include_url=False)
         ]
         return None, issues

@@ -111,6 +111,9 @@ NamespaceName = Annotated[str, PlainValidator(_namespace_name)]
 Quantity = Annotated[int | float | str, PlainValidator(_quantity)]
 QuantityMap = dict[str, Quantity]
 Count = Annotated[StrictInt, Field(ge=1)]
+#: Fleet expands every replica of a job into a pod; more than this is a typo, not a job.
+MAX_REPLICAS: Final = 10_000
+ReplicaCount = Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)]
 
 
 class _Owned(BaseModel):
@@ -136,15 +139,41 @@ class ObjectMeta(_Foreign):
     annotations: dict[str, StrictStr] = Field(default_factory=dict)
 
 
+#: Resource names Kubernetes accepts without a domain prefix (plus ``hugepages-<size>``).
+STANDARD_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage", "storage", "pods")
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a resource name Kubernetes would accept, or None.
+
+    A name without a domain must be a standard one; anything else (``gpu``,
+    ``gpus``) is a typo that would otherwise silently ask for nothing.
+    """
+    if "/" in name or name in STANDARD_RESOURCES or name.startswith("hugepages-"):
+        return None
+    msg = (
+        f"{name!r} is not a Kubernetes resource name (a name without a domain must be one of "
+        f"{', '.join(STANDARD_RESOURCES)}, hugepages-<size>)"
+    )
+    if "gpu" in name.lower():
+        msg += f"; GPUs are {resources.GPU!r}"
+    return msg
+
+
 def parse_resources(quantities: Mapping[str, Any], path: str) -> tuple[Resources, list[Problem]]:
     """Parse ``{resource: quantity}`` exactly; problems name ``path.<resource>``."""
     values: dict[str, int] = {}
     problems: list[Problem] = []
     for name, text in quantities.items():
+        bad_name = resource_name_problem(name)
+        if bad_name is not None:
+            problems.append((f"{path}.{name}", bad_name))
+            continue
         try:
             values[name] = resources.parse_quantity(name, text)
         except QuantityError as e:
-            problems.append((f"{path}.{name}", str(e)))
+            # The path already names the resource: drop the core's "name: " prefix.
+            problems.append((f"{path}.{name}", str(e).removeprefix(f"{name}: ")))
     return Resources(values), problems
 
 
@@ -373,7 +402,7 @@ class PodTemplate(_Foreign):
 
 
 class ReplicaSpec(_Foreign):
-    replicas: Count = 1
+    replicas: ReplicaCount = 1
     template: PodTemplate
 
 
@@ -385,7 +414,7 @@ class PyTorchReplicaSpecs(_Foreign):
 class SchedulingPolicy(_Foreign):
     queue: StrictStr | None = None
     priority_class: StrictStr | None = None
-    min_available: Count | None = None
+    min_available: ReplicaCount | None = None
 
 
 class RunPolicy(_Foreign):
@@ -393,8 +422,8 @@ class RunPolicy(_Foreign):
 
 
 class ElasticPolicy(_Foreign):
-    min_replicas: Count | None = None
-    max_replicas: Count | None = None
+    min_replicas: ReplicaCount | None = None
+    max_replicas: ReplicaCount | None = None
 
 
 class PyTorchJobSpec(_Foreign):
@@ -462,8 +491,8 @@ class PyTorchJobModel(_Foreign):
             total = Resources({k: max(total[k], init[k]) for k in set(total) | set(init)})
         return total
 
-    def gpu_sku(self, problems: list[Problem]) -> str | None:
-        """The SKU named by the annotation and/or the templates; they must agree."""
+    def _sku_sources(self) -> list[tuple[str, str]]:
+        """``(field path, SKU)`` of every place that names the GPU type."""
         sources: list[tuple[str, str]] = []
         annotated = self.metadata.annotations.get(GPU_TYPE_ANNOTATION)
         if annotated is not None:
@@ -473,6 +502,16 @@ class PyTorchJobModel(_Foreign):
             if sku is not None:
                 path = f"spec.pytorchReplicaSpecs.{role}.template.spec.nodeSelector"
                 sources.append((f"{path}.{GPU_PRODUCT_LABEL}", sku))
+        return sources
+
+    def gpu_sku_path(self) -> str | None:
+        """The field path of the (first) place that names the GPU type, if any."""
+        sources = self._sku_sources()
+        return sources[0][0] if sources else None
+
+    def gpu_sku(self, problems: list[Problem]) -> str | None:
+        """The SKU named by the annotation and/or the templates; they must agree."""
+        sources = self._sku_sources()
         if not sources:
             return None
         first_path, first = sources[0]

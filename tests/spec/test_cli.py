@@ -92,7 +92,7 @@ def test_errors_name_document_and_path(tmp_path: Path, capsys: pytest.CaptureFix
     assert out == ""
     assert err == (
         f"error: {f}: document 1 (PyTorchJob default/train): "
-        "spec.pytorchReplicaSpecs.Worker.replicas: Input should be greater than or equal to 1\n"
+        "spec.pytorchReplicaSpecs.Worker.replicas: must be at least 1, not 0\n"
     )
 
 
@@ -115,7 +115,7 @@ def test_bad_quota_tree_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     f.write_text("kind: ElasticQuotaTree\napiVersion: scheduling.sigs.k8s.io/v1beta1\n")
     assert cli.main(["check", "quota", str(f)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert f"error: {f}: document 0 (ElasticQuotaTree): metadata: Field required" in err
+    assert f"error: {f}: document 0 (ElasticQuotaTree): metadata: required field is missing" in err
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,7 +123,9 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'nope.yaml'}: ")
 
 
-def test_plan_calls_the_lazily_imported_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_calls_the_lazily_imported_planner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     seen: list[argparse.Namespace] = []
     fake = types.ModuleType("fleet.cli.plan")
 
@@ -133,13 +135,16 @@ def test_plan_calls_the_lazily_imported_planner(monkeypatch: pytest.MonkeyPatch)
 
     fake.run = run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "fleet.cli.plan", fake)
-    argv = ["plan", "--quota", "q", "--clusters", "c", "--jobs", "j", "-o", "json"]
+    q, c, j = (str(tmp_path / n) for n in "qcj")
+    for f in (q, c, j):
+        Path(f).write_text("")  # plan refuses unreadable files before the planner runs
+    argv = ["plan", "--quota", q, "--clusters", c, "--jobs", j, "-o", "json"]
     assert cli.main(argv) == 3
     (args,) = seen
     assert (args.quota, args.clusters, args.jobs, args.running, args.output, args.placer) == (
-        "q",
-        "c",
-        "j",
+        q,
+        c,
+        j,
         None,
         "json",
         "cells",

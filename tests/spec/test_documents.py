@@ -28,7 +28,7 @@ def test_issue_renders_document_kind_name_path_and_message() -> None:
     (issue,) = issues_of(text)
     assert str(issue) == (
         "document 2 (PyTorchJob default/train): spec.pytorchReplicaSpecs.Worker.replicas: "
-        "Input should be greater than or equal to 1"
+        "must be at least 1, not 0"
     )
 
 
@@ -60,12 +60,15 @@ def test_empty_documents_are_skipped_but_keep_their_index() -> None:
     ("text", "path", "message"),
     [
         pytest.param(
-            "- 1\n- 2\n", "", "a document must be a mapping, not list", id="not-a-mapping"
+            "- 1\n- 2\n",
+            "",
+            "a document must be a mapping (key: value), not a list",
+            id="not-a-mapping",
         ),
         pytest.param(
             "kind: Pod\napiVersion: v1\n", "kind", "unknown kind 'Pod'", id="unknown-kind"
         ),
-        pytest.param("apiVersion: v1\n", "kind", "unknown kind None", id="no-kind"),
+        pytest.param("apiVersion: v1\n", "kind", "kind is missing; Fleet reads ", id="no-kind"),
         pytest.param(
             "kind: PyTorchJob\napiVersion: kubeflow.org/v2\n",
             "apiVersion",
@@ -106,7 +109,7 @@ def tree_with_child(**child: Any) -> dict[str, Any]:
         pytest.param(
             tree_with_child(max={"nvidia.com/gpu": "0.5"}),
             "spec.root.children[0].max.nvidia.com/gpu",
-            "nvidia.com/gpu: quantity '0.5' must be a whole number",
+            "quantity '0.5' must be a whole number",
             id="fractional-gpu",
         ),
         pytest.param(
@@ -118,7 +121,7 @@ def tree_with_child(**child: Any) -> dict[str, Any]:
         pytest.param(
             tree_with_child(maxx={"cpu": 1}),
             "spec.root.children[0].maxx",
-            "Extra inputs are not permitted",
+            "unknown field (did you mean 'max'?)",
             id="unknown-field",
         ),
         pytest.param(
@@ -136,7 +139,7 @@ def tree_with_child(**child: Any) -> dict[str, Any]:
         pytest.param(
             {**make_tree(), "spec": {}},
             "spec.root",
-            "Field required",
+            "required field is missing",
             id="no-root",
         ),
     ],
@@ -210,7 +213,7 @@ def test_karmada_policy_with_suspension_and_priority() -> None:
         pytest.param(
             {"failover": {"application": {"purgeMode": "Later"}}},
             "spec.failover.application.purgeMode",
-            "Input should be 'Directly', 'Gracefully' or 'Never'",
+            "must be 'Directly', 'Gracefully' or 'Never', not the string ",
             id="purge-mode",
         ),
         pytest.param(
@@ -222,19 +225,19 @@ def test_karmada_policy_with_suspension_and_priority() -> None:
         pytest.param(
             {"failover": {"application": {"decisionConditions": {"tolerationSeconds": -1}}}},
             "spec.failover.application.decisionConditions.tolerationSeconds",
-            "Input should be greater than or equal to 0",
+            "must be at least 0, not -1",
             id="negative-toleration",
         ),
         pytest.param(
             {"selectors": []},
             "spec.resourceSelectors",
-            "List should have at least 1 item",
+            "must not be empty",
             id="no-selectors",
         ),
         pytest.param(
             {"selectors": [{"apiVersion": "kubeflow.org/v1"}]},
             "spec.resourceSelectors[0].kind",
-            "Field required",
+            "required field is missing",
             id="selector-without-kind",
         ),
         pytest.param(
@@ -246,13 +249,13 @@ def test_karmada_policy_with_suspension_and_priority() -> None:
         pytest.param(
             {"affinity": {"fieldSelector": {}}},
             "spec.placement.clusterAffinity.fieldSelector",
-            "Extra inputs are not permitted",
+            "not supported: select clusters with clusterNames or labelSelector",
             id="unsupported-field",
         ),
         pytest.param(
             {"suspension": {"scheduling": "yes"}},
             "spec.suspension.scheduling",
-            "Input should be a valid boolean",
+            "expected true or false, not the string",
             id="suspension-not-bool",
         ),
     ],
@@ -322,7 +325,7 @@ def with_worker_resources(**res: Any) -> dict[str, Any]:
         pytest.param(
             make_job(replica_specs={"Worker": replica(1, containers=[])}),
             f"{W}.template.spec.containers",
-            "List should have at least 1 item",
+            "must not be empty",
             id="no-containers",
         ),
         pytest.param(
@@ -352,7 +355,7 @@ def with_worker_resources(**res: Any) -> dict[str, Any]:
         pytest.param(
             make_job(min_available=0),
             "spec.runPolicy.schedulingPolicy.minAvailable",
-            "Input should be greater than or equal to 1",
+            "must be at least 1, not 0",
             id="min-available-zero",
         ),
         pytest.param(
@@ -424,7 +427,7 @@ def with_worker_resources(**res: Any) -> dict[str, Any]:
         pytest.param(
             make_job(labels={"team": 1}),  # type: ignore[dict-item]
             "metadata.labels.team",
-            "Input should be a valid string",
+            "expected a string, not the number 1",
             id="label-not-string",
         ),
     ],
@@ -525,13 +528,13 @@ def test_simulated_annotations_are_read() -> None:
         pytest.param(
             make_cluster(simulated=False, kubeconfig={"context": "x"}),
             "spec.kubeconfig.path",
-            "Field required",
+            "required field is missing",
             id="kubeconfig-without-path",
         ),
         pytest.param(
             make_cluster(cells=None),
             "spec.cells",
-            "Input should be a valid dictionary",
+            "expected a mapping (key: value), not null",
             id="cells-not-mapping",
         ),
         pytest.param(
@@ -543,7 +546,7 @@ def test_simulated_annotations_are_read() -> None:
         pytest.param(
             make_cluster(region="x"),
             "spec.region",
-            "Extra inputs are not permitted",
+            "unknown field",
             id="unknown-field",
         ),
     ],
