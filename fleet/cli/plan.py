@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import CellConfig, load_cell_config
@@ -29,12 +29,13 @@ from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
-from fleet.core.state import DuplicateJob, SchedulerState
+from fleet.core.state import SchedulerState
 from fleet.spec import convert
 from fleet.spec.errors import SpecError
 from fleet.spec.models import MemberClusterModel
 
 MAX_CYCLES = 100
+_T = TypeVar("_T")
 
 
 def _leaf_nodes(cell: PhysicalCellSpec) -> Iterator[PhysicalCellSpec]:
@@ -187,28 +188,52 @@ def _quantities(values: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in values.items()) or "-"
 
 
+class PlanInputError(Exception):
+    """An input file of ``fleet plan`` that cannot be used; the message names it."""
+
+
+def _load(path: str, what: str, loader: Callable[[str], _T]) -> _T:
+    """Read and load one input file; every error names the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlanInputError(f"error: {path}: cannot read the {what} file: {e}") from e
+    try:
+        return loader(text)
+    except SpecError as e:
+        raise PlanInputError("\n".join(f"error: {path}: {issue}" for issue in e.issues)) from e
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fleet plan`` (see :mod:`fleet.cli.main`)."""
     try:
-        tree, warnings = convert.load_quota(Path(args.quota).read_text(encoding="utf-8"))
-        clusters = convert.load_clusters(Path(args.clusters).read_text(encoding="utf-8"))
+        tree, warnings = _load(args.quota, "quota", convert.load_quota)
+        clusters = _load(args.clusters, "clusters", convert.load_clusters)
         running: list[Job] = []
         if args.running:
-            text = Path(args.running).read_text(encoding="utf-8")
-            running = convert.load_submission(text, tree, clusters, first_seq=0)
-        text = Path(args.jobs).read_text(encoding="utf-8")
-        jobs = convert.load_submission(text, tree, clusters, first_seq=len(running))
+            running = _load(
+                args.running,
+                "running jobs",
+                lambda text: convert.load_submission(text, tree, clusters, first_seq=0),
+            )
+        jobs = _load(
+            args.jobs,
+            "jobs",
+            lambda text: convert.load_submission(text, tree, clusters, first_seq=len(running)),
+        )
+        both = sorted({j.key for j in running} & {j.key for j in jobs})
+        if both:
+            raise PlanInputError(
+                f"error: {args.jobs}: job(s) {', '.join(both)} are also in {args.running}: "
+                "a job is either running or submitted, not both"
+            )
         placers = build_placers(clusters, args.placer)
-        for w in warnings:
-            print(f"warning: {args.quota}: {w}", file=sys.stderr)
-        result = plan(tree, placers, jobs, running)
-    except SpecError as e:
-        for issue in e.issues:
-            print(f"error: {issue}", file=sys.stderr)
+    except PlanInputError as e:
+        print(e, file=sys.stderr)
         return 1
-    except (OSError, DuplicateJob) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    for w in warnings:
+        print(f"warning: {args.quota}: {w}", file=sys.stderr)
+    result = plan(tree, placers, jobs, running)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:

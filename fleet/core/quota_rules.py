@@ -45,6 +45,11 @@ class QuotaError(ValueError):
         self.node = node
 
 
+def _show(values: Resources) -> str:
+    """``cpu=9999, memory=40Gi`` (or ``{}``) for messages."""
+    return ", ".join(f"{k}={v}" for k, v in values.to_quantities().items()) or "{}"
+
+
 def fmt(resource: str, amount: int) -> str:
     return f"{resource} {format_quantity(resource, amount)}"
 
@@ -132,9 +137,9 @@ def validate(root: QuotaNodeSpec) -> list[str]:
     visit(root, None)
     warnings: list[str] = []
     if (root.max is None and root.min) or (root.max is not None and root.min != root.max):
-        shown_max = "unlimited" if root.max is None else root.max.to_quantities()
+        shown_max = "unlimited" if root.max is None else _show(root.max)
         warnings.append(
-            f"root node {root.name!r}: min {root.min.to_quantities()} differs from max "
+            f"root node {root.name!r}: min {_show(root.min)} differs from max "
             f"{shown_max}; the root's max is the capacity being shared, usually min = max "
             f"({root.path})"
         )

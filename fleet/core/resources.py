@@ -48,7 +48,7 @@ _DECIMAL: Final = {
 _MAX_EXPONENT: Final = 64
 _QUANTITY_RE: Final = re.compile(
     r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))$"
+    r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))\Z"
 )
 
 
@@ -76,8 +76,7 @@ def parse_value(text: str | int | float) -> Fraction:
         text = repr(text)
     if not isinstance(text, str):
         raise QuantityError(f"quantity {text!r} must be a string or a number")
-    raw = text.strip()
-    match = _QUANTITY_RE.match(raw)
+    match = _QUANTITY_RE.match(text)
     if match is None:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity")
     number = Fraction(match["num"])

@@ -190,3 +190,41 @@ def test_the_shipped_examples_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 0, capsys.readouterr().err
     result = json.loads(capsys.readouterr().out)
     assert result["admitted"]
+
+
+def test_errors_name_the_file_they_are_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = write(tmp_path, "jobs.yaml", pytorchjob("fits", "ns-unknown", 1, 2))
+    args = [
+        "plan",
+        "--quota",
+        write(tmp_path, "tree.yaml", TREE),
+        "--clusters",
+        write(tmp_path, "clusters.yaml", CLUSTERS),
+        "--jobs",
+        jobs,
+    ]
+    assert main(args) == 1
+    assert f"error: {jobs}: document 0" in capsys.readouterr().err
+
+
+def test_a_job_cannot_be_both_running_and_submitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    same = pytorchjob("twice", "ns-a", 1, 2)
+    running = write(tmp_path, "running.yaml", same)
+    args = [
+        "plan",
+        "--quota",
+        write(tmp_path, "tree.yaml", TREE),
+        "--clusters",
+        write(tmp_path, "clusters.yaml", CLUSTERS),
+        "--jobs",
+        write(tmp_path, "jobs.yaml", same),
+        "--running",
+        running,
+    ]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "ns-a/twice" in err and running in err

@@ -76,6 +76,9 @@ BAD = [
     ("memory", "10 Gi", "not a Kubernetes quantity"),
     ("cpu", "", "not a Kubernetes quantity"),
     ("cpu", "abc", "not a Kubernetes quantity"),
+    ("cpu", " 1", "not a Kubernetes quantity"),  # Kubernetes rejects surrounding spaces
+    ("cpu", "1 ", "not a Kubernetes quantity"),
+    ("cpu", "1\n", "not a Kubernetes quantity"),
     ("memory", "1Gb", "not a Kubernetes quantity"),
     ("memory", "1K", "not a Kubernetes quantity"),
     ("cpu", "e3", "not a Kubernetes quantity"),
