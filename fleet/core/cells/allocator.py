@@ -99,6 +99,12 @@ class Journal:
         self.undo_to(0)
         self._log = None
 
+    @property
+    def log(self) -> list[Any] | None:
+        """The open transaction's log (None outside one), for hot loops that append
+        ``obj, attr, old value, setattr`` themselves."""
+        return self._log
+
     def mark(self) -> int:
         """A point of the open transaction that :meth:`undo_to` can return to."""
         assert self._log is not None
@@ -247,16 +253,14 @@ class Allocator:
                 self._push(child)
         self._pop(cell)
         self.j.set(cell, "res", res)
-        for leaf in cell.leaves:
-            self.j.set(leaf, "tag", res)
+        self._tag_leaves(cell, res)
         self._count_unres(cell, -cell.size)
 
     def untake(self, cell: Cell) -> None:
         """Release the reservation rooted at ``cell`` and merge free buddies."""
         assert cell.res is not None
         self.j.set(cell, "res", None)
-        for leaf in cell.leaves:
-            self.j.set(leaf, "tag", None)
+        self._tag_leaves(cell, None)
         self._count_unres(cell, cell.size)
         self._push(cell)
         parent = cell.parent
@@ -266,6 +270,30 @@ class Allocator:
             self.j.set(parent, "split", False)
             self._push(parent)
             parent = parent.parent
+
+    def _tag_leaves(self, cell: Cell, res: Reservation | None) -> None:
+        """Set every leaf's ``tag`` (journaled inline: a rack has dozens of leaves).
+
+        Also moves the cell's unowned leaves in or out of their nodes' ``shfree``.
+        """
+        j = self.j
+        sign = 1 if res is None else -1
+        if cell.node_cells:
+            for node in cell.node_cells:
+                if node.used < node.size:
+                    j.add(node, "shfree", sign * (node.size - node.used))
+        elif cell.used < cell.size:
+            assert cell.node_cell is not None
+            j.add(cell.node_cell, "shfree", sign * (cell.size - cell.used))
+        log = j.log
+        if log is None:
+            for leaf in cell.leaves:
+                leaf.tag = res
+            return
+        extend = log.extend
+        for leaf in cell.leaves:
+            extend((leaf, "tag", leaf.tag, setattr))
+            leaf.tag = res
 
     def _count_unres(self, cell: Cell, delta: int) -> None:
         """Add ``delta`` unreserved leaves to ``cell`` and its ancestors; track open tops."""
@@ -324,31 +352,33 @@ class Allocator:
         None if a leaf is not free or appears twice.
         """
         delta = [0] * len(self.free[chain])
-        under: dict[int, set[int]] = {}  # cell id -> ids of its taken leaves
-        roots: dict[int, Cell] = {}
+        under: dict[Cell, int] = {}  # cell -> its taken leaves
+        seen: set[Cell] = set()
+        roots: dict[Cell, None] = {}
         for leaf in leaves:
-            root = self.free_root_of(leaf)
-            if root is None or leaf.chain != chain:
+            if leaf in seen or leaf.chain != chain:
                 return None
-            roots[root.id] = root
+            seen.add(leaf)
+            # Up to the free root, counting; None if a reservation or split comes first.
             c: Cell | None = leaf
-            while c is not None:
-                ids = under.setdefault(c.id, set())
-                if leaf.id in ids:
+            while c is not None and not c.free_root:
+                if c.res is not None or c.split:
                     return None
-                ids.add(leaf.id)
-                if c is root:
-                    break
+                under[c] = under.get(c, 0) + 1
                 c = c.parent
-        stack = list(roots.values())
+            if c is None:
+                return None
+            under[c] = under.get(c, 0) + 1
+            roots[c] = None
+        stack = list(roots)
         for root in stack:
             delta[root.level] -= 1
         while stack:
             cell = stack.pop()
-            if len(under[cell.id]) == cell.size:
+            if under[cell] == cell.size:
                 continue  # wholly taken
             for child in cell.children:
-                if child.id in under:
+                if child in under:
                     stack.append(child)
                 else:
                     delta[child.level] += 1

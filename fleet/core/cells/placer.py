@@ -19,8 +19,9 @@ per owed level (buddy order: free cells of that level, then splits of higher
 ones; only bindings that keep every other VC safe); if no single cell holds
 the gang, pods are spread over several of ``v``'s cells, binding owed cells as
 needed.  If the VC cannot take the gang (or the queue has no VC here) the job
-may use the *shared pool*: free cells that no VC is owed, taken leaf by leaf
-under the same safety rule.  Opportunistic/borrowed jobs prefer nodes with few
+may use the *shared pool*: free cells that no VC is owed, under the same
+safety rule (checked as if taken leaf by leaf; bound as each pod's maximal
+whole cells, see ``_take_shared``).  Opportunistic/borrowed jobs prefer nodes with few
 reserved leaves (HiveD: fewer higher-priority used leaves), then pack.
 
 *Queries roll back.*  ``fit`` performs the real takes and leaf assignments in
@@ -563,17 +564,24 @@ class CellPlacer:
                 return None
             tops = sorted(alloc.open_tops[chain].values(), key=_cell_id)
         low = self._lowest_level_in(chain, need)
-        across = low > self.topo.node_level[chain]
+        node_level = self.topo.node_level[chain]
+        across = low > node_level
+        order: list[tuple[int, tuple[int, ...], Cell]]
+        if ctx.preempt or ctx.released or self._suggested is not None:
+            order = [
+                (low, (0, 0, 0, top.id) if across else (0, 0, 0, 0, top.id), top) for top in tops
+            ]
+        else:
+            order = self._shared_bounds(tops, need, low, node_level)
         before = alloc.shortage(chain)
         heap: list[tuple[int, tuple[int, ...], int, _Choice]] = []
         seq = 0
         tried = 0
         i = 0
         while tried < 8:
-            if i < len(tops):
-                top = tops[i]
-                bound: tuple[int, ...] = (0, 0, 0, top.id) if across else (0, 0, 0, 0, top.id)
-                if not heap or (heap[0][0], heap[0][1]) >= (low, bound):
+            if i < len(order):
+                level_bound, bound, top = order[i]
+                if not heap or (heap[0][0], heap[0][1]) >= (level_bound, bound):
                     i += 1
                     choice = self._pack(top, None, demands, ctx, False)
                     if choice is not None:
@@ -611,6 +619,37 @@ class CellPlacer:
             if safe:
                 return choice
         return None
+
+    def _shared_bounds(
+        self, tops: list[Cell], need: int, low: int, node_level: int
+    ) -> list[tuple[int, tuple[int, ...], Cell]]:
+        """Open tops with a lower bound on their best shared placement, best bound first.
+
+        Without victims, released jobs or suggested nodes a node's usable leaves are
+        exactly its ``shfree``, so a top's placement inside one node is at best
+        (``low``, no victims, the least spare leaves of a node that holds ``need``,
+        ids at least the top's); with no such node it is across nodes (level above
+        the nodes); with fewer usable leaves than ``need`` there is none.  Tops are
+        then packed in bound order, so single pods and small gangs pack only the
+        tops whose counters can beat the best so far.
+        """
+        order: list[tuple[int, tuple[int, ...], Cell]] = []
+        for top in tops:
+            spare = -1
+            total = 0
+            for node in top.node_cells:
+                if not node.healthy:
+                    continue
+                n = node.shfree
+                total += n
+                if n >= need and (spare < 0 or n - need < spare):
+                    spare = n - need
+            if spare >= 0:
+                order.append((low, (0, 0, 0, spare, top.id), top))
+            elif total >= need and not top.is_node:
+                order.append((max(low, node_level + 1), (0, 0, 0, top.id), top))
+        order.sort(key=_bound_key)
+        return order
 
     def _lowest_level_in(self, chain: str, need: int) -> int:
         """The lowest level of ``chain`` whose cells hold ``need`` leaves (top + 1 if none)."""
@@ -698,7 +737,9 @@ class CellPlacer:
         if total < need:
             return None
         best: _Choice | None = None
-        # Inside one node (or one sub-node root).
+        # Inside one node (or one sub-node root).  Nodes come in id order, so a
+        # placement at the lowest possible level with nothing to spare is final.
+        floor = self._lowest_level_in(root.chain, need)
         for node, free, vict, reserved in info.values():
             if len(free) + len(vict) < need:
                 continue
@@ -711,6 +752,8 @@ class CellPlacer:
             key = (level, len(victims), nvict, pref, len(free) + len(vict) - need, node.id)
             if best is None or key < best.key:
                 best = _Choice(leaves, key, {v for v in victims if v is not None})
+                if key[:5] == (floor, 0, 0, 0, 0):
+                    break
         if best is not None:
             best.key = best.key[1:]
             return best
@@ -799,9 +842,12 @@ class CellPlacer:
             if pick is None:
                 return None
             mine = [leaf for leaf in pick.leaves if leaf.id in avail]
-            mine.sort(key=lambda leaf: avail[leaf.id])  # free before victims, stable
-            taken = mine[:k]
-            taken.sort(key=lambda leaf: pick.leaves.index(leaf))
+            if any(avail[leaf.id] for leaf in mine):
+                mine.sort(key=lambda leaf: avail[leaf.id])  # free before victims, stable
+                taken = mine[:k]
+                taken.sort(key=lambda leaf: pick.leaves.index(leaf))
+            else:
+                taken = mine[:k]  # already in the pick's order
             for leaf in taken:
                 nvict += avail.pop(leaf.id)
             out[idx] = taken
@@ -992,6 +1038,8 @@ class CellPlacer:
             if node.used == 0:
                 j.add(self, "whole_free_leaves", -node.size)
         j.set(leaf, "owner", key)
+        if leaf.tag is None:
+            j.add(node, "shfree", -1)
         c: Cell | None = leaf
         while c is not None:
             j.add(c, "used", 1)
@@ -1007,9 +1055,11 @@ class CellPlacer:
         """
         j = self.j
         log = j.log
+        record = log.extend if log is not None else _ignore
         below: dict[Cell, int] = {}
         per_node: dict[Cell, int] = {}
         gused: dict[Reservation, int] = {}
+        unreserved: dict[Cell, int] = {}  # node -> leaves with no tag
         free = whole = 0
         guaranteed = held.kind in (KIND_VC, KIND_PIN)
         for leaf in leaves:
@@ -1019,8 +1069,7 @@ class CellPlacer:
                 free += 1
                 if node.used == 0 and node not in per_node:
                     whole += node.size
-            if log is not None:
-                log.extend((leaf, "owner", leaf.owner, setattr))
+            record((leaf, "owner", leaf.owner, setattr))
             leaf.owner = key
             if node is leaf:
                 per_node[leaf] = 1
@@ -1033,18 +1082,24 @@ class CellPlacer:
                     c = parent
                 per_node[node] = per_node.get(node, 0) + 1
             tag = leaf.tag
-            if guaranteed and tag is not None:
+            if tag is None:
+                unreserved[node] = unreserved.get(node, 0) + 1
+            elif guaranteed:
                 gused[tag] = gused.get(tag, 0) + 1
+        for node, n in unreserved.items():
+            j.add(node, "shfree", -n)
         if free:
             j.add(self, "free_leaves", -free)
         if whole:
             j.add(self, "whole_free_leaves", -whole)
         for cell, n in below.items():
-            j.add(cell, "used", n)
+            record((cell, "used", cell.used, setattr))
+            cell.used += n
         for node, n in per_node.items():
             up: Cell | None = node
             while up is not None:
-                j.add(up, "used", n)
+                record((up, "used", up.used, setattr))
+                up.used += n
                 up = up.parent
         for res, n in gused.items():
             j.add(res, "gused", n)
@@ -1059,6 +1114,8 @@ class CellPlacer:
         if held is not None and held.kind in (KIND_VC, KIND_PIN) and leaf.tag is not None:
             j.add(leaf.tag, "gused", -1)
         j.set(leaf, "owner", None)
+        if leaf.tag is None:
+            j.add(node, "shfree", 1)
         c: Cell | None = leaf
         while c is not None:
             j.add(c, "used", -1)
@@ -1116,13 +1173,15 @@ class CellPlacer:
             if placement.pod in held.pods:
                 raise ValueError(f"{job.key}: pod {placement.pod} is already placed")
             leaves: list[Cell] = []
+            seen: set[Cell] = set()
             for index in placement.gpus:
                 leaf = self._leaf_for(placement.node, index, kind, held, job)
                 self._check_leaf(job, held, leaf)
-                if leaf in leaves:
+                if leaf in seen:
                     raise ValueError(
                         f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
                     )
+                seen.add(leaf)
                 leaves.append(leaf)
             if kind == KIND_SHARED and leaves:
                 self._take_shared(job.key, held, leaves, shared_before)
@@ -1313,6 +1372,9 @@ class CellPlacer:
                         gused[id(cell.tag)] = gused.get(id(cell.tag), 0) + 1
             else:
                 assert cell.used == sum(c.used for c in cell.children), f"{cell} used count"
+            if cell.is_node:
+                shfree = sum(1 for x in cell.leaves if x.tag is None and x.owner is None)
+                assert cell.shfree == shfree, f"{cell} shfree {cell.shfree} != {shfree}"
             if cell.is_node and cell.healthy:
                 free += cell.size - cell.used
                 if cell.used == 0:
@@ -1328,6 +1390,14 @@ class CellPlacer:
         if not self._bad:
             for chain in self.topo.chain_types:
                 assert self.alloc.deficit(chain) == 0, f"VC guarantee broken in chain {chain}"
+
+
+def _ignore(_entry: tuple[object, ...]) -> None:
+    """Stands in for the journal's ``log.extend`` outside a transaction."""
+
+
+def _bound_key(entry: tuple[int, tuple[int, ...], Cell]) -> tuple[int, tuple[int, ...]]:
+    return entry[0], entry[1]
 
 
 def _cell_id(cell: Cell) -> int:

@@ -43,6 +43,7 @@ class Cell:
         "parent",
         "pinned_id",
         "res",
+        "shfree",
         "size",
         "split",
         "tag",
@@ -78,6 +79,9 @@ class Cell:
         self.owner: str | None = None
         # Node cells only.
         self.healthy = True
+        # Node cells only: leaves neither reserved nor owned (what the shared pool may
+        # take without victims), kept by the allocator (tags) and the placer (owners).
+        self.shfree = 0
         # Leaves used by any job in the subtree.
         self.used = 0
         # Unreserved leaves (``tag`` None) in the subtree, kept by the allocator for
@@ -102,9 +106,14 @@ def lowest_common(cells: list[Cell]) -> Cell | None:
     if not cells:
         return None
     common = cells[0]
+    node = common.node_cell
     for cell in cells[1:]:
         if cell.top is not common.top:
             return None
+        # Same node as the previous cell and ``common`` already holds that node.
+        if node is not None and cell.node_cell is node and common.level >= node.level:
+            continue
+        node = cell.node_cell
         a, b = common, cell
         while a.level < b.level:
             assert a.parent is not None
@@ -179,4 +188,6 @@ class Topology:
             cell.node_cells = [cell]
         cell.size = len(cell.leaves)
         cell.unres = cell.size
+        if cell.is_node:
+            cell.shfree = cell.size
         return cell
