@@ -88,9 +88,15 @@ class Job:
     pinned_cell_id: str | None = None
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
+    #: Quota charge of every pod, and of the smallest start (computed, shared).
+    request: Resources = field(init=False, repr=False, compare=False)
+    gang_request: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "pods", _expand(self.groups))
+        pods = _expand(self.groups)
+        object.__setattr__(self, "pods", pods)
+        object.__setattr__(self, "request", _charge(pods, self.gpu_sku))
+        object.__setattr__(self, "gang_request", _charge(pods[: self.gang_size], self.gpu_sku))
 
     @property
     def size(self) -> int:
@@ -111,25 +117,9 @@ class Job:
 
     def request_of(self, pods: tuple[Pod, ...] | list[Pod]) -> Resources:
         """Quota charge of running ``pods``: their sum, SKU-typed, plus one job."""
-        total: dict[str, int] = {resources.MAX_JOBS: 1}
-        for pod in pods:
-            for name, amount in pod.request.items():
-                total[name] = total.get(name, 0) + amount
-        gpus = total.get(resources.GPU, 0)
-        if self.gpu_sku and gpus:
-            typed = resources.typed_gpu(self.gpu_sku)
-            total[typed] = total.get(typed, 0) + gpus
-        return Resources(total)
-
-    @property
-    def request(self) -> Resources:
-        """Quota charge of the whole job (every pod)."""
-        return self.request_of(self.pods)
-
-    @property
-    def gang_request(self) -> Resources:
-        """Quota charge of the gang minimum (what admission needs at least)."""
-        return self.request_of(self.pods[: self.gang_size])
+        if pods is self.pods:
+            return self.request
+        return _charge(tuple(pods), self.gpu_sku)
 
     @property
     def shape(self) -> tuple[object, ...]:
@@ -159,6 +149,20 @@ def _expand(groups: tuple[ReplicaGroup, ...]) -> tuple[Pod, ...]:
         for i in range(group.count):
             pods.append(Pod(f"{group.role}-{i}", group.role, i, group.per_pod))
     return tuple(pods)
+
+
+@functools.lru_cache(maxsize=4096)
+def _charge(pods: tuple[Pod, ...], sku: str | None) -> Resources:
+    """Sum of the pods' requests, the SKU-typed GPU count, plus one job (shared)."""
+    total: dict[str, int] = {resources.MAX_JOBS: 1}
+    for pod in pods:
+        for name, amount in pod.request.items():
+            total[name] = total.get(name, 0) + amount
+    gpus = total.get(resources.GPU, 0)
+    if sku and gpus:
+        typed = resources.typed_gpu(sku)
+        total[typed] = total.get(typed, 0) + gpus
+    return Resources(total)
 
 
 def sort_key(job: Job) -> tuple[int, int]:

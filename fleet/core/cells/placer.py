@@ -567,7 +567,8 @@ class CellPlacer:
         node_level = self.topo.node_level[chain]
         across = low > node_level
         order: list[tuple[int, tuple[int, ...], Cell]]
-        if ctx.preempt or ctx.released or self._suggested is not None:
+        if across or ctx.preempt or ctx.released or self._suggested is not None:
+            # Across nodes the node counters give no tighter bound than the level.
             order = [
                 (low, (0, 0, 0, top.id) if across else (0, 0, 0, 0, top.id), top) for top in tops
             ]
@@ -631,7 +632,9 @@ class CellPlacer:
         ids at least the top's); with no such node it is across nodes (level above
         the nodes); with fewer usable leaves than ``need`` there is none.  Tops are
         then packed in bound order, so single pods and small gangs pack only the
-        tops whose counters can beat the best so far.
+        tops whose counters can beat the best so far.  (Used when ``need`` fits in
+        a node; larger gangs keep the id order, where this pass would cost more
+        than it saves.)
         """
         order: list[tuple[int, tuple[int, ...], Cell]] = []
         for top in tops:
@@ -672,6 +675,19 @@ class CellPlacer:
         released = ctx.released
         victims_ok = ctx.victims_ok
         suggested = self._suggested
+        if root.res is not None and want is root.res and not ctx.preempt and not released:
+            # Inside the wanted reservation every leaf carries it: usable = unowned.
+            for node in nodes:
+                node_cell = node.node_cell
+                if node_cell is None or not node_cell.healthy or node.used == node.size:
+                    continue
+                if suggested is not None and node_cell.node not in suggested:
+                    continue
+                mine = [leaf for leaf in node.leaves if leaf.owner is None and leaf.id not in taken]
+                if mine:
+                    out[node.id] = (node, mine, [], node.size)
+                    total += len(mine)
+            return out, total
         for node in nodes:
             node_cell = node.node_cell
             if node_cell is None or not node_cell.healthy:
