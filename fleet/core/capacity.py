@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from fleet.core import resources
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
 from fleet.core.resources import Resources
 
 
@@ -279,7 +279,24 @@ class CapacityPlacer:
     def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
         for victim in fit.victims:
             if victim in self._held:
-                raise ValueError(f"victim {victim} of {job.key} still holds {self._cluster}")
+                raise BindError(f"victim {victim} of {job.key} still holds {self._cluster}")
+        by_name = {p.name: p for p in job.pods}
+        placed = {pp.pod for pp in self._held[job.key].pods} if job.key in self._held else set()
+        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
+        for pp in fit.pods:  # check everything first: a bind is all or nothing
+            pod = by_name.get(pp.pod)
+            node = self._nodes.get(pp.node)
+            if pod is None or node is None or pp.pod in placed:
+                raise BindError(f"{job.key}: {pp.pod} on {pp.node} is not a pod it can place")
+            free, idx = _scratch(node, overlay)
+            if not _fits(pod.request, free) or not set(pp.gpus) <= set(idx):
+                raise BindError(f"{job.key}: {pp.pod} no longer fits on {pp.node}; ask fit again")
+            for name, amount in pod.request.items():
+                if name in free:
+                    free[name] -= amount
+            for g in pp.gpus:
+                idx.remove(g)
+            placed.add(pp.pod)
         held = self._held.get(job.key)
         if held is None:
             info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
@@ -287,7 +304,6 @@ class CapacityPlacer:
             self._by_mode[mode][job.key] = None
             if mode is Mode.GUARANTEED:
                 self._guaranteed_by_queue.setdefault(job.queue, {})[job.key] = None
-        by_name = {p.name: p for p in job.pods}
         for pp in fit.pods:
             node = self._nodes[pp.node]
             req = by_name[pp.pod].request

@@ -62,7 +62,7 @@ from typing import Protocol, runtime_checkable
 
 from fleet.core import resources
 from fleet.core.jobs import Job, Mode, Pod, sort_key
-from fleet.core.placement import Fit, NoFit, Placer, PodPlacement
+from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement
 from fleet.core.quota import QuotaBlock, QuotaTree
 from fleet.core.resources import ONE_JOB, Resources
 from fleet.core.state import Charge, Running, SchedulerState
@@ -275,8 +275,7 @@ class _Cycle:
         for pods in attempts:
             plan = self.plan(job, pods)
             if isinstance(plan, _Plan):
-                self.commit(job, plan)
-                return None
+                return self.commit(job, plan)
             if isinstance(plan, _Defer):
                 deferred = True
             else:
@@ -415,7 +414,8 @@ class _Cycle:
         out.sort(key=lambda lp: (lp[0], lp[1].cluster))
         return out
 
-    def commit(self, job: Job, plan: _Plan) -> None:
+    def commit(self, job: Job, plan: _Plan) -> str | None:
+        """Preempt the victims and start ``job``; a reason if the placer refused after all."""
         state = self.state
         victims = list(plan.quota_victims)
         victims += [v for v in plan.fit.victims if v not in victims]
@@ -438,15 +438,17 @@ class _Cycle:
             self.requeued.append(state.finish(key))
             self.unfeasible.clear()
             self.reclaim_failed.clear()
+        placer = state.placers[plan.fit.cluster]
+        fit = _bind(placer, job, plan)
+        if isinstance(fit, str):
+            return fit
         request = job.request_of(plan.pods)
         charge = Charge(job.key, request, plan.mode)
         _charge(state.tree, job, charge)
         if plan.mode is Mode.BORROWED:
             self.reclaim_failed.clear()  # a new borrowed job is a new reclaim candidate
-        placer = state.placers[plan.fit.cluster]
-        placer.bind(job, plan.mode, plan.fit)
         self.room.pop(plan.fit.cluster, None)
-        run = state.start(job, plan.fit.cluster, plan.mode, plan.fit.pods)
+        run = state.start(job, fit.cluster, plan.mode, fit.pods)
         run.charges.append(charge)
         self.touch(job.queue)
         self.admitted.setdefault(job.queue, set()).add(job.key)
@@ -455,13 +457,14 @@ class _Cycle:
             Admit(
                 job.key,
                 job.queue,
-                plan.fit.cluster,
+                fit.cluster,
                 plan.mode,
                 job.priority,
-                plan.fit.pods,
+                fit.pods,
                 self.now,
             )
         )
+        return None
 
     # Incremental growth ----------------------------------------------------------
     def grow(self) -> None:
@@ -503,6 +506,26 @@ class _Cycle:
                     )
                 )
                 break
+
+
+def _bind(placer: Placer, job: Job, plan: _Plan) -> Fit | str:
+    """Bind ``plan`` in its placer; the fit bound, or why it could not be.
+
+    A fit that planned preemption is bound after its victims left; if the
+    placer refuses it then, the job is placed afresh without preemption.
+    """
+    try:
+        placer.bind(job, plan.mode, plan.fit)
+        return plan.fit
+    except BindError as refused:
+        again = placer.fit(job, plan.pods, plan.mode)
+        if isinstance(again, Fit):
+            try:
+                placer.bind(job, plan.mode, again)
+                return again
+            except BindError:
+                pass
+        return f"{placer.cluster} refused the placement after making room: {refused}"
 
 
 def _charge(tree: QuotaTree, job: Job, charge: Charge) -> None:

@@ -31,6 +31,10 @@ from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.resources import Resources
 
 
+class BindError(ValueError):
+    """A fit that can no longer be committed; nothing was bound."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodPlacement:
     """Where one pod runs: a node and the leaf-cell (GPU) indices on it."""
@@ -96,7 +100,11 @@ class Placer(Protocol):
         ...
 
     def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
-        """Commit ``fit`` (its victims must already have been released)."""
+        """Commit ``fit`` (its victims must already have been released).
+
+        Atomic: raises :class:`BindError` and binds nothing when the fit no
+        longer holds.
+        """
         ...
 
     def release(self, key: str) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from fleet.core.capacity import CapacityPlacer
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
-from fleet.core.jobs import Mode
+from fleet.core.jobs import Job, Mode
+from fleet.core.placement import BindError, Fit
 from fleet.core.state import SchedulerState
 from tests.core.factories import make_job, make_nodes, make_state
 
@@ -348,3 +351,36 @@ def test_a_job_displaced_in_the_cycle_that_started_it_is_never_reported_as_start
     assert not [d for d in decisions if isinstance(d, Preempt)]
     assert "displaced by default/b2" in waits(decisions)["default/a1"]
     assert state.is_pending("default/a1")
+
+
+class RefusingPlacer(CapacityPlacer):
+    """A placer whose fits that plan preemption are refused at bind time (or every fit)."""
+
+    def __init__(self, *args: Any, refuse_all: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refuse_all = refuse_all
+
+    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+        if fit.victims or self.refuse_all:
+            raise BindError(f"{job.key}: refused")
+        super().bind(job, mode, fit)
+
+
+@pytest.mark.parametrize("refuse_all", [False, True], ids=["refit-succeeds", "always-refused"])
+def test_a_placement_refused_after_preemption_is_retried_or_waits(refuse_all: bool) -> None:
+    state = make_state(GPU_TREE, {})
+    placer = RefusingPlacer("c1", make_nodes(1, gpus=8))
+    state.placers["c1"] = placer
+    placer.refuse_all = False
+    state.submit(make_job("oppo", queue="team-a", gpus=8, priority=-1))
+    run(state)
+    placer.refuse_all = refuse_all
+    state.submit(make_job("owner", queue="team-b", gpus=8))
+    decisions = run(state)
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/oppo"]
+    if refuse_all:
+        assert admitted(decisions) == []
+        assert "refused the placement" in waits(decisions)["default/owner"]
+        assert state.is_pending("default/owner")
+    else:
+        assert admitted(decisions) == ["default/owner"]

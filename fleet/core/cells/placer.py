@@ -44,7 +44,7 @@ from fleet.core.cells.allocator import Allocator, Journal, Reservation
 from fleet.core.cells.config import CellConfig
 from fleet.core.cells.topology import Cell, Topology, lowest_common
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
 from fleet.core.resources import Resources
 
 #: Leaf filter: any leaf (opportunistic) — otherwise ``None`` (unreserved) or a Reservation.
@@ -1146,7 +1146,7 @@ class CellPlacer:
         if not isinstance(fit, CellFit):
             refit = self.fit(job, self._pods_named(job, fit), mode, preempt=False)
             if not isinstance(refit, CellFit) or refit.pods != fit.pods:
-                raise ValueError(f"{job.key}: stale fit for {self._cluster}; ask fit() again")
+                raise BindError(f"{job.key}: stale fit for {self._cluster}; ask fit() again")
             fit = refit
         self.j.begin()
         try:
@@ -1161,7 +1161,7 @@ class CellPlacer:
         kind, bindings = fit.kind, fit.bindings
         for victim in fit.victims:
             if victim in self._held:
-                raise ValueError(f"{job.key}: victim {victim} has not been released")
+                raise BindError(f"{job.key}: victim {victim} has not been released")
         held = self._held.get(job.key)
         vc = job.queue if kind in (KIND_VC, KIND_PIN) else None
         if held is None:
@@ -1173,28 +1173,28 @@ class CellPlacer:
             chain = cell.chain
             before = self.alloc.shortage(chain)
             if vc is None or self.alloc.vc_owed[vc][chain][cell.level] <= 0:
-                raise ValueError(f"{job.key}: VC {vc} is owed no {cell.ctype.name} cell")
+                raise BindError(f"{job.key}: VC {vc} is owed no {cell.ctype.name} cell")
             if self.alloc.free_root_of(cell) is None:
-                raise ValueError(f"{job.key}: cell {cell.address} is no longer free")
+                raise BindError(f"{job.key}: cell {cell.address} is no longer free")
             self.alloc.bind_vc(vc, cell)
             if not self.alloc.no_worse(chain, before):
-                raise ValueError(f"{job.key}: binding {cell.address} would break a VC guarantee")
+                raise BindError(f"{job.key}: binding {cell.address} would break a VC guarantee")
         by_pod = {p.name: p for p in job.pods}
         # Shared pool: shortage per chain before the takes (checked once, after them).
         shared_before: dict[str, list[int]] = {}
         for placement in fit.pods:
             pod = by_pod.get(placement.pod)
             if pod is None:
-                raise ValueError(f"{job.key}: unknown pod {placement.pod}")
+                raise BindError(f"{job.key}: unknown pod {placement.pod}")
             if placement.pod in held.pods:
-                raise ValueError(f"{job.key}: pod {placement.pod} is already placed")
+                raise BindError(f"{job.key}: pod {placement.pod} is already placed")
             leaves: list[Cell] = []
             seen: set[Cell] = set()
             for index in placement.gpus:
                 leaf = self._leaf_for(placement.node, index, kind, held, job)
                 self._check_leaf(job, held, leaf)
                 if leaf in seen:
-                    raise ValueError(
+                    raise BindError(
                         f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
                     )
                 seen.add(leaf)
@@ -1208,7 +1208,7 @@ class CellPlacer:
             self.j.set(self, "_allocated", self._allocated + pod.request)
         for chain, before in shared_before.items():
             if not self.alloc.no_worse(chain, before):
-                raise ValueError(f"{job.key}: shared cells in chain {chain} are owed to a VC")
+                raise BindError(f"{job.key}: shared cells in chain {chain} are owed to a VC")
 
     def _take_shared(
         self, key: str, held: _Held, leaves: list[Cell], before: dict[str, list[int]]
