@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from fleet.core import resources
@@ -141,7 +141,11 @@ class _Cycle:
     state: SchedulerState
     now: float
     decisions: list[Decision] = field(default_factory=list)
-    unfeasible: dict[tuple[object, ...], str] = field(default_factory=dict)
+    unfeasible: dict[tuple[object, ...], tuple[str, QuotaBlock | None]] = field(
+        default_factory=dict
+    )
+    #: The quota block of the last attempt when nothing could make room (else None).
+    last_block: QuotaBlock | None = None
     admitted: dict[str, set[str]] = field(default_factory=dict)  # queue -> keys
     requeued: list[Job] = field(default_factory=list)
     #: (queue, blocking node, resource) -> smallest shortfall reclaim failed for
@@ -250,7 +254,12 @@ class _Cycle:
                 deferred[name] = jobs[i:]
                 continue
             self.decisions.append(Wait(job.key, name, outcome, self.now))
-            if state.queues[name].strict_fifo:
+            strict = state.queues[name].strict_fifo
+            block = self.last_block
+            if not strict and block is not None and self.wait_all(name, jobs[i + 1 :], block):
+                cursors[name] = len(jobs)
+                continue
+            if strict:
                 self.blocked.add(name)
                 for rest in state.queues[name].pending:
                     if sort_key(rest) > sort_key(job) and rest.key not in self.admitted_keys:
@@ -260,13 +269,55 @@ class _Cycle:
             heapq.heappush(heap, (key, rank, name))
         return deferred
 
+    def wait_all(self, queue: str, rest: list[Job], block: QuotaBlock) -> bool:
+        """Wait every job in ``rest`` at once if ``block`` provably stops each of them.
+
+        ``block`` is a ``max`` at some node that nothing could make room under
+        for the job before.  A job behind it is stopped by the same node unless
+        its smallest start fits the node's room, or it is within its queue's
+        ``min`` (reclaim may help it), or the queue runs preemptible jobs of
+        lower priority (it may preempt them).  When none of these holds for any
+        job, they all wait for the same reason without being tried one by one:
+        a full fleet with a deep backlog costs one pass over the backlog, not
+        one admission attempt per job.  (A release later in the same cycle is
+        seen next cycle, as with unfeasible shapes.)
+        """
+        if not rest:
+            return False
+        tree = self.state.tree
+        r = block.resource
+        limit = tree.max_of(block.node)
+        if limit is None or r not in limit:
+            return False
+        room = limit[r] - tree.used(block.node)[r]
+        leaf_min = tree.min_of(queue)
+        if leaf_min and r not in leaf_min:
+            return False  # the guarantee does not depend on r: cannot rule reclaim out
+        guaranteed = tree.guaranteed_used(queue)[r]
+        lowest = tree.lowest_preemptible_priority(queue)
+        for job in rest:
+            need = job.gang_request[r]
+            if (
+                job.opportunistic
+                or not job.preemptible
+                or need <= room
+                or (leaf_min and guaranteed + need <= leaf_min[r])
+                or (lowest is not None and job.priority > lowest)
+            ):
+                return False
+        for job in rest:
+            why = replace(block, request=job.gang_request[r]).reason
+            self.decisions.append(Wait(job.key, queue, why, self.now))
+        return True
+
     # Admission -----------------------------------------------------------------
     def admit(self, job: Job) -> str | _Defer | None:
         """Admit ``job`` if it can start; else say why it waits (or defer it)."""
         shape = job.shape
         known = self.unfeasible.get(shape)
         if known is not None:
-            return known
+            self.last_block = known[1]
+            return known[0]
         attempts: list[tuple[Pod, ...]] = [job.pods]
         if job.gang_size < job.size:
             attempts += _smaller(job)
@@ -282,10 +333,11 @@ class _Cycle:
                 reason = reason or plan
         if deferred:
             return _DEFER
-        self.unfeasible[shape] = reason
+        self.unfeasible[shape] = (reason, self.last_block)
         return reason
 
     def plan(self, job: Job, pods: tuple[Pod, ...]) -> _Plan | str | _Defer:
+        self.last_block = None
         tree = self.state.tree
         request = job.request_of(pods)
         verdict = tree.classify(
@@ -318,6 +370,7 @@ class _Cycle:
         if not victims:
             victims = tree.queue_victims(job.queue, request, job.priority)
         if not victims:
+            self.last_block = block
             return block.reason
         removed = [self.uncharge(key) for key in victims]
         try:

@@ -326,6 +326,18 @@ class QuotaTree:
         """Keys of the jobs admitted to a leaf queue, in admission order."""
         return list(self._leaf_jobs[self._leaf(queue)])
 
+    def lowest_preemptible_priority(self, queue: str) -> int | None:
+        """The lowest priority among the queue's preemptible, charged jobs (None if none).
+
+        A job of this queue can preempt inside its queue only above it.
+        """
+        priorities = [
+            rec.priority
+            for rec in self._leaf_jobs[self._leaf(queue)].values()
+            if rec.preemptible and rec.priority >= 0
+        ]
+        return min(priorities, default=None)
+
     # Admission ----------------------------------------------------------------
     def _fits_min(self, leaf: int, request: Resources) -> str | None:
         """None if ``request`` fits the leaf's min, else the first resource over it."""
