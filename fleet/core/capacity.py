@@ -110,6 +110,8 @@ class CapacityPlacer:
         released: frozenset[str] = frozenset(),
     ) -> Fit | NoFit:
         freed = [k for k in released if k in self._held]
+        if not freed and not preempt and max(p.gpus for p in pods) > self._largest_free():
+            return NoFit(self._cluster, self._why(job, pods))
         placed = self._try(job, pods, freed)
         if placed is not None:
             return self._fit(placed, ())
@@ -194,6 +196,13 @@ class CapacityPlacer:
                 if held[k].info.priority < job.priority
             ]
         return [info for info in out if info.preemptible]
+
+    def _largest_free(self) -> int:
+        """The most free GPUs on any one node (a look at the buckets, not the nodes)."""
+        for count in range(self._max_gpus, 0, -1):
+            if self._buckets.get(count):
+                return count
+        return 0
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """0 when the pods could share one node (by GPU count), else 1."""

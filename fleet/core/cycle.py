@@ -305,8 +305,12 @@ class _Cycle:
                 or (lowest is not None and job.priority > lowest)
             ):
                 return False
+        reasons: dict[int, str] = {}  # one text per distinct need
         for job in rest:
-            why = replace(block, request=job.gang_request[r]).reason
+            need = job.gang_request[r]
+            why = reasons.get(need)
+            if why is None:
+                why = reasons[need] = replace(block, request=need).reason
             self.decisions.append(Wait(job.key, queue, why, self.now))
         return True
 
