@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from fleet.core.cells import topology
 from fleet.core.cells.topology import Cell, Topology
 
 if TYPE_CHECKING:
@@ -213,17 +214,6 @@ class Allocator:
             if parent.res is not None:
                 return None
             parent = parent.parent
-        return None
-
-    def reservation_of(self, cell: Cell) -> Reservation | None:
-        """The reservation holding ``cell`` wholly (itself or an ancestor), or None."""
-        c: Cell | None = cell
-        while c is not None:
-            if c.res is not None:
-                return c.res
-            if c.free_root or c.split:
-                return None
-            c = c.parent
         return None
 
     def _push(self, cell: Cell) -> None:
@@ -416,7 +406,7 @@ class Allocator:
         yield from list(free[level].values())
         for upper in range(level + 1, len(free)):
             for root in list(free[upper].values()):
-                yield from _descendants_at(root, level)
+                yield from topology.descendants_at(root, level)
 
     # -- VC bindings ----------------------------------------------------------------------
 
@@ -503,14 +493,6 @@ class Allocator:
                     configured = self.configured[vc][chain][level]
                     assert n + bound.get((chain, level), 0) == configured, (vc, chain, level)
         assert total == self.owed
-
-
-def _descendants_at(cell: Cell, level: int) -> Iterator[Cell]:
-    if cell.level == level:
-        yield cell
-        return
-    for child in cell.children:
-        yield from _descendants_at(child, level)
 
 
 def _reservations_in(cell: Cell) -> Iterator[Reservation]:

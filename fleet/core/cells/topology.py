@@ -11,6 +11,7 @@ hot paths are attribute reads, not dictionary lookups.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fleet.core.cells.spec import CellType, PhysicalCellSpec
@@ -91,14 +92,14 @@ class Cell:
     def __repr__(self) -> str:
         return f"Cell({self.ctype.name}@{self.address})"
 
-    def ancestors(self) -> list[Cell]:
-        """Self, then parents up to the top."""
-        out: list[Cell] = []
-        cell: Cell | None = self
-        while cell is not None:
-            out.append(cell)
-            cell = cell.parent
-        return out
+
+def descendants_at(cell: Cell, level: int) -> Iterator[Cell]:
+    """The cells of ``level`` in ``cell``'s subtree (``cell`` itself at its own level)."""
+    if cell.level == level:
+        yield cell
+        return
+    for child in cell.children:
+        yield from descendants_at(child, level)
 
 
 def lowest_common(cells: list[Cell]) -> Cell | None:

@@ -1,0 +1,146 @@
+"""Committing a fit: re-validate the plan, bind VC cells, reserve and own the leaves.
+
+Theory of operation: ``bind`` gets back the :class:`CellFit` that ``fit``
+answered, possibly after other jobs were bound or released, so nothing in it
+is trusted.  Its victims must be gone; every VC cell in ``bindings`` must
+still be owed to the job's VC, still be free and keep every other VC safe when
+bound; every GPU must exist, be on a healthy node, be unowned and be reserved
+for the job's kind (its VC's cells, its pinned cell, unreserved for the shared
+pool, not bad for opportunistic work).  A shared-pool pod reserves its leaves
+as its maximal wholly chosen cells (:func:`take_shared`), and the VC safety of
+those takes is checked once per chain after all pods, which gives the same
+answer as a check after every leaf.  Any failure raises (``BindError`` for a
+stale plan, ``ValueError`` for a wrong GPU); the caller's journal transaction
+then rolls everything back, so nothing is half bound.
+"""
+
+from __future__ import annotations
+
+from fleet.core.cells import allocator, ownership
+from fleet.core.cells.allocator import Reservation
+from fleet.core.cells.state import (
+    GUARANTEED_KINDS,
+    KIND_PIN,
+    KIND_SHARED,
+    KIND_VC,
+    CellFit,
+    Held,
+    PlacerState,
+)
+from fleet.core.cells.topology import Cell
+from fleet.core.jobs import Job, Mode
+from fleet.core.placement import BindError, RunningInfo
+
+
+def commit(state: PlacerState, job: Job, mode: Mode, fit: CellFit) -> None:
+    """Bind ``fit`` (inside an open journal transaction the caller rolls back on error)."""
+    j = state.j
+    alloc = state.alloc
+    kind, bindings = fit.kind, fit.bindings
+    for victim in fit.victims:
+        if victim in state.held:
+            raise BindError(f"{job.key}: victim {victim} has not been released")
+    held = state.held.get(job.key)
+    vc = job.queue if kind in GUARANTEED_KINDS else None
+    if held is None:
+        info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
+        held = Held(info, kind, vc)
+        j.setitem(state.held, job.key, held)
+    for cid in bindings:
+        cell = state.topo.cells[cid]
+        chain = cell.chain
+        before = alloc.shortage(chain)
+        if vc is None or alloc.vc_owed[vc][chain][cell.level] <= 0:
+            raise BindError(f"{job.key}: VC {vc} is owed no {cell.ctype.name} cell")
+        if alloc.free_root_of(cell) is None:
+            raise BindError(f"{job.key}: cell {cell.address} is no longer free")
+        alloc.bind_vc(vc, cell)
+        if not alloc.no_worse(chain, before):
+            raise BindError(f"{job.key}: binding {cell.address} would break a VC guarantee")
+    by_pod = {p.name: p for p in job.pods}
+    guaranteed = held.kind in GUARANTEED_KINDS
+    # Shared pool: shortage per chain before the takes (checked once, after them).
+    shared_before: dict[str, list[int]] = {}
+    for placement in fit.pods:
+        pod = by_pod.get(placement.pod)
+        if pod is None:
+            raise BindError(f"{job.key}: unknown pod {placement.pod}")
+        if placement.pod in held.pods:
+            raise BindError(f"{job.key}: pod {placement.pod} is already placed")
+        leaves: list[Cell] = []
+        seen: set[Cell] = set()
+        for index in placement.gpus:
+            leaf = state.topo.leaf_at.get((placement.node, index))
+            if leaf is None:
+                raise ValueError(f"{job.key}: no GPU {index} on node {placement.node}")
+            check_leaf(job, held, leaf)
+            if leaf in seen:
+                raise BindError(
+                    f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
+                )
+            seen.add(leaf)
+            leaves.append(leaf)
+        if kind == KIND_SHARED and leaves:
+            take_shared(state, job.key, held, leaves, shared_before)
+        ownership.own_many(state, leaves, job.key, guaranteed)
+        j.setitem(held.pods, placement.pod, placement)
+        j.setitem(held.leaves, placement.pod, leaves)
+        j.setitem(held.requests, placement.pod, pod.request)
+        j.set(state, "allocated", state.allocated + pod.request)
+    for chain, before in shared_before.items():
+        if not alloc.no_worse(chain, before):
+            raise BindError(f"{job.key}: shared cells in chain {chain} are owed to a VC")
+
+
+def take_shared(
+    state: PlacerState, key: str, held: Held, leaves: list[Cell], before: dict[str, list[int]]
+) -> None:
+    """Reserve one pod's (unreserved) leaves for ``key``, whole cells at a time.
+
+    The leaves are covered by their maximal wholly chosen cells, taken in the
+    order of their first leaf: the free lists end up exactly as with one take per
+    leaf (same free roots, pushed in the same order).  The caller compares the
+    shortage after all takes with ``before``; that is the same answer as checking
+    after every take, because one take changes the shortage vector only by raising
+    the highest level it changes (so "no level grew at any step" holds iff the
+    vector is unchanged at the end, iff no level grew overall).
+    """
+    alloc = state.alloc
+    chain = leaves[0].chain
+    if chain not in before:
+        before[chain] = alloc.shortage(chain)
+    chosen = {leaf.id for leaf in leaves}
+    covered: set[int] = set()
+    for leaf in leaves:
+        if leaf.id in covered:
+            continue
+        cell = leaf
+        parent = cell.parent
+        while parent is not None and all(c.id in chosen for c in parent.leaves):
+            cell = parent
+            parent = cell.parent
+        res = Reservation(allocator.SHARED, cell, job=key)
+        alloc.take(cell, res)
+        held.shared.append(res)
+        covered.update(c.id for c in cell.leaves)
+
+
+def check_leaf(job: Job, held: Held, leaf: Cell) -> None:
+    """Raise ValueError unless ``leaf`` is healthy, unowned and reserved for ``held``'s kind."""
+    node = leaf.node_cell
+    assert node is not None
+    if not node.healthy:
+        raise ValueError(f"{job.key}: node {leaf.node} is bad")
+    if leaf.owner is not None:
+        raise ValueError(f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {leaf.owner}")
+    tag = leaf.tag
+    if held.kind == KIND_VC:
+        ok = tag is not None and tag.kind == allocator.VC and tag.vc == held.vc
+    elif held.kind == KIND_PIN:
+        ok = tag is not None and tag.kind == allocator.PIN and tag.vc == held.vc
+    elif held.kind == KIND_SHARED:
+        ok = tag is None
+    else:
+        ok = tag is None or tag.kind != allocator.BAD
+    if not ok:
+        raise ValueError(f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is reserved for {tag}")

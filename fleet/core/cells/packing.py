@@ -1,0 +1,369 @@
+"""Packing a gang's pods onto the leaves under one cell, best placement first.
+
+Theory of operation: a gang is packed under the lowest common cell that can
+hold it.  :func:`pack` looks at the usable leaves under a root cell, per node
+(:func:`usable`: which leaves the wanted reservation and the
+:class:`~fleet.core.cells.victims.Question` let it use, free before victims).
+Inside one node pods get leaves by buddy choice (:func:`in_node`: the smallest
+sub-node cell with enough usable leaves, fewest victims, best fit); across
+nodes by first-fit decreasing over the nodes of the lowest cell above node
+level that holds the gang (:func:`across`).  Candidates are ranked by a key
+``(level, victim jobs, victim leaves, preference, spare, id)``; the level is
+that of the lowest common cell of the chosen leaves (:class:`Choice`).  When
+no single container holds a gang, :func:`spread` places pods one by one over
+several containers.
+
+*What may be used* is the ``want`` of a container: a :class:`Reservation`
+(the leaves tagged with it), ``None`` (unreserved leaves — the shared pool,
+plus the shared leaves of victims and released jobs) or :data:`ANY` (any leaf:
+opportunistic and borrowed jobs, who prefer nodes with fewer reserved leaves).
+Without victims or released jobs, counters (``used``, ``unres``, full nodes)
+reject a root before its leaves are read.  Packing changes no state: picked
+leaves of a spread are only remembered in ``Question.taken``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from fleet.core.cells import allocator, demands, topology
+from fleet.core.cells.state import PlacerState
+from fleet.core.cells.topology import Cell
+from fleet.core.cells.victims import Question
+
+#: Leaf filter: any leaf (opportunistic) — otherwise ``None`` (unreserved) or a Reservation.
+ANY: Final = object()
+
+#: Per node under a root: (node, free leaves, victim leaves, reserved leaves).
+NodeLeaves = tuple[Cell, list[Cell], list[Cell], int]
+
+
+class Choice:
+    """A candidate placement: leaves per pod (by demand index), its level and costs."""
+
+    __slots__ = ("key", "leaves", "level", "victims")
+
+    key: tuple[int, ...]
+
+    def __init__(self, leaves: dict[int, list[Cell]], key: tuple[int, ...], victims: set[str]):
+        self.leaves = leaves
+        self.key = key
+        self.victims = victims
+        cells = [leaf for ls in leaves.values() for leaf in ls]
+        common = topology.lowest_common(cells)
+        if common is None:
+            self.level = max(c.top.level for c in cells) + 1 if cells else 0
+        else:
+            self.level = common.level
+
+
+def zero_choice(indices: Iterable[int]) -> Choice:
+    """The placement of pods that need no leaf cells (level 1, no cost)."""
+    choice = Choice({idx: [] for idx in indices}, (0,), set())
+    choice.level = 1
+    return choice
+
+
+def best_over(
+    state: PlacerState,
+    containers: Sequence[tuple[Cell, object]],
+    needs: list[tuple[int, int]],
+    question: Question,
+    opportunistic: bool = False,
+) -> Choice | None:
+    """The best packing in any one of ``containers`` (cell, want), else spread over them."""
+    best: Choice | None = None
+    for cell, want in containers:
+        choice = pack(state, cell, want, needs, question, opportunistic)
+        if choice is not None and (
+            best is None or (choice.level, choice.key) < (best.level, best.key)
+        ):
+            best = choice
+    if best is None and len(needs) > 1:
+        best = spread(state, list(containers), needs, question, opportunistic)
+    return best
+
+
+def usable(
+    state: PlacerState, root: Cell, want: object, question: Question
+) -> tuple[dict[int, NodeLeaves], int]:
+    """Per node under ``root``: (node, free leaves, victim leaves, reserved leaves)."""
+    out: dict[int, NodeLeaves] = {}
+    total = 0
+    nodes = root.node_cells or [root]
+    taken = question.taken
+    released = question.released
+    victims_ok = question.victims_ok
+    suggested = state.suggested
+    if root.res is not None and want is root.res and not question.preempt and not released:
+        # Inside the wanted reservation every leaf carries it: usable = unowned.
+        for node in nodes:
+            node_cell = node.node_cell
+            if node_cell is None or not node_cell.healthy or node.used == node.size:
+                continue
+            if suggested is not None and node_cell.node not in suggested:
+                continue
+            mine = [leaf for leaf in node.leaves if leaf.owner is None and leaf.id not in taken]
+            if mine:
+                out[node.id] = (node, mine, [], node.size)
+                total += len(mine)
+        return out, total
+    for node in nodes:
+        node_cell = node.node_cell
+        if node_cell is None or not node_cell.healthy:
+            continue
+        if suggested is not None and node_cell.node not in suggested:
+            continue
+        leaves = node.leaves
+        if node.used == node.size and not question.preempt and not released:
+            continue  # every leaf owned, and no owner leaves
+        free: list[Cell] = []
+        vict: list[Cell] = []
+        reserved = 0
+        for leaf in leaves:
+            tag = leaf.tag
+            if tag is not None:
+                reserved += 1
+            # A shared-pool job's own leaves are usable once it is preempted.
+            if (
+                want is not ANY
+                and tag is not want
+                and not (
+                    want is None
+                    and tag is not None
+                    and tag.kind == allocator.SHARED
+                    and (leaf.owner in victims_ok or leaf.owner in released)
+                )
+            ):
+                continue
+            if leaf.id in taken:
+                continue
+            owner = leaf.owner
+            if owner is None or owner in released:
+                free.append(leaf)
+            elif owner in victims_ok:
+                vict.append(leaf)
+        if free or vict:
+            out[node.id] = (node, free, vict, reserved)
+            total += len(free) + len(vict)
+    return out, total
+
+
+def pack(
+    state: PlacerState,
+    root: Cell,
+    want: object,
+    needs: list[tuple[int, int]],
+    question: Question,
+    opportunistic: bool,
+) -> Choice | None:
+    """The best placement of ``needs`` under ``root`` using leaves ``want`` allows."""
+    need = sum(k for _, k in needs)
+    if need == 0:
+        return zero_choice(idx for idx, _ in needs)
+    if root.node_cell is not None and not root.node_cell.healthy:
+        return None
+    if not question.preempt and not question.released:
+        # Upper bounds from the counters: unowned leaves, and for the shared pool
+        # unreserved ones (``unres`` may overcount inside a reserved root; still a bound).
+        room = root.size - root.used
+        if want is None and root.unres < room:
+            room = root.unres
+        if room < need:
+            return None
+    info, total = usable(state, root, want, question)
+    if total < need:
+        return None
+    best: Choice | None = None
+    # Inside one node (or one sub-node root).  Nodes come in id order, so a
+    # placement at the lowest possible level with nothing to spare is final.
+    floor = demands.lowest_level_in(state, root.chain, need)
+    for node, free, vict, reserved in info.values():
+        if len(free) + len(vict) < need:
+            continue
+        placed = in_node(state, node, needs, free, vict)
+        if placed is None:
+            continue
+        leaves, level, nvict = placed
+        victims = {leaf.owner for ls in leaves.values() for leaf in ls if leaf in vict}
+        pref = reserved if opportunistic else 0
+        key = (level, len(victims), nvict, pref, len(free) + len(vict) - need, node.id)
+        if best is None or key < best.key:
+            best = Choice(leaves, key, {v for v in victims if v is not None})
+            if key[:5] == (floor, 0, 0, 0, 0):
+                break
+    if best is not None:
+        best.key = best.key[1:]
+        return best
+    if root.node_cells == [] or root.is_node:
+        return None
+    # Across nodes: the lowest cell above node level whose nodes hold the gang.
+    node_level = state.topo.node_level[root.chain]
+    for level in range(node_level + 1, root.level + 1):
+        for cell in cells_at(state, root, level):
+            nodes = [info[n.id] for n in cell.node_cells if n.id in info]
+            if sum(len(f) + len(v) for _, f, v, _ in nodes) < need:
+                continue
+            placed_multi = across(state, nodes, needs, opportunistic)
+            if placed_multi is None:
+                continue
+            leaves, nvict, pref = placed_multi
+            victims = {
+                leaf.owner
+                for ls in leaves.values()
+                for leaf in ls
+                if leaf.owner and leaf.owner not in question.released
+            }
+            mkey: tuple[int, ...] = (len(victims), nvict, pref, cell.id)
+            if best is None or mkey < best.key:
+                best = Choice(leaves, mkey, {v for v in victims if v is not None})
+        if best is not None:
+            return best
+    return None
+
+
+def cells_at(state: PlacerState, root: Cell, level: int) -> list[Cell]:
+    """The cells of ``level`` under ``root`` (cached)."""
+    key = (root.id, level)
+    cells = state.at_level.get(key)
+    if cells is None:
+        cells = list(topology.descendants_at(root, level))
+        state.at_level[key] = cells
+    return cells
+
+
+def subcells_of(state: PlacerState, node: Cell) -> list[Cell]:
+    """``node`` and every cell under it, by (level, id) (cached)."""
+    cells = state.subcells.get(node.id)
+    if cells is None:
+        cells = []
+        stack = [node]
+        while stack:
+            c = stack.pop()
+            cells.append(c)
+            stack.extend(c.children)
+        cells.sort(key=lambda c: (c.level, c.id))
+        state.subcells[node.id] = cells
+    return cells
+
+
+def in_node(
+    state: PlacerState,
+    node: Cell,
+    needs: list[tuple[int, int]],
+    free: list[Cell],
+    vict: list[Cell],
+) -> tuple[dict[int, list[Cell]], int, int] | None:
+    """Buddy choice of leaves for ``needs`` in one node: (leaves, level, victim leaves)."""
+    avail = {leaf.id: 0 for leaf in free}
+    for leaf in vict:
+        avail[leaf.id] = 1
+    out: dict[int, list[Cell]] = {}
+    chosen: list[Cell] = []
+    nvict = 0
+    subcells = subcells_of(state, node)
+    for idx, k in needs:
+        if k == 0:
+            out[idx] = []
+            continue
+        pick: Cell | None = None
+        pick_key: tuple[int, int, int] | None = None
+        for cell in subcells:
+            if cell.size < k:
+                continue
+            if pick is not None and cell.level > pick.level:
+                break
+            ids = [leaf.id for leaf in cell.leaves if leaf.id in avail]
+            if len(ids) < k:
+                continue
+            nv = sum(avail[i] for i in ids)
+            cnt = len(ids)
+            key = (max(0, k - (cnt - nv)), cnt, cell.id)
+            if pick_key is None or key < pick_key:
+                pick, pick_key = cell, key
+        if pick is None:
+            return None
+        mine = [leaf for leaf in pick.leaves if leaf.id in avail]
+        if any(avail[leaf.id] for leaf in mine):
+            mine.sort(key=lambda leaf: avail[leaf.id])  # free before victims, stable
+            taken = mine[:k]
+            taken.sort(key=lambda leaf: pick.leaves.index(leaf))
+        else:
+            taken = mine[:k]  # already in the pick's order
+        for leaf in taken:
+            nvict += avail.pop(leaf.id)
+        out[idx] = taken
+        chosen.extend(taken)
+    common = topology.lowest_common(chosen)
+    level = common.level if common is not None else node.level
+    return out, level, nvict
+
+
+def across(
+    state: PlacerState,
+    nodes: list[NodeLeaves],
+    needs: list[tuple[int, int]],
+    opportunistic: bool,
+) -> tuple[dict[int, list[Cell]], int, int] | None:
+    """First-fit decreasing of pods over nodes, best fit, free leaves before victims."""
+    remaining = {n.id: [len(f), len(v)] for n, f, v, _ in nodes}
+    by_id = {n.id: (n, f, v, r) for n, f, v, r in nodes}
+    assign: dict[int, list[tuple[int, int]]] = {}
+    pref_total = 0
+    for idx, k in needs:
+        best_id = -1
+        best_key: tuple[int, ...] | None = None
+        for nid, (nf, nv) in remaining.items():
+            if nf + nv < k:
+                continue
+            reserved = by_id[nid][3] if opportunistic else 0
+            key = (max(0, k - nf), reserved, nf + nv - k, nid)
+            if best_key is None or key < best_key:
+                best_id, best_key = nid, key
+        if best_key is None:
+            return None
+        nf, nv = remaining[best_id]
+        use_free = min(nf, k)
+        remaining[best_id] = [nf - use_free, nv - (k - use_free)]
+        assign.setdefault(best_id, []).append((idx, k))
+        pref_total += best_key[1]
+    leaves: dict[int, list[Cell]] = {}
+    nvict = 0
+    for nid, dems in assign.items():
+        node, free, vict, _ = by_id[nid]
+        placed = in_node(state, node, dems, free, vict)
+        if placed is None:
+            return None
+        leaves.update(placed[0])
+        nvict += placed[2]
+    return leaves, nvict, pref_total
+
+
+def spread(
+    state: PlacerState,
+    containers: list[tuple[Cell, object]],
+    needs: list[tuple[int, int]],
+    question: Question,
+    opportunistic: bool,
+) -> Choice | None:
+    """Pods one by one over several containers (gang spanning top-level cells)."""
+    leaves: dict[int, list[Cell]] = {}
+    victims: set[str] = set()
+    try:
+        for idx, k in needs:
+            best: Choice | None = None
+            for cell, want in containers:
+                choice = pack(state, cell, want, [(idx, k)], question, opportunistic)
+                if choice is not None and (best is None or choice.key < best.key):
+                    best = choice
+            if best is None:
+                return None
+            leaves[idx] = best.leaves[idx]
+            victims |= best.victims
+            question.taken.update(leaf.id for leaf in best.leaves[idx])
+        return Choice(leaves, (len(victims),), victims)
+    finally:
+        for ls in leaves.values():
+            for leaf in ls:
+                question.taken.discard(leaf.id)

@@ -1,0 +1,139 @@
+"""What one cluster's cell placer knows: its cells, reservations, jobs and totals.
+
+Theory of operation: a :class:`PlacerState` is the single mutable object that
+the placer's modules share.  It holds the :class:`~fleet.core.cells.topology.Topology`
+(cells with their owner and usage slots), the
+:class:`~fleet.core.cells.allocator.Allocator` (reservations, buddy free
+lists), the :class:`~fleet.core.cells.allocator.Journal` they both write
+through, the jobs placed here (:class:`Held`, one per job), pinned-cell
+requests, bad nodes and the incremental totals behind ``capacity()``,
+``allocated()`` and ``fragmentation()``.  Every module of the placer is a set
+of functions over this state (``ownership.release(state, key)``); journal
+transactions are opened and closed by the
+:class:`~fleet.core.cells.placer.CellPlacer` facade (and by
+``health.set_node_health``, which commits its own).  Inside one,
+:meth:`PlacerState.mark` / :meth:`PlacerState.undo` nest undo scopes so a
+search can try a take and take it back.
+
+A job is held in one of four *kinds*: inside its VC's bound cells (``vc``), in
+a pinned cell (``pin``), in shared-pool reservations of its own (``shared``),
+or on any unowned leaf (``opportunistic``).  :class:`CellFit` carries the kind
+and the VC cells to bind from ``fit`` to ``bind``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from fleet.core.cells.allocator import Allocator, Journal, Reservation
+from fleet.core.cells.config import CellConfig
+from fleet.core.cells.topology import Cell, Topology
+from fleet.core.jobs import Job
+from fleet.core.placement import Fit, PodPlacement, RunningInfo
+from fleet.core.resources import Resources
+
+KIND_VC: Final = "vc"
+KIND_PIN: Final = "pin"
+KIND_SHARED: Final = "shared"
+KIND_OPP: Final = "opportunistic"
+#: Kinds whose leaves count as the VC's guaranteed use (``Reservation.gused``).
+GUARANTEED_KINDS: Final = (KIND_VC, KIND_PIN)
+
+
+@dataclass(frozen=True, slots=True)
+class CellFit(Fit):
+    """A :class:`Fit` that also carries the allocator plan ``bind`` will commit.
+
+    ``kind`` is how the job is held (``vc``, ``pin``, ``shared``,
+    ``opportunistic``) and ``bindings`` the cell ids bound to the job's VC.
+    """
+
+    kind: str = KIND_OPP
+    bindings: tuple[int, ...] = ()
+
+
+class Held:
+    """One placed job: its pods, their leaves and requests, its shared reservations."""
+
+    __slots__ = ("info", "kind", "leaves", "pods", "requests", "shared", "vc")
+
+    def __init__(self, info: RunningInfo, kind: str, vc: str | None) -> None:
+        self.info = info
+        self.kind = kind
+        self.vc = vc
+        self.pods: dict[str, PodPlacement] = {}
+        self.leaves: dict[str, list[Cell]] = {}
+        self.requests: dict[str, Resources] = {}
+        self.shared: list[Reservation] = []
+
+
+class PlacerState:
+    """The mutable state of one member cluster's cell placer."""
+
+    __slots__ = (
+        "alloc",
+        "allocated",
+        "at_level",
+        "bad",
+        "capacity",
+        "cluster",
+        "config",
+        "free_leaves",
+        "held",
+        "j",
+        "marks",
+        "node_caps",
+        "pins",
+        "subcells",
+        "suggested",
+        "topo",
+        "whole_free_leaves",
+    )
+
+    def __init__(self, cluster: str, config: CellConfig) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.topo = Topology(config)
+        self.j = Journal()
+        self.alloc = Allocator(self.topo, config, self.j)
+        self.held: dict[str, Held] = {}
+        self.pins: dict[str, str] = {}  # job key -> pinned cell id
+        self.node_caps = config.nodes()
+        self.bad: set[str] = set()
+        # Incremental totals behind capacity() and allocated() (O(1) for the cycle).
+        self.capacity = Resources()
+        for cap in self.node_caps.values():
+            self.capacity = self.capacity + cap
+        self.allocated = Resources()
+        #: Nodes every placement is restricted to (None: no restriction).
+        self.suggested: frozenset[str] | None = None
+        # Fragmentation counters: healthy unowned leaves, and those in wholly free nodes.
+        self.free_leaves = 0
+        self.whole_free_leaves = 0
+        for nodes in self.topo.nodes.values():
+            for node in nodes:
+                self.free_leaves += node.size
+                self.whole_free_leaves += node.size
+        # Caches of the packing: a node's cells by (level, id); cells at a level under a cell.
+        self.subcells: dict[int, list[Cell]] = {}
+        self.at_level: dict[tuple[int, int], list[Cell]] = {}
+        self.marks: list[int] = []  # nested undo scopes (journal marks)
+
+    def mark(self) -> None:
+        """Start a nested undo scope (a suffix of the journal)."""
+        self.marks.append(self.j.mark())
+
+    def undo(self) -> None:
+        """Revert every change since the matching :meth:`mark`."""
+        self.j.undo_to(self.marks.pop())
+
+    def fragmentation(self) -> float:
+        """Share of free healthy GPUs that cannot host a whole node-level cell."""
+        if self.free_leaves <= 0:
+            return 0.0
+        return (self.free_leaves - self.whole_free_leaves) / self.free_leaves
+
+    def pinned_cell_id(self, job: Job) -> str | None:
+        """The pinned cell ``job`` must run in (``pin_job`` first, then the job's own)."""
+        return self.pins.get(job.key) or job.pinned_cell_id
