@@ -175,6 +175,10 @@ def main() -> None:
     median = statistics.median(rates)
     print(f"steady-state cycle: median {median:,.0f} admissions/s (target >= {TARGET_RATE:,})")
     print(f"memory: {per_job:,.0f} bytes per pending job (peak; target <= {TARGET_BYTES})")
+    print(
+        "baseline: Kueue, one head per queue per cycle, admitted 9.6 workloads/min "
+        "(0.16/s) on 1,300 nodes with a 536-deep queue in production (Kueue issue #14477)"
+    )
 
 
 if __name__ == "__main__":
