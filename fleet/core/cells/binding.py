@@ -11,7 +11,10 @@ as its maximal wholly chosen cells (:func:`take_shared`), and the VC safety of
 those takes is checked once per chain after all pods, which gives the same
 answer as a check after every leaf.  Any failure raises (``BindError`` for a
 stale plan, ``ValueError`` for a wrong GPU); the caller's journal transaction
-then rolls everything back, so nothing is half bound.
+then rolls everything back, so nothing is half bound (the job's own list of
+shared reservations included: it is replaced through the journal).  ``fit``
+runs the same :func:`commit` inside its own journal when victims or released
+jobs leave, so that it never answers a plan this refuses.
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ def take_shared(
         before[chain] = alloc.shortage(chain)
     chosen = {leaf.id for leaf in leaves}
     covered: set[int] = set()
+    taken: list[Reservation] = []
     for leaf in leaves:
         if leaf.id in covered:
             continue
@@ -121,8 +125,11 @@ def take_shared(
             parent = cell.parent
         res = Reservation(allocator.SHARED, cell, job=key)
         alloc.take(cell, res)
-        held.shared.append(res)
+        taken.append(res)
         covered.update(c.id for c in cell.leaves)
+    # A new list through the journal: a rolled back bind (or fit) of a job already
+    # held must not leave reservations behind in its list.
+    state.j.set(held, "shared", held.shared + taken)
 
 
 def check_leaf(job: Job, held: Held, leaf: Cell) -> None:

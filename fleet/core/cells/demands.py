@@ -24,21 +24,27 @@ from fleet.core.jobs import Job, Pod
 
 
 def leaf_cells_needed(request: Mapping[str, int], sku: object | None) -> int | None:
-    """Leaf cells a pod needs: its GPUs, or with a skuType the max ratio over gpu/cpu/memory."""
+    """Leaf cells a pod needs: its GPUs, or with a skuType the max ratio over gpu/cpu/memory.
+
+    Each resource is divided by its own amount in the sku; a resource the sku has
+    none of is ignored, except GPUs: a pod asking GPUs of a sku without any does
+    not fit (None).
+    """
     gpus = request.get(resources.GPU, 0)
     if sku is None:
         return gpus
     assert isinstance(sku, SkuType)
     need = 0
-    for amount, per in (
-        (gpus, sku.gpu),
-        (request.get(resources.CPU, 0), sku.cpu),
-        (request.get(resources.MEMORY, 0), sku.memory),
+    for name, per in (
+        (resources.GPU, sku.gpu),
+        (resources.CPU, sku.cpu),
+        (resources.MEMORY, sku.memory),
     ):
+        amount = request.get(name, 0)
         if amount <= 0:
             continue
         if per <= 0:
-            if per == 0 and (amount is gpus):
+            if name == resources.GPU:
                 return None
             continue
         need = max(need, math.ceil(amount / per))

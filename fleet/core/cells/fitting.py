@@ -8,21 +8,30 @@ shared pool); any other guaranteed job uses the shared pool.  Leaf types and
 their chains are tried in order (a gang stays within one chain), first in a
 pass without victims, then — if preemption is allowed and there are jobs the
 rules let it preempt — in a pass with them; the first placement found wins.
-Pods needing no leaf cells (without ``skuTypes``) take none and go next to the
-job's other pods.  The answer is a :class:`CellFit`: the pods' nodes and GPU
-indices, the level of the lowest common cell, the fragmentation left behind
-(counter arithmetic when nobody leaves; otherwise victims and released jobs
-leave and the leaves are owned, all inside the query's journal, which the
-caller rolls back) and the VC cells ``bind`` must bind, including VC cells a
-leaving victim unbinds.
+Pods needing no leaf cells (for the leaf type tried; with or without
+``skuTypes``) take none and go next to the gang's first placed pod, the job's
+other pods or the first healthy node (none: ``NoFit``).  The answer is a
+:class:`CellFit`: the pods' nodes and GPU indices, the level of the lowest
+common cell, the fragmentation left behind and the VC cells ``bind`` must
+bind.  When nobody leaves, the searches have checked the plan against the
+current state and the fragmentation is counter arithmetic.  When victims or
+released jobs leave, leaving can unbind VC cells, free shared reservations and
+re-reserve bad nodes, which the searches (run before anyone leaves) do not
+see: the jobs leave inside the query's journal and the plan is committed
+exactly as ``bind`` will commit it (re-binding the job's own VC cells that the
+leaving unbound); a plan ``bind`` would refuse is dropped — with released jobs
+the chain is searched again once they have left — so ``fit`` never answers a
+plan that ``bind`` refuses right after the victims and released jobs left.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from fleet.core.cells import (
     allocator,
+    binding,
     demands,
     health,
     ownership,
@@ -43,7 +52,7 @@ from fleet.core.cells.state import (
 from fleet.core.cells.topology import Cell
 from fleet.core.cells.victims import Question
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import Fit, NoFit, PodPlacement
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement
 
 #: What a search found: the placement, the kind it is held as, VC cells to bind.
 Found = tuple[Choice, str, list[Cell]]
@@ -68,13 +77,7 @@ def fit(
     victims_ok: frozenset[str] = frozenset()
     if preempt:
         victims_ok = victims.allowed(state, job, mode, released)
-    if (
-        all(demands.leaf_cells_needed(p.request, None) == 0 for p in pods)
-        and not state.config.sku_types
-    ):
-        # Nothing to allocate: pods go next to the job (or on the first healthy node).
-        zero = packing.zero_choice(range(len(pods)))
-        return answer(state, job, pods, (zero, kind, []), Question(job.key, released, frozenset()))
+    refused: list[str] = []
     passes: list[frozenset[str]] = [frozenset(), *([victims_ok] if victims_ok else [])]
     for ok in passes:
         question = Question(job.key, released, ok)
@@ -82,11 +85,62 @@ def fit(
             needs = demands.demands(state, pods, leaf_type)
             if needs is None:
                 continue  # a pod does not fit a leaf cell of this type
+            if all(k == 0 for _, k in needs):
+                # Nothing to allocate: pods go next to the job (or on a healthy node).
+                zero = packing.zero_choice(range(len(pods)))
+                fitted = answer(state, job, pods, mode, (zero, kind, []), question)
+                if fitted is None:
+                    return NoFit(cluster, f"no healthy node in {cluster} for pods needing no cells")
+                return fitted
             for chain in state.topo.leaf_chains[leaf_type]:
                 found = search(state, job, kind, vc, chain, needs, question)
-                if found is not None:
-                    return answer(state, job, pods, found, question)
-    return NoFit(cluster, why_not(state, job, kind, vc, pods, preempt))
+                if found is None:
+                    continue
+                fitted = answer(state, job, pods, mode, found, question)
+                if fitted is None:
+                    # ``bind`` would refuse this plan once the leaving jobs have left;
+                    # the released jobs leave for sure: search again without them.
+                    retry = (kind, vc, chain, needs)
+                    fitted = after_released(state, job, pods, mode, retry, question)
+                if fitted is not None:
+                    return fitted
+                refused.append(chain)
+    why = why_not(state, job, kind, vc, pods, preempt)
+    if refused:
+        where = ", ".join(refused)
+        why += f" (a placement in chain(s) {where} could not be bound once the leaving jobs left)"
+    return NoFit(cluster, why)
+
+
+def after_released(
+    state: PlacerState,
+    job: Job,
+    pods: Sequence[Pod],
+    mode: Mode,
+    found: tuple[str, str | None, str, list[tuple[int, int]]],
+    question: Question,
+) -> CellFit | None:
+    """Search a chain again once the released jobs have left (undone after).
+
+    ``found`` is (kind, VC, chain, demands) of the search whose plan ``bind``
+    would refuse.  That search saw the released jobs' leaves as free but not
+    what their leaving does to the reservations (VC cells unbound, bad nodes
+    re-reserved, shared cells freed); this one searches the state ``bind`` will
+    see.  None if no released job is held or nothing fits there either.
+    """
+    left = sorted(key for key in question.released if key in state.held)
+    if not left:
+        return None
+    kind, vc, chain, needs = found
+    state.mark()
+    try:
+        for key in left:
+            ownership.release(state, key)
+        again = Question(job.key, frozenset(), question.victims_ok)
+        placed = search(state, job, kind, vc, chain, needs, again)
+        return None if placed is None else answer(state, job, pods, mode, placed, again)
+    finally:
+        state.undo()
 
 
 def kind_of(state: PlacerState, job: Job, mode: Mode) -> tuple[str, str | None, str | None]:
@@ -141,11 +195,25 @@ def search(
 
 
 def answer(
-    state: PlacerState, job: Job, pods: Sequence[Pod], found: Found, question: Question
-) -> CellFit:
-    """The :class:`CellFit` for ``found`` (may change state: the caller rolls it back)."""
+    state: PlacerState,
+    job: Job,
+    pods: Sequence[Pod],
+    mode: Mode,
+    found: Found,
+    question: Question,
+) -> CellFit | None:
+    """The :class:`CellFit` for ``found``; None if ``bind`` would refuse its plan.
+
+    When nobody leaves, the searches have already checked the plan against the
+    current state.  Otherwise the victims and released jobs leave, which may
+    unbind VC cells, free shared reservations and re-reserve bad nodes, and the
+    plan is committed exactly as ``bind`` will commit it then (all inside an undo
+    scope): a plan ``bind`` would refuse is never answered.
+    """
     choice, kind, bindings = found
     placements = placements_of(state, job, pods, choice.leaves)
+    if placements is None:
+        return None
     if victims.nobody_leaves(state, choice.victims, question):
         # Nothing leaves: the fragmentation after the placement is counter arithmetic.
         return CellFit(
@@ -157,31 +225,39 @@ def answer(
             kind=kind,
             bindings=tuple(c.id for c in bindings),
         )
-    # Apply the placement (the fit's journal rolls it back): victims and released jobs
-    # leave first; a VC cell they leave empty is unbound and must be bound again.
-    before = [
-        leaf.tag.cell
-        for ls in choice.leaves.values()
-        for leaf in ls
-        if leaf.tag is not None and leaf.tag.kind == allocator.VC
-    ]
-    victims.make_leave(state, choice.victims, question)
-    bindings = list(bindings)
-    for cell in before:
-        if cell.res is None and cell not in bindings:
-            bindings.append(cell)
-    # Every chosen leaf was free, a victim's or a released job's: all unowned now.
-    leaves = [leaf for ls in choice.leaves.values() for leaf in ls]
-    ownership.own_many(state, leaves, job.key, guaranteed=False)
-    return CellFit(
-        cluster=state.cluster,
-        pods=placements,
-        level=max(0, choice.level - 1),
-        fragmentation=round(state.fragmentation(), 6),
-        victims=tuple(sorted(choice.victims)),
-        kind=kind,
-        bindings=tuple(c.id for c in bindings),
-    )
+    # The job's own VC cells holding chosen leaves: a leaving job may unbind them,
+    # and then they must be bound again.  (Other kinds bind nothing: a leaf of a VC
+    # cell that an opportunistic job uses is simply unreserved once the cell is.)
+    before: list[Cell] = []
+    if kind == KIND_VC:
+        for ls in choice.leaves.values():
+            for leaf in ls:
+                tag = leaf.tag
+                if tag is not None and tag.kind == allocator.VC and tag.cell not in before:
+                    before.append(tag.cell)
+    state.mark()
+    try:
+        victims.make_leave(state, choice.victims, question)
+        plan = list(bindings)
+        for cell in before:
+            if cell.res is None and cell not in plan:
+                plan.append(cell)
+        fit = CellFit(
+            cluster=state.cluster,
+            pods=placements,
+            level=max(0, choice.level - 1),
+            fragmentation=0.0,
+            victims=tuple(sorted(choice.victims)),
+            kind=kind,
+            bindings=tuple(c.id for c in plan),
+        )
+        try:
+            binding.commit(state, job, mode, fit)
+        except (BindError, ValueError):
+            return None
+        return dataclasses.replace(fit, fragmentation=round(state.fragmentation(), 6))
+    finally:
+        state.undo()
 
 
 def fragmentation_after(state: PlacerState, choice: Choice) -> float:
@@ -200,24 +276,32 @@ def fragmentation_after(state: PlacerState, choice: Choice) -> float:
     return (free - whole) / free if free > 0 else 0.0
 
 
-def placements_of(
-    state: PlacerState, job: Job, pods: Sequence[Pod], leaves: Mapping[int, list[Cell]]
-) -> tuple[PodPlacement, ...]:
-    """Pods with their node and GPU indices; pods with no leaves go to an anchor node."""
-    anchor: str | None = None
+def anchor_node(state: PlacerState, job: Job, leaves: Mapping[int, list[Cell]]) -> str | None:
+    """Where pods needing no leaf cells go: the node of the gang's first placed pod,
+    else of the job's pods already placed, else the first healthy (suggested) node."""
     for ls in leaves.values():
         if ls and ls[0].node is not None:
-            anchor = ls[0].node
-            break
-    if anchor is None:
-        held = state.held.get(job.key)
-        if held and held.pods:
-            anchor = next(iter(held.pods.values())).node
-        else:
-            anchor = next(
-                (n for n, cells in state.topo.nodes.items() if all(c.healthy for c in cells)),
-                next(iter(state.topo.nodes)),
-            )
+            return ls[0].node
+    held = state.held.get(job.key)
+    if held and held.pods:
+        return next(iter(held.pods.values())).node
+    suggested = state.suggested
+    for name, cells in state.topo.nodes.items():
+        if suggested is not None and name not in suggested:
+            continue
+        if all(c.healthy for c in cells):
+            return name
+    return None
+
+
+def placements_of(
+    state: PlacerState, job: Job, pods: Sequence[Pod], leaves: Mapping[int, list[Cell]]
+) -> tuple[PodPlacement, ...] | None:
+    """Pods with their node and GPU indices; pods with no leaves go to the anchor node.
+
+    None if some pod needs no leaves and there is no node to put it on.
+    """
+    anchor: str | None = None
     out: list[PodPlacement] = []
     for i, pod in enumerate(pods):
         ls = leaves.get(i, [])
@@ -226,6 +310,10 @@ def placements_of(
             assert node is not None
             out.append(PodPlacement(pod.name, node, tuple(leaf.leaf_index or 0 for leaf in ls)))
         else:
+            if anchor is None:
+                anchor = anchor_node(state, job, leaves)
+                if anchor is None:
+                    return None
             out.append(PodPlacement(pod.name, anchor, ()))
     return tuple(out)
 

@@ -102,10 +102,14 @@ def search(
                 continue
         state.mark()
         victims.make_leave(state, choice.victims, question)
+        # ``bind`` checks the takes against the shortage once the jobs have left:
+        # leaving may free cells that cover owed ones (a shortage from bad nodes),
+        # and those must not be taken.
+        left = alloc.shortage(chain)
         for ls in choice.leaves.values():
             for leaf in ls:
                 alloc.take(leaf, Reservation(allocator.SHARED, leaf, job=question.job))
-        safe = alloc.no_worse(chain, before)
+        safe = alloc.no_worse(chain, left)
         state.undo()
         if safe:
             return choice
