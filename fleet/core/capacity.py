@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.core import resources
+from fleet.core import placement, resources
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
 from fleet.core.resources import Resources
@@ -49,19 +49,6 @@ class _Held:
     info: RunningInfo
     pods: list[PodPlacement] = field(default_factory=list)
     requests: list[Resources] = field(default_factory=list)
-
-
-def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
-    """The victim rules of :mod:`fleet.core.placement`."""
-    if not victim.preemptible or job.opportunistic:
-        return False
-    if victim.mode is Mode.OPPORTUNISTIC:
-        return True
-    if mode is not Mode.GUARANTEED:
-        return False
-    if victim.mode is Mode.BORROWED:
-        return True
-    return victim.queue == job.queue and victim.priority < job.priority
 
 
 def victim_order(victim: RunningInfo) -> tuple[int, int, int]:
@@ -183,8 +170,9 @@ class CapacityPlacer:
         return best[1] if best else None
 
     def _candidates(self, job: Job, mode: Mode) -> list[RunningInfo]:
-        """Running jobs that ``job`` in ``mode`` may preempt, from the indexes."""
-        if job.opportunistic:
+        """Running jobs that ``job`` in ``mode`` may preempt (the indexes narrow
+        the search; :func:`~fleet.core.placement.may_preempt` decides)."""
+        if job.opportunistic or mode is Mode.OPPORTUNISTIC:
             return []
         held = self._held
         out = [held[k].info for k in self._by_mode[Mode.OPPORTUNISTIC]]
@@ -195,7 +183,7 @@ class CapacityPlacer:
                 for k in self._guaranteed_by_queue.get(job.queue, ())
                 if held[k].info.priority < job.priority
             ]
-        return [info for info in out if info.preemptible]
+        return [info for info in out if placement.may_preempt(job, mode, info)]
 
     def _largest_free(self) -> int:
         """The most free GPUs on any one node (a look at the buckets, not the nodes)."""

@@ -81,6 +81,19 @@ class RunningInfo:
     seq: int
 
 
+def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
+    """The victim rules above: may ``job``, placed in ``mode``, preempt ``victim``?"""
+    if not victim.preemptible or job.opportunistic or mode is Mode.OPPORTUNISTIC:
+        return False
+    if victim.mode is Mode.OPPORTUNISTIC:
+        return True
+    if mode is not Mode.GUARANTEED:
+        return False
+    if victim.mode is Mode.BORROWED:
+        return True
+    return victim.queue == job.queue and victim.priority < job.priority
+
+
 class Placer(Protocol):
     """One member cluster's placement engine."""
 

@@ -16,10 +16,10 @@ with it.
 
 from __future__ import annotations
 
+from fleet.core import placement
 from fleet.core.cells import ownership
 from fleet.core.cells.state import PlacerState
 from fleet.core.jobs import Job, Mode
-from fleet.core.placement import RunningInfo
 
 
 class Question:
@@ -36,25 +36,12 @@ class Question:
         self.taken: set[int] = set()
 
 
-def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
-    """The victim rules of :mod:`fleet.core.placement`."""
-    if not victim.preemptible or job.opportunistic or mode is Mode.OPPORTUNISTIC:
-        return False
-    if victim.mode is Mode.OPPORTUNISTIC:
-        return True
-    if mode is not Mode.GUARANTEED:
-        return False
-    if victim.mode is Mode.BORROWED:
-        return True
-    return victim.queue == job.queue and victim.priority < job.priority
-
-
 def allowed(state: PlacerState, job: Job, mode: Mode, released: frozenset[str]) -> frozenset[str]:
     """Running jobs ``job`` may preempt here (not released ones, not itself)."""
     return frozenset(
         key
         for key, held in state.held.items()
-        if key not in released and key != job.key and may_preempt(job, mode, held.info)
+        if key not in released and key != job.key and placement.may_preempt(job, mode, held.info)
     )
 
 
