@@ -60,6 +60,10 @@ def victim_order(victim: RunningInfo) -> tuple[int, int, int]:
 class CapacityPlacer:
     """Placer over free per-node capacity; see the module docstring."""
 
+    #: Answers without preemption do not depend on the job's queue (no VCs here),
+    #: so the cycle may reuse one answer for identical gangs of any queue.
+    queue_blind = True
+
     def __init__(
         self,
         cluster: str,
@@ -73,6 +77,8 @@ class CapacityPlacer:
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
         self._by_mode: dict[Mode, dict[str, None]] = {m: {} for m in Mode}
+        self._mode_gpus: dict[Mode, int] = dict.fromkeys(Mode, 0)  # GPUs held per mode
+        self._queue_gpus: dict[str, int] = {}  # GPUs of guaranteed jobs per queue
         self._guaranteed_by_queue: dict[str, dict[str, None]] = {}
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
@@ -106,6 +112,14 @@ class CapacityPlacer:
             return NoFit(self._cluster, self._why(job, pods))
         # Victims are chosen where they help: when a pod does not fit, the node
         # that can take it by preempting the fewest, cheapest jobs gives them up.
+        need = sum(p.gpus for p in pods)
+        room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
+        # Upper bound from the per-mode counters before looking at any job.
+        bound = room + self._mode_gpus[Mode.OPPORTUNISTIC]
+        if mode is Mode.GUARANTEED:
+            bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
+        if bound < need:
+            return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         victims: list[str] = []
         on_node: dict[str, list[RunningInfo]] = {}
         candidates = [
@@ -113,8 +127,7 @@ class CapacityPlacer:
             for info in self._candidates(job, mode)
             if info.key not in released and info.key != job.key
         ]
-        room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
-        if room + sum(self._gpus_of(info.key) for info in candidates) < sum(p.gpus for p in pods):
+        if room + sum(self._gpus_of(info.key) for info in candidates) < need:
             return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         for info in sorted(candidates, key=victim_order):
             for node_name in dict.fromkeys(pp.node for pp in self._held[info.key].pods):
@@ -307,6 +320,7 @@ class CapacityPlacer:
             self._take(node, req, pp.gpus)
             held.pods.append(pp)
             held.requests.append(req)
+            self._count_gpus(held.info, len(pp.gpus))
 
     def release(self, key: str) -> None:
         held = self._held.pop(key, None)
@@ -317,6 +331,12 @@ class CapacityPlacer:
             del self._guaranteed_by_queue[held.info.queue][key]
         for pp, req in zip(held.pods, held.requests, strict=True):
             self._give(self._nodes[pp.node], req, pp.gpus)
+            self._count_gpus(held.info, -len(pp.gpus))
+
+    def _count_gpus(self, info: RunningInfo, gpus: int) -> None:
+        self._mode_gpus[info.mode] += gpus
+        if info.mode is Mode.GUARANTEED:
+            self._queue_gpus[info.queue] = self._queue_gpus.get(info.queue, 0) + gpus
 
     def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
         before = len(node.free_gpus)
@@ -376,6 +396,16 @@ class CapacityPlacer:
                 for g in pp.gpus:
                     assert (pp.node, g) not in owners, f"GPU {pp.node}/{g} has two owners"
                     owners[(pp.node, g)] = key
+        by_mode: dict[Mode, int] = dict.fromkeys(Mode, 0)
+        by_queue: dict[str, int] = {}
+        for held in self._held.values():
+            gpus = sum(len(pp.gpus) for pp in held.pods)
+            by_mode[held.info.mode] += gpus
+            if held.info.mode is Mode.GUARANTEED:
+                by_queue[held.info.queue] = by_queue.get(held.info.queue, 0) + gpus
+        assert by_mode == self._mode_gpus, "GPUs per mode differ from a recount"
+        kept = {q: n for q, n in self._queue_gpus.items() if n}
+        assert {q: n for q, n in by_queue.items() if n} == kept, "GPUs per queue differ"
         for mode, keys in self._by_mode.items():
             assert all(self._held[k].info.mode is mode for k in keys), "mode index"
         assert sum(len(k) for k in self._by_mode.values()) == len(self._held), "mode index"

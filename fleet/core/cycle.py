@@ -152,6 +152,9 @@ class _Cycle:
     reclaim_failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
     #: cluster -> (free resources, load), until a bind or release there changes it
     room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
+    #: cluster -> placement question -> why it does not fit without preemption.
+    #: Admissions only take capacity, so an answer holds until a release there.
+    nofit: dict[str, dict[tuple[object, ...], str]] = field(default_factory=dict)
     displaced: set[str] = field(default_factory=set)  # admitted, then preempted, this cycle
     admitted_keys: set[str] = field(default_factory=set)
     blocked: set[str] = field(default_factory=set)  # StrictFIFO queues stopped this cycle
@@ -409,13 +412,32 @@ class _Cycle:
         need = _sum(pods)
         best: tuple[tuple[int, float, float, str], Fit] | None = None
         misses: list[str] = []
+        question = (
+            tuple(p.request for p in pods),
+            mode,
+            job.gpu_sku,
+            job.pinned_cell_id,
+            job.queue if mode is Mode.GUARANTEED else None,
+        )
         for load, placer in placers:
-            if not released and not _may_fit(self.room[placer.cluster][0], need):
-                misses.append(f"{placer.cluster}: not enough free capacity")
-                continue
-            fit = placer.fit(job, pods, mode, released=released)
+            name = placer.cluster
+            known = self.nofit.setdefault(name, {})
+            # A queue-blind placer answers the same for every queue.
+            key = question[:-1] if getattr(placer, "queue_blind", False) else question
+            here = frozenset(k for k in released if placer.holds(k))
+            if not here:
+                if not _may_fit(self.room[name][0], need):
+                    misses.append(f"{name}: not enough free capacity")
+                    continue
+                why = known.get(key)
+                if why is not None:
+                    misses.append(why)
+                    continue
+            fit = placer.fit(job, pods, mode, released=here)
             if isinstance(fit, NoFit):
-                misses.append(f"{placer.cluster}: {fit.reason}")
+                misses.append(f"{name}: {fit.reason}")
+                if not here:
+                    known[key] = misses[-1]
                 continue
             rank = (fit.level, fit.fragmentation, load, placer.cluster)
             if best is None or rank < best[0]:
@@ -444,11 +466,22 @@ class _Cycle:
         running = self.state.running
         best: tuple[tuple[int, int, int, float, str], Fit] | None = None
         found = 0
+        # A borrowed job may preempt only opportunistic jobs, whatever its queue
+        # and priority, and none start before the last pass: a failed question
+        # holds for the cycle until a release in that cluster.
+        question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
         for load, placer in placers:
             if found >= PREEMPTION_CLUSTERS:
                 break
-            fit = placer.fit(job, pods, mode, preempt=True, released=released)
+            known = self.nofit.setdefault(placer.cluster, {})
+            here = frozenset(k for k in released if placer.holds(k))
+            memo = mode is Mode.BORROWED and not here
+            if memo and question in known:
+                continue
+            fit = placer.fit(job, pods, mode, preempt=True, released=here)
             if isinstance(fit, NoFit):
+                if memo:
+                    known[question] = fit.reason
                 continue
             found += 1
             top = max((running[v].job.priority for v in fit.victims if v in running), default=0)
@@ -491,6 +524,7 @@ class _Cycle:
                     why = f"preempted by {job.key} (priority {job.priority})"
                 self.decisions.append(Preempt(key, run.job.queue, why, self.now))
             self.room.pop(run.cluster, None)
+            self.nofit.pop(run.cluster, None)
             self.touch(run.job.queue)
             self.requeued.append(state.finish(key))
             self.unfeasible.clear()
@@ -504,7 +538,9 @@ class _Cycle:
         _charge(state.tree, job, charge)
         if plan.mode is Mode.BORROWED:
             self.reclaim_failed.clear()  # a new borrowed job is a new reclaim candidate
-        self.room.pop(plan.fit.cluster, None)
+        self.room.pop(fit.cluster, None)
+        if plan.mode is Mode.OPPORTUNISTIC:
+            self.nofit.pop(fit.cluster, None)  # a new victim for borrowed jobs
         run = state.start(job, fit.cluster, plan.mode, fit.pods)
         run.charges.append(charge)
         self.touch(job.queue)

@@ -384,3 +384,14 @@ def test_a_placement_refused_after_preemption_is_retried_or_waits(refuse_all: bo
         assert state.is_pending("default/owner")
     else:
         assert admitted(decisions) == ["default/owner"]
+
+
+def test_room_freed_by_a_preemption_is_seen_by_the_next_job_of_the_same_shape() -> None:
+    state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8)})
+    state.submit(make_job("oppo", queue="team-a", gpus=8, priority=-1))
+    run(state)
+    state.submit(make_job("x", queue="team-b", gpus=4))
+    state.submit(make_job("y", queue="team-b", gpus=4))
+    decisions = run(state)
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/oppo"]
+    assert admitted(decisions) == ["default/x", "default/y"]
