@@ -50,7 +50,9 @@ Theory of operation:
    an earlier identical job did not see; it is seen next cycle.  Likewise a
    reclaim that failed for a queue blocked at a node and resource is not
    searched again in the cycle for a larger shortfall at the same place
-   (until a release or a borrowed admission changes the candidates).
+   (until a release or a borrowed admission changes the candidates).  A
+   cluster's "does not fit" answer to a placement question is remembered
+   until a release in that cluster.
 """
 
 from __future__ import annotations
