@@ -79,21 +79,24 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def plan_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: list[str], *extra: str
-) -> dict[str, Any]:
-    args = [
+def plan_args(tmp_path: Path, jobs: str, *extra: str) -> list[str]:
+    """``fleet plan`` over the test tree and cluster, with ``jobs`` as the jobs file."""
+    return [
         "plan",
         "--quota",
         write(tmp_path, "tree.yaml", TREE),
         "--clusters",
         write(tmp_path, "clusters.yaml", CLUSTERS),
         "--jobs",
-        write(tmp_path, "jobs.yaml", "---\n".join(jobs)),
-        "-o",
-        "json",
+        write(tmp_path, "jobs.yaml", jobs),
         *extra,
     ]
+
+
+def plan_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: list[str], *extra: str
+) -> dict[str, Any]:
+    args = plan_args(tmp_path, "---\n".join(jobs), "-o", "json", *extra)
     assert main(args) == 0, capsys.readouterr().err
     result: dict[str, Any] = json.loads(capsys.readouterr().out)
     return result
@@ -141,17 +144,7 @@ def test_running_jobs_are_preempted_and_queued_again(
 
 
 def test_table_output_names_sections(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = [
-        "plan",
-        "--quota",
-        write(tmp_path, "tree.yaml", TREE),
-        "--clusters",
-        write(tmp_path, "clusters.yaml", CLUSTERS),
-        "--jobs",
-        write(tmp_path, "jobs.yaml", pytorchjob("fits", "ns-a", 1, 2)),
-        "--placer",
-        "capacity",
-    ]
+    args = plan_args(tmp_path, pytorchjob("fits", "ns-a", 1, 2), "--placer", "capacity")
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "ADMITTED (1)" in out and "ns-a/fits" in out and "QUEUES" in out
@@ -160,17 +153,7 @@ def test_table_output_names_sections(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_bad_job_file_is_an_error_with_its_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = pytorchjob("fits", "ns-unknown", 1, 2)
-    args = [
-        "plan",
-        "--quota",
-        write(tmp_path, "tree.yaml", TREE),
-        "--clusters",
-        write(tmp_path, "clusters.yaml", CLUSTERS),
-        "--jobs",
-        write(tmp_path, "jobs.yaml", bad),
-    ]
-    assert main(args) == 1
+    assert main(plan_args(tmp_path, pytorchjob("fits", "ns-unknown", 1, 2))) == 1
     err = capsys.readouterr().err
     assert "spec.runPolicy.schedulingPolicy.queue" in err and "ns-unknown" in err
 
@@ -195,18 +178,8 @@ def test_the_shipped_examples_plan(capsys: pytest.CaptureFixture[str]) -> None:
 def test_errors_name_the_file_they_are_in(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    jobs = write(tmp_path, "jobs.yaml", pytorchjob("fits", "ns-unknown", 1, 2))
-    args = [
-        "plan",
-        "--quota",
-        write(tmp_path, "tree.yaml", TREE),
-        "--clusters",
-        write(tmp_path, "clusters.yaml", CLUSTERS),
-        "--jobs",
-        jobs,
-    ]
-    assert main(args) == 1
-    assert f"error: {jobs}: document 0" in capsys.readouterr().err
+    assert main(plan_args(tmp_path, pytorchjob("fits", "ns-unknown", 1, 2))) == 1
+    assert f"error: {tmp_path / 'jobs.yaml'}: document 0" in capsys.readouterr().err
 
 
 def test_a_job_cannot_be_both_running_and_submitted(
@@ -214,17 +187,6 @@ def test_a_job_cannot_be_both_running_and_submitted(
 ) -> None:
     same = pytorchjob("twice", "ns-a", 1, 2)
     running = write(tmp_path, "running.yaml", same)
-    args = [
-        "plan",
-        "--quota",
-        write(tmp_path, "tree.yaml", TREE),
-        "--clusters",
-        write(tmp_path, "clusters.yaml", CLUSTERS),
-        "--jobs",
-        write(tmp_path, "jobs.yaml", same),
-        "--running",
-        running,
-    ]
-    assert main(args) == 1
+    assert main(plan_args(tmp_path, same, "--running", running)) == 1
     err = capsys.readouterr().err
     assert "ns-a/twice" in err and running in err
