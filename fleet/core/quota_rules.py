@@ -1,8 +1,9 @@
 """The rules an ElasticQuotaTree must keep, checked before any tree is used.
 
 Theory of operation: :func:`validate` walks a :class:`QuotaNodeSpec` tree once,
-depth first in document order, and raises :class:`QuotaError` at the first
-broken rule, naming the node, the resource and the field path: unique node
+depth first in document order, collects every broken rule, and raises a
+:class:`QuotaError` for the first one (``errors`` holds them all), naming the
+node, the resource and the field path: unique node
 names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
 ``max`` is never above anything); ``min <= max``; no negative quantity.  A root
@@ -41,8 +42,11 @@ class QuotaError(ValueError):
 
     def __init__(self, message: str, *, path: str, node: str | None = None) -> None:
         super().__init__(f"{message} ({path})")
+        self.message = message
         self.path = path
         self.node = node
+        #: Every rule the tree breaks, this one first (see :func:`validate`).
+        self.errors: list[QuotaError] = [self]
 
 
 def _show(values: Resources) -> str:
@@ -55,24 +59,30 @@ def fmt(resource: str, amount: int) -> str:
 
 
 def validate(root: QuotaNodeSpec) -> list[str]:
-    """Check every rule of the tree; raise :class:`QuotaError` on the first break.
+    """Check every rule of the tree; returns the non-fatal warnings.
 
-    Returns the non-fatal warnings.
+    Raises :class:`QuotaError` for the first broken rule in document order,
+    whose ``errors`` list every broken rule, so a user sees them all at once.
     """
     seen: dict[str, str] = {}
     ns_owner: dict[str, str] = {}
+    problems: list[QuotaError] = []
 
     def visit(node: QuotaNodeSpec, parent: QuotaNodeSpec | None) -> None:
         name = node.name
         if not name:
-            raise QuotaError(
-                "node '': a node name must not be empty", path=f"{node.path}.name", node=name
+            problems.append(
+                QuotaError(
+                    "node '': a node name must not be empty", path=f"{node.path}.name", node=name
+                )
             )
         if name in seen:
-            raise QuotaError(
-                f"node {name!r}: duplicate node name (first defined at {seen[name]})",
-                path=f"{node.path}.name",
-                node=name,
+            problems.append(
+                QuotaError(
+                    f"node {name!r}: duplicate node name (first defined at {seen[name]})",
+                    path=f"{node.path}.name",
+                    node=name,
+                )
             )
         seen[name] = node.path
         for field, vec in (("min", node.min), ("max", node.max)):
@@ -80,42 +90,52 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 continue
             for r, v in vec.items():
                 if v < 0:
-                    raise QuotaError(
-                        f"node {name!r}: {field} {fmt(r, v)} is negative",
-                        path=f"{node.path}.{field}",
-                        node=name,
+                    problems.append(
+                        QuotaError(
+                            f"node {name!r}: {field} {fmt(r, v)} is negative",
+                            path=f"{node.path}.{field}",
+                            node=name,
+                        )
                     )
         if node.max is not None:
             for r, cap in node.max.items():
                 if node.min[r] > cap:
-                    raise QuotaError(
-                        f"node {name!r}: min {fmt(r, node.min[r])} is above max "
-                        f"{format_quantity(r, cap)}",
-                        path=f"{node.path}.min",
-                        node=name,
+                    problems.append(
+                        QuotaError(
+                            f"node {name!r}: min {fmt(r, node.min[r])} is above max "
+                            f"{format_quantity(r, cap)}",
+                            path=f"{node.path}.min",
+                            node=name,
+                        )
                     )
         if parent is not None and parent.max is not None and node.max is not None:
             for r, cap in node.max.items():
                 if r in parent.max and cap > parent.max[r]:
-                    raise QuotaError(
-                        f"node {name!r}: max {fmt(r, cap)} is above the max "
-                        f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
-                        path=f"{node.path}.max",
-                        node=name,
+                    problems.append(
+                        QuotaError(
+                            f"node {name!r}: max {fmt(r, cap)} is above the max "
+                            f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
+                            path=f"{node.path}.max",
+                            node=name,
+                        )
                     )
         if node.children and node.namespaces:
-            raise QuotaError(
-                f"node {name!r}: only leaves own namespaces, but it has children",
-                path=f"{node.path}.namespaces",
-                node=name,
+            problems.append(
+                QuotaError(
+                    f"node {name!r}: only leaves own namespaces, but it has children",
+                    path=f"{node.path}.namespaces",
+                    node=name,
+                )
             )
         for i, ns in enumerate(node.namespaces):
             owner = ns_owner.get(ns)
             if owner is not None and owner != name:
-                raise QuotaError(
-                    f"node {name!r}: namespace {ns!r} already belongs to leaf {owner!r}",
-                    path=f"{node.path}.namespaces[{i}]",
-                    node=name,
+                problems.append(
+                    QuotaError(
+                        f"node {name!r}: namespace {ns!r} already belongs to leaf {owner!r}",
+                        path=f"{node.path}.namespaces[{i}]",
+                        node=name,
+                    )
                 )
             ns_owner[ns] = name
         for child in node.children:
@@ -127,14 +147,20 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                     total[r] = total.get(r, 0) + v
             for r, v in total.items():
                 if v > node.min[r]:
-                    raise QuotaError(
-                        f"node {name!r}: children's min {fmt(r, v)} in sum is above its "
-                        f"min {format_quantity(r, node.min[r])}",
-                        path=f"{node.path}.min",
-                        node=name,
+                    problems.append(
+                        QuotaError(
+                            f"node {name!r}: children's min {fmt(r, v)} in sum is above its "
+                            f"min {format_quantity(r, node.min[r])}",
+                            path=f"{node.path}.min",
+                            node=name,
+                        )
                     )
 
     visit(root, None)
+    if problems:
+        first = problems[0]
+        first.errors = problems
+        raise first
     warnings: list[str] = []
     if (root.max is None and root.min) or (root.max is not None and root.min != root.max):
         shown_max = "unlimited" if root.max is None else _show(root.max)

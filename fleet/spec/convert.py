@@ -61,8 +61,7 @@ def load_quota(text: str) -> tuple[quota.QuotaTree, list[str]]:
     try:
         tree = quota.QuotaTree.build(root)
     except quota.QuotaError as e:
-        msg = str(e).removesuffix(f" ({e.path})")
-        raise SpecError([doc.issue(e.path, msg)]) from e
+        raise SpecError([doc.issue(err.path, err.message) for err in e.errors]) from e
     return tree, list(tree.warnings)
 
 

@@ -461,3 +461,26 @@ def test_seed_tree_policy_and_kubeflow_examples_load(
         # Only the tree's own warning (root min != max); nothing about the jobs.
         assert all(line.startswith(f"warning: {tree}: root node") for line in err.splitlines())
         assert "1 PyTorchJob, 1 PropagationPolicy;" in out
+
+
+def test_check_quota_lists_every_broken_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = """\
+apiVersion: scheduling.sigs.k8s.io/v1beta1
+kind: ElasticQuotaTree
+metadata: {name: tree}
+spec:
+  root:
+    name: root
+    min: {cpu: 10}
+    max: {cpu: 10}
+    children:
+    - {name: a, min: {cpu: 20}, max: {cpu: 8}, namespaces: [ns]}
+    - {name: b, namespaces: [ns]}
+"""
+    rc, _, err = check(capsys, "quota", write(tmp_path, "tree.yaml", text))
+    assert rc == 1
+    assert "spec.root.children[0].min" in err and "min cpu 20 is above max 8" in err
+    assert "spec.root.children[1].namespaces[0]" in err and "already belongs" in err
+    assert "spec.root.min" in err and "children's min" in err

@@ -750,3 +750,21 @@ def test_usage_above_a_lowered_max_does_not_block_jobs_without_that_resource(
     ledger.tree.set_node("team-a", max=res({GPU: 8}))
     ledger.admit("team-a", req(cpu=1), expect=Mode.BORROWED)
     assert blocked(ledger.tree, "team-a", req({GPU: 1})).resource == GPU
+
+
+def test_every_broken_rule_is_reported_at_once() -> None:
+    bad = node(
+        "root",
+        node("a", min={"cpu": "8"}, max={"cpu": "20"}, namespaces=("ns",)),
+        node("b", min={"cpu": "8"}, max={"cpu": "4"}, namespaces=("ns",)),
+        min={"cpu": "10"},
+        max={"cpu": "10"},
+    )
+    with pytest.raises(QuotaError) as info:
+        tree(bad)
+    messages = [str(e) for e in info.value.errors]
+    assert info.value.errors[0] is info.value
+    assert any("'a'" in m and "above the max" in m for m in messages)  # a.max > root.max
+    assert any("'b'" in m and "min cpu 8 is above max 4" in m for m in messages)
+    assert any("namespace 'ns' already belongs" in m for m in messages)
+    assert any("children's min cpu 16" in m for m in messages)
