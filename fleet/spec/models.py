@@ -138,6 +138,15 @@ class ObjectMeta(_Foreign):
     labels: dict[str, StrictStr] = Field(default_factory=dict)
     annotations: dict[str, StrictStr] = Field(default_factory=dict)
 
+    @property
+    def namespace_or_default(self) -> str:
+        return self.namespace or "default"
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, with Kubernetes' ``default`` namespace when none is set."""
+        return f"{self.namespace_or_default}/{self.name}"
+
 
 #: Resource names Kubernetes accepts without a domain prefix (plus ``hugepages-<size>``).
 STANDARD_RESOURCES: Final = ("cpu", "memory", "ephemeral-storage", "storage", "pods")
@@ -357,11 +366,11 @@ class PropagationPolicyModel(_Owned):
 
     @property
     def namespace(self) -> str:
-        return self.metadata.namespace or "default"
+        return self.metadata.namespace_or_default
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.metadata.name}"
+        return self.metadata.key
 
     @property
     def gang(self) -> bool:
@@ -459,11 +468,11 @@ class PyTorchJobModel(_Foreign):
 
     @property
     def namespace(self) -> str:
-        return self.metadata.namespace or "default"
+        return self.metadata.namespace_or_default
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.metadata.name}"
+        return self.metadata.key
 
     @property
     def scheduling_policy(self) -> SchedulingPolicy:
