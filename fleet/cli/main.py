@@ -5,7 +5,7 @@ to one handler per subcommand; each handler returns the process exit code and
 never calls ``sys.exit`` itself, so tests call ``main([...])`` directly.
 
 ``fleet check quota|jobs|clusters FILE`` loads a file with the same loaders the
-server uses (:mod:`fleet.spec`), prints every error (document index and field
+server uses (:mod:`fleet.manifests`), prints every error (document index and field
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
 ``check jobs`` routes jobs with ``--quota`` and checks cluster affinity and
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fleet.core import quota
-from fleet.spec import convert
-from fleet.spec.errors import SpecError, SpecIssue
-from fleet.spec.models import MemberClusterModel
+from fleet.manifests import convert
+from fleet.manifests.errors import SpecError, SpecIssue
+from fleet.manifests.models import MemberClusterModel
 
 
 def _read(path: str) -> str | None:

@@ -30,9 +30,9 @@ from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
-from fleet.spec import convert
-from fleet.spec.errors import SpecError
-from fleet.spec.models import MemberClusterModel
+from fleet.manifests import convert
+from fleet.manifests.errors import SpecError
+from fleet.manifests.models import MemberClusterModel
 
 MAX_CYCLES = 100
 _T = TypeVar("_T")

@@ -1,7 +1,7 @@
 """Jobs as the core sees them: gangs of pods with a queue, a priority and a request.
 
 Theory of operation: a submitted PyTorchJob is turned (outside the core, in
-``fleet.spec``) into one frozen :class:`Job`.  The core never looks at YAML.
+``fleet.manifests``) into one frozen :class:`Job`.  The core never looks at YAML.
 A job is a list of replica groups (``Master``, ``Worker``); each replica is a
 pod with the same per-pod :class:`~fleet.core.resources.Resources`.  Its
 *gang size* (``min_members``) is how many pods must be placed at the same time

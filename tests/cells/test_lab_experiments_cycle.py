@@ -15,7 +15,7 @@ from fleet.cli.plan import build_placers
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
-from fleet.spec import convert
+from fleet.manifests import convert
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 CAROL, DAN = "hostname-carol", "hostname-dan"

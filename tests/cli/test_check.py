@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fleet.cli.main import main
-from tests.spec.factories import dump, make_cluster, make_job, make_policy, make_tree
+from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 

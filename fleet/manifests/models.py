@@ -2,12 +2,12 @@
 
 Theory of operation: a model checks the *shape* of one document (types,
 enums, ranges, required fields) and pydantic reports each problem with its
-location, which :mod:`fleet.spec.documents` turns into a dotted field path.
+location, which :mod:`fleet.manifests.documents` turns into a dotted field path.
 Checks that need more than one field, or that must name a map key in the
 path (quantities, GPU SKU, annotations, cell configs), live in each top-level
 model's ``problems()``, which returns ``(path, message)`` pairs and never
 raises.  Nothing here needs the quota tree or the member clusters: those
-checks are in :mod:`fleet.spec.convert`.
+checks are in :mod:`fleet.manifests.convert`.
 
 Fleet owns the schema of ``ElasticQuotaTree``, ``PropagationPolicy`` and
 ``MemberCluster``: unknown fields are rejected (``extra="forbid"``) so a typo
@@ -41,8 +41,8 @@ from fleet.core import resources
 from fleet.core.cells.config import CellConfig
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.resources import QuantityError, Resources
-from fleet.spec import _cells
-from fleet.spec.errors import Problem
+from fleet.manifests import _cells
+from fleet.manifests.errors import Problem
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"

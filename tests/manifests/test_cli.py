@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleet.cli import main as cli
-from tests.spec.factories import dump, make_job, make_tree
+from tests.manifests.factories import dump, make_job, make_tree
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
@@ -63,7 +63,7 @@ def test_job_examples_pass(quota: str | None, capsys: pytest.CaptureFixture[str]
 
 
 def test_job_examples_route_to_expected_queues() -> None:
-    from fleet.spec import convert
+    from fleet.manifests import convert
 
     tree, _ = convert.load_quota((POLICIES / "quota" / "team-tree.yaml").read_text())
     clusters = convert.load_clusters((POLICIES / "clusters" / "example.yaml").read_text())

@@ -1,7 +1,7 @@
 """From validated documents to the core's values: quota tree, member clusters, jobs.
 
 Theory of operation: the loaders here are the only way YAML becomes core state.
-Each one parses the whole text (:mod:`fleet.spec.documents`), runs every check
+Each one parses the whole text (:mod:`fleet.manifests.documents`), runs every check
 it can (shape, quantities, tree rules, queue routing, priority classes,
 cluster affinity), and either returns *all* the objects or raises *one*
 :class:`SpecError` listing every issue: a submission is never partially
@@ -33,10 +33,10 @@ from collections.abc import Mapping, Sequence
 
 from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
-from fleet.spec import documents, models
-from fleet.spec.documents import Document
-from fleet.spec.errors import Problem, SpecError, SpecIssue
-from fleet.spec.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
+from fleet.manifests import documents, models
+from fleet.manifests.documents import Document
+from fleet.manifests.errors import Problem, SpecError, SpecIssue
+from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
 
 QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
 PRIORITY_PATH = "spec.runPolicy.schedulingPolicy.priorityClass"

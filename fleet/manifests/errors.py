@@ -1,6 +1,6 @@
 """Validation issues with a document index and a field path, and the error that carries them.
 
-Theory of operation: every check in ``fleet.spec`` (YAML syntax, pydantic
+Theory of operation: every check in ``fleet.manifests`` (YAML syntax, pydantic
 models, quantities, quota-tree rules, queue routing, ...) produces
 :class:`SpecIssue` values instead of raising at the first problem, so a user
 sees everything wrong with a file at once.  A loader collects the issues of

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from fleet.core.cells import config
 from fleet.core.cells.spec import CellConfigError
-from fleet.spec.errors import Problem
+from fleet.manifests.errors import Problem
 
 
 def load(cells: Mapping[str, Any], path: str = "spec.cells") -> config.CellConfig:

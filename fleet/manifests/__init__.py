@@ -7,7 +7,7 @@ issue, each with its document index and field path) when anything is wrong.
 The core never imports this package.
 """
 
-from fleet.spec.convert import (
+from fleet.manifests.convert import (
     check_submission,
     load_clusters,
     load_quota,
@@ -17,7 +17,7 @@ from fleet.spec.convert import (
     submission_warnings,
     to_job,
 )
-from fleet.spec.errors import SpecError, SpecIssue
+from fleet.manifests.errors import SpecError, SpecIssue
 
 __all__ = [
     "SpecError",

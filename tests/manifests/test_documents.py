@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from fleet.spec import documents, models
-from fleet.spec.errors import SpecError, SpecIssue
-from tests.spec.factories import dump, make_cluster, make_job, make_policy, make_tree, node, replica
+from fleet.manifests import documents, models
+from fleet.manifests.errors import SpecError, SpecIssue
+from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree, node, replica
 
 
 def issues_of(text: str) -> list[SpecIssue]:

@@ -9,7 +9,7 @@ dispatched on ``(apiVersion, kind)`` to its pydantic model; pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  The function never
 raises for bad input: it returns the good documents *and* the issues, and the
-loaders in :mod:`fleet.spec.convert` refuse everything if there is any issue.
+loaders in :mod:`fleet.manifests.convert` refuse everything if there is any issue.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Final
 import pydantic
 import yaml
 
-from fleet.spec import models
-from fleet.spec.errors import SpecError, SpecIssue
+from fleet.manifests import models
+from fleet.manifests.errors import SpecError, SpecIssue
 
 AnyModel = (
     models.ElasticQuotaTreeModel

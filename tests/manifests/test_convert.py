@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from fleet.core.quota import QuotaTree
-from fleet.spec import convert, documents, models
-from fleet.spec.errors import SpecError
-from tests.spec.factories import dump, make_cluster, make_job, make_policy, make_tree, node
+from fleet.manifests import convert, documents, models
+from fleet.manifests.errors import SpecError
+from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree, node
 
 
 @pytest.fixture
