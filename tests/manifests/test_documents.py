@@ -8,7 +8,15 @@ import pytest
 
 from fleet.manifests import documents, models
 from fleet.manifests.errors import SpecError, SpecIssue
-from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree, node, replica
+from tests.manifests.factories import (
+    dump,
+    make_cluster,
+    make_job,
+    make_policy,
+    make_tree,
+    node,
+    replica,
+)
 
 
 def issues_of(text: str) -> list[SpecIssue]:
