@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import yaml
 
 from fleet.core.cells import CellPlacer, load_cell_config, load_hived_file_dict
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
 from fleet.core.resources import GPU, Resources
@@ -140,7 +141,7 @@ def run(
         if isinstance(fit, NoFit):
             waits += 1
         else:
-            placer.bind(job, Mode.GUARANTEED, fit)
+            placer.bind(job, charge_for(job, Mode.GUARANTEED), fit)
             placed += 1
             if a.pods > 1:
                 gang_latency.append(time.perf_counter() - t0)

@@ -46,6 +46,8 @@ from fleet.manifests.errors import Problem
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
+#: HiveD's pinnedCellId: the job runs only inside that pinned physical cell.
+PINNED_CELL_ANNOTATION: Final = "fleet.io/pinned-cell-id"
 PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"

@@ -24,6 +24,7 @@ import pytest
 
 from fleet.core.cells import CellPlacer, load_hived_file_dict
 from fleet.core.cells.topology import lowest_common
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
@@ -180,7 +181,7 @@ class Replay:
                 mine = next(p for p in fit.pods if p.pod == name)
                 problem = self.check_bind(pod, None, [(mine.node, i) for i in mine.gpus], expect)
                 if problem is None and step.get("add"):
-                    self.placer.bind(job, mode, fit)
+                    self.placer.bind(job, charge_for(job, mode), fit)
                     self.placer.check_invariants()
                     problem = self.check_group(job.key)
                 return problem

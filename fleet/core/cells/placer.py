@@ -40,8 +40,9 @@ from fleet.core.cells.config import CellConfig
 from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.state import CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
+from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement
 from fleet.core.resources import Resources
 
 __all__ = ["CellFit", "CellPlacer", "leaf_cells_needed"]
@@ -49,6 +50,9 @@ __all__ = ["CellFit", "CellPlacer", "leaf_cells_needed"]
 
 class CellPlacer:
     """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`."""
+
+    #: Answers depend on the job's queue (its virtual cluster).
+    queue_blind = False
 
     def __init__(self, cluster: str, config: CellConfig) -> None:
         self.state = PlacerState(cluster, config)
@@ -81,7 +85,7 @@ class CellPlacer:
     def holds(self, key: str) -> bool:
         return key in self.state.held
 
-    def running(self) -> list[RunningInfo]:
+    def running(self) -> list[Charge]:
         return [h.info for h in self.state.held.values()]
 
     def placement_of(self, key: str) -> tuple[PodPlacement, ...]:
@@ -156,23 +160,27 @@ class CellPlacer:
         finally:
             self.state.j.rollback()
 
-    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
         """Commit ``fit``; its victims must already have been released."""
         if not isinstance(fit, CellFit):
             names = {p.pod for p in fit.pods}
             pods = [p for p in job.pods if p.name in names]
-            refit = self.fit(job, pods, mode, preempt=False)
+            refit = self.fit(job, pods, charge.mode, preempt=False)
             if not isinstance(refit, CellFit) or refit.pods != fit.pods:
                 raise BindError(f"{job.key}: stale fit for {self.cluster}; ask fit() again")
             fit = refit
         j = self.state.j
         j.begin()
         try:
-            binding.commit(self.state, job, mode, fit)
+            binding.commit(self.state, job, charge, fit)
         except BaseException:
             j.rollback()
             raise
         j.commit()
+
+    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` exactly where they were recorded (all or nothing)."""
+        raise NotImplementedError("cell placements cannot be restored yet")
 
     def release(self, key: str) -> None:
         if key not in self.state.held:
