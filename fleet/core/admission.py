@@ -134,7 +134,9 @@ def _memo_key(run: CycleRun, job: Job, start: int, least: int) -> tuple[object, 
         return None
     tree = run.state.tree
     full = tree.classify(
-        job.queue, job.request_of(job.pods[:start]), priority=job.priority,
+        job.queue,
+        job.request_of(job.pods[:start]),
+        priority=job.priority,
         preemptible=job.preemptible,
     )
     small: object = None

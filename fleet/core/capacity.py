@@ -353,7 +353,10 @@ class CapacityPlacer:
         if charge.key in self._held:
             raise RestoreError(f"{charge.key} is already held in {self._cluster}")
         owners = {
-            (pp.node, g): key for key, held in self._held.items() for pp in held.pods for g in pp.gpus
+            (pp.node, g): key
+            for key, held in self._held.items()
+            for pp in held.pods
+            for g in pp.gpus
         }
         for pp in pods:
             node = self._nodes.get(pp.node)
@@ -364,9 +367,7 @@ class CapacityPlacer:
                     raise RestoreError(f"{charge.key}: {pp.node} has no GPU {g}")
                 other = owners.get((pp.node, g))
                 if other is not None:
-                    raise RestoreError(
-                        f"{charge.key} and {other} both claim GPU {g} of {pp.node}"
-                    )
+                    raise RestoreError(f"{charge.key} and {other} both claim GPU {g} of {pp.node}")
         try:
             self._hold(job, charge, Fit(self._cluster, tuple(pods)))
         except BindError as e:

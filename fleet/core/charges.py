@@ -46,9 +46,7 @@ def unit_key(job: str, step: int) -> str:
     return job if step <= 1 else f"{job}{STEP_SEPARATOR}{step}"
 
 
-def charge_for(
-    job: Job, mode: Mode, request: Resources | None = None, step: int = 1
-) -> Charge:
+def charge_for(job: Job, mode: Mode, request: Resources | None = None, step: int = 1) -> Charge:
     """The record of ``job``'s unit ``step`` charged ``request`` (default: all its pods)."""
     return Charge(
         unit_key(job.key, step),

@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from fleet.core import admission, growth
 from fleet.core.cycle_context import CycleRun, Pass
-from fleet.core.cycle_memory import Shortcuts
+from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import QuotaBlock
@@ -58,7 +58,7 @@ _NO_SHARE = (2, 0.0)
 
 
 def cycle(
-    state: SchedulerState, now: float | None = None, *, shortcuts: Shortcuts = Shortcuts()
+    state: SchedulerState, now: float | None = None, *, shortcuts: Shortcuts = ALL_SHORTCUTS
 ) -> list[Decision]:
     """Run one scheduling cycle over ``state`` and return its decisions."""
     run = CycleRun(state, state.now if now is None else now, shortcuts)

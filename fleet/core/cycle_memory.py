@@ -44,6 +44,7 @@ class Shortcuts:
 
 
 NO_SHORTCUTS = Shortcuts(False, False, False, False)
+ALL_SHORTCUTS = Shortcuts()
 
 
 @dataclass(frozen=True, slots=True)

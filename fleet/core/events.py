@@ -305,7 +305,7 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
     gone = [n.job for n in out if isinstance(n, Notice)]
     for key in gone:
         state.release(key)
-    for run, leaf in moves:
+    for run, _ in moves:
         for unit in run.units:
             old_tree.release(unit.charge.key)
     state.tree = tree

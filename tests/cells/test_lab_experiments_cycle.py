@@ -16,7 +16,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
-from tests.core.factories import finish, submit
+from tests.core.factories import confirm_stops, finish, submit
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 CAROL, DAN = "hostname-carol", "hostname-dan"

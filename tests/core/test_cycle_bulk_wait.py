@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
-from fleet.core.cycle_memory import NO_SHORTCUTS, Shortcuts
+from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
 from tests.core.factories import (
     confirm_stops,
@@ -50,7 +50,7 @@ def fresh_state() -> SchedulerState:
 def outcome(
     state: SchedulerState,
     specs: list[tuple[str, int, int, int]],
-    shortcuts: Shortcuts = Shortcuts(),
+    shortcuts: Shortcuts = ALL_SHORTCUTS,
 ) -> list[object]:
     """Submit ``specs`` in three waves, a cycle after each; what each cycle decided."""
     seen: list[object] = []
