@@ -29,8 +29,6 @@ from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
 from tests.cells.conftest import REFERENCE, load_yaml
 
-pytestmark = pytest.mark.skipif(not REFERENCE.exists(), reason="HiveD reference data absent")
-
 BY_DESIGN: dict[tuple[str, str], str] = {
     ("normalOperations", "pod10"): "a VC without cells of the requested leaf type is not a user "
     "error in Fleet: the guaranteed job may use the shared pool (DESIGN: Cells)",
@@ -54,9 +52,7 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     "annotations after a config change; there is no lazy-preemption recovery to replay",
 }
 
-DATA: dict[str, Any] = (
-    load_yaml(REFERENCE / "v1-master/algorithm-test-cases.yaml") if REFERENCE.exists() else {}
-)
+DATA: dict[str, Any] = load_yaml(REFERENCE / "v1-master/algorithm-test-cases.yaml")
 
 
 def _design() -> dict[str, Any]:
