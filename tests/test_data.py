@@ -1,9 +1,12 @@
-"""The suite's data is part of the repository, with its source and licence."""
+"""The suite's data is part of the repository; the conformance table is a file, not output."""
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,23 @@ def test_no_source_reads_a_path_outside_the_repository() -> None:
         if marker in path.read_text(encoding="utf-8", errors="replace")
     ]
     assert offenders == []
+
+
+def test_conformance_table_is_written_to_a_file_not_printed(tmp_path: Path) -> None:
+    table = tmp_path / "table.txt"
+    env = {**os.environ, "FLEET_CONFORMANCE_TABLE": str(table)}
+    test = "tests/cells/test_hived_conformance.py::test_hived_algorithm_conformance"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", test],
+        cwd=paths.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "HiveD conformance" not in run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    text = table.read_text(encoding="utf-8")
+    assert text.startswith("HiveD conformance (scenario, step, outcome):\n")
+    assert "  normalOperations" in text
