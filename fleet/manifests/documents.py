@@ -6,8 +6,10 @@ else PyYAML's pure-Python ``yaml.SafeLoader`` (:data:`YAML_LOADER`; both build
 only plain data), and numbers the documents from 0 in stream order; empty
 documents are skipped but keep their number, so "document 3" is always the
 fourth document of the file.  A YAML syntax error becomes an issue naming its
-line and ends the stream (the parser cannot resynchronise).  Each document is
-dispatched on ``(apiVersion, kind)`` to its pydantic model; pydantic's errors
+line and ends the stream (the parser cannot resynchronise); so does a value
+the loader cannot build (a date that does not exist, an integer of thousands
+of digits).  Each document is dispatched on ``(apiVersion, kind)`` to its
+pydantic model; pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  The function never
 raises for bad input: it returns the good documents *and* the issues, and the
@@ -282,6 +284,10 @@ def parse_documents(text: str) -> tuple[list[Document], list[SpecIssue]]:
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
             problem = _short_words(getattr(e, "problem", None) or str(e))
             issues.append(SpecIssue(index, "", "", "", f"YAML syntax error at {where}{problem}"))
+            break
+        except ValueError as e:  # a scalar the constructor cannot build
+            problem = _short_words(str(e).split(";")[0])
+            issues.append(SpecIssue(index, "", "", "", f"a YAML value cannot be read: {problem}"))
             break
         if raw is not None:
             doc, found = _load_one(index, raw)

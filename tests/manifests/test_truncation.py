@@ -107,3 +107,12 @@ def test_a_huge_job_name_costs_one_short_line_on_the_command_line(
     assert "x" * (MAX_QUOTED + 1) not in line
     assert "document 0 (PyTorchJob default/xxx" in line  # the name, shortened
     assert f"metadata.name: '{'x' * MAX_QUOTED}{ELLIPSIS}' is not a valid name" in line
+
+
+def test_a_value_yaml_cannot_build_is_an_issue_not_a_crash() -> None:
+    text = "a: " + "1" * 5000 + "\n"
+    with pytest.raises(SpecError) as info:
+        convert.load_quota(text)
+    (issue,) = info.value.issues
+    assert issue.message.startswith("a YAML value cannot be read: ")
+    assert len(issue.message) < 200
