@@ -7,17 +7,19 @@ field path.  This module only turns that error into a ``(path, message)``
 problem, so the spec layer never duplicates the allocator's rules.  The one
 check of its own is a size limit (:data:`MAX_LEAF_CELLS`), made before the
 allocator expands the physical cells: a mistyped ``childCellNumber`` must be
-an error, not an exhausted memory.
+an error, not an exhausted memory.  The allocator's messages quote config
+values in full; a long one is cut to a short prefix here
+(:func:`fleet.manifests.errors.shorten_quoted`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from fleet.core.cells import config
 from fleet.core.cells.spec import CellConfigError
-from fleet.manifests.errors import Problem
+from fleet.manifests.errors import MAX_QUOTED, Problem, shorten, shorten_quoted
 
 
 def load(cells: Mapping[str, Any], path: str = "spec.cells") -> config.CellConfig:
@@ -64,7 +66,8 @@ def size_problems(cells: Mapping[str, Any], path: str = "spec.cells") -> list[Pr
         if total > MAX_LEAF_CELLS:
             limit = f"{MAX_LEAF_CELLS:_}"
             if count > MAX_LEAF_CELLS:  # the exact figure, not the capped one
-                what = f"cell type {name} has {_exact_leaf_count(cell_types, name)} leaf cells"
+                count = _exact_leaf_count(cell_types, name)
+                what = f"cell type {shorten(str(name))} has {count} leaf cells"
             else:
                 what = f"physicalCells[0..{i}] have more than {limit} leaf cells"
             msg = f"{what}; a member cluster may have at most {limit} (check childCellNumber)"
@@ -95,5 +98,26 @@ def problems(cells: Mapping[str, Any], path: str = "spec.cells") -> list[Problem
     try:
         load(cells, path)
     except CellConfigError as e:
-        return [(e.path, e.message)]
+        message = e.message
+        for text in _long_strings(cells):
+            message = shorten_quoted(message, text)
+        return [(e.path, message)]
     return []
+
+
+def _long_strings(value: object) -> Iterator[str]:
+    """Every string key or value longer than MAX_QUOTED in a YAML tree, longest first."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) > MAX_QUOTED:
+                found.add(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    # Longest first: a long value that contains a shorter one is cut before it.
+    yield from sorted(found, key=len, reverse=True)

@@ -35,7 +35,7 @@ from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.manifests import documents, models
 from fleet.manifests.documents import Document
-from fleet.manifests.errors import Problem, SpecError, SpecIssue
+from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
 
 QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
@@ -156,16 +156,16 @@ def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Probl
         if tree.has_node(wanted) and tree.is_leaf(wanted):
             return wanted
         if tree.has_node(wanted):
-            msg = f"queue {wanted!r} is not a leaf of the quota tree; jobs go to leaf queues"
+            msg = f"queue {quote(wanted)} is not a leaf of the quota tree; jobs go to leaf queues"
         else:
-            msg = f"no queue {wanted!r} in the quota tree; leaves: {', '.join(tree.leaves())}"
+            msg = f"no queue {quote(wanted)} in the quota tree; leaves: {', '.join(tree.leaves())}"
         problems.append((QUEUE_PATH, msg))
         return ""
     owner = tree.queue_for_namespace(job_doc.namespace)
     if owner is None:
         ns = job_doc.namespace
         msg = (
-            f"no queue: no leaf of the quota tree owns namespace {ns!r}; "
+            f"no queue: no leaf of the quota tree owns namespace {quote(ns)}; "
             f"set {QUEUE_PATH} or add namespace {ns} to a leaf"
         )
         problems.append((QUEUE_PATH, msg))
@@ -190,8 +190,13 @@ def _sku_problems(
     usable = [c.name for c in clusters if allowed is None or c.name in allowed]
     if not usable or any(sku in types.get(name, ()) for name in usable):
         return []
-    have = "; ".join(f"{name}: {', '.join(types.get(name, ())) or '-'}" for name in usable)
-    msg = f"GPU type {sku!r} is not a leaf cell type of any member cluster the job may use ({have})"
+    have = "; ".join(
+        f"{name}: {', '.join(shorten(t) for t in types.get(name, ())) or '-'}" for name in usable
+    )
+    msg = (
+        f"GPU type {quote(sku)} is not a leaf cell type of any member cluster "
+        f"the job may use ({have})"
+    )
     return [(job_doc.gpu_sku_path() or "", msg)]
 
 
@@ -217,7 +222,8 @@ def _build(
         known = ", ".join(f"{n} ({v})" for n, v in priority_classes.items())
         same = [n for n in priority_classes if n.lower() == pclass.lower()]
         hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
-        problems.append((PRIORITY_PATH, f"unknown priority class {pclass!r}{hint}; known: {known}"))
+        msg = f"unknown priority class {quote(pclass)}{hint}; known: {known}"
+        problems.append((PRIORITY_PATH, msg))
         priority = 0
 
     ann = job_doc.metadata.annotations.get(models.PREEMPTIBLE_ANNOTATION)

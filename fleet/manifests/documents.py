@@ -1,15 +1,21 @@
 """Multi-document YAML in, validated models out, every problem with its place.
 
-Theory of operation: :func:`parse_documents` reads a YAML stream with
-``yaml.safe_load_all`` and numbers the documents from 0 in stream order; empty
+Theory of operation: :func:`parse_documents` reads a YAML stream with the
+safe loader of libyaml's C binding (``yaml.CSafeLoader``) when PyYAML has it,
+else PyYAML's pure-Python ``yaml.SafeLoader`` (:data:`YAML_LOADER`; both build
+only plain data), and numbers the documents from 0 in stream order; empty
 documents are skipped but keep their number, so "document 3" is always the
 fourth document of the file.  A YAML syntax error becomes an issue naming its
-line and ends the stream (the parser cannot resynchronise).  Each document is
-dispatched on ``(apiVersion, kind)`` to its pydantic model; pydantic's errors
+line and ends the stream (the parser cannot resynchronise); so does a value
+the loader cannot build (a date that does not exist, an integer of thousands
+of digits).  Each document is dispatched on ``(apiVersion, kind)`` to its
+pydantic model; pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  The function never
 raises for bad input: it returns the good documents *and* the issues, and the
 loaders in :mod:`fleet.manifests.convert` refuse everything if there is any issue.
+Messages quote values through :func:`fleet.manifests.errors.quote`, which
+keeps a short prefix of a long value.
 """
 
 from __future__ import annotations
@@ -18,13 +24,27 @@ import difflib
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import pydantic
 import yaml
 
 from fleet.manifests import models
-from fleet.manifests.errors import SpecError, SpecIssue
+from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
+
+#: A loader class that builds plain data only (no Python objects).
+SafeLoaderType: TypeAlias = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
+
+
+def safe_loader() -> SafeLoaderType:
+    """libyaml's ``CSafeLoader`` when PyYAML was built with libyaml, else ``SafeLoader``."""
+    if hasattr(yaml, "CSafeLoader"):
+        return yaml.CSafeLoader
+    return yaml.SafeLoader
+
+
+#: The loader :func:`parse_documents` uses (the C one is several times faster).
+YAML_LOADER: SafeLoaderType = safe_loader()
 
 AnyModel = (
     models.ElasticQuotaTreeModel
@@ -77,9 +97,9 @@ def yaml_type(value: object) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {quote(value)}"
     if isinstance(value, int | float):
-        return f"the number {value}"
+        return f"the number {quote(value)}"
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list | tuple):
@@ -136,7 +156,7 @@ def _message(error: Mapping[str, Any]) -> str:
     if kind in ("greater_than_equal", "less_than_equal") and isinstance(value, int | float):
         bound = ctx.get("ge", ctx.get("le"))
         word = "least" if kind == "greater_than_equal" else "most"
-        return f"must be at {word} {bound}, not {value}"
+        return f"must be at {word} {bound}, not {quote(value)}"
     if kind == "too_short" and ctx.get("min_length") == 1:
         return "must not be empty"
     if kind == "string_too_short" and ctx.get("min_length") == 1:
@@ -184,6 +204,8 @@ def _issue_message(model: type[pydantic.BaseModel], error: Mapping[str, Any]) ->
     msg = _message(error)
     if error.get("type") == "extra_forbidden" and error["loc"] and msg == "unknown field":
         wrong = str(error["loc"][-1])
+        if len(wrong) > MAX_QUOTED:  # no field name is this long: nothing to suggest
+            return msg
         close = difflib.get_close_matches(wrong, _field_names(model, error["loc"]), n=1)
         if close:
             msg += f" (did you mean {close[0]!r}?)"
@@ -215,7 +237,7 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
         if kind is None:
             msg = f"kind is missing; Fleet reads {known}"
         else:
-            msg = f"unknown kind {kind!r}"
+            msg = f"unknown kind {quote(kind)}"
             same = [k for k in KINDS if isinstance(kind, str) and k.lower() == kind.lower()]
             msg += f" (did you mean {same[0]}?)" if same else f"; Fleet reads {known}"
         return None, [SpecIssue(index, "", "", "kind", msg)]
@@ -226,7 +248,7 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
         if api is None:
             msg = f"apiVersion is missing; {kind} uses {expected}"
         else:
-            msg = f"{kind} must have apiVersion {expected}, not {api!r}"
+            msg = f"{kind} must have apiVersion {expected}, not {quote(api)}"
         return None, [SpecIssue(index, kind, name, "apiVersion", msg)]
     model_type = versions[api]
     try:
@@ -241,12 +263,17 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
     return doc, [doc.issue(path, msg) for path, msg in model.problems()]
 
 
+def _short_words(text: str) -> str:
+    """A parser's message (a sentence that may quote a token) with each word shortened."""
+    return " ".join(shorten(word) for word in text.split(" "))
+
+
 def parse_documents(text: str) -> tuple[list[Document], list[SpecIssue]]:
     """Every valid document and every issue found in a YAML stream."""
     docs: list[Document] = []
     issues: list[SpecIssue] = []
     index = 0
-    stream = yaml.safe_load_all(text)
+    stream = yaml.load_all(text, Loader=YAML_LOADER)
     while True:
         try:
             raw = next(stream)
@@ -255,8 +282,12 @@ def parse_documents(text: str) -> tuple[list[Document], list[SpecIssue]]:
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            problem = getattr(e, "problem", None) or str(e)
+            problem = _short_words(getattr(e, "problem", None) or str(e))
             issues.append(SpecIssue(index, "", "", "", f"YAML syntax error at {where}{problem}"))
+            break
+        except ValueError as e:  # a scalar the constructor cannot build
+            problem = _short_words(str(e).split(";")[0])
+            issues.append(SpecIssue(index, "", "", "", f"a YAML value cannot be read: {problem}"))
             break
         if raw is not None:
             doc, found = _load_one(index, raw)

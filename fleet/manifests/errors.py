@@ -12,15 +12,58 @@ partially accepted.  An issue renders as one line::
 Documents are numbered from 0 in the order they appear in the YAML stream
 (empty documents keep their number).  Field paths are dotted, with ``[i]`` for
 list indices; map keys are written as they are (``max.nvidia.com/gpu``).
+
+Messages quote at most :data:`MAX_QUOTED` characters of an offending value
+(then ``…``), so a 50 MB name costs a line, not 100 MB of output.
+:func:`shorten` is the one place that cuts; :func:`quote` is how a message
+quotes a value; :func:`shorten_quoted` cuts a value out of a message built
+elsewhere (the core's errors).  A :class:`SpecIssue` shortens its name, each
+part of its path, and, as a last resort, its whole message
+(:data:`MAX_MESSAGE`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 #: (field path, message): a problem found inside one document, before it gets its index.
 Problem = tuple[str, str]
+
+#: Characters of an offending value (a name, a key, a quantity, ...) that a message quotes.
+MAX_QUOTED: Final = 60
+#: Characters of one issue's message kept when a message is longer (a safety net).
+MAX_MESSAGE: Final = 1000
+#: What replaces the cut end of a value.
+ELLIPSIS: Final = "…"
+
+
+def shorten(text: str, limit: int = MAX_QUOTED) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit`` and ``…``."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + ELLIPSIS
+
+
+def quote(value: object) -> str:
+    """A value as a message quotes it: ``repr`` of at most :data:`MAX_QUOTED` characters."""
+    if isinstance(value, str):
+        return repr(shorten(value))
+    return shorten(repr(value))
+
+
+def shorten_quoted(message: str, value: str) -> str:
+    """``message`` (built elsewhere) with every quotation of ``value`` shortened."""
+    if len(value) <= MAX_QUOTED:
+        return message
+    return message.replace(repr(value), quote(value)).replace(value, shorten(value))
+
+
+def _shorten_path(path: str) -> str:
+    if len(path) <= MAX_QUOTED:
+        return path
+    return ".".join(shorten(part) for part in path.split("."))
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +75,12 @@ class SpecIssue:
     name: str  # "namespace/name" for namespaced objects, "name" otherwise, "" if unknown
     path: str  # dotted field path, "" for the document as a whole
     message: str
+
+    def __post_init__(self) -> None:
+        # Names, map keys in paths and messages may hold huge values from the input.
+        object.__setattr__(self, "name", shorten(self.name))
+        object.__setattr__(self, "path", _shorten_path(self.path))
+        object.__setattr__(self, "message", shorten(self.message, MAX_MESSAGE))
 
     def __str__(self) -> str:
         what = " ".join(part for part in (self.kind, self.name) if part)

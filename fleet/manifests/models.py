@@ -42,7 +42,7 @@ from fleet.core.cells.config import CellConfig
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells
-from fleet.manifests.errors import Problem
+from fleet.manifests.errors import Problem, quote, shorten_quoted
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
@@ -74,7 +74,7 @@ def _object_name(value: object) -> str:
         raise ValueError("must be a string")
     if len(value) > 253 or not _SUBDOMAIN_RE.match(value):
         raise ValueError(
-            f"{value!r} is not a valid name: lowercase letters, digits, '-' and '.', "
+            f"{quote(value)} is not a valid name: lowercase letters, digits, '-' and '.', "
             "starting and ending with a letter or digit, at most 253 characters"
         )
     return value
@@ -85,7 +85,7 @@ def _namespace_name(value: object) -> str:
         raise ValueError("must be a string")
     if len(value) > 63 or not _LABEL_RE.match(value):
         raise ValueError(
-            f"{value!r} is not a valid namespace: lowercase letters, digits and '-', "
+            f"{quote(value)} is not a valid namespace: lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters"
         )
     return value
@@ -93,18 +93,23 @@ def _namespace_name(value: object) -> str:
 
 def _quantity(value: object) -> int | float | str:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (a number or a string)")
+        raise ValueError(f"{quote(value)} is not a Kubernetes quantity (a number or a string)")
     try:
         resources.parse_value(value)
     except QuantityError as e:
-        raise ValueError(str(e)) from None
+        raise ValueError(_quantity_message(e, value)) from None
     return value
+
+
+def _quantity_message(error: QuantityError, value: object) -> str:
+    """The core's message about a quantity, quoting at most a prefix of it."""
+    return shorten_quoted(str(error), value) if isinstance(value, str) else str(error)
 
 
 def parse_duration(text: str) -> float:
     """Seconds in a Go-style duration such as ``90s``, ``5m``, ``1h30m`` or ``500ms``."""
     if not _DURATION_RE.match(text):
-        raise ValueError(f"{text!r} is not a duration (examples: 90s, 5m, 1h30m)")
+        raise ValueError(f"{quote(text)} is not a duration (examples: 90s, 5m, 1h30m)")
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
 
 
@@ -163,7 +168,7 @@ def resource_name_problem(name: str) -> str | None:
     if "/" in name or name in STANDARD_RESOURCES or name.startswith("hugepages-"):
         return None
     msg = (
-        f"{name!r} is not a Kubernetes resource name (a name without a domain must be one of "
+        f"{quote(name)} is not a Kubernetes resource name (a name without a domain must be one of "
         f"{', '.join(STANDARD_RESOURCES)}, hugepages-<size>)"
     )
     if "gpu" in name.lower():
@@ -184,7 +189,8 @@ def parse_resources(quantities: Mapping[str, Any], path: str) -> tuple[Resources
             values[name] = resources.parse_quantity(name, text)
         except QuantityError as e:
             # The path already names the resource: drop the core's "name: " prefix.
-            problems.append((f"{path}.{name}", str(e).removeprefix(f"{name}: ")))
+            message = _quantity_message(e, text).removeprefix(f"{name}: ")
+            problems.append((f"{path}.{name}", message))
     return Resources(values), problems
 
 
@@ -528,9 +534,8 @@ class PyTorchJobModel(_Foreign):
         first_path, first = sources[0]
         for path, sku in sources[1:]:
             if sku != first:
-                problems.append(
-                    (path, f"GPU type {sku!r} differs from {first!r} given at {first_path}")
-                )
+                msg = f"GPU type {quote(sku)} differs from {quote(first)} given at {first_path}"
+                problems.append((path, msg))
         if not first:
             problems.append((first_path, "GPU type must not be empty"))
         return first
@@ -552,7 +557,7 @@ class PyTorchJobModel(_Foreign):
             problems.append(
                 (
                     f"spec.pytorchReplicaSpecs.{extra}",
-                    f"replica type {extra!r} is not supported; Fleet runs Master and Worker",
+                    f"replica type {quote(extra)} is not supported; Fleet runs Master and Worker",
                 )
             )
         groups = self.replica_groups()
@@ -612,7 +617,7 @@ class PyTorchJobModel(_Foreign):
         pre = ann.get(PREEMPTIBLE_ANNOTATION)
         if pre is not None and pre not in ("true", "false"):
             out.append(
-                (f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {pre!r}')
+                (f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {quote(pre)}')
             )
         dur = ann.get(SIM_DURATION_ANNOTATION)
         if dur is not None:
@@ -626,7 +631,7 @@ class PyTorchJobModel(_Foreign):
             out.append(
                 (
                     f"{base}.{SIM_OUTCOME_ANNOTATION}",
-                    f"must be Succeeded or Failed, not {outcome!r}",
+                    f"must be Succeeded or Failed, not {quote(outcome)}",
                 )
             )
         return out

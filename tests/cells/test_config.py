@@ -18,15 +18,12 @@ REFERENCE_CONFIGS = sorted(
         *(REFERENCE / "v2-cell-as-sku" / "test" / "config").glob("*/setting.yaml"),
     ]
 )
-needs_reference = pytest.mark.skipif(not REFERENCE.exists(), reason="HiveD reference data absent")
 
 
-@needs_reference
 def test_reference_configs_are_present() -> None:
     assert len(REFERENCE_CONFIGS) == 2 + 9 + 3
 
 
-@needs_reference
 @pytest.mark.parametrize("path", REFERENCE_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_reference_config_loads(path: Path) -> None:
     config = load_hived_file_dict(load_yaml(path))
@@ -53,7 +50,6 @@ def test_lab6_vcs() -> None:
     ]
 
 
-@needs_reference
 def test_design_config_addresses_and_shared_node_names() -> None:
     config = load_hived_file_dict(
         load_yaml(REFERENCE / "v1-master/config/design-hivedscheduler.yaml")
@@ -245,7 +241,6 @@ def test_two_node_levels_in_one_chain() -> None:
     assert info.value.path == "spec.cells.physicalCluster.cellTypes.RACK.isNodeLevel"
 
 
-@needs_reference
 def test_hived_invalid_initial_assignment() -> None:
     # testInvalidInitialAssignment of HiveD's algorithm tests.
     data = load_yaml(REFERENCE / "v1-master/config/design-hivedscheduler.yaml")

@@ -13,6 +13,7 @@ import pytest
 
 from fleet.cli.main import main
 from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree
+from tests.paths import KUBEFLOW
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
@@ -409,43 +410,9 @@ spec:
 """
 
 
-# Kubeflow's example-pytorchjob-elastic.yaml (no namespace, a Worker only, requests only).
-KUBEFLOW_ELASTIC = """\
-apiVersion: "kubeflow.org/v1"
-kind: PyTorchJob
-metadata:
-  name: elastic-example-imagenet
-spec:
-  elasticPolicy:
-    rdzvBackend: c10d
-    minReplicas: 1
-    maxReplicas: 3
-    maxRestarts: 100
-    metrics:
-      - type: Resource
-        resource:
-          name: cpu
-          target:
-            type: Utilization
-            averageUtilization: 80
-  pytorchReplicaSpecs:
-    Worker:
-      replicas: 2
-      restartPolicy: OnFailure
-      template:
-        spec:
-          containers:
-            - name: pytorch
-              image: kubeflow/pytorch-elastic-example-imagenet:latest
-              imagePullPolicy: IfNotPresent
-              resources:
-                requests:
-                  cpu: 4
-              env:
-              - name: LOGLEVEL
-                value: DEBUG
-              command: [python, -m, torch.distributed.run, /workspace/examples/imagenet.py]
-"""
+# Kubeflow's examples as published (no namespace, a Worker only, requests only;
+# Master and Worker in namespace kubeflow, no resources): see tests/data/kubeflow.
+KUBEFLOW_ELASTIC = (KUBEFLOW / "example-pytorchjob-elastic.yaml").read_text(encoding="utf-8")
 
 
 def test_seed_tree_policy_and_kubeflow_examples_load(
@@ -461,6 +428,9 @@ def test_seed_tree_policy_and_kubeflow_examples_load(
         # Only the tree's own warning (root min != max); nothing about the jobs.
         assert all(line.startswith(f"warning: {tree}: root node") for line in err.splitlines())
         assert "1 PyTorchJob, 1 PropagationPolicy;" in out
+    rc, out, err = check(capsys, "jobs", str(KUBEFLOW / "example-pytorchjob-simple.yaml"))
+    assert (rc, err) == (0, "")
+    assert "1 PyTorchJob, 0 PropagationPolicies; queues not routed" in out
 
 
 def test_check_quota_lists_every_broken_rule(
