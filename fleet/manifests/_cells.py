@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from fleet.core.cells import config
-from fleet.core.cells.spec import CellConfigError
+from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.manifests.errors import Problem
 
 
-def load(cells: Mapping[str, Any], path: str = "spec.cells") -> config.CellConfig:
+def load(cells: Mapping[str, Any], path: str = "spec.cells") -> CellConfig:
     """The validated cell config; raises CellConfigError."""
     return config.load_cell_config(cells, path=path)
 

@@ -38,7 +38,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from fleet.core import resources
-from fleet.core.cells.config import CellConfig
+from fleet.core.cells.spec import CellConfig
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Allocator, Journal, Reservation
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.allocator import SHARED, Allocator, Journal
+from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import GPU, Resources

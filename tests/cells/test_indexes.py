@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Reservation
+from fleet.core.cells.allocator import SHARED
+from fleet.core.cells.topology import Reservation
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import GPU, Resources

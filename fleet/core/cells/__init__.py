@@ -14,10 +14,10 @@ owners (:mod:`.ownership`), committing a fit (:mod:`.binding`), bad nodes
 (:mod:`.invariants`).
 """
 
-from fleet.core.cells.config import CellConfig, load_cell_config, load_hived_file_dict
+from fleet.core.cells.config import load_cell_config, load_hived_file_dict
 from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.placer import CellPlacer
-from fleet.core.cells.spec import CellConfigError
+from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.core.cells.state import CellFit
 
 __all__ = [

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 from fleet.core.cells import binding, demands, fitting, health, invariants, ownership
 from fleet.core.cells.allocator import Allocator, Journal
-from fleet.core.cells.config import CellConfig
 from fleet.core.cells.demands import leaf_cells_needed
+from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.state import CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
 from fleet.core.jobs import Job, Mode, Pod
