@@ -36,7 +36,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from fleet.core.cells import CellPlacer, load_cell_config, load_hived_file_dict
+from fleet.core.cells.config import load_cell_config, load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
 from fleet.core.resources import GPU, Resources

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from fleet.core.cells import CellPlacer, load_hived_file_dict
+from fleet.core.cells.config import load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.topology import lowest_common
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit

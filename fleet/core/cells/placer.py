@@ -36,7 +36,6 @@ from collections.abc import Sequence
 
 from fleet.core.cells import binding, demands, fitting, health, invariants, ownership
 from fleet.core.cells.allocator import Allocator, Journal
-from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.state import CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
@@ -44,7 +43,7 @@ from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
 from fleet.core.resources import Resources
 
-__all__ = ["CellFit", "CellPlacer", "leaf_cells_needed"]
+__all__ = ["CellPlacer"]
 
 
 class CellPlacer:
