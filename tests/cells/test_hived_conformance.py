@@ -85,7 +85,7 @@ class Replay:
         data = _design()
         _mutate(data, scenario)
         self.config = load_hived_file_dict(data)
-        self.placer = CellPlacer("hived", self.config)
+        self.placer = CellPlacer("hived", self.config, node_restriction=True)
         self.all_nodes = frozenset(self.config.nodes())
         self.scenario = scenario
         self.pods: dict[str, dict[str, Any]] = DATA["pods"]

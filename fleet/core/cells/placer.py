@@ -47,10 +47,16 @@ __all__ = ["CellPlacer"]
 
 
 class CellPlacer:
-    """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`."""
+    """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`.
 
-    def __init__(self, cluster: str, config: CellConfig) -> None:
+    ``node_restriction=True`` enables :meth:`suggest_nodes`, which replays HiveD's
+    suggested-node lists; off (the default), no placement is ever restricted to
+    some nodes and the searches skip the node filter.
+    """
+
+    def __init__(self, cluster: str, config: CellConfig, *, node_restriction: bool = False) -> None:
         self.state = PlacerState(cluster, config)
+        self.node_restriction = node_restriction
         self.config: CellConfig = config
         self.topo: Topology = self.state.topo
         self.j: Journal = self.state.j
@@ -65,9 +71,12 @@ class CellPlacer:
     def suggest_nodes(self, nodes: frozenset[str] | None) -> None:
         """Restrict every following placement to ``nodes`` (None: no restriction).
 
-        HiveD takes Kubernetes' suggested nodes per call; Fleet has none, but the
-        restriction is kept for node selectors and for replaying HiveD's tests.
+        HiveD takes Kubernetes' suggested nodes per call; Fleet has none, so the
+        scheduling cycle never calls this.  It replays HiveD's own tests, and is
+        refused unless the placer was built with ``node_restriction=True``.
         """
+        if not self.node_restriction:
+            raise RuntimeError("suggest_nodes needs a CellPlacer built with node_restriction=True")
         self.state.suggested = nodes
 
     def pin_job(self, key: str, pinned_cell_id: str | None) -> None:
