@@ -32,7 +32,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
@@ -100,10 +100,6 @@ def csv_stream(path: str, limit: int | None) -> Iterator[Arrival]:
                 int(row["gpus_per_pod"]),
                 int(row["release_after"]),
             )
-
-
-class Fragmentation(Protocol):
-    def __call__(self) -> float: ...
 
 
 def run(

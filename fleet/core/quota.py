@@ -400,10 +400,6 @@ class QuotaTree:
         block = self._max_block(path, request)
         return mode if block is None else block
 
-    def would_be_guaranteed(self, queue: str, request: Resources) -> bool:
-        """Whether ``request`` fits the queue's min (ignoring every max)."""
-        return self._fits_min(self._leaf(queue), request) is None
-
     def admit(
         self,
         key: str,

@@ -16,7 +16,7 @@ list indices; map keys are written as they are (``max.nvidia.com/gpu``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: (field path, message): a problem found inside one document, before it gets its index.
@@ -55,23 +55,3 @@ class SpecError(ValueError):
 
     def __str__(self) -> str:
         return self.render()
-
-
-def join_path(*parts: str | int) -> str:
-    """Build a field path: strings are joined by dots, ints become ``[i]``."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "":
-            continue
-        elif out:
-            out += "." + part
-        else:
-            out = part
-    return out
-
-
-def raise_if_any(issues: Sequence[SpecIssue]) -> None:
-    if issues:
-        raise SpecError(issues)

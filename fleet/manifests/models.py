@@ -50,7 +50,6 @@ PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
 SIM_OUTCOMES: Final = ("Succeeded", "Failed")
-REPLICA_TYPES: Final = ("Master", "Worker")
 
 QUOTA_API: Final = "scheduling.sigs.k8s.io/v1beta1"
 ACK_POLICY_API: Final = "policy.one.alibabacloud.com/v1alpha1"

@@ -313,7 +313,6 @@ class _Expander:
         return PhysicalCellSpec(
             cell_type=ct.name,
             address=full,
-            own_address=own,
             node=node,
             leaf_index=leaf_index,
             pinned_id=pinned,

@@ -131,22 +131,6 @@ class CellPlacer:
         """VC -> number of its virtual cells that bad nodes leave no physical cell for."""
         return health.doomed_cells(self.state)
 
-    def vc_usage(self) -> dict[str, tuple[int, int]]:
-        """VC -> (guaranteed leaves used, leaves configured)."""
-        alloc = self.state.alloc
-        out: dict[str, tuple[int, int]] = {}
-        for vc, chains in alloc.configured.items():
-            total = sum(
-                n * alloc.weight[chain][level]
-                for chain, levels in chains.items()
-                for level, n in enumerate(levels)
-            )
-            total += sum(p.cell.size for p in alloc.pins.values() if p.vc == vc)
-            used = sum(r.gused for r in alloc.vc_bound[vc].values())
-            used += sum(p.gused for p in alloc.pins.values() if p.vc == vc)
-            out[vc] = (used, total)
-        return out
-
     # -- questions and changes ------------------------------------------------------------
 
     def fit(

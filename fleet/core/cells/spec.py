@@ -56,7 +56,6 @@ class PhysicalCellSpec:
 
     cell_type: str
     address: str  # full address, "/"-joined like HiveD
-    own_address: str
     node: str | None  # node name for node-level cells and below
     leaf_index: int | None  # GPU index on the node, leaves only
     pinned_id: str | None
