@@ -32,11 +32,12 @@ import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
-from fleet.core.cells import CellPlacer, load_cell_config, load_hived_file_dict
+from fleet.core.cells.config import load_cell_config, load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
@@ -100,10 +101,6 @@ def csv_stream(path: str, limit: int | None) -> Iterator[Arrival]:
                 int(row["gpus_per_pod"]),
                 int(row["release_after"]),
             )
-
-
-class Fragmentation(Protocol):
-    def __call__(self) -> float: ...
 
 
 def run(

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells.config import CellConfig, load_cell_config
-from fleet.core.cells.spec import PhysicalCellSpec
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer

@@ -28,7 +28,8 @@ from typing import Any, Final
 
 import pytest
 
-from fleet.core.cells import CellPlacer, load_hived_file_dict
+from fleet.core.cells.config import load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.topology import lowest_common
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
@@ -90,7 +91,7 @@ class Replay:
         data = _design()
         _mutate(data, scenario)
         self.config = load_hived_file_dict(data)
-        self.placer = CellPlacer("hived", self.config)
+        self.placer = CellPlacer("hived", self.config, node_restriction=True)
         self.all_nodes = frozenset(self.config.nodes())
         self.scenario = scenario
         self.pods: dict[str, dict[str, Any]] = DATA["pods"]

@@ -7,9 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Allocator, Journal, Reservation
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.allocator import SHARED, Allocator, Journal
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Reservation
+from fleet.core.cells.allocator import SHARED
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.topology import Reservation
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.demands import leaf_cells_needed
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.spec import SkuType
 from fleet.core.cells.state import CellFit
 from fleet.core.charges import charge_for

@@ -127,6 +127,42 @@ def test_min_above_max_message_reads_well() -> None:
     )
 
 
+def test_every_broken_rule_names_its_node_first() -> None:
+    root = node(
+        "root",
+        node(
+            "a",
+            node("a.1", min={"cpu": 30}, max={"cpu": 20}, namespaces=("ml",)),
+            min={"cpu": 6},
+            max={"cpu": 20},
+            namespaces=("x",),
+        ),
+        node("b", min={"cpu": 6}, namespaces=("ml",)),
+        QuotaNodeSpec("c", max=Resources({GPU: -2})),
+        node("a"),
+        min={"cpu": 10},
+        max={"cpu": 10},
+    )
+    with pytest.raises(QuotaError) as info:
+        tree(root)
+    errors = info.value.errors
+    assert [(e.node, e.path) for e in errors] == [
+        ("a", "spec.root.children[0].max"),
+        ("a", "spec.root.children[0].namespaces"),
+        ("a.1", "spec.root.children[0].children[0].min"),
+        ("a", "spec.root.children[0].min"),
+        ("b", "spec.root.children[1].namespaces[0]"),
+        ("c", "spec.root.children[2].max"),
+        ("c", "spec.root.children[2].min"),
+        ("a", "spec.root.children[3].name"),
+        ("root", "spec.root.min"),
+    ]
+    for e in errors:
+        assert e.message.startswith(f"node {e.node!r}: "), e
+        assert str(e) == f"{e.message} ({e.path})"
+    assert errors[5].message == f"node 'c': max {GPU} -2 is negative"
+
+
 def test_quota_error_is_a_value_error() -> None:
     assert issubclass(QuotaError, ValueError)
 

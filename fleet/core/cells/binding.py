@@ -20,7 +20,6 @@ jobs leave, so that it never answers a plan this refuses.
 from __future__ import annotations
 
 from fleet.core.cells import allocator, ownership
-from fleet.core.cells.allocator import Reservation
 from fleet.core.cells.state import (
     GUARANTEED_KINDS,
     KIND_PIN,
@@ -30,7 +29,7 @@ from fleet.core.cells.state import (
     Held,
     PlacerState,
 )
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job
 from fleet.core.placement import BindError

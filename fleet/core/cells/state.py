@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.core.cells.allocator import Allocator, Journal, Reservation
-from fleet.core.cells.config import CellConfig
-from fleet.core.cells.topology import Cell, Topology
+from fleet.core.cells.allocator import Allocator, Journal
+from fleet.core.cells.spec import CellConfig
+from fleet.core.cells.topology import Cell, Reservation, Topology
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job
 from fleet.core.placement import Fit, PodPlacement
