@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
-from tests.core.factories import confirm_stops, make_job, make_nodes, make_state, submit
+from tests.core.factories import make_job, make_nodes, make_state, submit
 
 LEAF8 = {
     "name": "root",
