@@ -16,9 +16,11 @@ key); an incremental job that grows later adds one charge per growth step
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode, sort_key
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
@@ -129,7 +131,7 @@ class SchedulerState:
             if job.key == key:
                 del pending[i]
                 return job
-        raise AssertionError(f"pending index lost job {key}")  # pragma: no cover
+        raise InvariantError(f"pending index lost job {key}")  # pragma: no cover
 
     def requeue(self, key: str) -> Job:
         """Preempt a running job: free what it holds and queue it again."""
@@ -162,22 +164,57 @@ class SchedulerState:
             self._pending_keys.pop(key, None)
 
     def check_invariants(self) -> None:
-        """Quota and placers agree with the running jobs; pending index is exact."""
+        """Quota and placers agree with the running jobs; pending index is exact.
+
+        Raises :class:`~fleet.core.checks.InvariantError` naming the job, queue
+        or cluster that drifted (and the quota tree's or a placer's own error).
+        """
         self.tree.check_invariants()
         for placer in self.placers.values():
             placer.check_invariants()
         for key, run in self.running.items():
-            assert self.placers[run.cluster].holds(key), f"{key} not held by {run.cluster}"
-            assert run.pods, f"running job {key} has no pods"
-            assert len(run.pods) >= run.job.gang_size, f"partial gang {key} is running"
+            home = self.placers.get(run.cluster)
+            if home is None or not home.holds(key):
+                raise InvariantError(f"running job {key} is not held by its cluster {run.cluster}")
+            if not run.pods:
+                raise InvariantError(f"running job {key} has no pods")
+            if len(run.pods) < run.job.gang_size:
+                raise InvariantError(
+                    f"partial gang {key} is running: {len(run.pods)} pods placed, "
+                    f"gang of {run.job.gang_size}"
+                )
             for charge in run.charges:
-                assert self.tree.holds(charge.key), f"charge {charge.key} missing"
+                if not self.tree.holds(charge.key):
+                    raise InvariantError(f"quota charge {charge.key} of {key} is not admitted")
             for other, placer in self.placers.items():
-                if other != run.cluster:
-                    assert not placer.holds(key), f"{key} held by two clusters"
+                if other != run.cluster and placer.holds(key):
+                    raise InvariantError(f"{key} is held by {run.cluster} and by {other}")
         keys = {j.key: q.name for q in self.queues.values() for j in q.pending}
-        assert keys == self._pending_keys, "pending index differs from the queues"
-        assert not (keys.keys() & self.running.keys()), "a job is both pending and running"
+        listed = sum(len(q.pending) for q in self.queues.values())
+        if listed != len(keys):
+            queued = Counter(j.key for q in self.queues.values() for j in q.pending)
+            twice = sorted(k for k, n in queued.items() if n > 1)
+            raise InvariantError(f"jobs pending twice in the queues: {twice}")
+        if keys != self._pending_keys:
+            missing = sorted(keys.keys() - self._pending_keys.keys())
+            stale = sorted(self._pending_keys.keys() - keys.keys())
+            moved = sorted(
+                f"{k} (indexed to {self._pending_keys[k]}, queued in {keys[k]})"
+                for k in keys.keys() & self._pending_keys.keys()
+                if keys[k] != self._pending_keys[k]
+            )
+            raise InvariantError(
+                f"pending index differs from the queues: not indexed {missing}, "
+                f"indexed but not queued {stale}, indexed to the wrong queue {moved}"
+            )
+        both = keys.keys() & self.running.keys()
+        if both:
+            raise InvariantError(f"jobs both pending and running: {sorted(both)}")
         for q in self.queues.values():
             order = [sort_key(j) for j in q.pending]
-            assert order == sorted(order), f"queue {q.name} is out of order"
+            if order != sorted(order):
+                i = next(i for i in range(1, len(order)) if order[i] < order[i - 1])
+                raise InvariantError(
+                    f"queue {q.name} is out of order: "
+                    f"{q.pending[i - 1].key} before {q.pending[i].key}"
+                )
