@@ -203,9 +203,10 @@ class SchedulerState:
                 for k in keys.keys() & self._pending_keys.keys()
                 if keys[k] != self._pending_keys[k]
             )
+            drift = {"not indexed": missing, "indexed, not queued": stale, "misfiled": moved}
             raise InvariantError(
-                f"pending index differs from the queues: not indexed {missing}, "
-                f"indexed but not queued {stale}, indexed to the wrong queue {moved}"
+                "pending index differs from the queues: "
+                + "; ".join(f"{what} {jobs}" for what, jobs in drift.items() if jobs)
             )
         both = keys.keys() & self.running.keys()
         if both:
