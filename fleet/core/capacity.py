@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from fleet.core import placement, resources
 from fleet.core.charges import Charge
+from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RestoreError
 from fleet.core.resources import Resources
@@ -438,43 +439,107 @@ class CapacityPlacer:
         return self._capacity[resources.GPU] - self._allocated.get(resources.GPU, 0)
 
     def check_invariants(self) -> None:
+        """Recount from the held pods and compare every index and counter.
+
+        Raises :class:`~fleet.core.checks.InvariantError` naming the node, GPU,
+        job or queue that drifted, with the kept and the recounted value.
+        """
         used: dict[str, dict[str, int]] = {n: {} for n in self._nodes}
         owners: dict[tuple[str, int], str] = {}
         for key, held in self._held.items():
+            if held.info.key != key:
+                raise InvariantError(f"job {held.info.key} is held under the key {key}")
+            if len(held.pods) != len(held.requests):
+                raise InvariantError(
+                    f"{key}: {len(held.pods)} pods held with {len(held.requests)} requests"
+                )
             for pp, req in zip(held.pods, held.requests, strict=True):
+                per_node = used.get(pp.node)
+                if per_node is None:
+                    raise InvariantError(f"{key}: pod {pp.pod} is on unknown node {pp.node}")
                 for name, amount in req.items():
-                    used[pp.node][name] = used[pp.node].get(name, 0) + amount
+                    per_node[name] = per_node.get(name, 0) + amount
                 for g in pp.gpus:
-                    assert (pp.node, g) not in owners, f"GPU {pp.node}/{g} has two owners"
+                    other = owners.get((pp.node, g))
+                    if other is not None:
+                        raise InvariantError(f"GPU {pp.node}/{g} is held by {other} and {key}")
                     owners[(pp.node, g)] = key
         by_mode: dict[Mode, int] = dict.fromkeys(Mode, 0)
         by_queue: dict[str, int] = {}
-        for held in self._held.values():
+        guaranteed: set[tuple[str, str]] = set()
+        for key, held in self._held.items():
             gpus = sum(len(pp.gpus) for pp in held.pods)
             by_mode[held.info.mode] += gpus
             if held.info.mode is Mode.GUARANTEED:
                 by_queue[held.info.queue] = by_queue.get(held.info.queue, 0) + gpus
-        assert by_mode == self._mode_gpus, "GPUs per mode differ from a recount"
+                guaranteed.add((held.info.queue, key))
+        if by_mode != self._mode_gpus:
+            kept_modes = {m.value: n for m, n in self._mode_gpus.items()}
+            recount_modes = {m.value: n for m, n in by_mode.items()}
+            raise InvariantError(
+                f"GPUs per mode drifted: kept {kept_modes}, recount {recount_modes}"
+            )
         kept = {q: n for q, n in self._queue_gpus.items() if n}
-        assert {q: n for q, n in by_queue.items() if n} == kept, "GPUs per queue differ"
+        recount = {q: n for q, n in by_queue.items() if n}
+        if kept != recount:
+            raise InvariantError(
+                f"GPUs of guaranteed jobs per queue drifted: kept {kept}, recount {recount}"
+            )
+        indexed = {(q, k) for q, keys in self._guaranteed_by_queue.items() for k in keys}
+        if indexed != guaranteed:
+            raise InvariantError(
+                f"guaranteed-job index drifted: stale {sorted(indexed - guaranteed)}, "
+                f"missing {sorted(guaranteed - indexed)}"
+            )
         for mode, keys in self._by_mode.items():
-            assert all(self._held[k].info.mode is mode for k in keys), "mode index"
-        assert sum(len(k) for k in self._by_mode.values()) == len(self._held), "mode index"
+            for k in keys:
+                held_k = self._held.get(k)
+                if held_k is None or held_k.info.mode is not mode:
+                    actual = "is not held" if held_k is None else f"runs {held_k.info.mode}"
+                    raise InvariantError(f"mode index lists {k} as {mode}, but it {actual}")
+        indexed_modes = sum(len(k) for k in self._by_mode.values())
+        if indexed_modes != len(self._held):
+            raise InvariantError(
+                f"mode index lists {indexed_modes} jobs, {len(self._held)} are held"
+            )
         total: dict[str, int] = {}
         for per_node in used.values():
             for res, amount in per_node.items():
                 total[res] = total.get(res, 0) + amount
-        recount = Resources({k: v for k, v in total.items() if k in self._capacity})
-        assert self.allocated() == recount, "allocated total differs from recount"
+        allocated = Resources({k: v for k, v in total.items() if k in self._capacity})
+        if self.allocated() != allocated:
+            raise InvariantError(
+                f"allocated total drifted: kept {self.allocated()}, recount {allocated}"
+            )
+        bucketed = sum(len(b) for b in self._buckets.values())
+        if bucketed != len(self._nodes):
+            raise InvariantError(f"buckets list {bucketed} nodes, {len(self._nodes)} exist")
         for name, node in self._nodes.items():
             for res, cap in node.capacity.items():
-                assert node.free[res] == cap - used[name].get(res, 0), f"{name}: {res} recount"
-                assert node.free[res] >= 0, f"{name}: {res} over capacity"
+                taken = used[name].get(res, 0)
+                if node.free[res] != cap - taken:
+                    raise InvariantError(
+                        f"{name}: free {res} drifted: kept {node.free[res]}, "
+                        f"recount {cap - taken} ({cap} minus {taken} held)"
+                    )
+                if node.free[res] < 0:
+                    raise InvariantError(f"{name}: {res} over capacity: {taken} held of {cap}")
+            free_count = node.free.get(resources.GPU, len(node.free_gpus))
+            if len(node.free_gpus) != free_count:
+                raise InvariantError(
+                    f"{name}: {len(node.free_gpus)} free GPU indices, but {free_count} "
+                    "free GPUs counted"
+                )
             expected = [g for g in range(node.gpus) if (name, g) not in owners]
-            assert len(node.free_gpus) == node.free.get(resources.GPU, len(node.free_gpus))
-            assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
+            if node.free_gpus != expected:
+                raise InvariantError(
+                    f"{name}: free GPU indices drifted: kept {node.free_gpus}, recount {expected}"
+                )
             in_bucket = name in self._buckets.get(len(node.free_gpus), {})
-            assert in_bucket != (name in self._bad), f"{name}: wrong bucket"
+            if in_bucket == (name in self._bad):
+                raise InvariantError(
+                    f"{name}: bucket membership wrong (bad node: {name in self._bad})"
+                )
 
 
 def _scratch(

@@ -162,5 +162,10 @@ class Placer(Protocol):
         ...
 
     def check_invariants(self) -> None:
-        """Raise AssertionError when internal indexes disagree with a recount."""
+        """Raise :class:`~fleet.core.checks.InvariantError` when internal indexes
+        disagree with a recount.
+
+        It must not use ``assert`` (``python -O`` strips it), and its message
+        names what drifted (node, job or cell) with the kept and recounted value.
+        """
         ...

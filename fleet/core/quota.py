@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.core.charges import Charge
+from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
 
 # QuotaNodeSpec and QuotaError are part of this module's API.
@@ -713,7 +714,8 @@ class QuotaTree:
         """Recount usage from the admitted jobs and compare; usage never above max.
 
         Usage above a max that ``set_node`` lowered is accepted up to the usage
-        at the time of that change.  Raises AssertionError on any mismatch.
+        at the time of that change.  Raises :class:`InvariantError` on any
+        mismatch, naming the node or job and the kept and recounted values.
         """
         n = len(self._names)
         used: list[dict[str, int]] = [{} for _ in range(n)]
@@ -721,7 +723,10 @@ class QuotaTree:
         borr: list[dict[str, int]] = [{} for _ in range(n)]
         count = [0] * n
         for key, rec in self._jobs.items():
-            assert self._leaf_jobs[rec.leaf].get(key) is rec, f"job {key} not indexed"
+            if self._leaf_jobs[rec.leaf].get(key) is not rec:
+                raise InvariantError(
+                    f"job {key} is missing from the job index of {self._names[rec.leaf]}"
+                )
             for m in self._paths[rec.leaf]:
                 count[m] += 1
                 if rec.mode is Mode.OPPORTUNISTIC:
@@ -729,24 +734,57 @@ class QuotaTree:
                     continue
                 _add(used[m], rec.request.items(), 1)
                 _add((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.items(), 1)
-        assert sum(len(j) for j in self._leaf_jobs) == len(self._jobs), "stale job index"
+        if sum(len(j) for j in self._leaf_jobs) != len(self._jobs):
+            stale = sorted(k for jobs in self._leaf_jobs for k in jobs if k not in self._jobs)
+            raise InvariantError(f"stale job index: {stale} indexed by leaf but not admitted")
         for leaf_index, recs in enumerate(self._leaf_borrowed):
             expected = {k for k, r in self._leaf_jobs[leaf_index].items() if _reclaimable(r)}
-            assert set(recs) == expected, "stale reclaimable-job index"
+            if set(recs) != expected:
+                raise InvariantError(
+                    f"{self._names[leaf_index]}: stale reclaimable-job index: "
+                    f"kept {sorted(recs)}, recount {sorted(expected)}"
+                )
+            ordered = self._borrowed_order[leaf_index]
+            if ordered is not None:
+                kept_order = [r.key for r in ordered]
+                order = [r.key for r in sorted(recs.values(), key=lambda r: (r.priority, -r.seq))]
+                if kept_order != order:
+                    raise InvariantError(
+                        f"{self._names[leaf_index]}: stale reclaim order: "
+                        f"kept {kept_order}, recount {order}"
+                    )
         for m in range(n):
-            name = self._names[m]
-            assert _nonzero(self._used[m]) == _nonzero(used[m]), f"{name}: used drifted"
-            assert _nonzero(self._guar[m]) == _nonzero(guar[m]), f"{name}: guaranteed drifted"
-            assert _nonzero(self._borr[m]) == _nonzero(borr[m]), f"{name}: borrowed drifted"
-            assert self._count[m] == count[m], f"{name}: admitted count drifted"
+            for what, kept, recount in (
+                ("used", self._used[m], used[m]),
+                ("guaranteed", self._guar[m], guar[m]),
+                ("borrowed", self._borr[m], borr[m]),
+            ):
+                if _nonzero(kept) != _nonzero(recount):
+                    raise InvariantError(
+                        f"{self._names[m]}: {what} drifted: kept {_nonzero(kept)}, "
+                        f"recount {_nonzero(recount)}"
+                    )
+            if self._count[m] != count[m]:
+                raise InvariantError(
+                    f"{self._names[m]}: admitted count drifted: kept {self._count[m]}, "
+                    f"recount {count[m]}"
+                )
             mx = self._max_d[m]
             if mx is None:
                 continue
             for r, cap in mx.items():
                 allowed = max(cap, self._over[m].get(r, cap))
-                assert used[m].get(r, 0) <= allowed, (
-                    f"{name}: {fmt(r, used[m].get(r, 0))} used is above max "
-                    f"{format_quantity(r, allowed)}"
-                )
+                if used[m].get(r, 0) > allowed:
+                    raise InvariantError(
+                        f"{self._names[m]}: {fmt(r, used[m].get(r, 0))} used is above max "
+                        f"{format_quantity(r, allowed)}"
+                    )
         for ns, i in self._ns_map.items():
-            assert ns in self._namespaces[i], f"namespace {ns} indexed to the wrong node"
+            if ns not in self._namespaces[i]:
+                raise InvariantError(
+                    f"namespace {ns} is indexed to {self._names[i]}, which does not list it"
+                )
+        for i, namespaces in enumerate(self._namespaces):
+            for ns in namespaces:
+                if self._ns_map.get(ns) != i:
+                    raise InvariantError(f"namespace {ns} of {self._names[i]} is not indexed to it")

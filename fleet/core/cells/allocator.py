@@ -43,6 +43,7 @@ from typing import Any
 from fleet.core.cells import topology
 from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.topology import Cell, Reservation, Topology
+from fleet.core.checks import InvariantError
 
 VC = "vc"
 PIN = "pin"
@@ -71,14 +72,16 @@ class Journal:
         self._log: list[Any] | None = None
 
     def begin(self) -> None:
-        assert self._log is None, "nested transaction"
+        if self._log is not None:
+            raise InvariantError("a transaction is already open (transactions do not nest)")
         self._log = []
 
     def commit(self) -> None:
         self._log = None
 
     def rollback(self) -> None:
-        assert self._log is not None
+        if self._log is None:
+            raise InvariantError("rollback outside a transaction")
         self.undo_to(0)
         self._log = None
 
@@ -90,13 +93,17 @@ class Journal:
 
     def mark(self) -> int:
         """A point of the open transaction that :meth:`undo_to` can return to."""
-        assert self._log is not None
+        if self._log is None:
+            raise InvariantError("mark outside a transaction")
         return len(self._log)
 
     def undo_to(self, mark: int) -> None:
         """Revert every change made since ``mark`` (newest first)."""
         log = self._log
-        assert log is not None
+        if log is None:
+            raise InvariantError("undo outside a transaction")
+        if mark > len(log):
+            raise InvariantError(f"undo to mark {mark}, past the log's end {len(log)}")
         pop = log.pop
         while len(log) > mark:
             fn = pop()
@@ -209,7 +216,8 @@ class Allocator:
     def take(self, cell: Cell, res: Reservation) -> None:
         """Reserve a wholly free ``cell`` for ``res``, splitting its free root."""
         root = self.free_root_of(cell)
-        assert root is not None, f"{cell} is not free"
+        if root is None:
+            raise InvariantError(f"cannot reserve {cell} for {res}: it is not wholly free")
         path: list[Cell] = []
         c: Cell | None = cell
         while c is not root:
@@ -230,7 +238,8 @@ class Allocator:
 
     def untake(self, cell: Cell) -> None:
         """Release the reservation rooted at ``cell`` and merge free buddies."""
-        assert cell.res is not None
+        if cell.res is None:
+            raise InvariantError(f"cannot release {cell}: no reservation is rooted there")
         self.j.set(cell, "res", None)
         self._tag_leaves(cell, None)
         self._count_unres(cell, cell.size)
@@ -402,7 +411,8 @@ class Allocator:
         return res
 
     def unbind_vc(self, res: Reservation) -> None:
-        assert res.kind == VC and res.vc is not None
+        if res.kind != VC or res.vc is None:
+            raise InvariantError(f"cannot unbind {res}: not a VC binding")
         cell = res.cell
         self.untake(cell)
         self.j.listitem(self.vc_owed[res.vc][cell.chain], cell.level, 1)
@@ -424,57 +434,98 @@ class Allocator:
     # -- invariants -----------------------------------------------------------------------
 
     def check(self) -> None:
+        """Recount flags, free lists, unreserved leaves and owed cells from the cells.
+
+        Raises :class:`~fleet.core.checks.InvariantError` naming the cell, chain,
+        level or VC that drifted.
+        """
         free_count: dict[tuple[str, int], int] = {}
 
         def walk(cell: Cell, inside: bool, tag: Reservation | None) -> int:
             """Checks ``cell``'s subtree; returns its unreserved leaves."""
             flags = int(cell.free_root) + int(cell.split) + int(cell.res is not None)
-            if inside:
-                assert flags == 0, f"{cell} inside a root carries a flag"
-            else:
-                assert flags == 1, f"{cell} has {flags} state flags"
+            if inside and flags:
+                raise InvariantError(f"{cell} inside a free or reserved root carries a flag")
+            if not inside and flags != 1:
+                raise InvariantError(
+                    f"{cell} has {flags} of the free root, split and reserved flags, not 1"
+                )
             if cell.free_root:
-                assert self.free[cell.chain][cell.level].get(cell.id) is cell
+                if self.free[cell.chain][cell.level].get(cell.id) is not cell:
+                    raise InvariantError(
+                        f"free root {cell} is missing from the free list of "
+                        f"{cell.chain} level {cell.level}"
+                    )
                 key = (cell.chain, cell.level)
                 free_count[key] = free_count.get(key, 0) + 1
             if cell.res is not None:
-                assert cell.res.cell is cell
+                if cell.res.cell is not cell:
+                    raise InvariantError(f"{cell} holds {cell.res}, which is rooted elsewhere")
                 tag = cell.res
             if not cell.children:
-                assert cell.tag is tag, f"{cell} tag {cell.tag} != {tag}"
+                if cell.tag is not tag:
+                    raise InvariantError(f"{cell} tag {cell.tag} != {tag}")
                 unres = int(tag is None)
             else:
                 unres = sum(walk(child, inside or not cell.split, tag) for child in cell.children)
             if inside and tag is not None:
-                assert cell.unres == cell.size, f"{cell} unres inside a reserved root"
-            else:
-                assert cell.unres == unres, f"{cell} unres {cell.unres} != {unres}"
+                if cell.unres != cell.size:
+                    raise InvariantError(
+                        f"{cell} inside reserved root has unres {cell.unres}, not its size "
+                        f"{cell.size}"
+                    )
+            elif cell.unres != unres:
+                raise InvariantError(f"{cell} unres drifted: kept {cell.unres}, recount {unres}")
             return unres
 
         for top in self.topo.tops:
             walk(top, False, None)
-            assert (top.id in self.open_tops[top.chain]) == (top.unres > 0), f"{top} open"
+            listed = top.id in self.open_tops[top.chain]
+            if listed != (top.unres > 0):
+                raise InvariantError(
+                    f"top {top} with {top.unres} unreserved leaves is "
+                    f"{'' if listed else 'not '}in the open tops of {top.chain}"
+                )
         for chain, opened in self.open_tops.items():
-            assert all(top.chain == chain and top.parent is None for top in opened.values())
+            for top in opened.values():
+                if top.chain != chain or top.parent is not None:
+                    raise InvariantError(f"open tops of {chain} list {top}, not a top of it")
             total_unres = sum(top.unres for top in self.topo.chain_tops[chain])
-            assert self.unres_total[chain] == [total_unres], chain
+            if self.unres_total[chain] != [total_unres]:
+                raise InvariantError(
+                    f"unreserved leaves of {chain} drifted: kept {self.unres_total[chain][0]}, "
+                    f"recount {total_unres}"
+                )
         for chain, levels in self.free.items():
             for level, free_cells in enumerate(levels):
-                assert len(free_cells) == free_count.get((chain, level), 0), (chain, level)
+                roots = free_count.get((chain, level), 0)
+                if len(free_cells) != roots:
+                    raise InvariantError(
+                        f"free list of {chain} level {level} holds {len(free_cells)} cells, "
+                        f"{roots} free roots"
+                    )
         total: dict[str, list[int]] = {c: [0] * len(v) for c, v in self.owed.items()}
         for vc, chains in self.vc_owed.items():
             bound: dict[tuple[str, int], int] = {}
             for res in self.vc_bound[vc].values():
-                assert res.cell.res is res and res.vc == vc
+                if res.cell.res is not res or res.vc != vc:
+                    raise InvariantError(f"VC {vc} lists {res}, which {res.cell} does not hold")
                 key = (res.cell.chain, res.cell.level)
                 bound[key] = bound.get(key, 0) + 1
             for chain, owed_levels in chains.items():
                 for level, n in enumerate(owed_levels):
-                    assert n >= 0
+                    if n < 0:
+                        raise InvariantError(f"VC {vc} owes {n} cells of {chain} level {level}")
                     total[chain][level] += n
                     configured = self.configured[vc][chain][level]
-                    assert n + bound.get((chain, level), 0) == configured, (vc, chain, level)
-        assert total == self.owed
+                    got = bound.get((chain, level), 0)
+                    if n + got != configured:
+                        raise InvariantError(
+                            f"VC {vc} at {chain} level {level}: {n} owed + {got} bound "
+                            f"!= {configured} configured"
+                        )
+        if total != self.owed:
+            raise InvariantError(f"owed cells drifted: kept {self.owed}, recount {total}")
 
 
 def _reservations_in(cell: Cell) -> Iterator[Reservation]:

@@ -33,7 +33,8 @@ def leaf_cells_needed(request: Mapping[str, int], sku: object | None) -> int | N
     gpus = request.get(resources.GPU, 0)
     if sku is None:
         return gpus
-    assert isinstance(sku, SkuType)
+    if not isinstance(sku, SkuType):
+        raise TypeError(f"sku must be a SkuType or None, not {type(sku).__name__}")
     need = 0
     for name, per in (
         (resources.GPU, sku.gpu),

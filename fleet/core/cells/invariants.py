@@ -1,79 +1,133 @@
 """The placer's invariants as code: every index and counter equals a recount.
 
 Theory of operation: :func:`check` recounts from scratch what the placer keeps
-incrementally and asserts they agree — the allocator's own state
-(``Allocator.check``: flags, free lists, unreserved leaves, owed counters),
-the capacity of the healthy nodes, the sum of the placed pods' requests, one
-owner per leaf that is exactly the job holding it, each leaf reserved as its
-job's kind requires, ``used`` per cell, ``shfree`` per node, the fragmentation
-counters, ``gused`` per VC and pinned reservation (a bound VC cell is always
-in use), and, while no node is bad, every VC's guarantee.  It is slow
-(linear in the cluster) and meant for tests and state machines.
+incrementally and raises :class:`~fleet.core.checks.InvariantError` (which
+``python -O`` does not strip) naming the first cell, job or counter that
+disagrees — no journal transaction or undo scope left open, the allocator's
+own state (``Allocator.check``: flags, free lists, unreserved leaves, owed
+counters), the capacity of the healthy nodes, the sum of the placed pods'
+requests, one owner per leaf that is exactly the job holding it, each leaf
+reserved as its job's kind requires, ``used`` per cell, ``shfree`` per node,
+the fragmentation counters, ``gused`` per VC and pinned reservation (a bound
+VC cell is always in use), and, while no node is bad, every VC's guarantee.
+It is slow (linear in the cluster) and meant for tests and state machines.
 """
 
 from __future__ import annotations
 
 from fleet.core.cells import allocator
 from fleet.core.cells.state import GUARANTEED_KINDS, KIND_PIN, KIND_SHARED, KIND_VC, PlacerState
+from fleet.core.cells.topology import Reservation
+from fleet.core.checks import InvariantError
 from fleet.core.resources import Resources
 
 
 def check(state: PlacerState) -> None:
-    """Raise AssertionError when an index or counter disagrees with a recount."""
+    """Raise :class:`InvariantError` when an index or counter disagrees with a recount."""
+    if state.j.log is not None:
+        raise InvariantError(f"{state.cluster}: a journal transaction is still open")
+    if state.marks:
+        raise InvariantError(f"{state.cluster}: {len(state.marks)} undo scope(s) still open")
     alloc = state.alloc
     alloc.check()
     capacity = Resources()
     for name, cap in state.node_caps.items():
         if name not in state.bad:
             capacity = capacity + cap
-    assert state.capacity == capacity, (state.capacity, capacity)
+    if state.capacity != capacity:
+        raise InvariantError(
+            f"{state.cluster}: capacity drifted: kept {state.capacity}, recount {capacity}"
+        )
     allocated = Resources()
     for held in state.held.values():
         for request in held.requests.values():
             allocated = allocated + request
-    assert state.allocated == allocated, (state.allocated, allocated)
+    if state.allocated != allocated:
+        raise InvariantError(
+            f"{state.cluster}: allocated drifted: kept {state.allocated}, recount {allocated}"
+        )
     owners: dict[int, str] = {}
     for key, held in state.held.items():
-        assert held.info.key == key
-        assert set(held.pods) == set(held.leaves) == set(held.requests)
+        if held.info.key != key:
+            raise InvariantError(f"job {held.info.key} is held under the key {key}")
+        if not set(held.pods) == set(held.leaves) == set(held.requests):
+            raise InvariantError(
+                f"job {key}: pods {sorted(held.pods)}, leaves of {sorted(held.leaves)} and "
+                f"requests of {sorted(held.requests)} differ"
+            )
         for leaves in held.leaves.values():
             for leaf in leaves:
-                assert leaf.id not in owners, f"{leaf} owned twice"
+                other = owners.get(leaf.id)
+                if other is not None:
+                    raise InvariantError(f"{leaf} is held by {other} and by {key}")
                 owners[leaf.id] = key
-                assert leaf.owner == key, f"{leaf} owner {leaf.owner} != {key}"
+                if leaf.owner != key:
+                    raise InvariantError(f"{leaf} held by {key} has owner {leaf.owner}")
                 tag = leaf.tag
                 if held.kind == KIND_VC:
-                    assert tag is not None and tag.kind == allocator.VC and tag.vc == held.vc
+                    ok = tag is not None and tag.kind == allocator.VC and tag.vc == held.vc
                 elif held.kind == KIND_PIN:
-                    assert tag is not None and tag.kind == allocator.PIN and tag.vc == held.vc
+                    ok = tag is not None and tag.kind == allocator.PIN and tag.vc == held.vc
                 elif held.kind == KIND_SHARED:
-                    assert tag is not None and tag.kind == allocator.SHARED and tag.job == key
+                    ok = tag is not None and tag.kind == allocator.SHARED and tag.job == key
+                else:
+                    ok = True
+                if not ok:
+                    raise InvariantError(
+                        f"{leaf} of {held.kind} job {key} (VC {held.vc}) is reserved for {tag}"
+                    )
     gused: dict[int, int] = {}
     free = whole = 0
     for cell in reversed(state.topo.cells):
         if not cell.children:
-            assert (cell.owner is not None) == (cell.id in owners), f"{cell} stray owner"
-            assert cell.used == (1 if cell.owner else 0)
+            if (cell.owner is not None) != (cell.id in owners):
+                if cell.owner is not None:
+                    raise InvariantError(f"{cell} has owner {cell.owner}, which does not hold it")
+                raise InvariantError(f"{cell} held by {owners[cell.id]} has no owner")
+            if cell.used != (1 if cell.owner else 0):
+                raise InvariantError(f"{cell} with owner {cell.owner} has used {cell.used}")
             owner, tag = cell.owner, cell.tag
             if owner is not None and tag is not None and state.held[owner].kind in GUARANTEED_KINDS:
                 gused[id(tag)] = gused.get(id(tag), 0) + 1
         else:
-            assert cell.used == sum(c.used for c in cell.children), f"{cell} used count"
+            used = sum(c.used for c in cell.children)
+            if cell.used != used:
+                raise InvariantError(f"{cell} used drifted: kept {cell.used}, recount {used}")
         if cell.is_node:
             shfree = sum(1 for x in cell.leaves if x.tag is None and x.owner is None)
-            assert cell.shfree == shfree, f"{cell} shfree {cell.shfree} != {shfree}"
+            if cell.shfree != shfree:
+                raise InvariantError(f"{cell} shfree drifted: kept {cell.shfree}, recount {shfree}")
         if cell.is_node and cell.healthy:
             free += cell.size - cell.used
             if cell.used == 0:
                 whole += cell.size
-    assert free == state.free_leaves, (free, state.free_leaves)
-    assert whole == state.whole_free_leaves, (whole, state.whole_free_leaves)
+    if free != state.free_leaves:
+        raise InvariantError(
+            f"{state.cluster}: free leaves drifted: kept {state.free_leaves}, recount {free}"
+        )
+    if whole != state.whole_free_leaves:
+        raise InvariantError(
+            f"{state.cluster}: leaves of wholly free nodes drifted: "
+            f"kept {state.whole_free_leaves}, recount {whole}"
+        )
     for bound in alloc.vc_bound.values():
         for res in bound.values():
-            assert res.gused == gused.get(id(res), 0), f"{res} gused"
-            assert res.gused > 0, f"{res} bound but unused"
+            _check_gused(res, gused)
+            if res.gused <= 0:
+                raise InvariantError(f"{res} is bound but no guaranteed job uses it")
     for res in alloc.pins.values():
-        assert res.gused == gused.get(id(res), 0), f"{res} gused"
+        _check_gused(res, gused)
     if not state.bad:
         for chain in state.topo.chain_types:
-            assert alloc.deficit(chain) == 0, f"VC guarantee broken in chain {chain}"
+            deficit = alloc.deficit(chain)
+            if deficit:
+                raise InvariantError(
+                    f"{state.cluster}: VC guarantee broken in chain {chain}: {deficit} owed "
+                    f"leaves cannot be bound ({alloc.doomed_by_chain_level()})"
+                )
+
+
+def _check_gused(res: Reservation, gused: dict[int, int]) -> None:
+    recount = gused.get(id(res), 0)
+    if res.gused != recount:
+        raise InvariantError(f"{res} gused drifted: kept {res.gused}, recount {recount}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from fleet.core.cells import allocator, health
 from fleet.core.cells.state import GUARANTEED_KINDS, KIND_VC, PlacerState
 from fleet.core.cells.topology import Cell, Reservation
+from fleet.core.checks import InvariantError
 
 
 def own_many(state: PlacerState, leaves: list[Cell], key: str, guaranteed: bool) -> None:
@@ -84,7 +85,8 @@ def unown(state: PlacerState, leaf: Cell) -> None:
     node = leaf.node_cell
     assert node is not None
     key = leaf.owner
-    assert key is not None
+    if key is None:
+        raise InvariantError(f"cannot free {leaf}: it has no owner")
     held = state.held.get(key)
     if held is not None and held.kind in GUARANTEED_KINDS and leaf.tag is not None:
         j.add(leaf.tag, "gused", -1)

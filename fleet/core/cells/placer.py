@@ -191,4 +191,6 @@ class CellPlacer:
         return health.set_node_health(self.state, node, healthy)
 
     def check_invariants(self) -> None:
+        """Raise :class:`~fleet.core.checks.InvariantError` when an index or counter
+        disagrees with a recount (see :mod:`.invariants`)."""
         invariants.check(self.state)

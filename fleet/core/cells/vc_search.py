@@ -22,6 +22,7 @@ from fleet.core.cells.packing import Choice
 from fleet.core.cells.state import PlacerState
 from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.cells.victims import Question
+from fleet.core.checks import InvariantError
 
 #: Free cells of a level that may fail to hold the gang before ``fresh`` gives up.
 FRESH_TRIES = 64
@@ -167,6 +168,7 @@ def fresh_cell(choice: Choice, level: int) -> Cell:
             c: Cell | None = leaf
             while c is not None and c.level < level:
                 c = c.parent
-            assert c is not None
+            if c is None:
+                raise InvariantError(f"{leaf} has no ancestor at level {level} to bind")
             return c
-    raise AssertionError("fresh binding without leaves")
+    raise InvariantError("a fresh binding without leaves")
