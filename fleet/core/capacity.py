@@ -59,6 +59,11 @@ def victim_order(victim: Charge) -> tuple[int, int, int]:
     return (rank, victim.priority, -victim.seq)
 
 
+def _victim_key(victim: RunningInfo) -> tuple[tuple[int, int, int], str]:
+    """:func:`victim_order`, then the job key: a total order, whatever order the jobs came in."""
+    return victim_order(victim), victim.key
+
+
 class CapacityPlacer:
     """Placer over free per-node capacity; see the module docstring."""
 
@@ -105,7 +110,9 @@ class CapacityPlacer:
         preempt: bool = False,
         released: frozenset[str] = frozenset(),
     ) -> Fit | NoFit:
-        freed = [k for k in released if k in self._held]
+        # Sorted: the order of a frozenset of keys changes with the hash seed, and the
+        # order the freed jobs' nodes are tried in decides where the pods go.
+        freed = sorted(k for k in released if k in self._held)
         if not freed and not preempt and max(p.gpus for p in pods) > self._largest_free():
             return NoFit(self._cluster, self._why(job, pods))
         placed = self._try(job, pods, freed)
@@ -132,7 +139,7 @@ class CapacityPlacer:
         ]
         if room + sum(self._gpus_of(info.key) for info in candidates) < need:
             return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
-        for info in sorted(candidates, key=victim_order):
+        for info in sorted(candidates, key=_victim_key):
             for node_name in dict.fromkeys(pp.node for pp in self._held[info.key].pods):
                 on_node.setdefault(node_name, []).append(info)
         while on_node:

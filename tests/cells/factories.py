@@ -1,0 +1,57 @@
+"""Builders for cell configs and cell placers, so that a test shows only what matters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fleet.core.cells import CellPlacer, load_cell_config
+
+
+def rack_config(
+    racks: int,
+    nodes: int,
+    gpus: int,
+    vcs: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    *,
+    pairs: bool = False,
+    pinned: Mapping[str, tuple[int, int]] | None = None,
+    sku: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``racks`` racks of ``nodes`` nodes ``r{r}n{n}`` of ``gpus`` GPUs.
+
+    ``vcs``: VC -> [(cell type path such as ``RACK.NODE``, number)].  ``pairs``:
+    GPUs sit in PAIR cells of two (``gpus`` must be even).  ``pinned``: VC ->
+    (rack, node) of a node it pins (pinned cell id ``pin-{vc}``).
+    """
+    types: dict[str, Any] = {}
+    if pairs:
+        types["PAIR"] = {"childCellType": "GPU", "childCellNumber": 2}
+        types["NODE"] = {"childCellType": "PAIR", "childCellNumber": gpus // 2, "isNodeLevel": True}
+    else:
+        types["NODE"] = {"childCellType": "GPU", "childCellNumber": gpus, "isNodeLevel": True}
+    types["RACK"] = {"childCellType": "NODE", "childCellNumber": nodes}
+    pins = {where: vc for vc, where in (pinned or {}).items()}
+    physical = []
+    for r in range(racks):
+        children = []
+        for n in range(nodes):
+            child: dict[str, Any] = {"cellAddress": f"r{r}n{n}"}
+            if (r, n) in pins:
+                child["pinnedCellId"] = f"pin-{pins[(r, n)]}"
+            children.append(child)
+        physical.append({"cellType": "RACK", "cellChildren": children})
+    pc: dict[str, Any] = {"cellTypes": types, "physicalCells": physical}
+    if sku is not None:
+        pc["skuTypes"] = {"GPU": dict(sku)}
+    virtual: dict[str, Any] = {}
+    for vc, cells in (vcs or {}).items():
+        virtual[vc] = {"virtualCells": [{"cellType": t, "cellNumber": n} for t, n in cells]}
+    for vc in pinned or {}:
+        virtual.setdefault(vc, {})["pinnedCells"] = [{"pinnedCellId": f"pin-{vc}"}]
+    return {"physicalCluster": pc, "virtualClusters": virtual}
+
+
+def cell_placer(cluster: str = "c1", **config: Any) -> CellPlacer:
+    """A :class:`CellPlacer` over :func:`rack_config` (``racks``, ``nodes``, ``gpus``, ...)."""
+    return CellPlacer(cluster, load_cell_config(rack_config(**config)))
