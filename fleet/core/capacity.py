@@ -59,7 +59,7 @@ def victim_order(victim: Charge) -> tuple[int, int, int]:
     return (rank, victim.priority, -victim.seq)
 
 
-def _victim_key(victim: RunningInfo) -> tuple[tuple[int, int, int], str]:
+def _victim_key(victim: Charge) -> tuple[tuple[int, int, int], str]:
     """:func:`victim_order`, then the job key: a total order, whatever order the jobs came in."""
     return victim_order(victim), victim.key
 

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
