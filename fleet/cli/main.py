@@ -9,8 +9,10 @@ server uses (:mod:`fleet.manifests`), prints every error (document index and fie
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
 ``check jobs`` routes jobs with ``--quota`` and checks cluster affinity and
-GPU types with ``--clusters``.  A file that cannot be read (missing, a
-directory, not UTF-8) is one plain error line naming it, for ``plan`` too.
+GPU types with ``--clusters``.  Input files are read by
+:mod:`fleet.cli.inputs`: a file that cannot be used (missing, a directory,
+larger than ``--max-input-size``, not UTF-8) is one plain error line naming
+it, for ``plan`` too, and a file above the size limit is never parsed.
 ``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
 """
 
@@ -20,30 +22,26 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from fleet.cli.inputs import (
+    DEFAULT_MAX_INPUT_SIZE,
+    InputError,
+    parse_size,
+    read_input,
+)
 from fleet.core import quota
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError, SpecIssue
 from fleet.manifests.models import MemberClusterModel
 
 
-def _read(path: str) -> str | None:
-    """The file's text, or None after saying on stderr why it cannot be read."""
+def _read(path: str, max_size: int) -> str | None:
+    """The file's text, or None after saying on stderr why it cannot be used."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        why = "no such file"
-    except IsADirectoryError:
-        why = "is a directory, not a file"
-    except PermissionError:
-        why = "permission denied"
-    except OSError as e:
-        why = e.strerror or str(e)
-    except UnicodeDecodeError as e:
-        why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
-    print(f"error: {path}: {why}", file=sys.stderr)
-    return None
+        return read_input(path, max_size)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
 
 
 def _report(path: str, issues: Sequence[SpecIssue]) -> int:
@@ -65,8 +63,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}s"
 
 
-def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
-    text = _read(path)
+def _load_tree(path: str, max_size: int) -> tuple[quota.QuotaTree | None, int]:
+    text = _read(path, max_size)
     if text is None:
         return None, 1
     try:
@@ -78,7 +76,7 @@ def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
 
 
 def _check_quota(args: argparse.Namespace) -> int:
-    tree, rc = _load_tree(args.file)
+    tree, rc = _load_tree(args.file, args.max_input_size)
     if tree is None:
         return rc or 1
     leaves = tree.leaves()
@@ -91,7 +89,7 @@ def _check_quota(args: argparse.Namespace) -> int:
 
 
 def _check_clusters(args: argparse.Namespace) -> int:
-    text = _read(args.file)
+    text = _read(args.file, args.max_input_size)
     if text is None:
         return 1
     try:
@@ -106,19 +104,19 @@ def _check_clusters(args: argparse.Namespace) -> int:
 def _check_jobs(args: argparse.Namespace) -> int:
     tree: quota.QuotaTree | None = None
     if args.quota is not None:
-        tree, rc = _load_tree(args.quota)
+        tree, rc = _load_tree(args.quota, args.max_input_size)
         if tree is None:
             return rc or 1
     clusters: list[MemberClusterModel] = []
     if args.clusters is not None:
-        clusters_text = _read(args.clusters)
+        clusters_text = _read(args.clusters, args.max_input_size)
         if clusters_text is None:
             return 1
         try:
             clusters = convert.load_clusters(clusters_text)
         except SpecError as e:
             return _report(args.clusters, e.issues)
-    text = _read(args.file)
+    text = _read(args.file, args.max_input_size)
     if text is None:
         return 1
     n_jobs, n_policies, issues = convert.check_submission(text, tree, clusters)
@@ -134,10 +132,10 @@ def _check_jobs(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    # Unreadable files (missing, a directory, not UTF-8) are refused here, each
-    # with its path, before the planner reads them.
+    # Unusable files (missing, a directory, too large, not UTF-8) are refused
+    # here, each with its path, before the planner reads them.
     for path in (args.quota, args.clusters, args.jobs, args.running):
-        if path is not None and _read(path) is None:
+        if path is not None and _read(path, args.max_input_size) is None:
             return 1
     # Lazy: the planner pulls in the whole core, and `check` must not need it.
     plan = importlib.import_module("fleet.cli.plan")
@@ -145,18 +143,35 @@ def _plan(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _inputs_parent() -> argparse.ArgumentParser:
+    """The option every subcommand that reads files takes."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--max-input-size",
+        metavar="SIZE",
+        type=parse_size,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        help="refuse, before parsing, an input file larger than SIZE: bytes, or a number "
+        f"with KiB, MiB or GiB (default: {DEFAULT_MAX_INPUT_SIZE // 1024**2}MiB)",
+    )
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet", description="Multi-cluster queueing and quota federation for GPU jobs."
     )
+    inputs = _inputs_parent()
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="validate YAML files offline")
     what = check.add_subparsers(dest="what", required=True, metavar="OBJECTS")
-    q = what.add_parser("quota", help="an ElasticQuotaTree file")
+    q = what.add_parser("quota", help="an ElasticQuotaTree file", parents=[inputs])
     q.add_argument("file", metavar="FILE")
     q.set_defaults(handler=_check_quota)
-    j = what.add_parser("jobs", help="PyTorchJobs and PropagationPolicies (a submission)")
+    j = what.add_parser(
+        "jobs", help="PyTorchJobs and PropagationPolicies (a submission)", parents=[inputs]
+    )
     j.add_argument("file", metavar="FILE")
     j.add_argument("--quota", metavar="TREE", help="route every job to a queue of this tree")
     j.add_argument(
@@ -165,11 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="check cluster affinity and GPU types against these MemberClusters",
     )
     j.set_defaults(handler=_check_jobs)
-    c = what.add_parser("clusters", help="a MemberCluster file")
+    c = what.add_parser("clusters", help="a MemberCluster file", parents=[inputs])
     c.add_argument("file", metavar="FILE")
     c.set_defaults(handler=_check_clusters)
 
-    p = sub.add_parser("plan", help="offline: what the scheduler would do with these jobs")
+    p = sub.add_parser(
+        "plan", help="offline: what the scheduler would do with these jobs", parents=[inputs]
+    )
     p.add_argument("--quota", metavar="TREE", required=True)
     p.add_argument("--clusters", metavar="CLUSTERS", required=True)
     p.add_argument("--jobs", metavar="JOBS", required=True)
