@@ -14,12 +14,14 @@ GPU types with ``--clusters``.  Input files are read by
 larger than ``--max-input-size``, not UTF-8) is one plain error line naming
 it, for ``plan`` too, and a file above the size limit is never parsed.
 ``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
+``fleet --version`` prints the installed package's version.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
@@ -143,6 +145,14 @@ def _plan(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def version() -> str:
+    """The installed package's version (``importlib.metadata``)."""
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the package is not installed)"
+
+
 def _inputs_parent() -> argparse.ArgumentParser:
     """The option every subcommand that reads files takes."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -161,38 +171,100 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet", description="Multi-cluster queueing and quota federation for GPU jobs."
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {version()}",
+        help="print Fleet's version and exit",
+    )
     inputs = _inputs_parent()
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)"
+    )
 
-    check = sub.add_parser("check", help="validate YAML files offline")
-    what = check.add_subparsers(dest="what", required=True, metavar="OBJECTS")
+    check = sub.add_parser(
+        "check",
+        help="validate YAML files offline",
+        description="Validate a YAML file offline: every error with its document index and "
+        "field path on stderr, exit status 1 on any error (warnings do not fail).",
+    )
+    what = check.add_subparsers(
+        dest="what", required=True, metavar="OBJECTS", help="what the file holds"
+    )
     q = what.add_parser("quota", help="an ElasticQuotaTree file", parents=[inputs])
-    q.add_argument("file", metavar="FILE")
+    q.add_argument("file", metavar="FILE", help="YAML file with exactly one ElasticQuotaTree")
     q.set_defaults(handler=_check_quota)
     j = what.add_parser(
         "jobs", help="PyTorchJobs and PropagationPolicies (a submission)", parents=[inputs]
     )
-    j.add_argument("file", metavar="FILE")
-    j.add_argument("--quota", metavar="TREE", help="route every job to a queue of this tree")
+    j.add_argument("file", metavar="FILE", help="YAML file of PyTorchJobs and PropagationPolicies")
+    j.add_argument(
+        "--quota",
+        metavar="TREE",
+        help="ElasticQuotaTree file: route every job to a leaf queue of this tree",
+    )
     j.add_argument(
         "--clusters",
         metavar="CLUSTERS",
-        help="check cluster affinity and GPU types against these MemberClusters",
+        help="MemberCluster file: check cluster affinity and GPU types against these clusters",
     )
     j.set_defaults(handler=_check_jobs)
     c = what.add_parser("clusters", help="a MemberCluster file", parents=[inputs])
-    c.add_argument("file", metavar="FILE")
+    c.add_argument(
+        "file", metavar="FILE", help="YAML file of MemberClusters (names must be unique)"
+    )
     c.set_defaults(handler=_check_clusters)
 
     p = sub.add_parser(
-        "plan", help="offline: what the scheduler would do with these jobs", parents=[inputs]
+        "plan",
+        help="offline: what the scheduler would do with these jobs",
+        description="Run the scheduling cycle offline: the jobs of --running are scheduled "
+        "first, then the jobs of --jobs are submitted in document order; print which jobs "
+        "start where (node and GPU indices per replica), which running jobs are preempted "
+        "and why the rest wait.",
+        parents=[inputs],
     )
-    p.add_argument("--quota", metavar="TREE", required=True)
-    p.add_argument("--clusters", metavar="CLUSTERS", required=True)
-    p.add_argument("--jobs", metavar="JOBS", required=True)
-    p.add_argument("--running", metavar="RUNNING")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--placer", choices=("cells", "capacity"), default="cells")
+    p.add_argument(
+        "--quota",
+        metavar="TREE",
+        required=True,
+        help="ElasticQuotaTree file: the queues with their min and max quota",
+    )
+    p.add_argument(
+        "--clusters",
+        metavar="CLUSTERS",
+        required=True,
+        help="MemberCluster file: the member clusters with their HiveD cell configs",
+    )
+    p.add_argument(
+        "--jobs",
+        metavar="JOBS",
+        required=True,
+        help="PyTorchJobs and PropagationPolicies to submit, in document order",
+    )
+    p.add_argument(
+        "--running",
+        metavar="RUNNING",
+        help="PyTorchJobs (and PropagationPolicies) that are already running, in the same "
+        "format as --jobs: they are scheduled first, in document order, and the jobs of "
+        "--jobs may preempt them; a job may not be in both files; their placements are "
+        "computed, not read",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table: readable columns (default); json: one document with admitted, "
+        "preempted, waiting and queues",
+    )
+    p.add_argument(
+        "--placer",
+        choices=("cells", "capacity"),
+        default="cells",
+        help="cells: the topology-aware HiveD-style cell allocator (default); "
+        "capacity: the capacity-only baseline",
+    )
     p.set_defaults(handler=_plan)
     return parser
 

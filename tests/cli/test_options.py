@@ -1,8 +1,10 @@
-"""The command line's input size limit: oversized files are refused before parsing."""
+"""The command line itself: ``--version``, help for every option, the input size limit."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,71 @@ def write(tmp_path: Path, name: str, text: str) -> str:
     f = tmp_path / name
     f.write_text(text, encoding="utf-8")
     return str(f)
+
+
+# --version ----------------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_package_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out, err = capsys.readouterr()
+    assert out == f"fleet {importlib.metadata.version('fleet')}\n" and err == ""
+
+
+# Help ---------------------------------------------------------------------------------
+
+
+def parsers(
+    parser: argparse.ArgumentParser, name: str = "fleet"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from parsers(sub, f"{name} {sub_name}")
+
+
+def every_action() -> Iterator[tuple[str, argparse.Action]]:
+    for name, parser in parsers(build_parser()):
+        for action in parser._actions:
+            yield name, action
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:  # one per subcommand
+                    yield name, choice
+
+
+def test_the_walk_finds_every_subcommand() -> None:
+    names = {name for name, _ in parsers(build_parser())}
+    assert names == {
+        "fleet",
+        "fleet check",
+        "fleet check quota",
+        "fleet check jobs",
+        "fleet check clusters",
+        "fleet plan",
+    }
+
+
+def test_every_option_argument_and_subcommand_has_a_help_text() -> None:
+    missing = [
+        f"{name}: {'/'.join(action.option_strings) or action.metavar or action.dest}"
+        for name, action in every_action()
+        if not action.help or action.help == argparse.SUPPRESS or not action.help.strip()
+    ]
+    assert missing == []
+
+
+def test_plan_help_says_what_running_expects(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--running RUNNING PyTorchJobs (and PropagationPolicies) that are already running" in out
+    assert "same format as --jobs" in out
+    assert "--max-input-size SIZE" in out and "(default: 8MiB)" in out
 
 
 # Input size limit ---------------------------------------------------------------------
