@@ -32,7 +32,12 @@ _SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 
 
 class InputError(Exception):
-    """An input file that cannot be used; the message names it and says why."""
+    """An input file that cannot be used: ``str()`` is ``"PATH: why"``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def parse_size(text: str) -> int:
@@ -58,8 +63,9 @@ def describe_size(size: int) -> str:
 
 def _too_large(path: str, size: str, limit: int) -> InputError:
     return InputError(
-        f"{path}: the file has {size}, above the input size limit of {describe_size(limit)}; "
-        "refused before parsing (raise the limit with --max-input-size)"
+        path,
+        f"the file has {size}, above the input size limit of {describe_size(limit)}; "
+        "refused before parsing (raise the limit with --max-input-size)",
     )
 
 
@@ -72,19 +78,17 @@ def read_input(path: str, max_size: int = DEFAULT_MAX_INPUT_SIZE) -> str:
                 raise _too_large(path, describe_size(size), max_size)
             data = f.read(max_size + 1)
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        raise InputError(path, "no such file") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
+        raise InputError(path, "is a directory, not a file") from None
     except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
+        raise InputError(path, "permission denied") from None
     except OSError as e:
-        raise InputError(f"{path}: {e.strerror or e}") from None
+        raise InputError(path, e.strerror or str(e)) from None
     if len(data) > max_size:  # a pipe or a device: its size was not known up front
         raise _too_large(path, f"more than {describe_size(max_size)}", max_size)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         byte = e.object[e.start]
-        raise InputError(
-            f"{path}: not UTF-8 text (byte 0x{byte:02x} at offset {e.start})"
-        ) from None
+        raise InputError(path, f"not UTF-8 text (byte 0x{byte:02x} at offset {e.start})") from None

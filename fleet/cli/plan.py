@@ -197,7 +197,7 @@ def _load(path: str, what: str, loader: Callable[[str], _T], max_size: int) -> _
     try:
         text = read_input(path, max_size)
     except InputError as e:
-        raise PlanInputError(f"error: cannot read the {what} file: {e}") from e
+        raise PlanInputError(f"error: {path}: cannot read the {what} file: {e.reason}") from e
     try:
         return loader(text)
     except SpecError as e:

@@ -191,3 +191,18 @@ def test_a_stream_of_unknown_size_is_cut_one_byte_past_the_limit() -> None:
 def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
     f = write(tmp_path, "f.yaml", "x" * 1024)
     assert inputs.read_input(f, 1024) == "x" * 1024
+
+
+def test_the_planner_itself_refuses_an_oversized_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fleet.cli import plan
+
+    running = write(tmp_path, "running.yaml", dump(make_job("old")) + "#" * 5000 + "\n")
+    argv = ["plan", "--max-input-size", "4KiB", "--running", running]
+    argv += ["--quota", write(tmp_path, "tree.yaml", dump(make_tree()))]
+    argv += ["--clusters", write(tmp_path, "clusters.yaml", dump(make_cluster()))]
+    argv += ["--jobs", write(tmp_path, "jobs.yaml", dump(make_job()))]
+    assert plan.run(build_parser().parse_args(argv)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {running}: cannot read the running jobs file: the file has ")
