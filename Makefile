@@ -16,9 +16,9 @@ test: install
 	./scripts/run-tests
 
 lint: install
-	$(VENV)/bin/ruff check fleet tests bench
-	$(VENV)/bin/ruff format --check fleet tests bench
-	$(VENV)/bin/mypy fleet
+	$(VENV)/bin/ruff check fleet tests bench tools
+	$(VENV)/bin/ruff format --check fleet tests bench tools
+	$(VENV)/bin/mypy fleet tools
 	$(VENV)/bin/lint-imports
 
 bench: install

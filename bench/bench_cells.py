@@ -32,11 +32,13 @@ import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
-from fleet.core.cells import CellPlacer, load_cell_config, load_hived_file_dict
+from fleet.core.cells.config import load_cell_config, load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
 from fleet.core.resources import GPU, Resources
@@ -101,10 +103,6 @@ def csv_stream(path: str, limit: int | None) -> Iterator[Arrival]:
             )
 
 
-class Fragmentation(Protocol):
-    def __call__(self) -> float: ...
-
-
 def run(
     name: str,
     placer: Placer,
@@ -140,7 +138,7 @@ def run(
         if isinstance(fit, NoFit):
             waits += 1
         else:
-            placer.bind(job, Mode.GUARANTEED, fit)
+            placer.bind(job, charge_for(job, Mode.GUARANTEED), fit)
             placed += 1
             if a.pods > 1:
                 gang_latency.append(time.perf_counter() - t0)

@@ -1,0 +1,7 @@
+"""Fleet: multi-cluster queueing and quota federation for GPU training jobs.
+
+Theory of operation: :mod:`fleet.core` is the pure scheduling core (no I/O, no
+clock); :mod:`fleet.manifests` reads the YAML objects into core values and
+:mod:`fleet.cli` is the ``fleet`` command.  Package ``__init__`` files hold
+only a docstring: names are imported from the modules that define them.
+"""

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fleet.cli.inputs import InputError, read_input
+from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells.config import CellConfig, load_cell_config
-from fleet.core.cells.spec import PhysicalCellSpec
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
@@ -76,6 +77,9 @@ def settle(state: SchedulerState, start: float) -> tuple[list[Decision], float]:
     for _ in range(MAX_CYCLES):
         decisions = cycle(state, now)
         seen.extend(decisions)
+        for d in decisions:  # offline, a preempted job stops at once
+            if isinstance(d, Preempt) and not d.unit:
+                events.apply(state, events.Stopped(d.job))
         now += 1.0
         if not any(isinstance(d, (Admit, Preempt)) for d in decisions):
             break
@@ -91,11 +95,11 @@ def plan(
     """The plan as the JSON document ``fleet plan -o json`` prints."""
     state = SchedulerState(tree, placers)
     for job in running:
-        state.submit(job)
+        events.apply(state, events.Submitted(job))
     _, now = settle(state, 0.0)
     already = set(state.running)
     for job in jobs:
-        state.submit(job)
+        events.apply(state, events.Submitted(job))
     decisions, _ = settle(state, now)
 
     last_wait: dict[str, Wait] = {}

@@ -29,8 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.core import placement, resources
+from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RestoreError
 from fleet.core.resources import Resources
 
 
@@ -46,12 +47,12 @@ class _Node:
 
 @dataclass(slots=True)
 class _Held:
-    info: RunningInfo
+    info: Charge
     pods: list[PodPlacement] = field(default_factory=list)
     requests: list[Resources] = field(default_factory=list)
 
 
-def victim_order(victim: RunningInfo) -> tuple[int, int, int]:
+def victim_order(victim: Charge) -> tuple[int, int, int]:
     """Cheapest victims first: opportunistic, borrowed, guaranteed; low priority; newest."""
     rank = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}[victim.mode]
     return (rank, victim.priority, -victim.seq)
@@ -80,6 +81,7 @@ class CapacityPlacer:
         self._mode_gpus: dict[Mode, int] = dict.fromkeys(Mode, 0)  # GPUs held per mode
         self._queue_gpus: dict[str, int] = {}  # GPUs of guaranteed jobs per queue
         self._guaranteed_by_queue: dict[str, dict[str, None]] = {}
+        self._bad: set[str] = set()
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
@@ -121,7 +123,7 @@ class CapacityPlacer:
         if bound < need:
             return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         victims: list[str] = []
-        on_node: dict[str, list[RunningInfo]] = {}
+        on_node: dict[str, list[Charge]] = {}
         candidates = [
             info
             for info in self._candidates(job, mode)
@@ -152,7 +154,7 @@ class CapacityPlacer:
         job: Job,
         pod: Pod,
         overlay: Mapping[str, tuple[dict[str, int], list[int]]],
-        on_node: Mapping[str, list[RunningInfo]],
+        on_node: Mapping[str, list[Charge]],
         taken: set[str],
     ) -> list[str] | None:
         """The fewest, cheapest further victims that make room for ``pod`` on one node."""
@@ -162,7 +164,7 @@ class CapacityPlacer:
             if not self._sku_ok(job, node):
                 continue
             free = dict(overlay[node_name][0] if node_name in overlay else node.free)
-            add: list[RunningInfo] = []
+            add: list[Charge] = []
             for info in infos:
                 if _fits(pod.request, free):
                     break
@@ -182,7 +184,7 @@ class CapacityPlacer:
                 best = (cost, [i.key for i in add])
         return best[1] if best else None
 
-    def _candidates(self, job: Job, mode: Mode) -> list[RunningInfo]:
+    def _candidates(self, job: Job, mode: Mode) -> list[Charge]:
         """Running jobs that ``job`` in ``mode`` may preempt (the indexes narrow
         the search; :func:`~fleet.core.placement.may_preempt` decides)."""
         if job.opportunistic or mode is Mode.OPPORTUNISTIC:
@@ -274,7 +276,7 @@ class CapacityPlacer:
         # (packing a gang together), then the buckets from the fullest node up.
         for name, (free, _) in overlay.items():
             node = self._nodes[name]
-            if self._sku_ok(job, node) and _fits(pod.request, free):
+            if name not in self._bad and self._sku_ok(job, node) and _fits(pod.request, free):
                 return node
         for count in range(pod.gpus, self._max_gpus + 1):
             for name in self._buckets.get(count, ()):
@@ -286,7 +288,14 @@ class CapacityPlacer:
         return None
 
     # Commands ---------------------------------------------------------------
-    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
+        self._hold(job, charge, fit)
+
+    def _hold(self, job: Job, charge: Charge, fit: Fit) -> None:
+        """Commit ``fit`` for unit ``charge`` after checking it all (BindError if not)."""
+        if charge.key != job.key:
+            raise BindError(f"{job.key}: bound as unit {charge.key} of another key")
+        mode = charge.mode
         for victim in fit.victims:
             if victim in self._held:
                 raise BindError(f"victim {victim} of {job.key} still holds {self._cluster}")
@@ -309,8 +318,7 @@ class CapacityPlacer:
             placed.add(pp.pod)
         held = self._held.get(job.key)
         if held is None:
-            info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
-            held = self._held[job.key] = _Held(info)
+            held = self._held[job.key] = _Held(charge)
             self._by_mode[mode][job.key] = None
             if mode is Mode.GUARANTEED:
                 self._guaranteed_by_queue.setdefault(job.queue, {})[job.key] = None
@@ -321,6 +329,49 @@ class CapacityPlacer:
             held.pods.append(pp)
             held.requests.append(req)
             self._count_gpus(held.info, len(pp.gpus))
+
+    def set_node_health(self, node: str, healthy: bool) -> list[str]:
+        """Take a bad node out of the buckets and the capacity; put it back when healthy."""
+        target = self._nodes.get(node)
+        if target is None:
+            raise KeyError(f"{self._cluster} has no node {node!r}")
+        if healthy == (node not in self._bad):
+            return []
+        free = len(target.free_gpus)
+        if healthy:
+            self._bad.discard(node)
+            self._buckets.setdefault(free, {})[node] = None
+            self._capacity = self._capacity + target.capacity
+            return []
+        self._bad.add(node)
+        del self._buckets[free][node]
+        self._capacity = self._capacity - target.capacity
+        return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
+
+    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` exactly where they were recorded (all or nothing)."""
+        if charge.key in self._held:
+            raise RestoreError(f"{charge.key} is already held in {self._cluster}")
+        owners = {
+            (pp.node, g): key
+            for key, held in self._held.items()
+            for pp in held.pods
+            for g in pp.gpus
+        }
+        for pp in pods:
+            node = self._nodes.get(pp.node)
+            if node is None:
+                raise RestoreError(f"{charge.key}: {self._cluster} has no node {pp.node}")
+            for g in pp.gpus:
+                if not 0 <= g < node.gpus:
+                    raise RestoreError(f"{charge.key}: {pp.node} has no GPU {g}")
+                other = owners.get((pp.node, g))
+                if other is not None:
+                    raise RestoreError(f"{charge.key} and {other} both claim GPU {g} of {pp.node}")
+        try:
+            self._hold(job, charge, Fit(self._cluster, tuple(pods)))
+        except BindError as e:
+            raise RestoreError(str(e)) from e
 
     def release(self, key: str) -> None:
         held = self._held.pop(key, None)
@@ -333,7 +384,7 @@ class CapacityPlacer:
             self._give(self._nodes[pp.node], req, pp.gpus)
             self._count_gpus(held.info, -len(pp.gpus))
 
-    def _count_gpus(self, info: RunningInfo, gpus: int) -> None:
+    def _count_gpus(self, info: Charge, gpus: int) -> None:
         self._mode_gpus[info.mode] += gpus
         if info.mode is Mode.GUARANTEED:
             self._queue_gpus[info.queue] = self._queue_gpus.get(info.queue, 0) + gpus
@@ -362,7 +413,7 @@ class CapacityPlacer:
 
     def _rebucket(self, node: _Node, before: int) -> None:
         after = len(node.free_gpus)
-        if after != before:
+        if after != before and node.name not in self._bad:
             del self._buckets[before][node.name]
             self._buckets.setdefault(after, {})[node.name] = None
 
@@ -370,7 +421,7 @@ class CapacityPlacer:
     def holds(self, key: str) -> bool:
         return key in self._held
 
-    def running(self) -> list[RunningInfo]:
+    def running(self) -> list[Charge]:
         return [h.info for h in self._held.values()]
 
     def placement_of(self, key: str) -> tuple[PodPlacement, ...]:
@@ -422,7 +473,8 @@ class CapacityPlacer:
             expected = [g for g in range(node.gpus) if (name, g) not in owners]
             assert len(node.free_gpus) == node.free.get(resources.GPU, len(node.free_gpus))
             assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
-            assert name in self._buckets[len(node.free_gpus)], f"{name}: wrong bucket"
+            in_bucket = name in self._buckets.get(len(node.free_gpus), {})
+            assert in_bucket != (name in self._bad), f"{name}: wrong bucket"
 
 
 def _scratch(

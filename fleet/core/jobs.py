@@ -86,6 +86,12 @@ class Job:
     priority_class: str = DEFAULT_PRIORITY_CLASS
     #: HiveD pinned cell: the job runs only inside the physical cell with this id.
     pinned_cell_id: str | None = None
+    #: Pods to start with at most (elastic ``Worker.replicas`` plus masters);
+    #: 0 = all.  The job may grow to all its pods later (``maxReplicas``).
+    target: int = 0
+    #: The queue came from the namespace's leaf (not ``schedulingPolicy.queue``),
+    #: so the job follows its namespace when the tree moves it.
+    queue_from_namespace: bool = False
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
     #: Quota charge of every pod, and of the smallest start (computed, shared).
@@ -101,6 +107,17 @@ class Job:
     @property
     def size(self) -> int:
         return len(self.pods)
+
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0]
+
+    @property
+    def start_size(self) -> int:
+        """How many pods the first admission asks for at most."""
+        if self.target <= 0 or self.target > len(self.pods):
+            return len(self.pods)
+        return max(self.target, self.gang_size)
 
     @property
     def gang_size(self) -> int:
@@ -138,6 +155,7 @@ class Job:
             self.gpu_sku,
             self.clusters,
             self.pinned_cell_id,
+            self.target,
         )
 
 

@@ -15,7 +15,9 @@ Victim rules every placer honours (DESIGN.md, *Cells*):
 * borrowed jobs are victims for a guaranteed job;
 * inside one queue (virtual cluster), a guaranteed job may preempt guaranteed
   jobs of strictly lower priority;
-* victims are whole jobs; the fewest and lowest-priority victims are preferred.
+* victims are units (:class:`~fleet.core.charges.Charge`): a whole job, or
+  one growth step of an elastic job; the fewest and lowest-priority victims
+  are preferred.
 
 ``released`` names jobs the cycle has already decided to preempt (quota
 reclaim): their resources count as free for this question.
@@ -27,12 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.resources import Resources
 
 
 class BindError(ValueError):
     """A fit that can no longer be committed; nothing was bound."""
+
+
+class RestoreError(ValueError):
+    """A recorded placement that cannot be held again here; nothing was held."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,19 +76,7 @@ class NoFit:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class RunningInfo:
-    """What a placer remembers about a job it holds, to choose victims."""
-
-    key: str
-    queue: str
-    priority: int
-    mode: Mode
-    preemptible: bool
-    seq: int
-
-
-def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
+def may_preempt(job: Job, mode: Mode, victim: Charge) -> bool:
     """The victim rules above: may ``job``, placed in ``mode``, preempt ``victim``?"""
     if not victim.preemptible or job.opportunistic or mode is Mode.OPPORTUNISTIC:
         return False
@@ -97,8 +92,19 @@ def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
 class Placer(Protocol):
     """One member cluster's placement engine."""
 
+    #: True when answers without preemption do not depend on the job's queue
+    #: (no virtual clusters), so one answer serves identical gangs of any queue.
+    queue_blind: bool
+
     @property
     def cluster(self) -> str: ...
+
+    def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
+        """A lower bound on the ``Fit.level`` these pods can get here (cheap, no search).
+
+        The cycle stops asking further clusters once a fit reaches it.
+        """
+        ...
 
     def fit(
         self,
@@ -112,11 +118,30 @@ class Placer(Protocol):
         """Can ``pods`` of ``job`` run here now in ``mode``; where; whom to preempt."""
         ...
 
-    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
-        """Commit ``fit`` (its victims must already have been released).
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
+        """Commit ``fit`` for the unit ``charge`` of ``job`` (victims released first).
+
+        The placer holds the pods under ``charge.key`` and keeps ``charge``
+        itself as its record of the unit (mode, queue, priority).
 
         Atomic: raises :class:`BindError` and binds nothing when the fit no
         longer holds.
+        """
+        ...
+
+    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` of unit ``charge`` exactly where they were recorded.
+
+        Used after a restart and to undo a refused commit; raises
+        :class:`RestoreError` and holds nothing when a placement does not
+        exist here or another unit holds it.
+        """
+        ...
+
+    def set_node_health(self, node: str, healthy: bool) -> list[str]:
+        """Mark ``node`` bad (nothing new lands there) or healthy again.
+
+        Returns the units with pods on a node that went bad; they keep running.
         """
         ...
 

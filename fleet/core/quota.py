@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
 
 # QuotaNodeSpec and QuotaError are part of this module's API.
@@ -84,17 +85,21 @@ class QuotaBlock:
         return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
 
 
-@dataclass(frozen=True, slots=True)
 class _Admitted:
-    """What the tree remembers about one admitted job."""
+    """An admitted unit's charge record (shared with the state and the placer) and its leaf."""
 
-    key: str
-    leaf: int
-    request: Resources
-    mode: Mode
-    priority: int
-    seq: int
-    preemptible: bool
+    __slots__ = ("charge", "key", "leaf", "mode", "preemptible", "priority", "request", "seq")
+
+    def __init__(self, charge: Charge, leaf: int) -> None:
+        self.charge = charge
+        self.leaf = leaf
+        # Read-only views of the record, unpacked once for the reclaim search's hot loops.
+        self.key = charge.key
+        self.request = charge.request
+        self.mode = charge.mode
+        self.priority = charge.priority
+        self.seq = charge.seq
+        self.preemptible = charge.preemptible
 
 
 def _reclaimable(rec: _Admitted) -> bool:
@@ -400,26 +405,13 @@ class QuotaTree:
         block = self._max_block(path, request)
         return mode if block is None else block
 
-    def would_be_guaranteed(self, queue: str, request: Resources) -> bool:
-        """Whether ``request`` fits the queue's min (ignoring every max)."""
-        return self._fits_min(self._leaf(queue), request) is None
-
-    def admit(
-        self,
-        key: str,
-        queue: str,
-        request: Resources,
-        mode: Mode,
-        *,
-        priority: int,
-        seq: int,
-        preemptible: bool,
-    ) -> None:
-        """Charge an admitted job; the caller has classified it first."""
+    def admit(self, charge: Charge) -> None:
+        """Charge an admitted unit to its queue; the caller has classified it first."""
+        key = charge.key
         if key in self._jobs:
             raise ValueError(f"job {key!r} is already admitted")
-        leaf = self._leaf(queue)
-        rec = _Admitted(key, leaf, request, Mode(mode), priority, seq, preemptible)
+        leaf = self._leaf(charge.queue)
+        rec = _Admitted(charge, leaf)
         self._charge(rec, 1)
         self._jobs[key] = rec
         self._leaf_jobs[leaf][key] = rec
@@ -427,13 +419,14 @@ class QuotaTree:
             self._leaf_borrowed[leaf][key] = rec
             self._borrowed_order[leaf] = None
 
-    def release(self, key: str) -> None:
-        """Uncharge an admitted job; KeyError for a key that is not admitted."""
+    def release(self, key: str) -> Charge:
+        """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
         rec = self._jobs.pop(key)
         del self._leaf_jobs[rec.leaf][key]
         if self._leaf_borrowed[rec.leaf].pop(key, None) is not None:
             self._borrowed_order[rec.leaf] = None
         self._charge(rec, -1)
+        return rec.charge
 
     def _charge(self, rec: _Admitted, sign: int) -> None:
         path = self._paths[rec.leaf]
@@ -708,6 +701,12 @@ class QuotaTree:
             self._namespaces[i] = tuple(namespaces)
             for ns in namespaces:
                 self._ns_map[ns] = i
+
+    def grandfather(self) -> None:
+        """Accept the current usage above every ``max`` (after a tree change)."""
+        for i, mx in enumerate(self._max_d):
+            used = self._used[i]
+            self._over[i] = {r: used[r] for r, cap in (mx or {}).items() if used.get(r, 0) > cap}
 
     # Invariants ---------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -35,14 +35,18 @@ class QuotaNodeSpec:
 
 
 class QuotaError(ValueError):
-    """An invalid quota tree or quota change; names the node, resource and field path."""
+    """An invalid quota tree or quota change at one node: ``node 'NAME': WHAT (PATH)``.
+
+    The node is a required argument, so every error names the node it is about;
+    ``message`` is ``node 'NAME': WHAT`` (without the path).
+    """
 
     path: str
-    node: str | None
+    node: str
 
-    def __init__(self, message: str, *, path: str, node: str | None = None) -> None:
-        super().__init__(f"{message} ({path})")
-        self.message = message
+    def __init__(self, node: str, what: str, *, path: str) -> None:
+        self.message = f"node {node!r}: {what}"
+        super().__init__(f"{self.message} ({path})")
         self.path = path
         self.node = node
         #: Every rule the tree breaks, this one first (see :func:`validate`).
@@ -72,16 +76,14 @@ def validate(root: QuotaNodeSpec) -> list[str]:
         name = node.name
         if not name:
             problems.append(
-                QuotaError(
-                    "node '': a node name must not be empty", path=f"{node.path}.name", node=name
-                )
+                QuotaError(name, "a node name must not be empty", path=f"{node.path}.name")
             )
         if name in seen:
             problems.append(
                 QuotaError(
-                    f"node {name!r}: duplicate node name (first defined at {seen[name]})",
+                    name,
+                    f"duplicate node name (first defined at {seen[name]})",
                     path=f"{node.path}.name",
-                    node=name,
                 )
             )
         seen[name] = node.path
@@ -92,9 +94,9 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 if v < 0:
                     problems.append(
                         QuotaError(
-                            f"node {name!r}: {field} {fmt(r, v)} is negative",
+                            name,
+                            f"{field} {fmt(r, v)} is negative",
                             path=f"{node.path}.{field}",
-                            node=name,
                         )
                     )
         if node.max is not None:
@@ -102,10 +104,9 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 if node.min[r] > cap:
                     problems.append(
                         QuotaError(
-                            f"node {name!r}: min {fmt(r, node.min[r])} is above max "
-                            f"{format_quantity(r, cap)}",
+                            name,
+                            f"min {fmt(r, node.min[r])} is above max {format_quantity(r, cap)}",
                             path=f"{node.path}.min",
-                            node=name,
                         )
                     )
         if parent is not None and parent.max is not None and node.max is not None:
@@ -113,18 +114,18 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 if r in parent.max and cap > parent.max[r]:
                     problems.append(
                         QuotaError(
-                            f"node {name!r}: max {fmt(r, cap)} is above the max "
+                            name,
+                            f"max {fmt(r, cap)} is above the max "
                             f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
                             path=f"{node.path}.max",
-                            node=name,
                         )
                     )
         if node.children and node.namespaces:
             problems.append(
                 QuotaError(
-                    f"node {name!r}: only leaves own namespaces, but it has children",
+                    name,
+                    "only leaves own namespaces, but it has children",
                     path=f"{node.path}.namespaces",
-                    node=name,
                 )
             )
         for i, ns in enumerate(node.namespaces):
@@ -132,9 +133,9 @@ def validate(root: QuotaNodeSpec) -> list[str]:
             if owner is not None and owner != name:
                 problems.append(
                     QuotaError(
-                        f"node {name!r}: namespace {ns!r} already belongs to leaf {owner!r}",
+                        name,
+                        f"namespace {ns!r} already belongs to leaf {owner!r}",
                         path=f"{node.path}.namespaces[{i}]",
-                        node=name,
                     )
                 )
             ns_owner[ns] = name
@@ -149,10 +150,10 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 if v > node.min[r]:
                     problems.append(
                         QuotaError(
-                            f"node {name!r}: children's min {fmt(r, v)} in sum is above its "
+                            name,
+                            f"children's min {fmt(r, v)} in sum is above its "
                             f"min {format_quantity(r, node.min[r])}",
                             path=f"{node.path}.min",
-                            node=name,
                         )
                     )
 

@@ -2,59 +2,91 @@
 
 Theory of operation: :class:`SchedulerState` owns the quota tree, one placer
 per member cluster, the pending jobs of every leaf queue (kept sorted by
-priority, then submission) and the running jobs with what they hold.  The
-scheduling cycle (:mod:`fleet.core.cycle`) reads it and applies its own
-decisions to it, so that the state after a cycle is what the decisions say.
-The shell rebuilds it from the database at start and feeds it submissions,
-completions and cancellations; nothing here performs I/O.
+priority, then submission), the running jobs with what they hold, the jobs
+whose preemption the shell has not yet confirmed, and every known job's
+lifecycle state (:mod:`fleet.core.lifecycle`).  Two things change it, and
+nothing else: :func:`fleet.core.events.apply` (what happened: submissions,
+completions, confirmations, health, quota and cluster changes, the clock)
+and :func:`fleet.core.cycle.cycle` (what to do: admissions and preemptions).
+The methods below are their shared primitives; each moves a job through
+:func:`fleet.core.lifecycle.transition` and keeps quota, placers and queues
+in step.  Nothing here performs I/O.
 
-Quota is charged per *charge key*: a job admitted whole has one charge (its
-key); an incremental job that grows later adds one charge per growth step
-(``key#2``, ``key#3`` ...), each classified on its own.
+A running job holds quota and cells in *units* (:class:`Unit`): the job
+itself, and for a job that grew later, one unit per growth step
+(:mod:`fleet.core.charges`).  The unit's :class:`~fleet.core.charges.Charge`
+is the one record of its mode; the quota tree and the placer hold the same
+object.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from fleet.core import lifecycle
+from fleet.core.charges import Charge
+from fleet.core.checks import require
 from fleet.core.jobs import Job, Mode, sort_key
+from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
-from fleet.core.resources import Resources
 
 
 class UnknownJob(KeyError):
-    """A job key the scheduler does not hold."""
+    """A job key the scheduler does not hold in the state the caller expects."""
 
 
 class DuplicateJob(ValueError):
-    """A job key that is already pending or running."""
+    """A job key that is already known (pending, running or stopping)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Charge:
-    """One quota charge of a running job."""
+class Transition:
+    """A job moved from ``old`` to ``new`` (the shell persists it as an event)."""
 
-    key: str
-    request: Resources
-    mode: Mode
+    job: str
+    old: JobState | None  # None: the job was not known before (submitted)
+    new: JobState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One unit of a running job: its charge record and the pods it placed."""
+
+    charge: Charge
+    pods: tuple[PodPlacement, ...]
 
 
 @dataclass(slots=True)
 class Running:
-    """A running (admitted) job: where it runs, what it holds, how it is charged."""
+    """A running (admitted) job: where it runs and the units it holds."""
 
     job: Job
     cluster: str
-    mode: Mode
-    pods: list[PodPlacement]
-    charges: list[Charge] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
+
+    @property
+    def mode(self) -> Mode:
+        """The mode of the job's first unit (growth steps may differ)."""
+        return self.units[0].charge.mode
+
+    @property
+    def pods(self) -> list[PodPlacement]:
+        return [p for unit in self.units for p in unit.pods]
 
     @property
     def complete(self) -> bool:
-        return len(self.pods) >= self.job.size
+        return sum(len(unit.pods) for unit in self.units) >= self.job.size
+
+    def job_for(self, unit: Unit) -> Job:
+        """The job as its placer holds ``unit`` (a growth step under its own key)."""
+        if not unit.charge.is_growth:
+            return self.job
+        return dataclasses.replace(self.job, key=unit.charge.key)
 
 
 @dataclass(slots=True)
@@ -78,25 +110,57 @@ class SchedulerState:
         placers: Mapping[str, Placer],
         *,
         strict_fifo: Iterable[str] = (),
+        now: float = 0.0,
     ) -> None:
         self.tree = tree
         self.placers: dict[str, Placer] = dict(placers)
-        strict = set(strict_fifo)
-        self.queues: dict[str, QueueState] = {
-            leaf: QueueState(leaf, leaf in strict) for leaf in tree.leaves()
-        }
+        self.strict_fifo: frozenset[str] = frozenset(strict_fifo)
+        self.queues: dict[str, QueueState] = {}
+        self.sync_queues()
         self.running: dict[str, Running] = {}
+        #: unit key -> the running job that holds it
+        self.units: dict[str, Running] = {}
+        #: preempted jobs whose pods the shell has not yet confirmed stopped
+        self.stopping: dict[str, Job] = {}
+        self.phase: dict[str, JobState] = {}
         self._pending_keys: dict[str, str] = {}  # job key -> queue
+        self.now = now
 
-    # Submissions -------------------------------------------------------------
-    def submit(self, job: Job) -> None:
-        """Queue ``job``; its queue must be a leaf of the tree."""
-        if job.key in self._pending_keys or job.key in self.running:
-            raise DuplicateJob(f"job {job.key} is already known")
-        queue = self.queues.get(job.queue)
-        if queue is None:
+    def sync_queues(self) -> None:
+        """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""
+        old = self.queues
+        self.queues = {
+            leaf: old.get(leaf) or QueueState(leaf, leaf in self.strict_fifo)
+            for leaf in self.tree.leaves()
+        }
+
+    # Lifecycle -----------------------------------------------------------------
+    def move(self, key: str, new: JobState, reason: str = "") -> Transition:
+        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs."""
+        old = self.phase.get(key)
+        if old is None:
+            raise UnknownJob(key)
+        lifecycle.transition(key, old, new)
+        if new in lifecycle.TERMINAL:
+            del self.phase[key]
+        else:
+            self.phase[key] = new
+        return Transition(key, old, new, reason)
+
+    # Pending jobs ------------------------------------------------------------------
+    def submit(self, job: Job) -> Transition:
+        """Queue a new ``job``; its queue must be a leaf of the tree."""
+        if job.key in self.phase:
+            raise DuplicateJob(f"job {job.key} is already known ({self.phase[job.key]})")
+        if job.queue not in self.queues:
             raise ValueError(f"job {job.key}: queue {job.queue!r} is not a leaf of the quota tree")
-        queue.add(job)
+        self.enqueue(job)
+        self.phase[job.key] = JobState.QUEUED
+        return Transition(job.key, None, JobState.QUEUED, f"queued in {job.queue}")
+
+    def enqueue(self, job: Job) -> None:
+        """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
+        self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
 
     def is_pending(self, key: str) -> bool:
@@ -108,19 +172,8 @@ class SchedulerState:
     def pending_count(self) -> int:
         return len(self._pending_keys)
 
-    # Completions ---------------------------------------------------------------
-    def finish(self, key: str) -> Job:
-        """A running job ended (succeeded, failed or cancelled): free what it holds."""
-        run = self.running.pop(key, None)
-        if run is None:
-            raise UnknownJob(key)
-        self._release(run)
-        return run.job
-
-    def cancel(self, key: str) -> Job:
-        """Remove a pending or running job."""
-        if key in self.running:
-            return self.finish(key)
+    def unqueue(self, key: str) -> Job:
+        """Take a pending job out of its queue; no lifecycle move."""
         queue = self._pending_keys.pop(key, None)
         if queue is None:
             raise UnknownJob(key)
@@ -129,30 +182,7 @@ class SchedulerState:
             if job.key == key:
                 del pending[i]
                 return job
-        raise AssertionError(f"pending index lost job {key}")  # pragma: no cover
-
-    def requeue(self, key: str) -> Job:
-        """Preempt a running job: free what it holds and queue it again."""
-        job = self.finish(key)
-        self.queues[job.queue].add(job)
-        self._pending_keys[job.key] = job.queue
-        return job
-
-    def _release(self, run: Running) -> None:
-        self.placers[run.cluster].release(run.job.key)
-        for charge in run.charges:
-            self.tree.release(charge.key)
-
-    # Used by the cycle -----------------------------------------------------------
-    def start(self, job: Job, cluster: str, mode: Mode, pods: Iterable[PodPlacement]) -> Running:
-        """Record ``job`` as running (its quota and cells are already taken).
-
-        The caller removes it from its pending queue with :meth:`drop_pending`,
-        once per queue and cycle, so that many admissions stay cheap.
-        """
-        run = Running(job, cluster, mode, list(pods))
-        self.running[job.key] = run
-        return run
+        raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
     def drop_pending(self, queue: str, keys: set[str]) -> None:
         """Remove admitted jobs from a queue's pending list in one pass."""
@@ -161,23 +191,75 @@ class SchedulerState:
         for key in keys:
             self._pending_keys.pop(key, None)
 
+    # Running jobs ------------------------------------------------------------------
+    def start(self, job: Job, cluster: str) -> Running:
+        """Record ``job`` as running in ``cluster`` (its units are added next)."""
+        run = Running(job, cluster)
+        self.running[job.key] = run
+        return run
+
+    def hold(self, run: Running, charge: Charge, pods: Iterable[PodPlacement]) -> Unit:
+        """Charge ``charge`` to the tree and record the unit (its pods are already bound)."""
+        self.tree.admit(charge)
+        unit = Unit(charge, tuple(pods))
+        run.units.append(unit)
+        self.units[charge.key] = run
+        return unit
+
+    def release_unit(self, run: Running, unit: Unit) -> None:
+        """Free one unit's cells and quota (the job keeps its other units)."""
+        self.placers[run.cluster].release(unit.charge.key)
+        self.tree.release(unit.charge.key)
+        run.units.remove(unit)
+        del self.units[unit.charge.key]
+
+    def release(self, key: str) -> Running:
+        """Free everything running job ``key`` holds and forget it as running."""
+        run = self.running.pop(key, None)
+        if run is None:
+            raise UnknownJob(key)
+        for unit in reversed(list(run.units)):
+            self.release_unit(run, unit)
+        return run
+
     def check_invariants(self) -> None:
-        """Quota and placers agree with the running jobs; pending index is exact."""
+        """Quota and placers agree with the running jobs; queues and phases are exact."""
         self.tree.check_invariants()
         for placer in self.placers.values():
             placer.check_invariants()
         for key, run in self.running.items():
-            assert self.placers[run.cluster].holds(key), f"{key} not held by {run.cluster}"
-            assert run.pods, f"running job {key} has no pods"
-            assert len(run.pods) >= run.job.gang_size, f"partial gang {key} is running"
-            for charge in run.charges:
-                assert self.tree.holds(charge.key), f"charge {charge.key} missing"
-            for other, placer in self.placers.items():
-                if other != run.cluster:
-                    assert not placer.holds(key), f"{key} held by two clusters"
+            require(bool(run.units), f"running job {key} holds no unit")
+            require(len(run.pods) >= run.job.gang_size, f"partial gang {key} is running")
+            require(
+                self.phase.get(key) in lifecycle.HOLDING,
+                f"running job {key} is in state {self.phase.get(key)}",
+            )
+            for unit in run.units:
+                ukey = unit.charge.key
+                require(self.units.get(ukey) is run, f"unit {ukey} is not indexed to {key}")
+                require(unit.charge.job == key, f"unit {ukey} names job {unit.charge.job}")
+                require(self.placers[run.cluster].holds(ukey), f"{ukey} not held by {run.cluster}")
+                require(self.tree.holds(ukey), f"charge {ukey} missing from the quota tree")
+                for other, placer in self.placers.items():
+                    require(
+                        other == run.cluster or not placer.holds(ukey),
+                        f"{ukey} held by {other} and {run.cluster}",
+                    )
+        require(
+            sum(len(r.units) for r in self.running.values()) == len(self.units),
+            "unit index has stale entries",
+        )
         keys = {j.key: q.name for q in self.queues.values() for j in q.pending}
-        assert keys == self._pending_keys, "pending index differs from the queues"
-        assert not (keys.keys() & self.running.keys()), "a job is both pending and running"
+        require(keys == self._pending_keys, "pending index differs from the queues")
+        for key in keys:
+            require(self.phase.get(key) is JobState.QUEUED, f"pending job {key} is not Queued")
+        for key in self.stopping:
+            require(self.phase.get(key) is JobState.PREEMPTED, f"stopping {key} not Preempted")
+        known = len(keys) + len(self.running) + len(self.stopping)
+        require(
+            len({*keys, *self.running, *self.stopping}) == known == len(self.phase),
+            "a job is in two places, or a phase belongs to no job",
+        )
         for q in self.queues.values():
             order = [sort_key(j) for j in q.pending]
-            assert order == sorted(order), f"queue {q.name} is out of order"
+            require(order == sorted(order), f"queue {q.name} is out of order")

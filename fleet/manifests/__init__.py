@@ -4,30 +4,6 @@ Theory of operation: the shell side of the object model.  ``documents`` reads
 multi-document YAML into pydantic ``models``; ``convert`` turns them into the
 core's quota tree and jobs, refusing a whole file with one ``SpecError`` (every
 issue, each with its document index and field path) when anything is wrong.
-The core never imports this package.
+The core never imports this package.  This file only documents the package:
+import each name from the module that defines it.
 """
-
-from fleet.manifests.convert import (
-    check_submission,
-    load_clusters,
-    load_quota,
-    load_submission,
-    match_policy,
-    resolve_clusters,
-    submission_warnings,
-    to_job,
-)
-from fleet.manifests.errors import SpecError, SpecIssue
-
-__all__ = [
-    "SpecError",
-    "SpecIssue",
-    "check_submission",
-    "load_clusters",
-    "load_quota",
-    "load_submission",
-    "match_policy",
-    "resolve_clusters",
-    "submission_warnings",
-    "to_job",
-]

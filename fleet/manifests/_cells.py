@@ -18,11 +18,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from fleet.core.cells import config
-from fleet.core.cells.spec import CellConfigError
+from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.manifests.errors import MAX_QUOTED, Problem, shorten, shorten_quoted
 
 
-def load(cells: Mapping[str, Any], path: str = "spec.cells") -> config.CellConfig:
+def load(cells: Mapping[str, Any], path: str = "spec.cells") -> CellConfig:
     """The validated cell config; raises CellConfigError."""
     return config.load_cell_config(cells, path=path)
 

@@ -236,12 +236,20 @@ def _build(
 
     groups: list[ReplicaGroup] = []
     scratch: list[Problem] = []  # per_pod problems were reported by problems() above
+    ep = job_doc.spec.elastic_policy
+    target = 0
     for role, spec in job_doc.replica_groups():
-        groups.append(ReplicaGroup(role, spec.replicas, job_doc.per_pod(role, spec, scratch)))
+        count = spec.replicas
+        if role == "Worker" and ep is not None and ep.max_replicas is not None:
+            # Elastic: start with Worker.replicas, grow up to maxReplicas.
+            count = ep.max_replicas
+            target = spec.replicas
+        groups.append(ReplicaGroup(role, count, job_doc.per_pod(role, spec, scratch)))
     masters = sum(g.count for g in groups if g.role == "Master")
+    if target:
+        target += masters
 
     min_members = 0
-    ep = job_doc.spec.elastic_policy
     if sp.min_available is not None:
         min_members = sp.min_available
     elif ep is not None and ep.min_replicas is not None:
@@ -274,6 +282,9 @@ def _build(
         gpu_sku=sku,
         clusters=allowed,
         priority_class=pclass,
+        pinned_cell_id=job_doc.metadata.annotations.get(models.PINNED_CELL_ANNOTATION) or None,
+        target=target,
+        queue_from_namespace=job_doc.scheduling_policy.queue is None,
     )
     return job, []
 

@@ -24,7 +24,7 @@ part of its path, and, as a last resort, its whole message
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -104,23 +104,3 @@ class SpecError(ValueError):
 
     def __str__(self) -> str:
         return self.render()
-
-
-def join_path(*parts: str | int) -> str:
-    """Build a field path: strings are joined by dots, ints become ``[i]``."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "":
-            continue
-        elif out:
-            out += "." + part
-        else:
-            out = part
-    return out
-
-
-def raise_if_any(issues: Sequence[SpecIssue]) -> None:
-    if issues:
-        raise SpecError(issues)

@@ -38,7 +38,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from fleet.core import resources
-from fleet.core.cells.config import CellConfig
+from fleet.core.cells.spec import CellConfig
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells
@@ -46,11 +46,12 @@ from fleet.manifests.errors import Problem, quote, shorten_quoted
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
+#: HiveD's pinnedCellId: the job runs only inside that pinned physical cell.
+PINNED_CELL_ANNOTATION: Final = "fleet.io/pinned-cell-id"
 PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
 SIM_OUTCOMES: Final = ("Succeeded", "Failed")
-REPLICA_TYPES: Final = ("Master", "Worker")
 
 QUOTA_API: Final = "scheduling.sigs.k8s.io/v1beta1"
 ACK_POLICY_API: Final = "policy.one.alibabacloud.com/v1alpha1"

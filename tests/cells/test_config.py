@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from fleet.core.cells import CellConfigError, CellPlacer, load_cell_config, load_hived_file_dict
+from fleet.core.cells.config import load_cell_config, load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.spec import CellConfigError
 from tests.cells.conftest import FIXTURES, REFERENCE, load_yaml
 
 REFERENCE_CONFIGS = sorted(

@@ -28,8 +28,10 @@ from typing import Any, Final
 
 import pytest
 
-from fleet.core.cells import CellPlacer, load_hived_file_dict
+from fleet.core.cells.config import load_hived_file_dict
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.topology import lowest_common
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
@@ -89,7 +91,7 @@ class Replay:
         data = _design()
         _mutate(data, scenario)
         self.config = load_hived_file_dict(data)
-        self.placer = CellPlacer("hived", self.config)
+        self.placer = CellPlacer("hived", self.config, node_restriction=True)
         self.all_nodes = frozenset(self.config.nodes())
         self.scenario = scenario
         self.pods: dict[str, dict[str, Any]] = DATA["pods"]
@@ -185,7 +187,7 @@ class Replay:
                 mine = next(p for p in fit.pods if p.pod == name)
                 problem = self.check_bind(pod, None, [(mine.node, i) for i in mine.gpus], expect)
                 if problem is None and step.get("add"):
-                    self.placer.bind(job, mode, fit)
+                    self.placer.bind(job, charge_for(job, mode), fit)
                     self.placer.check_invariants()
                     problem = self.check_group(job.key)
                 return problem

@@ -7,9 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Allocator, Journal, Reservation
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.allocator import SHARED, Allocator, Journal
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.topology import Cell, Reservation
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import GPU, Resources
@@ -101,7 +103,7 @@ def test_shared_bind_takes_whole_cells_with_the_free_lists_of_one_take_per_leaf(
     for j in (gang, single):
         fit = p.fit(j, j.pods, Mode.GUARANTEED)
         assert isinstance(fit, Fit)
-        p.bind(j, Mode.GUARANTEED, fit)
+        p.bind(j, charge_for(j, Mode.GUARANTEED), fit)
         bound.append(fit)
         p.check_invariants()
     held = p._held["t/g"]
@@ -146,7 +148,7 @@ def test_stale_shared_fit_that_would_break_a_vc_is_refused_and_rolled_back() -> 
     p.set_node_health(other, False)  # the other rack is no longer whole: a needs this one
     before = (free_lists(p.alloc), [c.unres for c in p.topo.cells], p.allocated())
     try:
-        p.bind(j, Mode.GUARANTEED, fit)
+        p.bind(j, charge_for(j, Mode.GUARANTEED), fit)
     except ValueError as err:
         assert "owed to a VC" in str(err)
     else:
@@ -196,7 +198,9 @@ def test_shared_single_pod_takes_the_tightest_node_found_through_the_counters() 
     for key, gpus in (("a", 5), ("b", 8), ("c", 8), ("d", 7)):
         fit = p.fit(job(key, "team", 1, gpus), job(key, "team", 1, gpus).pods, Mode.GUARANTEED)
         assert isinstance(fit, Fit)
-        p.bind(job(key, "team", 1, gpus), Mode.GUARANTEED, fit)
+        p.bind(
+            job(key, "team", 1, gpus), charge_for(job(key, "team", 1, gpus), Mode.GUARANTEED), fit
+        )
     p.check_invariants()
     spare = {n: cells[0].shfree for n, cells in p.topo.nodes.items()}
     assert sorted(spare.values())[:3] == [0, 0, 1]

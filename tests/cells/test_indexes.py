@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.core.cells import CellPlacer, load_cell_config
-from fleet.core.cells.allocator import SHARED, Reservation
+from fleet.core.cells.allocator import SHARED
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.topology import Reservation
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import GPU, Resources
@@ -35,7 +38,7 @@ def job(key: str, queue: str, pods: int, gpus: int) -> Job:
 def place(p: CellPlacer, j: Job) -> Fit:
     fit = p.fit(j, j.pods, Mode.GUARANTEED)
     assert isinstance(fit, Fit), fit
-    p.bind(j, Mode.GUARANTEED, fit)
+    p.bind(j, charge_for(j, Mode.GUARANTEED), fit)
     p.check_invariants()
     return fit
 

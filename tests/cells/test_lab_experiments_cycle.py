@@ -16,6 +16,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
+from tests.core.factories import confirm_stops, finish, submit
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 CAROL, DAN = "hostname-carol", "hostname-dan"
@@ -94,12 +95,13 @@ class Lab:
         )
         self.seq += len(jobs)
         for job in jobs:
-            self.state.submit(job)
+            submit(self.state, job)
 
     def cycle(self) -> list[Decision]:
         self.now += 1.0
         decisions = cycle(self.state, self.now)
         self.state.check_invariants()
+        confirm_stops(self.state, decisions)
         return decisions
 
     def nodes_of(self, key: str) -> list[str]:
@@ -147,7 +149,7 @@ def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes() -> 
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab/low"]
     assert started(decisions) == ["lab/high"] and lab.nodes_of("lab/high") == [DAN]
     assert "lab/low" in {d.job for d in lab.cycle() if isinstance(d, Wait)}
-    lab.state.finish("lab/high")
+    finish(lab.state, "lab/high")
     assert started(lab.cycle()) == ["lab/low"]
     assert lab.nodes_of("lab/low") == [DAN]
 
@@ -175,7 +177,7 @@ def test_gang_never_starts_one_replica_early() -> None:
     for _ in range(3):
         assert "lab/two-nodes" not in started(lab.cycle())
         assert not lab.state.placers["lab-2"].holds("lab/two-nodes")
-    lab.state.finish("lab/one-node")
+    finish(lab.state, "lab/one-node")
     (admit,) = [d for d in lab.cycle() if isinstance(d, Admit)]
     assert admit.job == "lab/two-nodes"
     assert sorted(p.node for p in admit.pods) == [CAROL, DAN]
@@ -188,7 +190,7 @@ def test_incremental_job_starts_one_replica_now_and_the_other_later() -> None:
     lab.submit(INCREMENTAL_POLICY, job_yaml("grow", "default", workers=2))
     first = [d for d in lab.cycle() if isinstance(d, Admit)]
     assert [(d.job, len(d.pods), d.grown) for d in first] == [("lab/grow", 1, False)]
-    lab.state.finish("lab/one-node")
+    finish(lab.state, "lab/one-node")
     later = [d for d in lab.cycle() if isinstance(d, Admit)]
     assert [(d.job, len(d.pods), d.grown) for d in later] == [("lab/grow", 1, True)]
     assert sorted(lab.nodes_of("lab/grow")) == [CAROL, DAN]

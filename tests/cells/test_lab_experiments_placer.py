@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
@@ -29,7 +31,7 @@ def place(p: CellPlacer, j: Job, preempt: bool = False) -> Fit | NoFit:
     if isinstance(fit, Fit):
         for victim in fit.victims:
             p.release(victim)
-        p.bind(j, mode_of(j), fit)
+        p.bind(j, charge_for(j, mode_of(j)), fit)
     p.check_invariants()
     return fit
 
@@ -96,12 +98,12 @@ def test_non_gang_job_places_one_pod_now_and_another_later() -> None:
     elastic = job("elastic", "default", 10, pods=2, gang=False)
     first = p.fit(elastic, elastic.pods[:1], Mode.GUARANTEED)
     assert isinstance(first, Fit)
-    p.bind(elastic, Mode.GUARANTEED, first)
+    p.bind(elastic, charge_for(elastic, Mode.GUARANTEED), first)
     assert isinstance(p.fit(elastic, elastic.pods[1:], Mode.GUARANTEED), NoFit)
     p.release("lab/one")
     second = p.fit(elastic, elastic.pods[1:], Mode.GUARANTEED)
     assert isinstance(second, Fit)
-    p.bind(elastic, Mode.GUARANTEED, second)
+    p.bind(elastic, charge_for(elastic, Mode.GUARANTEED), second)
     p.check_invariants()
     assert {pp.pod for pp in p.placement_of("lab/elastic")} == {"Worker-0", "Worker-1"}
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.demands import leaf_cells_needed
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.spec import SkuType
 from fleet.core.cells.state import CellFit
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit, PodPlacement
 from fleet.core.resources import CPU, GPU, MEMORY, Resources
@@ -75,7 +77,7 @@ def place(p: CellPlacer, job: Job, mode: Mode | None = None, preempt: bool = Fal
     assert isinstance(fit, Fit), fit
     for victim in fit.victims:
         p.release(victim)
-    p.bind(job, mode, fit)
+    p.bind(job, charge_for(job, mode), fit)
     p.check_invariants()
     return fit
 
@@ -171,7 +173,7 @@ def test_pods_needing_no_leaf_cells(
         return
     assert isinstance(fit, Fit), fit
     assert [(pp.node, len(pp.gpus)) for pp in fit.pods] == expected
-    p.bind(job, mode, fit)
+    p.bind(job, charge_for(job, mode), fit)
     p.check_invariants()
     p.release(job.key)
     p.check_invariants()
@@ -189,7 +191,7 @@ def fit_release_bind(
     if isinstance(fit, Fit):
         for key in sorted({*fit.victims, *released}):
             p.release(key)
-        p.bind(job, mode, fit)  # must never refuse
+        p.bind(job, charge_for(job, mode), fit)  # must never refuse
         p.check_invariants()
     return fit
 
@@ -274,12 +276,16 @@ def test_refused_bind_of_a_held_shared_job_leaves_no_reservation_behind() -> Non
     job = make_job("grow", "team", 10, ("Worker", 3, {GPU: 2}), gang=False)
     first = p.fit(job, job.pods[:1], Mode.GUARANTEED)
     assert isinstance(first, Fit)
-    p.bind(job, Mode.GUARANTEED, first)
+    p.bind(job, charge_for(job, Mode.GUARANTEED), first)
     second = p.fit(job, job.pods[1:2], Mode.GUARANTEED)
     assert isinstance(second, CellFit)
     bogus = PodPlacement(job.pods[2].name, "r0n1", (7,))
     with pytest.raises(ValueError, match="no GPU 7"):
-        p.bind(job, Mode.GUARANTEED, CellFit(**{**_fields(second), "pods": (*second.pods, bogus)}))
+        p.bind(
+            job,
+            charge_for(job, Mode.GUARANTEED),
+            CellFit(**{**_fields(second), "pods": (*second.pods, bogus)}),
+        )
     p.check_invariants()
     p.release(job.key)
     p.check_invariants()

@@ -14,8 +14,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.demands import leaf_cells_needed
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import Resources
@@ -109,7 +111,7 @@ class CellMachine(RuleBasedStateMachine):
             assert fit.victims == ()
         for key in sorted({*fit.victims, *released}):
             self.placer.release(key)
-        self.placer.bind(job, mode, fit)  # never refuses a fit it was just given
+        self.placer.bind(job, charge_for(job, mode), fit)  # never refuses a fit it was just given
 
     @rule(
         target=jobs,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
+from fleet.core.decisions import Preempt
 from fleet.core.jobs import Job, ReplicaGroup
+from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
@@ -92,3 +95,27 @@ def make_state(
 ) -> SchedulerState:
     placers = {name: CapacityPlacer(name, nodes) for name, nodes in clusters.items()}
     return SchedulerState(make_tree(tree), placers, strict_fifo=strict_fifo)
+
+
+def submit(state: SchedulerState, *jobs: Job) -> None:
+    """Queue ``jobs`` through the core's event entry point."""
+    for job in jobs:
+        events.apply(state, events.Submitted(job))
+
+
+def finish(state: SchedulerState, key: str, *, succeeded: bool = True) -> None:
+    """A running job ended (dispatched first if the shell had not said so yet)."""
+    if state.phase.get(key) is JobState.ADMITTED:
+        events.apply(state, events.Dispatched(key))
+    events.apply(state, events.Finished(key, succeeded))
+
+
+def cancel(state: SchedulerState, key: str) -> None:
+    events.apply(state, events.Cancelled(key))
+
+
+def confirm_stops(state: SchedulerState, decisions: Iterable[object]) -> None:
+    """The shell's part after a cycle: every whole-job preemption has stopped."""
+    for d in decisions:
+        if isinstance(d, Preempt) and not d.unit:
+            events.apply(state, events.Stopped(d.job))

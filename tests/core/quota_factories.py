@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
+from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import MAX_JOBS, Resources
@@ -105,9 +106,7 @@ class Ledger:
         assert not isinstance(verdict, QuotaBlock), verdict.reason
         if expect is not None:
             assert verdict is expect, f"{key}: {verdict} is not {expect}"
-        self.tree.admit(
-            key, queue, request, verdict, priority=priority, seq=seq, preemptible=preemptible
-        )
+        self.tree.admit(Charge(key, key, queue, priority, seq, preemptible, verdict, request))
         self.queue_of[key] = queue
         return key
 

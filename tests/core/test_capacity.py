@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.core.capacity import CapacityPlacer
+from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
@@ -18,7 +19,7 @@ def placer(nodes: int = 2, gpus: int = 8, **extra: str) -> CapacityPlacer:
 def bind(p: CapacityPlacer, job: Job, mode: Mode = Mode.GUARANTEED) -> Fit:
     fit = p.fit(job, job.pods, mode)
     assert isinstance(fit, Fit), fit
-    p.bind(job, mode, fit)
+    p.bind(job, charge_for(job, mode), fit)
     p.check_invariants()
     return fit
 

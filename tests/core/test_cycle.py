@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 
 from fleet.core.capacity import CapacityPlacer
+from fleet.core.charges import Charge
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job, Mode
 from fleet.core.placement import BindError, Fit
 from fleet.core.state import SchedulerState
-from tests.core.factories import make_job, make_nodes, make_state
+from tests.core.factories import (
+    confirm_stops,
+    finish,
+    make_job,
+    make_nodes,
+    make_state,
+    submit,
+)
 
 GPU_TREE = {
     "name": "root",
@@ -27,6 +35,8 @@ GPU_TREE = {
 
 def run(state: SchedulerState, now: float = 0.0) -> list[Decision]:
     decisions = cycle(state, now)
+    state.check_invariants()
+    confirm_stops(state, decisions)
     state.check_invariants()
     return decisions
 
@@ -87,7 +97,7 @@ def test_ack_walkthrough_reclaim_brings_every_leaf_back_to_its_min() -> None:
     for leaf in ("a.1", "a.2", "b.1", "b.2"):
         ns = "ns-" + leaf.replace(".", "")
         for i in range(5):
-            state.submit(make_job(f"{leaf}-{i}", queue=leaf, namespace=ns, cpu="5"))
+            submit(state, make_job(f"{leaf}-{i}", queue=leaf, namespace=ns, cpu="5"))
         run_until_stable(state)
         seen.append([n for n in running_per_queue(state).values() if n])
     assert seen == [[4], [4, 4], [3, 3, 2], [2, 2, 2, 2]]
@@ -96,11 +106,11 @@ def test_ack_walkthrough_reclaim_brings_every_leaf_back_to_its_min() -> None:
 def test_reclaim_victims_are_borrowed_jobs_and_are_queued_again() -> None:
     state = make_state(ACK_TREE, {"c1": make_nodes(4, cpu=10)})
     for i in range(4):
-        state.submit(make_job(f"a-{i}", queue="a.1", cpu="5"))
-        state.submit(make_job(f"b-{i}", queue="a.2", cpu="5"))
+        submit(state, make_job(f"a-{i}", queue="a.1", cpu="5"))
+        submit(state, make_job(f"b-{i}", queue="a.2", cpu="5"))
     run_until_stable(state)
     modes = {k: r.mode for k, r in state.running.items()}
-    state.submit(make_job("reclaimer", queue="b.1", cpu="5"))
+    submit(state, make_job("reclaimer", queue="b.1", cpu="5"))
     decisions = run(state)
     preempted = [d.job for d in decisions if isinstance(d, Preempt)]
     assert len(preempted) == 1
@@ -118,17 +128,17 @@ def test_reclaim_victims_are_borrowed_jobs_and_are_queued_again() -> None:
 def test_admits_many_gangs_in_one_cycle() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(4, gpus=8)})
     for i in range(4):
-        state.submit(make_job(f"a{i}", queue="team-a", gpus=4))
-        state.submit(make_job(f"b{i}", queue="team-b", gpus=4))
+        submit(state, make_job(f"a{i}", queue="team-a", gpus=4))
+        submit(state, make_job(f"b{i}", queue="team-b", gpus=4))
     decisions = run(state)
     assert len(admitted(decisions)) == 8
 
 
 def test_gang_is_admitted_whole_or_not_at_all() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("filler", queue="team-b", gpus=8))
+    submit(state, make_job("filler", queue="team-b", gpus=8))
     run(state)
-    state.submit(make_job("gang", queue="team-a", pods=2, gpus=8))
+    submit(state, make_job("gang", queue="team-a", pods=2, gpus=8))
     decisions = run(state)
     assert admitted(decisions) == []
     assert "default/gang" in waits(decisions)
@@ -137,7 +147,7 @@ def test_gang_is_admitted_whole_or_not_at_all() -> None:
 
 def test_gang_never_spans_two_clusters() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8), "c2": make_nodes(1, gpus=8)})
-    state.submit(make_job("gang", queue="team-a", pods=2, gpus=8))
+    submit(state, make_job("gang", queue="team-a", pods=2, gpus=8))
     decisions = run(state)
     assert admitted(decisions) == []
     reason = waits(decisions)["default/gang"]
@@ -146,29 +156,29 @@ def test_gang_never_spans_two_clusters() -> None:
 
 def test_policy_affinity_limits_the_clusters() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8), "c2": make_nodes(1, gpus=8)})
-    state.submit(make_job("pinned", queue="team-a", gpus=1, clusters=frozenset({"c2"})))
+    submit(state, make_job("pinned", queue="team-a", gpus=1, clusters=frozenset({"c2"})))
     decisions = run(state)
     assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
 
 
 def test_no_allowed_cluster_is_a_clear_reason() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8)})
-    state.submit(make_job("lost", queue="team-a", gpus=1, clusters=frozenset({"mars"})))
+    submit(state, make_job("lost", queue="team-a", gpus=1, clusters=frozenset({"mars"})))
     assert "no member cluster is allowed" in waits(run(state))["default/lost"]
 
 
 def test_least_loaded_cluster_wins_among_equally_tight_fits() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(2, gpus=8)})
-    state.submit(make_job("first", queue="team-a", gpus=4, clusters=frozenset({"c1"})))
+    submit(state, make_job("first", queue="team-a", gpus=4, clusters=frozenset({"c1"})))
     run(state)
-    state.submit(make_job("second", queue="team-a", gpus=4))
+    submit(state, make_job("second", queue="team-a", gpus=4))
     decisions = run(state)
     assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
 
 
 def test_every_placement_names_node_and_gpus_per_replica() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("gang", queue="team-a", pods=2, masters=1, gpus=4))
+    submit(state, make_job("gang", queue="team-a", pods=2, masters=1, gpus=4))
     (decision,) = [d for d in run(state) if isinstance(d, Admit)]
     assert [p.pod for p in decision.pods] == ["Master-0", "Worker-0"]
     gpus = [(p.node, g) for p in decision.pods for g in p.gpus]
@@ -188,8 +198,8 @@ def test_every_placement_names_node_and_gpus_per_replica() -> None:
 def test_head_that_does_not_fit(strict: bool, small_admitted: bool) -> None:
     strict_fifo = ("team-a",) if strict else ()
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8)}, strict_fifo=strict_fifo)
-    state.submit(make_job("big", queue="team-a", pods=2, gpus=8))
-    state.submit(make_job("small", queue="team-a", gpus=2))
+    submit(state, make_job("big", queue="team-a", pods=2, gpus=8))
+    submit(state, make_job("small", queue="team-a", gpus=2))
     decisions = run(state)
     assert ("default/small" in admitted(decisions)) is small_admitted
     if strict:
@@ -198,16 +208,16 @@ def test_head_that_does_not_fit(strict: bool, small_admitted: bool) -> None:
 
 def test_higher_priority_goes_first_then_submission_order() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8)})
-    state.submit(make_job("early-low", queue="team-a", gpus=8, priority=10))
-    state.submit(make_job("late-high", queue="team-a", gpus=8, priority=100))
-    state.submit(make_job("later-high", queue="team-a", gpus=8, priority=100))
+    submit(state, make_job("early-low", queue="team-a", gpus=8, priority=10))
+    submit(state, make_job("late-high", queue="team-a", gpus=8, priority=100))
+    submit(state, make_job("later-high", queue="team-a", gpus=8, priority=100))
     assert admitted(run(state)) == ["default/late-high"]
 
 
 def test_wait_reason_names_the_quota_limit() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(4, gpus=8)})
-    state.submit(make_job("a", queue="team-a", gpus=8, pods=2))
-    state.submit(make_job("b", queue="team-a", gpus=8))
+    submit(state, make_job("a", queue="team-a", gpus=8, pods=2))
+    submit(state, make_job("b", queue="team-a", gpus=8))
     reason = waits(run(state))["default/b"]
     assert "team-a" in reason and "nvidia.com/gpu" in reason and "16" in reason
 
@@ -215,9 +225,9 @@ def test_wait_reason_names_the_quota_limit() -> None:
 def test_fair_share_serves_the_queue_furthest_below_its_share() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
     for i in range(8):
-        state.submit(make_job(f"a{i}", queue="team-a", gpus=2))
+        submit(state, make_job(f"a{i}", queue="team-a", gpus=2))
     for i in range(8):
-        state.submit(make_job(f"b{i}", queue="team-b", gpus=2))
+        submit(state, make_job(f"b{i}", queue="team-b", gpus=2))
     run(state)
     assert running_per_queue(state) == {"team-a": 4, "team-b": 4}
 
@@ -227,9 +237,9 @@ def test_fair_share_serves_the_queue_furthest_below_its_share() -> None:
 
 def test_higher_priority_preempts_lower_priority_of_the_same_queue() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(4, gpus=8)})
-    state.submit(make_job("low", queue="team-a", gpus=8, pods=2, priority=10))
+    submit(state, make_job("low", queue="team-a", gpus=8, pods=2, priority=10))
     run(state)
-    state.submit(make_job("high", queue="team-a", gpus=8, priority=100))
+    submit(state, make_job("high", queue="team-a", gpus=8, priority=100))
     decisions = run(state)
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/low"]
     assert admitted(decisions) == ["default/high"]
@@ -238,9 +248,9 @@ def test_higher_priority_preempts_lower_priority_of_the_same_queue() -> None:
 
 def test_equal_priority_never_preempts() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(4, gpus=8)})
-    state.submit(make_job("first", queue="team-a", gpus=8, pods=2))
+    submit(state, make_job("first", queue="team-a", gpus=8, pods=2))
     run(state)
-    state.submit(make_job("second", queue="team-a", gpus=8))
+    submit(state, make_job("second", queue="team-a", gpus=8))
     decisions = run(state)
     assert not [d for d in decisions if isinstance(d, Preempt)]
 
@@ -255,11 +265,11 @@ def test_opportunistic_jobs_soak_up_idle_gpus_and_go_first() -> None:
         ],
     }
     state = make_state(tree, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("oppo", queue="team-a", gpus=8, pods=2, priority=-1))
+    submit(state, make_job("oppo", queue="team-a", gpus=8, pods=2, priority=-1))
     decisions = run(state)
     assert [d.mode for d in decisions if isinstance(d, Admit)] == [Mode.OPPORTUNISTIC]
     assert state.tree.used("team-a")["nvidia.com/gpu"] == 0
-    state.submit(make_job("owner", queue="team-b", gpus=8))
+    submit(state, make_job("owner", queue="team-b", gpus=8))
     decisions = run(state)
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/oppo"]
     assert admitted(decisions) == ["default/owner"]
@@ -267,8 +277,8 @@ def test_opportunistic_jobs_soak_up_idle_gpus_and_go_first() -> None:
 
 def test_non_preemptible_job_is_admitted_only_within_min() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(4, gpus=8)})
-    state.submit(make_job("crit-1", queue="team-a", gpus=8, priority=120, preemptible=False))
-    state.submit(make_job("crit-2", queue="team-a", gpus=8, priority=120, preemptible=False))
+    submit(state, make_job("crit-1", queue="team-a", gpus=8, priority=120, preemptible=False))
+    submit(state, make_job("crit-2", queue="team-a", gpus=8, priority=120, preemptible=False))
     decisions = run(state)
     assert admitted(decisions) == ["default/crit-1"]
     assert "non-preemptible" in waits(decisions)["default/crit-2"]
@@ -279,19 +289,19 @@ def test_non_preemptible_job_is_admitted_only_within_min() -> None:
 
 def test_gang_minimum_starts_when_the_whole_job_does_not_fit() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("elastic", queue="team-a", pods=4, gpus=8, min_members=2))
+    submit(state, make_job("elastic", queue="team-a", pods=4, gpus=8, min_members=2))
     (decision,) = [d for d in run(state) if isinstance(d, Admit)]
     assert len(decision.pods) == 2
 
 
 def test_incremental_job_starts_partially_and_grows_when_room_appears() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("blocker", queue="team-b", gpus=8))
+    submit(state, make_job("blocker", queue="team-b", gpus=8))
     run(state)
-    state.submit(make_job("inc", queue="team-a", pods=2, gpus=8, gang=False))
+    submit(state, make_job("inc", queue="team-a", pods=2, gpus=8, gang=False))
     first = [d for d in run(state) if isinstance(d, Admit)]
     assert [(d.job, len(d.pods), d.grown) for d in first] == [("default/inc", 1, False)]
-    state.finish("default/blocker")
+    finish(state, "default/blocker")
     grown = [d for d in run(state) if isinstance(d, Admit)]
     assert [(d.job, len(d.pods), d.grown) for d in grown] == [("default/inc", 1, True)]
     assert state.running["default/inc"].complete
@@ -304,8 +314,8 @@ def build_busy_state() -> SchedulerState:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(2, gpus=8)})
     for i in range(12):
         queue = "team-a" if i % 3 else "team-b"
-        state.submit(
-            make_job(f"j{i}", queue=queue, gpus=1 + i % 8, priority=[10, 100][i % 2], seq=i)
+        submit(
+            state, make_job(f"j{i}", queue=queue, gpus=1 + i % 8, priority=[10, 100][i % 2], seq=i)
         )
     return state
 
@@ -321,8 +331,8 @@ def test_decisions_carry_the_time_they_were_made() -> None:
 
 def test_opportunistic_jobs_take_what_is_left_after_the_other_jobs() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("oppo", queue="team-a", gpus=8, pods=2, priority=-1))
-    state.submit(make_job("owner", queue="team-b", gpus=8))
+    submit(state, make_job("oppo", queue="team-a", gpus=8, pods=2, priority=-1))
+    submit(state, make_job("owner", queue="team-b", gpus=8))
     decisions = run(state)
     assert admitted(decisions) == ["default/owner"]
     assert not [d for d in decisions if isinstance(d, Preempt)]
@@ -331,8 +341,8 @@ def test_opportunistic_jobs_take_what_is_left_after_the_other_jobs() -> None:
 
 def test_borrowing_waits_until_every_queue_had_its_guaranteed_turn() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("borrower", queue="team-a", gpus=8, pods=2))
-    state.submit(make_job("owner", queue="team-b", gpus=8))
+    submit(state, make_job("borrower", queue="team-a", gpus=8, pods=2))
+    submit(state, make_job("owner", queue="team-b", gpus=8))
     decisions = run(state)
     assert admitted(decisions) == ["default/owner"]
     assert not [d for d in decisions if isinstance(d, Preempt)]
@@ -341,9 +351,9 @@ def test_borrowing_waits_until_every_queue_had_its_guaranteed_turn() -> None:
 
 def test_a_job_displaced_in_the_cycle_that_started_it_is_never_reported_as_started() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(2, gpus=8)})
-    state.submit(make_job("a1", queue="team-a", gpus=8, pods=2, priority=100))
-    state.submit(make_job("b1", queue="team-b", gpus=8, pods=2, priority=100))
-    state.submit(make_job("b2", queue="team-b", gpus=8, priority=10))
+    submit(state, make_job("a1", queue="team-a", gpus=8, pods=2, priority=100))
+    submit(state, make_job("b1", queue="team-b", gpus=8, pods=2, priority=100))
+    submit(state, make_job("b2", queue="team-b", gpus=8, priority=10))
     decisions = run(state)
     # a1 borrows the whole cluster in the borrowing pass, then b2 (within team-b's
     # min, queued behind b1) needs its cells: a1 never started after all.
@@ -360,38 +370,38 @@ class RefusingPlacer(CapacityPlacer):
         super().__init__(*args, **kwargs)
         self.refuse_all = refuse_all
 
-    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
         if fit.victims or self.refuse_all:
             raise BindError(f"{job.key}: refused")
-        super().bind(job, mode, fit)
+        super().bind(job, charge, fit)
 
 
-@pytest.mark.parametrize("refuse_all", [False, True], ids=["refit-succeeds", "always-refused"])
-def test_a_placement_refused_after_preemption_is_retried_or_waits(refuse_all: bool) -> None:
+@pytest.mark.parametrize("refuse_all", [False, True], ids=["victims-refused", "all-refused"])
+def test_a_placement_refused_after_preemption_neither_admits_nor_preempts(
+    refuse_all: bool,
+) -> None:
     state = make_state(GPU_TREE, {})
     placer = RefusingPlacer("c1", make_nodes(1, gpus=8))
     state.placers["c1"] = placer
-    placer.refuse_all = False
-    state.submit(make_job("oppo", queue="team-a", gpus=8, priority=-1))
+    submit(state, make_job("oppo", queue="team-a", gpus=8, priority=-1))
     run(state)
     placer.refuse_all = refuse_all
-    state.submit(make_job("owner", queue="team-b", gpus=8))
+    submit(state, make_job("owner", queue="team-b", gpus=8))
     decisions = run(state)
-    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/oppo"]
-    if refuse_all:
-        assert admitted(decisions) == []
-        assert "refused the placement" in waits(decisions)["default/owner"]
-        assert state.is_pending("default/owner")
-    else:
-        assert admitted(decisions) == ["default/owner"]
+    # The victim is put back where it was: no Preempt without its Admit.
+    assert [d for d in decisions if isinstance(d, Preempt)] == []
+    assert admitted(decisions) == []
+    assert "refused the placement" in waits(decisions)["default/owner"]
+    assert state.running["default/oppo"].pods[0].gpus == tuple(range(8))
+    assert state.is_pending("default/owner")
 
 
 def test_room_freed_by_a_preemption_is_seen_by_the_next_job_of_the_same_shape() -> None:
     state = make_state(GPU_TREE, {"c1": make_nodes(1, gpus=8)})
-    state.submit(make_job("oppo", queue="team-a", gpus=8, priority=-1))
+    submit(state, make_job("oppo", queue="team-a", gpus=8, priority=-1))
     run(state)
-    state.submit(make_job("x", queue="team-b", gpus=4))
-    state.submit(make_job("y", queue="team-b", gpus=4))
+    submit(state, make_job("x", queue="team-b", gpus=4))
+    submit(state, make_job("y", queue="team-b", gpus=4))
     decisions = run(state)
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/oppo"]
     assert admitted(decisions) == ["default/x", "default/y"]

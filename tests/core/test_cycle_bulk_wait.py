@@ -1,22 +1,28 @@
 """The cycle's shortcuts must decide exactly what trying each job in full would.
 
-Two shortcuts are checked against the cycle without them: waiting a whole
-queue at once behind a full node, and remembering a cluster's "does not fit"
-answers until something is released there.
+Every shortcut (waiting a whole queue at once behind a full node, the
+unfeasible-shape memo, the failed-reclaim memo, a cluster's remembered "does
+not fit" answers) is checked alone and all together against the cycle with
+none of them: the same admissions (job and cluster), preemptions and waits.
+(A wait's reason may name another of the limits that stop the job.)
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.core import cycle as cycle_module
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
+from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
-from tests.core.factories import make_job, make_nodes, make_state
+from tests.core.factories import (
+    confirm_stops,
+    make_job,
+    make_nodes,
+    make_state,
+    submit,
+)
 
 TREE = {
     "name": "root",
@@ -41,13 +47,18 @@ def fresh_state() -> SchedulerState:
     return make_state(TREE, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)})
 
 
-def outcome(state: SchedulerState, specs: list[tuple[str, int, int, int]]) -> list[object]:
+def outcome(
+    state: SchedulerState,
+    specs: list[tuple[str, int, int, int]],
+    shortcuts: Shortcuts = ALL_SHORTCUTS,
+) -> list[object]:
     """Submit ``specs`` in three waves, a cycle after each; what each cycle decided."""
     seen: list[object] = []
     per_wave = max(1, len(specs) // 3)
     for start in range(0, len(specs), per_wave):
         for n, (queue, pods, gpus, priority) in enumerate(specs[start : start + per_wave]):
-            state.submit(
+            submit(
+                state,
                 make_job(
                     f"j{start + n}",
                     queue=queue,
@@ -55,42 +66,46 @@ def outcome(state: SchedulerState, specs: list[tuple[str, int, int, int]]) -> li
                     gpus=gpus,
                     priority=priority,
                     seq=start + n,
-                )
+                ),
             )
-        decisions = cycle(state, float(start))
+        decisions = cycle(state, float(start), shortcuts=shortcuts)
         state.check_invariants()
+        confirm_stops(state, decisions)
         seen.append(sorted((d.job, d.cluster) for d in decisions if isinstance(d, Admit)))
         seen.append(sorted(d.job for d in decisions if isinstance(d, Preempt)))
         seen.append(sorted(d.job for d in decisions if isinstance(d, Wait)))
     return seen
 
 
-@settings(max_examples=80, deadline=None)
+SHORTCUTS = {
+    "bulk-wait": Shortcuts(bulk_wait=True, shape_memo=False, reclaim_memo=False, nofit_memo=False),
+    "shape-memo": Shortcuts(bulk_wait=False, shape_memo=True, reclaim_memo=False, nofit_memo=False),
+    "reclaim-memo": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=True, nofit_memo=False
+    ),
+    "nofit-memo": Shortcuts(bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=True),
+    "all": Shortcuts(),
+}
+
+
+@pytest.mark.parametrize("name", list(SHORTCUTS))
+@settings(max_examples=60, deadline=None)
 @given(specs=st.lists(job_spec, min_size=1, max_size=30))
-def test_the_shortcuts_change_no_decision(
-    specs: list[tuple[str, int, int, int]],
+def test_each_shortcut_changes_no_decision(
+    name: str, specs: list[tuple[str, int, int, int]]
 ) -> None:
-    with_bulk = outcome(fresh_state(), specs)
-    place = cycle_module._Cycle.place
-
-    def place_without_memory(self: cycle_module._Cycle, *args: Any) -> Any:
-        self.nofit.clear()
-        return place(self, *args)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cycle_module._Cycle, "wait_all", lambda *args: False)
-        patch.setattr(cycle_module._Cycle, "place", place_without_memory)
-        one_by_one = outcome(fresh_state(), specs)
-    assert with_bulk == one_by_one
+    with_shortcut = outcome(fresh_state(), specs, SHORTCUTS[name])
+    one_by_one = outcome(fresh_state(), specs, NO_SHORTCUTS)
+    assert with_shortcut == one_by_one
 
 
 def test_a_full_root_waits_the_rest_of_the_queue_with_the_limit_named() -> None:
     state = make_state(TREE, {"c1": make_nodes(2, gpus=8)})
     for i in range(4):
-        state.submit(make_job(f"a{i}", queue="team-a", gpus=4, seq=i))
+        submit(state, make_job(f"a{i}", queue="team-a", gpus=4, seq=i))
     cycle(state, 0.0)  # team-a takes the whole root max (16)
     for i in range(5):
-        state.submit(make_job(f"b{i}", queue="team-b", gpus=8, seq=10 + i))
+        submit(state, make_job(f"b{i}", queue="team-b", gpus=8, seq=10 + i))
     decisions = cycle(state, 1.0)
     reasons = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
     assert all(

@@ -13,12 +13,21 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from fleet.core import events
 from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaError
 from fleet.core.resources import GPU, Resources
 from fleet.core.state import SchedulerState
-from tests.core.factories import make_job, make_nodes, make_state
+from tests.core.factories import (
+    cancel,
+    confirm_stops,
+    finish,
+    make_job,
+    make_nodes,
+    make_state,
+    submit,
+)
 
 TREE: dict[str, Any] = {
     "name": "root",
@@ -69,15 +78,17 @@ class CycleMachine(RuleBasedStateMachine):
             gang=gang,
             preemptible=preemptible or priority < 0,
         )
-        self.state.submit(job)
+        submit(self.state, job)
 
     @rule()
     def run_cycle(self) -> None:
-        before = {k: r.mode for k, r in self.state.running.items()}
+        before = {u.charge.key: u.charge.mode for r in self.state.running.values() for u in r.units}
         decisions = cycle(self.state, float(self.count))
+        self.state.check_invariants()
+        confirm_stops(self.state, decisions)
         for d in decisions:
             if isinstance(d, Preempt):
-                mode = before[d.job]
+                mode = before[d.unit or d.job]
                 if "reclaimed" in d.reason:
                     assert mode is Mode.BORROWED, f"reclaim took {mode} job {d.job}"
                 if mode is Mode.GUARANTEED:
@@ -91,13 +102,13 @@ class CycleMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.running)))
-        self.state.finish(key)
+        finish(self.state, key)
 
     @precondition(lambda self: bool(self.state.running))
     @rule(data=st.data())
     def preempt(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.state.running)))
-        self.state.requeue(key)
+        events.apply(self.state, events.DispatchFailed(key, "member refused it"))
         assert self.state.is_pending(key)
         assert not any(p.holds(key) for p in self.state.placers.values())
 
@@ -105,7 +116,7 @@ class CycleMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel_pending(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(j.key for j in self.state.pending())))
-        self.state.cancel(key)
+        cancel(self.state, key)
 
     @rule(queue=st.sampled_from(QUEUES), new_max=st.integers(4, 16))
     def change_quota(self, queue: str, new_max: int) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaError, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import MAX_JOBS, Resources, typed_gpu
@@ -124,6 +125,42 @@ def test_min_above_max_message_reads_well() -> None:
     assert str(info.value) == (
         "node 'a.1': min cpu 30 is above max 20 (spec.root.children[0].children[0].min)"
     )
+
+
+def test_every_broken_rule_names_its_node_first() -> None:
+    root = node(
+        "root",
+        node(
+            "a",
+            node("a.1", min={"cpu": 30}, max={"cpu": 20}, namespaces=("ml",)),
+            min={"cpu": 6},
+            max={"cpu": 20},
+            namespaces=("x",),
+        ),
+        node("b", min={"cpu": 6}, namespaces=("ml",)),
+        QuotaNodeSpec("c", max=Resources({GPU: -2})),
+        node("a"),
+        min={"cpu": 10},
+        max={"cpu": 10},
+    )
+    with pytest.raises(QuotaError) as info:
+        tree(root)
+    errors = info.value.errors
+    assert [(e.node, e.path) for e in errors] == [
+        ("a", "spec.root.children[0].max"),
+        ("a", "spec.root.children[0].namespaces"),
+        ("a.1", "spec.root.children[0].children[0].min"),
+        ("a", "spec.root.children[0].min"),
+        ("b", "spec.root.children[1].namespaces[0]"),
+        ("c", "spec.root.children[2].max"),
+        ("c", "spec.root.children[2].min"),
+        ("a", "spec.root.children[3].name"),
+        ("root", "spec.root.min"),
+    ]
+    for e in errors:
+        assert e.message.startswith(f"node {e.node!r}: "), e
+        assert str(e) == f"{e.message} ({e.path})"
+    assert errors[5].message == f"node 'c': max {GPU} -2 is negative"
 
 
 def test_quota_error_is_a_value_error() -> None:
@@ -420,9 +457,9 @@ def test_release_of_an_unknown_key_is_a_key_error() -> None:
 
 def test_admitting_a_key_twice_is_rejected() -> None:
     t = ack_tree()
-    t.admit("j", "a.1", req(cpu=1), Mode.BORROWED, priority=1, seq=1, preemptible=True)
+    t.admit(Charge("j", "j", "a.1", 1, 1, True, Mode.BORROWED, req(cpu=1)))
     with pytest.raises(ValueError, match="already admitted"):
-        t.admit("j", "a.2", req(cpu=1), Mode.BORROWED, priority=1, seq=2, preemptible=True)
+        t.admit(Charge("j", "j", "a.2", 1, 2, True, Mode.BORROWED, req(cpu=1)))
 
 
 def test_check_invariants_detects_a_drifted_counter() -> None:
@@ -435,7 +472,7 @@ def test_check_invariants_detects_a_drifted_counter() -> None:
 
 def test_check_invariants_detects_usage_above_max() -> None:
     t = ack_tree()
-    t.admit("j", "a.1", req(cpu=25), Mode.BORROWED, priority=1, seq=1, preemptible=True)
+    t.admit(Charge("j", "j", "a.1", 1, 1, True, Mode.BORROWED, req(cpu=25)))
     with pytest.raises(AssertionError, match="above max"):
         t.check_invariants()
 
@@ -556,7 +593,7 @@ def test_reclaim_skips_non_preemptible_borrowed_jobs(ledger_for: MakeLedger) -> 
     ledger.admit("a.1", req(cpu=10), expect=Mode.GUARANTEED)
     # Built directly: the cycle never admits a non-preemptible borrowed job,
     # but state rebuilt after a quota change may hold one.
-    t.admit("pinned", "a.1", req(cpu=10), Mode.BORROWED, priority=0, seq=99, preemptible=False)
+    t.admit(Charge("pinned", "pinned", "a.1", 0, 99, False, Mode.BORROWED, req(cpu=10)))
     ledger.admit("a.2", req(cpu=10), expect=Mode.GUARANTEED)
     ledger.admit("b.2", req(cpu=10), expect=Mode.GUARANTEED)
     assert t.reclaim_victims("b.1", req(cpu=5)) is None
@@ -607,7 +644,7 @@ def test_reclaim_cannot_fix_the_queue_own_max(ledger_for: MakeLedger) -> None:
         )
     )
     ledger = ledger_for(t)
-    t.admit("over", "a", req(cpu=10), Mode.BORROWED, priority=1, seq=0, preemptible=True)
+    t.admit(Charge("over", "over", "a", 1, 0, True, Mode.BORROWED, req(cpu=10)))
     ledger.admit("b", req(cpu=50))
     assert t.reclaim_victims("a", req(cpu=5)) is None
 

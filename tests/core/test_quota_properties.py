@@ -20,6 +20,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import GPU, MAX_JOBS, Resources
@@ -140,9 +141,7 @@ class QuotaMachine(RuleBasedStateMachine):
         if not preemptible:
             assert verdict is not Mode.BORROWED
         key = f"j{self.seq}"
-        self.t.admit(
-            key, queue, request, verdict, priority=priority, seq=self.seq, preemptible=preemptible
-        )
+        self.t.admit(Charge(key, key, queue, priority, self.seq, preemptible, verdict, request))
         self.seq += 1
         self.held[key] = Held(queue, request, verdict, priority, preemptible)
         return True
@@ -272,14 +271,14 @@ def test_release_restores_usage_exactly(spec: QuotaNodeSpec, data: st.DataObject
         request = data.draw(requests)
         verdict = t.classify(queue, request, priority=10, preemptible=True)
         if isinstance(verdict, Mode):
-            t.admit(f"bg{i}", queue, request, verdict, priority=10, seq=i, preemptible=True)
+            t.admit(Charge(f"bg{i}", f"bg{i}", queue, 10, i, True, verdict, request))
     before = {n: (t.used(n), t.guaranteed_used(n), t.borrowed_used(n)) for n in t.nodes()}
     queue = data.draw(st.sampled_from(leaves))
     request = data.draw(requests)
     priority = data.draw(priorities)
     verdict = t.classify(queue, request, priority=priority, preemptible=True)
     if isinstance(verdict, Mode):
-        t.admit("probe", queue, request, verdict, priority=priority, seq=99, preemptible=True)
+        t.admit(Charge("probe", "probe", queue, priority, 99, True, verdict, request))
         t.check_invariants()
         t.release("probe")
     assert {n: (t.used(n), t.guaranteed_used(n), t.borrowed_used(n)) for n in t.nodes()} == before
@@ -312,9 +311,7 @@ def test_reclaim_takes_only_borrowed_jobs_of_other_queues_and_makes_room(
         preemptible = data.draw(st.booleans())
         verdict = t.classify(queue, request, priority=priority, preemptible=preemptible)
         if isinstance(verdict, Mode):
-            t.admit(
-                f"j{i}", queue, request, verdict, priority=priority, seq=i, preemptible=preemptible
-            )
+            t.admit(Charge(f"j{i}", f"j{i}", queue, priority, i, preemptible, verdict, request))
             held[f"j{i}"] = (queue, verdict, preemptible)
     with_min = [q for q in leaves if t.min_of(q)] or leaves
     queue = data.draw(st.sampled_from(with_min))

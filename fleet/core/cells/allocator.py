@@ -5,7 +5,8 @@ kept as flags on the cells:
 
 * a *free root* is a wholly unreserved cell whose parent is not wholly free;
   free roots are the buddy free lists, one ordered dict per chain per level;
-* a *reserved root* (``cell.res``) is a cell held by one :class:`Reservation`:
+* a *reserved root* (``cell.res``) is a cell held by one
+  :class:`~fleet.core.cells.topology.Reservation`:
   a VC's virtual cell bound to it (``vc``), a pinned cell (``pin``), a
   shared-pool guaranteed job's leaves (``shared``) or a bad node (``bad``);
 * a *split* cell has children that are each free, reserved or split.
@@ -37,35 +38,16 @@ try real takes and roll them back exactly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fleet.core.cells import topology
-from fleet.core.cells.topology import Cell, Topology
-
-if TYPE_CHECKING:
-    from fleet.core.cells.config import CellConfig
+from fleet.core.cells.spec import CellConfig
+from fleet.core.cells.topology import Cell, Reservation, Topology
 
 VC = "vc"
 PIN = "pin"
 SHARED = "shared"
 BAD = "bad"
-
-
-class Reservation:
-    """One reserved root: who holds ``cell`` and why."""
-
-    __slots__ = ("cell", "gused", "job", "kind", "vc")
-
-    def __init__(self, kind: str, cell: Cell, vc: str | None = None, job: str | None = None):
-        self.kind = kind
-        self.cell = cell
-        self.vc = vc
-        self.job = job
-        self.gused = 0  # leaves used by guaranteed jobs of ``vc`` inside ``cell``
-
-    def __repr__(self) -> str:
-        who = self.vc or self.job or ""
-        return f"Reservation({self.kind}:{who}@{self.cell.address})"
 
 
 def _delitem(d: Any, key: Any, _unused: Any) -> None:

@@ -20,7 +20,6 @@ jobs leave, so that it never answers a plan this refuses.
 from __future__ import annotations
 
 from fleet.core.cells import allocator, ownership
-from fleet.core.cells.allocator import Reservation
 from fleet.core.cells.state import (
     GUARANTEED_KINDS,
     KIND_PIN,
@@ -30,13 +29,16 @@ from fleet.core.cells.state import (
     Held,
     PlacerState,
 )
-from fleet.core.cells.topology import Cell
-from fleet.core.jobs import Job, Mode
-from fleet.core.placement import BindError, RunningInfo
+from fleet.core.cells.topology import Cell, Reservation
+from fleet.core.charges import Charge
+from fleet.core.jobs import Job
+from fleet.core.placement import BindError
 
 
-def commit(state: PlacerState, job: Job, mode: Mode, fit: CellFit) -> None:
-    """Bind ``fit`` (inside an open journal transaction the caller rolls back on error)."""
+def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
+    """Bind ``fit`` for unit ``charge`` (in a journal transaction the caller rolls back)."""
+    if charge.key != job.key:
+        raise BindError(f"{job.key}: bound as unit {charge.key} of another key")
     j = state.j
     alloc = state.alloc
     kind, bindings = fit.kind, fit.bindings
@@ -46,8 +48,7 @@ def commit(state: PlacerState, job: Job, mode: Mode, fit: CellFit) -> None:
     held = state.held.get(job.key)
     vc = job.queue if kind in GUARANTEED_KINDS else None
     if held is None:
-        info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
-        held = Held(info, kind, vc)
+        held = Held(charge, kind, vc)
         j.setitem(state.held, job.key, held)
     for cid in bindings:
         cell = state.topo.cells[cid]

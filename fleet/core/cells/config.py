@@ -24,19 +24,20 @@ Theory of operation: the input is the plain mapping HiveD and OpenPAI write
    config that could not honour every VC's cells ("illegal initial VC
    assignment: insufficient physical cells") is rejected up front.
 
-Every error is a :class:`CellConfigError` whose ``path`` is the dotted field
-path under ``path`` (default ``spec.cells``).
+The result is a :class:`fleet.core.cells.spec.CellConfig`.  Every error is a
+:class:`CellConfigError` whose ``path`` is the dotted field path under ``path``
+(default ``spec.cells``).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.core import resources
 from fleet.core.cells.spec import (
+    CellConfig,
     CellConfigError,
     CellType,
     PhysicalCellSpec,
@@ -44,70 +45,9 @@ from fleet.core.cells.spec import (
     VirtualCellSpec,
     VirtualClusterSpec,
 )
-from fleet.core.resources import QuantityError, Resources
+from fleet.core.resources import QuantityError
 
-__all__ = [
-    "CellConfig",
-    "CellConfigError",
-    "load_cell_config",
-    "load_hived_file_dict",
-]
-
-
-@dataclass(frozen=True, slots=True)
-class CellConfig:
-    """A validated cell config.  Build it with :func:`load_cell_config`."""
-
-    sku_types: Mapping[str, SkuType]
-    cell_types: Mapping[str, CellType]  # includes leaf types
-    physical_cells: tuple[PhysicalCellSpec, ...]
-    vcs: Mapping[str, VirtualClusterSpec]
-    leaf_types: tuple[str, ...]  # in order of first appearance in cellTypes
-    chains: tuple[str, ...]  # top-level cell types, in order of first use
-    _nodes: dict[str, Resources] = field(default_factory=dict, compare=False, repr=False)
-
-    def virtual_clusters(self) -> list[str]:
-        """Names of the configured virtual clusters (queues with a guarantee here)."""
-        return list(self.vcs)
-
-    def nodes(self) -> dict[str, Resources]:
-        """Node name -> capacity (``nvidia.com/gpu`` per leaf, cpu/memory from skuTypes)."""
-        if not self._nodes:
-            for top in self.physical_cells:
-                for leaf in _leaves(top):
-                    assert leaf.node is not None
-                    sku = self.sku_types.get(self.cell_types[leaf.cell_type].leaf_type)
-                    if sku is None:
-                        add = Resources({resources.GPU: 1})
-                    else:
-                        add = Resources(
-                            {
-                                resources.GPU: sku.gpu,
-                                resources.CPU: sku.cpu,
-                                resources.MEMORY: sku.memory,
-                            }
-                        )
-                    self._nodes[leaf.node] = self._nodes.get(leaf.node, Resources()) + add
-        return dict(self._nodes)
-
-    def chain_levels(self, chain: str) -> list[CellType]:
-        """The cell types of ``chain`` from the leaf (index 0, level 1) to the top."""
-        out: list[CellType] = []
-        ct: CellType | None = self.cell_types[chain]
-        while ct is not None:
-            out.append(ct)
-            ct = self.cell_types[ct.child] if ct.child is not None else None
-        out.reverse()
-        return out
-
-
-def _leaves(cell: PhysicalCellSpec) -> list[PhysicalCellSpec]:
-    if not cell.children:
-        return [cell]
-    out: list[PhysicalCellSpec] = []
-    for child in cell.children:
-        out.extend(_leaves(child))
-    return out
+__all__ = ["load_cell_config", "load_hived_file_dict"]
 
 
 def load_hived_file_dict(data: Mapping[str, Any]) -> CellConfig:
@@ -373,7 +313,6 @@ class _Expander:
         return PhysicalCellSpec(
             cell_type=ct.name,
             address=full,
-            own_address=own,
             node=node,
             leaf_index=leaf_index,
             pinned_id=pinned,
@@ -488,7 +427,8 @@ def _parse_vcs(
 
 
 def _check_assignment(config: CellConfig, path: str) -> None:
-    # Imported here: the allocator builds on this module's CellConfig.
+    # Imported on first use: the buddy count is the allocator's, and importing the
+    # loader (as the YAML models do) need not load the allocator.
     from fleet.core.cells import allocator, topology
 
     topo = topology.Topology(config)

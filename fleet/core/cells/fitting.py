@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from fleet.core import charges
 from fleet.core.cells import (
     allocator,
     binding,
@@ -252,7 +253,7 @@ def answer(
             bindings=tuple(c.id for c in plan),
         )
         try:
-            binding.commit(state, job, mode, fit)
+            binding.commit(state, job, charges.charge_for(job, mode), fit)
         except (BindError, ValueError):
             return None
         return dataclasses.replace(fit, fragmentation=round(state.fragmentation(), 6))

@@ -17,9 +17,8 @@ it is used), re-reserving the freed parts of bad nodes.
 from __future__ import annotations
 
 from fleet.core.cells import allocator, health
-from fleet.core.cells.allocator import Reservation
 from fleet.core.cells.state import GUARANTEED_KINDS, KIND_VC, PlacerState
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.topology import Cell, Reservation
 
 
 def own_many(state: PlacerState, leaves: list[Cell], key: str, guaranteed: bool) -> None:

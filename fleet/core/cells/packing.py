@@ -96,13 +96,13 @@ def usable(
     released = question.released
     victims_ok = question.victims_ok
     suggested = state.suggested
+    if suggested is not None:  # a node restriction (CellPlacer.suggest_nodes): filter once
+        nodes = [n for n in nodes if n.node_cell is not None and n.node_cell.node in suggested]
     if root.res is not None and want is root.res and not question.preempt and not released:
         # Inside the wanted reservation every leaf carries it: usable = unowned.
         for node in nodes:
             node_cell = node.node_cell
             if node_cell is None or not node_cell.healthy or node.used == node.size:
-                continue
-            if suggested is not None and node_cell.node not in suggested:
                 continue
             mine = [leaf for leaf in node.leaves if leaf.owner is None and leaf.id not in taken]
             if mine:
@@ -112,8 +112,6 @@ def usable(
     for node in nodes:
         node_cell = node.node_cell
         if node_cell is None or not node_cell.healthy:
-            continue
-        if suggested is not None and node_cell.node not in suggested:
             continue
         leaves = node.leaves
         if node.used == node.size and not question.preempt and not released:

@@ -36,22 +36,31 @@ from collections.abc import Sequence
 
 from fleet.core.cells import binding, demands, fitting, health, invariants, ownership
 from fleet.core.cells.allocator import Allocator, Journal
-from fleet.core.cells.config import CellConfig
-from fleet.core.cells.demands import leaf_cells_needed
+from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.state import CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
+from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import BindError, Fit, NoFit, PodPlacement
 from fleet.core.resources import Resources
 
-__all__ = ["CellFit", "CellPlacer", "leaf_cells_needed"]
+__all__ = ["CellPlacer"]
 
 
 class CellPlacer:
-    """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`."""
+    """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`.
 
-    def __init__(self, cluster: str, config: CellConfig) -> None:
+    ``node_restriction=True`` enables :meth:`suggest_nodes`, which replays HiveD's
+    suggested-node lists; off (the default), no placement is ever restricted to
+    some nodes and the searches skip the node filter.
+    """
+
+    #: Answers depend on the job's queue (its virtual cluster).
+    queue_blind = False
+
+    def __init__(self, cluster: str, config: CellConfig, *, node_restriction: bool = False) -> None:
         self.state = PlacerState(cluster, config)
+        self.node_restriction = node_restriction
         self.config: CellConfig = config
         self.topo: Topology = self.state.topo
         self.j: Journal = self.state.j
@@ -66,9 +75,12 @@ class CellPlacer:
     def suggest_nodes(self, nodes: frozenset[str] | None) -> None:
         """Restrict every following placement to ``nodes`` (None: no restriction).
 
-        HiveD takes Kubernetes' suggested nodes per call; Fleet has none, but the
-        restriction is kept for node selectors and for replaying HiveD's tests.
+        HiveD takes Kubernetes' suggested nodes per call; Fleet has none, so the
+        scheduling cycle never calls this.  It replays HiveD's own tests, and is
+        refused unless the placer was built with ``node_restriction=True``.
         """
+        if not self.node_restriction:
+            raise RuntimeError("suggest_nodes needs a CellPlacer built with node_restriction=True")
         self.state.suggested = nodes
 
     def pin_job(self, key: str, pinned_cell_id: str | None) -> None:
@@ -81,7 +93,7 @@ class CellPlacer:
     def holds(self, key: str) -> bool:
         return key in self.state.held
 
-    def running(self) -> list[RunningInfo]:
+    def running(self) -> list[Charge]:
         return [h.info for h in self.state.held.values()]
 
     def placement_of(self, key: str) -> tuple[PodPlacement, ...]:
@@ -123,22 +135,6 @@ class CellPlacer:
         """VC -> number of its virtual cells that bad nodes leave no physical cell for."""
         return health.doomed_cells(self.state)
 
-    def vc_usage(self) -> dict[str, tuple[int, int]]:
-        """VC -> (guaranteed leaves used, leaves configured)."""
-        alloc = self.state.alloc
-        out: dict[str, tuple[int, int]] = {}
-        for vc, chains in alloc.configured.items():
-            total = sum(
-                n * alloc.weight[chain][level]
-                for chain, levels in chains.items()
-                for level, n in enumerate(levels)
-            )
-            total += sum(p.cell.size for p in alloc.pins.values() if p.vc == vc)
-            used = sum(r.gused for r in alloc.vc_bound[vc].values())
-            used += sum(p.gused for p in alloc.pins.values() if p.vc == vc)
-            out[vc] = (used, total)
-        return out
-
     # -- questions and changes ------------------------------------------------------------
 
     def fit(
@@ -156,23 +152,27 @@ class CellPlacer:
         finally:
             self.state.j.rollback()
 
-    def bind(self, job: Job, mode: Mode, fit: Fit) -> None:
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
         """Commit ``fit``; its victims must already have been released."""
         if not isinstance(fit, CellFit):
             names = {p.pod for p in fit.pods}
             pods = [p for p in job.pods if p.name in names]
-            refit = self.fit(job, pods, mode, preempt=False)
+            refit = self.fit(job, pods, charge.mode, preempt=False)
             if not isinstance(refit, CellFit) or refit.pods != fit.pods:
                 raise BindError(f"{job.key}: stale fit for {self.cluster}; ask fit() again")
             fit = refit
         j = self.state.j
         j.begin()
         try:
-            binding.commit(self.state, job, mode, fit)
+            binding.commit(self.state, job, charge, fit)
         except BaseException:
             j.rollback()
             raise
         j.commit()
+
+    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` exactly where they were recorded (all or nothing)."""
+        raise NotImplementedError("cell placements cannot be restored yet")
 
     def release(self, key: str) -> None:
         if key not in self.state.held:

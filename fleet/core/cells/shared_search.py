@@ -23,10 +23,9 @@ from __future__ import annotations
 import heapq
 
 from fleet.core.cells import allocator, demands, packing, victims
-from fleet.core.cells.allocator import Reservation
 from fleet.core.cells.packing import Choice
 from fleet.core.cells.state import PlacerState
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.cells.victims import Question
 
 #: Safety checks of candidates before the shared pool gives up.

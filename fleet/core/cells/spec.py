@@ -1,8 +1,10 @@
 """Validated, normalized HiveD cell configuration values (no parsing here).
 
 Theory of operation: :mod:`fleet.core.cells.config` turns the plain dict a user
-wrote into these frozen values once; everything downstream (topology,
-allocator, placer) reads only these.  Physical cells are already expanded:
+wrote into these frozen values once (a :class:`CellConfig` holding the specs
+below); everything downstream (topology, allocator, placer) reads only these.
+This module imports no other cells module, so the loader may build on the
+allocator while the allocator reads the config.  Physical cells are already expanded:
 every cell has its full list of children, its full address (HiveD style,
 parent address + ``/`` + own address), the node name it belongs to (for node
 level and below) and, for leaves, the GPU index on that node.
@@ -10,7 +12,11 @@ level and below) and, for leaves, the GPU index on that node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fleet.core import resources
+from fleet.core.resources import Resources
 
 
 class CellConfigError(ValueError):
@@ -50,7 +56,6 @@ class PhysicalCellSpec:
 
     cell_type: str
     address: str  # full address, "/"-joined like HiveD
-    own_address: str
     node: str | None  # node name for node-level cells and below
     leaf_index: int | None  # GPU index on the node, leaves only
     pinned_id: str | None
@@ -73,3 +78,59 @@ class VirtualClusterSpec:
     name: str
     cells: tuple[VirtualCellSpec, ...]
     pinned: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CellConfig:
+    """A validated cell config.  Build it with :func:`fleet.core.cells.config.load_cell_config`."""
+
+    sku_types: Mapping[str, SkuType]
+    cell_types: Mapping[str, CellType]  # includes leaf types
+    physical_cells: tuple[PhysicalCellSpec, ...]
+    vcs: Mapping[str, VirtualClusterSpec]
+    leaf_types: tuple[str, ...]  # in order of first appearance in cellTypes
+    chains: tuple[str, ...]  # top-level cell types, in order of first use
+    _nodes: dict[str, Resources] = field(default_factory=dict, compare=False, repr=False)
+
+    def virtual_clusters(self) -> list[str]:
+        """Names of the configured virtual clusters (queues with a guarantee here)."""
+        return list(self.vcs)
+
+    def nodes(self) -> dict[str, Resources]:
+        """Node name -> capacity (``nvidia.com/gpu`` per leaf, cpu/memory from skuTypes)."""
+        if not self._nodes:
+            for top in self.physical_cells:
+                for leaf in _leaves(top):
+                    assert leaf.node is not None
+                    sku = self.sku_types.get(self.cell_types[leaf.cell_type].leaf_type)
+                    if sku is None:
+                        add = Resources({resources.GPU: 1})
+                    else:
+                        add = Resources(
+                            {
+                                resources.GPU: sku.gpu,
+                                resources.CPU: sku.cpu,
+                                resources.MEMORY: sku.memory,
+                            }
+                        )
+                    self._nodes[leaf.node] = self._nodes.get(leaf.node, Resources()) + add
+        return dict(self._nodes)
+
+    def chain_levels(self, chain: str) -> list[CellType]:
+        """The cell types of ``chain`` from the leaf (index 0, level 1) to the top."""
+        out: list[CellType] = []
+        ct: CellType | None = self.cell_types[chain]
+        while ct is not None:
+            out.append(ct)
+            ct = self.cell_types[ct.child] if ct.child is not None else None
+        out.reverse()
+        return out
+
+
+def _leaves(cell: PhysicalCellSpec) -> list[PhysicalCellSpec]:
+    if not cell.children:
+        return [cell]
+    out: list[PhysicalCellSpec] = []
+    for child in cell.children:
+        out.extend(_leaves(child))
+    return out

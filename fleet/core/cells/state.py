@@ -26,11 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from fleet.core.cells.allocator import Allocator, Journal, Reservation
-from fleet.core.cells.config import CellConfig
-from fleet.core.cells.topology import Cell, Topology
+from fleet.core.cells.allocator import Allocator, Journal
+from fleet.core.cells.spec import CellConfig
+from fleet.core.cells.topology import Cell, Reservation, Topology
+from fleet.core.charges import Charge
 from fleet.core.jobs import Job
-from fleet.core.placement import Fit, PodPlacement, RunningInfo
+from fleet.core.placement import Fit, PodPlacement
 from fleet.core.resources import Resources
 
 KIND_VC: Final = "vc"
@@ -58,7 +59,7 @@ class Held:
 
     __slots__ = ("info", "kind", "leaves", "pods", "requests", "shared", "vc")
 
-    def __init__(self, info: RunningInfo, kind: str, vc: str | None) -> None:
+    def __init__(self, info: Charge, kind: str, vc: str | None) -> None:
         self.info = info
         self.kind = kind
         self.vc = vc

@@ -6,19 +6,16 @@ top-level physical cell (HiveD's ``CellChain``): every cell below it has a
 level (leaf = 1) and one cell type per level, so buddy arithmetic inside a
 chain is uniform.  Cells carry the mutable slots that the allocator and the
 placer maintain (free/split/reserved flags, owners, usage counters) so that the
-hot paths are attribute reads, not dictionary lookups.
+hot paths are attribute reads, not dictionary lookups.  A :class:`Reservation`
+(what holds a reserved cell) is defined here beside :class:`Cell`, since each
+refers to the other; the allocator creates and removes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from fleet.core.cells.spec import CellType, PhysicalCellSpec
-
-if TYPE_CHECKING:
-    from fleet.core.cells.allocator import Reservation
-    from fleet.core.cells.config import CellConfig
+from fleet.core.cells.spec import CellConfig, CellType, PhysicalCellSpec
 
 
 class Cell:
@@ -91,6 +88,26 @@ class Cell:
 
     def __repr__(self) -> str:
         return f"Cell({self.ctype.name}@{self.address})"
+
+
+class Reservation:
+    """One reserved root: who holds ``cell`` and why.
+
+    ``kind`` is one of the allocator's kinds (``vc``, ``pin``, ``shared``, ``bad``).
+    """
+
+    __slots__ = ("cell", "gused", "job", "kind", "vc")
+
+    def __init__(self, kind: str, cell: Cell, vc: str | None = None, job: str | None = None):
+        self.kind = kind
+        self.cell = cell
+        self.vc = vc
+        self.job = job
+        self.gused = 0  # leaves used by guaranteed jobs of ``vc`` inside ``cell``
+
+    def __repr__(self) -> str:
+        who = self.vc or self.job or ""
+        return f"Reservation({self.kind}:{who}@{self.cell.address})"
 
 
 def descendants_at(cell: Cell, level: int) -> Iterator[Cell]:

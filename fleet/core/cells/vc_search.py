@@ -18,10 +18,9 @@ chain's unreserved leaves) reject a gang that cannot fit before any packing.
 from __future__ import annotations
 
 from fleet.core.cells import packing
-from fleet.core.cells.allocator import Reservation
 from fleet.core.cells.packing import Choice
 from fleet.core.cells.state import PlacerState
-from fleet.core.cells.topology import Cell
+from fleet.core.cells.topology import Cell, Reservation
 from fleet.core.cells.victims import Question
 
 #: Free cells of a level that may fail to hold the gang before ``fresh`` gives up.

@@ -1,0 +1,350 @@
+"""Admitting one job: its quota verdict, the victims it needs, and the commit.
+
+Theory of operation:
+
+* :func:`admit` tries the job at its start size (all its pods, or its
+  elastic target), and if that cannot start and the job may start smaller
+  (``minAvailable``, elastic ``minReplicas``, or a non-gang job), the
+  largest size between its gang minimum and the start size that can start,
+  found by bisection (a few questions, not one per size).  A job that could
+  not start is remembered by its shape (:class:`fleet.core.cycle_memory.ShapeMemo`).
+* :func:`plan` asks the quota tree how the pods would be charged
+  (guaranteed, borrowed, opportunistic) and the member clusters where they
+  would go (:mod:`fleet.core.cluster_choice`).  In the first pass a job that
+  would have to borrow is deferred to the borrowing pass.  When a ``max``
+  blocks it, :func:`plan_with_victims` looks for reclaim victims (borrowed
+  units of other queues, for a job within its ``min``) and then for
+  lower-priority units of its own queue, and asks again as if they were
+  gone.  Planning is a pure query: every charge it takes off the tree to ask
+  "what if" is put back, whatever happens.
+* :func:`commit` is all or nothing: it releases the victims, binds the job,
+  and only then reports the preemptions and the admission.  If the placer
+  refuses the bind, the victims are put back exactly where they were and
+  the job is placed afresh without preemption, or waits.
+
+A victim is a unit (:mod:`fleet.core.charges`): a job's first unit stops the
+whole job; a growth step of an elastic job stops only the pods it grew
+into, and the job keeps running with the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.core import cluster_choice
+from fleet.core.charges import Charge, charge_for
+from fleet.core.cycle_context import CycleRun, Pass
+from fleet.core.cycle_memory import Remembered
+from fleet.core.decisions import Admit, Preempt, Wait
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.lifecycle import JobState
+from fleet.core.placement import BindError, Fit
+from fleet.core.quota import MAX, QuotaBlock
+from fleet.core.resources import Resources
+from fleet.core.state import Running, Unit
+
+
+class Defer:
+    """The job must borrow: try it again in the borrowing pass."""
+
+
+DEFER = Defer()
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The job was admitted (the decisions are recorded)."""
+
+
+STARTED = Started()
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """The job cannot start now; ``reason`` says why."""
+
+    reason: str
+
+
+Outcome = Started | Waits | Defer
+
+
+@dataclass(slots=True)
+class Plan:
+    """A job's way in: its mode, pods, fit, and the quota victims it needs."""
+
+    mode: Mode
+    pods: tuple[Pod, ...]
+    fit: Fit
+    quota_victims: tuple[str, ...] = ()
+
+
+def admit(run: CycleRun, job: Job) -> Outcome:
+    """Admit ``job`` at the largest size that can start now, or say why it waits."""
+    start, least = job.start_size, job.gang_size
+    key = _memo_key(run, job, start, least)
+    if key is not None:
+        known = run.shapes.get(key)
+        if known is not None:
+            run.last_block = known.block
+            return Waits(known.reason)
+    deferred = False
+    reason = ""
+    found = plan(run, job, job.pods[:start])
+    if isinstance(found, Defer):
+        deferred = True
+    elif isinstance(found, str):
+        reason = found
+    if not isinstance(found, Plan) and least < start:
+        smaller, smaller_deferred, smaller_reason = _largest_start(run, job, least, start - 1)
+        if smaller is not None:
+            found = smaller
+        deferred = deferred or smaller_deferred
+        reason = reason or smaller_reason
+    if isinstance(found, Plan):
+        refused = commit(run, job, found)
+        return STARTED if refused is None else Waits(refused)
+    if deferred:
+        return DEFER
+    if key is not None:
+        could_reclaim = key[2] is not Mode.BORROWED and key[2] is not Mode.OPPORTUNISTIC
+        run.shapes.put(key, Remembered(reason, run.last_block), could_reclaim)
+    return Waits(reason)
+
+
+def _largest_start(run: CycleRun, job: Job, lo: int, hi: int) -> tuple[Plan | None, bool, str]:
+    """Bisect for the largest pod count in ``[lo, hi]`` that can start (None if not ``lo``)."""
+    first = plan(run, job, job.pods[:lo])
+    if not isinstance(first, Plan):
+        return None, isinstance(first, Defer), first if isinstance(first, str) else ""
+    best = first
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        attempt = plan(run, job, job.pods[:mid])
+        if isinstance(attempt, Plan):
+            best, lo = attempt, mid
+        else:
+            hi = mid - 1
+    return best, False, ""
+
+
+def _memo_key(run: CycleRun, job: Job, start: int, least: int) -> tuple[object, ...] | None:
+    """What a "cannot start" answer for ``job`` depends on, or None with the memo off."""
+    if not run.shapes.on:
+        return None
+    tree = run.state.tree
+    full = tree.classify(
+        job.queue,
+        job.request_of(job.pods[:start]),
+        priority=job.priority,
+        preemptible=job.preemptible,
+    )
+    small: object = None
+    if least < start:
+        small = _verdict(
+            tree.classify(
+                job.queue, job.gang_request, priority=job.priority, preemptible=job.preemptible
+            )
+        )
+    return (job.shape, run.phase, _verdict(full), small)
+
+
+def _verdict(verdict: Mode | QuotaBlock) -> object:
+    if isinstance(verdict, Mode):
+        return verdict
+    return (verdict.node, verdict.resource, verdict.kind)
+
+
+def plan(run: CycleRun, job: Job, pods: tuple[Pod, ...]) -> Plan | str | Defer:
+    """How ``pods`` of ``job`` would start now, or why not (a pure query)."""
+    run.last_block = None
+    request = job.request_of(pods)
+    verdict = run.state.tree.classify(
+        job.queue, request, priority=job.priority, preemptible=job.preemptible
+    )
+    if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
+        return DEFER
+    if isinstance(verdict, Mode):
+        fit = cluster_choice.place(run, job, pods, verdict, ())
+        return Plan(verdict, pods, fit) if isinstance(fit, Fit) else fit
+    return plan_with_victims(run, job, pods, request, verdict)
+
+
+def plan_with_victims(
+    run: CycleRun, job: Job, pods: tuple[Pod, ...], request: Resources, block: QuotaBlock
+) -> Plan | str | Defer:
+    """Reclaim, or preempt inside the queue, to get under ``max``; a pure query."""
+    tree = run.state.tree
+    if block.kind != MAX or job.opportunistic:
+        return block.reason
+    memo = (job.queue, block.node, block.resource)
+    shortfall = block.used + block.request - block.limit
+    victims: list[str] | None = None
+    if not run.reclaims.known_to_fail(memo, shortfall):
+        victims = tree.reclaim_victims(job.queue, request)
+        if victims is None:
+            run.reclaims.record(memo, shortfall)
+    if not victims:
+        victims = tree.queue_victims(job.queue, request, job.priority)
+    if not victims:
+        run.last_block = block
+        return block.reason
+    removed: list[Charge] = []
+    try:
+        for key in victims:
+            removed.append(tree.release(key))
+        verdict = tree.classify(
+            job.queue, request, priority=job.priority, preemptible=job.preemptible
+        )
+        if not isinstance(verdict, Mode):
+            return block.reason
+        if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
+            return DEFER
+        fit = cluster_choice.place(run, job, pods, verdict, tuple(victims))
+        if isinstance(fit, Fit):
+            return Plan(verdict, pods, fit, tuple(victims))
+        return f"{block.reason}; after preemption: {fit}"
+    finally:
+        for charge in reversed(removed):
+            tree.admit(charge)
+
+
+@dataclass(slots=True)
+class _Stop:
+    """The units of one running job that a commit releases."""
+
+    owner: Running
+    units: list[Unit]
+    whole: bool
+    before: list[Unit]  # the owner's units before, to put back on a refused bind
+
+
+def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
+    """Preempt the victims and start ``job``, or do neither; a reason if refused."""
+    state = run.state
+    stops = _stops(run, (*plan.quota_victims, *plan.fit.victims))
+    for stop in stops:
+        for unit in stop.units:
+            state.release_unit(stop.owner, unit)
+        if stop.whole:
+            del state.running[stop.owner.job.key]
+    placer = state.placers[plan.fit.cluster]
+    charge = charge_for(job, plan.mode, job.request_of(plan.pods))
+    fit: Fit = plan.fit
+    try:
+        placer.bind(job, charge, fit)
+    except BindError as refused:
+        _put_back(run, stops)
+        stops = []
+        again = placer.fit(job, plan.pods, plan.mode)
+        try:
+            if not isinstance(again, Fit):
+                raise refused
+            placer.bind(job, charge, again)
+            fit = again
+        except BindError:
+            return f"{placer.cluster} refused the placement after making room: {refused}"
+    victims = tuple(stop.owner.job.key for stop in stops if _report_stop(run, job, plan, stop))
+    running = state.start(job, fit.cluster)
+    state.hold(running, charge, fit.pods)
+    state.move(job.key, JobState.ADMITTED)
+    run.touch(job.queue)
+    run.admitted.setdefault(job.queue, set()).add(job.key)
+    run.places.bound(fit.cluster)
+    if plan.mode is Mode.BORROWED:
+        # A new borrowed unit is a new victim for reclaims and guaranteed jobs.
+        run.reclaims.forget()
+        run.shapes.forget_borrowed_dependents()
+    if plan.mode is Mode.OPPORTUNISTIC:
+        run.places.released(fit.cluster)  # a new victim for borrowed jobs there
+    run.decisions.append(
+        Admit(
+            job.key,
+            job.queue,
+            fit.cluster,
+            plan.mode,
+            job.priority,
+            fit.pods,
+            run.now,
+            unit=charge.key,
+            victims=victims,
+        )
+    )
+    return None
+
+
+def _stops(run: CycleRun, victims: tuple[str, ...]) -> list[_Stop]:
+    """Group victim units by job, in order; a job's first unit stops all of it."""
+    by_job: dict[str, _Stop] = {}
+    for key in dict.fromkeys(victims):
+        owner = run.state.units[key]
+        stop = by_job.get(owner.job.key)
+        if stop is None:
+            stop = by_job[owner.job.key] = _Stop(owner, [], False, list(owner.units))
+        if stop.whole:
+            continue
+        unit = next(u for u in owner.units if u.charge.key == key)
+        if unit.charge.is_growth:
+            stop.units.append(unit)
+        else:
+            stop.whole = True
+            stop.units = list(reversed(owner.units))
+    return list(by_job.values())
+
+
+def _put_back(run: CycleRun, stops: list[_Stop]) -> None:
+    """Undo the release of ``stops`` exactly: same cells, same charges."""
+    state = run.state
+    for stop in reversed(stops):
+        owner = stop.owner
+        placer = state.placers[owner.cluster]
+        for unit in reversed(stop.units):
+            placer.restore(owner.job_for(unit), unit.charge, unit.pods)
+            state.tree.admit(unit.charge)
+            state.units[unit.charge.key] = owner
+        owner.units[:] = stop.before
+        if stop.whole:
+            state.running[owner.job.key] = owner
+
+
+def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
+    """Record one victim's preemption (True), or its displacement if it was
+    admitted earlier in this cycle (False: it never ran)."""
+    state = run.state
+    victim = stop.owner.job
+    run.released(stop.owner.cluster, victim.queue)
+    if stop.whole and victim.key in run.admitted.get(victim.queue, ()):
+        # Started earlier in this very cycle: it never ran, so it simply stays
+        # queued (its Admit is withdrawn) instead of being preempted.
+        run.admitted[victim.queue].discard(victim.key)
+        run.displaced.add(victim.key)
+        state.phase[victim.key] = JobState.QUEUED
+        why = f"displaced by {job.key} in the same cycle"
+        run.decisions.append(Wait(victim.key, victim.queue, why, run.now))
+        return False
+    keys = {u.charge.key for u in stop.units}
+    if victim.queue != job.queue and keys & set(plan.quota_victims):
+        why = f"reclaimed for {job.key} of queue {job.queue}"
+    else:
+        why = f"preempted by {job.key} (priority {job.priority})"
+    pods = tuple(p for u in reversed(stop.units) for p in u.pods)
+    if stop.whole:
+        state.move(victim.key, JobState.PREEMPTED, why)
+        state.stopping[victim.key] = victim
+        run.decisions.append(
+            Preempt(victim.key, victim.queue, stop.owner.cluster, pods, why, run.now)
+        )
+        return True
+    for unit in stop.units:
+        run.decisions.append(
+            Preempt(
+                victim.key,
+                victim.queue,
+                stop.owner.cluster,
+                unit.pods,
+                f"growth step taken back: {why}",
+                run.now,
+                unit=unit.charge.key,
+            )
+        )
+    return True

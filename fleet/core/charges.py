@@ -1,0 +1,66 @@
+"""The one record of how a running job is charged and how safe it is.
+
+Theory of operation: a running job holds quota and cells in one or more
+*units*.  A job admitted whole is one unit, keyed by the job's key.  An
+elastic or incremental job that grows later adds one unit per growth step,
+keyed ``namespace/name#2``, ``#3`` …, each classified on its own (a growth
+step above the queue's ``min`` is borrowed even when the job's first unit is
+guaranteed).  A :class:`Charge` is that unit's record: its mode, its request
+and what victim rules need (queue, priority, submission order,
+preemptibility).  The scheduler state, the quota tree and the placers all
+keep the *same* frozen object, so a unit's mode is recorded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.core.jobs import Job, Mode
+from fleet.core.resources import Resources
+
+#: Separates a job's key from its growth step number in a unit key.
+STEP_SEPARATOR = "#"
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One unit of a running job: the job itself or one of its growth steps."""
+
+    key: str  # the unit key: the job key, or "<job key>#<step>"
+    job: str  # the job key
+    queue: str
+    priority: int
+    seq: int
+    preemptible: bool
+    mode: Mode
+    request: Resources
+
+    @property
+    def is_growth(self) -> bool:
+        """Whether this unit is a growth step (not the job's first unit)."""
+        return self.key != self.job
+
+
+def unit_key(job: str, step: int) -> str:
+    """The key of growth step ``step`` (2, 3 …) of ``job``; step 1 is the job itself."""
+    return job if step <= 1 else f"{job}{STEP_SEPARATOR}{step}"
+
+
+def charge_for(job: Job, mode: Mode, request: Resources | None = None, step: int = 1) -> Charge:
+    """The record of ``job``'s unit ``step`` charged ``request`` (default: all its pods)."""
+    return Charge(
+        unit_key(job.key, step),
+        job.key,
+        job.queue,
+        job.priority,
+        job.seq,
+        job.preemptible,
+        mode,
+        job.request if request is None else request,
+    )
+
+
+def step_of(key: str) -> int:
+    """The growth step number of a unit key (1 for a job's first unit)."""
+    _, sep, step = key.rpartition(STEP_SEPARATOR)
+    return int(step) if sep and step.isdigit() else 1

@@ -1,0 +1,163 @@
+"""Where a gang goes: asking the member clusters' placers, tightest fit first.
+
+Theory of operation: every member cluster the job's policy allows is asked
+for a gang fit without preemption, least loaded first, stopping early at a
+fit as tight as the gang can be (``Placer.lowest_level``); the tightest fit
+wins (lowest cell level, least fragmentation, least loaded, name).  A cheap
+necessary check on the cluster's free totals, and the cluster's remembered
+"no" answers (:class:`fleet.core.cycle_memory.PlacementMemo`), skip most
+questions.  If no cluster fits, clusters are asked again with preemption
+allowed, least loaded first, until :data:`PREEMPTION_CLUSTERS` of them can
+take the gang; the fit with the fewest, then lowest-priority victims wins.
+``released`` names units the cycle already plans to preempt (quota reclaim):
+each placer sees those it holds as free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleet.core import resources
+from fleet.core.cycle_context import CycleRun
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.placement import Fit, NoFit, Placer
+
+#: With preemption, the least loaded clusters are asked until this many can take
+#: the gang; the one with the fewest, then lowest-priority victims wins.
+PREEMPTION_CLUSTERS = 2
+
+
+def place(
+    run: CycleRun, job: Job, pods: tuple[Pod, ...], mode: Mode, released: tuple[str, ...]
+) -> Fit | str:
+    """The best fit for ``pods`` of ``job`` in ``mode`` over the allowed clusters, or why not."""
+    placers = candidates(run, job)
+    if not placers:
+        return "no member cluster is allowed by the job's placement policy"
+    need = _sum(pods)
+    best: tuple[tuple[int, float, float, str], Fit] | None = None
+    misses: list[str] = []
+    question = (
+        tuple(p.request for p in pods),
+        mode,
+        job.gpu_sku,
+        job.pinned_cell_id,
+        job.queue if mode is Mode.GUARANTEED else None,
+    )
+    for load, placer in placers:
+        name = placer.cluster
+        known = run.places.answers(name)
+        key = question[:-1] if placer.queue_blind else question
+        here = frozenset(k for k in released if placer.holds(k))
+        if not here:
+            if not _may_fit(run.places.room[name][0], need):
+                misses.append(f"{name}: not enough free capacity")
+                continue
+            why = known.get(key)
+            if why is not None:
+                misses.append(why)
+                continue
+        fit = placer.fit(job, pods, mode, released=here)
+        if isinstance(fit, NoFit):
+            misses.append(f"{name}: {fit.reason}")
+            if not here:
+                known[key] = misses[-1]
+            continue
+        rank = (fit.level, fit.fragmentation, load, placer.cluster)
+        if best is None or rank < best[0]:
+            best = (rank, fit)
+        if fit.level <= placer.lowest_level(job, pods):
+            break
+    if best is not None:
+        return best[1]
+    if mode is not Mode.OPPORTUNISTIC:
+        victim_fit = place_with_preemption(run, job, pods, mode, released, placers)
+        if victim_fit is not None:
+            return victim_fit
+    reason = "no cluster fits the gang: " + "; ".join(misses[:3])
+    if len(misses) > 3:
+        reason += f"; and {len(misses) - 3} more"
+    return reason
+
+
+def place_with_preemption(
+    run: CycleRun,
+    job: Job,
+    pods: tuple[Pod, ...],
+    mode: Mode,
+    released: tuple[str, ...],
+    placers: list[tuple[float, Placer]],
+) -> Fit | None:
+    """The fit with the fewest, then lowest-priority victims among the first clusters that fit."""
+    units = run.state.units
+    best: tuple[tuple[int, int, int, float, str], Fit] | None = None
+    found = 0
+    # A borrowed job may preempt only opportunistic jobs, whatever its queue
+    # and priority, and none start before the last pass: a failed question
+    # holds for the cycle until a release in that cluster.
+    question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
+    for load, placer in placers:
+        if found >= PREEMPTION_CLUSTERS:
+            break
+        known = run.places.answers(placer.cluster)
+        here = frozenset(k for k in released if placer.holds(k))
+        memo = mode is Mode.BORROWED and not here
+        if memo and question in known:
+            continue
+        fit = placer.fit(job, pods, mode, preempt=True, released=here)
+        if isinstance(fit, NoFit):
+            if memo:
+                known[question] = fit.reason
+            continue
+        found += 1
+        top = max((units[v].job.priority for v in fit.victims if v in units), default=0)
+        rank = (len(fit.victims), top, fit.level, load, placer.cluster)
+        if best is None or rank < best[0]:
+            best = (rank, fit)
+        if len(fit.victims) <= 1 and top < 0:
+            break  # one opportunistic victim: no cluster can do better on victims
+    return best[1] if best else None
+
+
+def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
+    """The clusters ``job`` may use with their load, least loaded first (then by name)."""
+    out: list[tuple[float, Placer]] = []
+    for name, placer in run.state.placers.items():
+        if job.clusters is not None and name not in job.clusters:
+            continue
+        room = run.places.room.get(name)
+        if room is None:
+            room = run.places.room[name] = _room(placer)
+        out.append((room[1], placer))
+    out.sort(key=lambda lp: (lp[0], lp[1].cluster))
+    return out
+
+
+def _sum(pods: Sequence[Pod]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod in pods:
+        for name, amount in pod.request.items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _room(placer: Placer) -> tuple[dict[str, int], float]:
+    """Free resources of a cluster and its load (share of GPUs, else cpu, in use)."""
+    capacity = placer.capacity()
+    allocated = placer.allocated()
+    free = {name: amount - allocated[name] for name, amount in capacity.items()}
+    load = 0.0
+    for name in (resources.GPU, resources.CPU):
+        if capacity[name]:
+            load = allocated[name] / capacity[name]
+            break
+    return free, load
+
+
+def _may_fit(free: dict[str, int], need: dict[str, int]) -> bool:
+    """Cheap necessary condition: the cluster has that much free in total."""
+    for name in (resources.GPU, resources.CPU, resources.MEMORY):
+        amount = need.get(name, 0)
+        if amount and name in free and free[name] < amount:
+            return False
+    return True

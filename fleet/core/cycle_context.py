@@ -1,0 +1,69 @@
+"""The working data of one scheduling cycle, shared by its passes.
+
+Theory of operation: :func:`fleet.core.cycle.cycle` builds one
+:class:`CycleRun` and hands it to the modules that make up the cycle:
+:mod:`fleet.core.cluster_choice` (where a gang fits), :mod:`fleet.core.admission`
+(quota verdict, victims, committing), :mod:`fleet.core.growth` (elastic
+growth) and the passes in :mod:`fleet.core.cycle`.  It holds the decisions
+made so far, the memories of :mod:`fleet.core.cycle_memory`, and what this
+cycle admitted (so that a job admitted and then displaced in the same cycle
+is reported as waiting, never as started and preempted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts
+from fleet.core.decisions import Decision
+from fleet.core.quota import QuotaBlock
+from fleet.core.state import SchedulerState
+
+
+class Pass(Enum):
+    """The cycle's three passes, in order."""
+
+    GUARANTEED = 0  # work within each queue's min
+    BORROWING = 1  # work above min, within max
+    OPPORTUNISTIC = 2  # negative-priority jobs on what is left
+
+
+@dataclass(slots=True)
+class CycleRun:
+    """Everything one cycle shares between its passes; see the module docstring."""
+
+    state: SchedulerState
+    now: float
+    shortcuts: Shortcuts
+    phase: Pass = Pass.GUARANTEED
+    decisions: list[Decision] = field(default_factory=list)
+    shapes: ShapeMemo = field(default_factory=ShapeMemo)
+    reclaims: ReclaimMemo = field(default_factory=ReclaimMemo)
+    places: PlacementMemo = field(default_factory=PlacementMemo)
+    #: The quota block of the last attempt when nothing could make room (else None).
+    last_block: QuotaBlock | None = None
+    #: queue -> keys admitted this cycle (dropped from the pending lists at the end)
+    admitted: dict[str, set[str]] = field(default_factory=dict)
+    #: jobs admitted earlier in this cycle and displaced later in it
+    displaced: set[str] = field(default_factory=set)
+    #: StrictFIFO queues stopped this cycle
+    blocked: set[str] = field(default_factory=set)
+    #: queue -> its fairness key, until its usage changes
+    shares: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.shapes.on = self.shortcuts.shape_memo
+        self.reclaims.on = self.shortcuts.reclaim_memo
+        self.places.on = self.shortcuts.nofit_memo
+
+    def touch(self, queue: str) -> None:
+        """The usage of ``queue`` changed: forget its fairness key."""
+        self.shares.pop(queue, None)
+
+    def released(self, cluster: str, queue: str) -> None:
+        """A unit of ``queue`` in ``cluster`` was released: forget what it invalidates."""
+        self.places.released(cluster)
+        self.touch(queue)
+        self.shapes.forget()
+        self.reclaims.forget()

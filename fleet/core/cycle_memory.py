@@ -1,0 +1,127 @@
+"""What one scheduling cycle remembers between jobs, and when it forgets.
+
+Theory of operation: within a cycle, admissions only *take* capacity and
+quota, so an answer "this does not fit" stays right until something is
+*released* (a preemption) or a new preemption *candidate* appears.  Each
+memory below names what its answer depends on in its key and forgets exactly
+when one of those things changes, so that using it changes no decision
+(``tests/core/test_cycle_shortcuts.py`` checks this against a cycle run with
+every memory switched off through :class:`Shortcuts`).
+
+* :class:`ShapeMemo` (Armada's "unfeasible key"): a job that could not start,
+  keyed by its shape, the pass, and its quota verdict at each size tried.  A
+  borrowed admission creates new victims for guaranteed jobs (reclaim and
+  placement), so answers that could preempt borrowed work are forgotten then;
+  any release forgets everything.
+* :class:`ReclaimMemo`: a reclaim search that failed for a queue blocked at
+  one node and resource is not repeated for a larger shortfall there, until a
+  release or a borrowed admission changes the candidates.
+* :class:`PlacementMemo`: per cluster, its free resources and load, and the
+  placement questions it answered "no" to without preemption (and, for
+  borrowed jobs, with preemption: their only victims are opportunistic jobs),
+  until a bind or release there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fleet.core.quota import QuotaBlock
+
+
+@dataclass(frozen=True, slots=True)
+class Shortcuts:
+    """Which of the cycle's shortcuts are on (all by default).
+
+    Switching one off makes the cycle slower and must not change any
+    decision; the equivalence property tests rely on that.
+    """
+
+    shape_memo: bool = True
+    reclaim_memo: bool = True
+    nofit_memo: bool = True
+    bulk_wait: bool = True
+
+
+NO_SHORTCUTS = Shortcuts(False, False, False, False)
+ALL_SHORTCUTS = Shortcuts()
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """Why a shape could not start, and the quota block that stopped it (if any)."""
+
+    reason: str
+    block: QuotaBlock | None
+
+
+@dataclass(slots=True)
+class ShapeMemo:
+    """Shapes that could not start this cycle; see the module docstring."""
+
+    on: bool = True
+    entries: dict[tuple[object, ...], Remembered] = field(default_factory=dict)
+    #: keys whose answer may change when a borrowed job is admitted
+    could_preempt_borrowed: set[tuple[object, ...]] = field(default_factory=set)
+
+    def get(self, key: tuple[object, ...]) -> Remembered | None:
+        return self.entries.get(key) if self.on else None
+
+    def put(self, key: tuple[object, ...], answer: Remembered, preempts_borrowed: bool) -> None:
+        if not self.on:
+            return
+        self.entries[key] = answer
+        if preempts_borrowed:
+            self.could_preempt_borrowed.add(key)
+
+    def forget(self) -> None:
+        self.entries.clear()
+        self.could_preempt_borrowed.clear()
+
+    def forget_borrowed_dependents(self) -> None:
+        for key in self.could_preempt_borrowed:
+            self.entries.pop(key, None)
+        self.could_preempt_borrowed.clear()
+
+
+@dataclass(slots=True)
+class ReclaimMemo:
+    """Failed reclaim searches: (queue, node, resource) -> smallest shortfall that failed."""
+
+    on: bool = True
+    failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+    def known_to_fail(self, key: tuple[str, str, str], shortfall: int) -> bool:
+        known = self.failed.get(key)
+        return self.on and known is not None and shortfall >= known
+
+    def record(self, key: tuple[str, str, str], shortfall: int) -> None:
+        known = self.failed.get(key)
+        self.failed[key] = shortfall if known is None else min(known, shortfall)
+
+    def forget(self) -> None:
+        self.failed.clear()
+
+
+@dataclass(slots=True)
+class PlacementMemo:
+    """Per cluster: free resources and load, and the questions it said no to."""
+
+    on: bool = True
+    room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
+    nofit: dict[str, dict[tuple[object, ...], str]] = field(default_factory=dict)
+
+    def answers(self, cluster: str) -> dict[tuple[object, ...], str]:
+        """The cluster's remembered "no" answers (a scratch dict when the memo is off)."""
+        if not self.on:
+            return {}
+        return self.nofit.setdefault(cluster, {})
+
+    def bound(self, cluster: str) -> None:
+        """Something was bound in ``cluster``: its free room changed."""
+        self.room.pop(cluster, None)
+
+    def released(self, cluster: str) -> None:
+        """Something was released in ``cluster``: every answer there may change."""
+        self.room.pop(cluster, None)
+        self.nofit.pop(cluster, None)

@@ -1,0 +1,373 @@
+"""Events in: the one way anything outside the cycle changes the scheduler state.
+
+Theory of operation (dask's worker state machine, h11): the shell tells the
+core what happened as frozen event values, and :func:`apply` changes the
+:class:`~fleet.core.state.SchedulerState` accordingly and returns what
+followed: the job :class:`~fleet.core.state.Transition` s it caused (each
+through :func:`fleet.core.lifecycle.transition`, for the shell to persist)
+and :class:`Notice` s about running jobs that need the shell's attention.
+Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
+the state, and the placers' own mutators are reached only through here and
+the cycle.  An event that cannot be applied raises and changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fleet.core import lifecycle
+from fleet.core.charges import Charge
+from fleet.core.jobs import Job
+from fleet.core.lifecycle import JobState
+from fleet.core.placement import Placer, RestoreError
+from fleet.core.quota import UNCHANGED, QuotaNodeSpec, QuotaTree, _Unchanged
+from fleet.core.resources import Resources
+from fleet.core.state import Running, SchedulerState, Transition, UnknownJob
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A new job to queue."""
+
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """The admitted job was created in its member cluster."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The dispatched job's pods are running."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The running job ended by itself: succeeded, or failed."""
+
+    key: str
+    succeeded: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A user cancelled the job (pending, running or being preempted)."""
+
+    key: str
+    reason: str = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchFailed:
+    """The member refused the admitted job: queue it again (not a preemption)."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The preempted job's pods are gone: queue it again."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealthChanged:
+    """A node of a member cluster went bad, or is healthy again."""
+
+    cluster: str
+    node: str
+    healthy: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaTreeReplaced:
+    """A whole new quota tree."""
+
+    root: QuotaNodeSpec
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaNodePatched:
+    """One node's ``min``, ``max`` (None: unlimited) or ``namespaces`` changed."""
+
+    name: str
+    min: Resources | None = None
+    max: Resources | object | None = UNCHANGED
+    namespaces: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterAdded:
+    """A new member cluster, with its (empty) placer."""
+
+    placer: Placer
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRemoved:
+    """A member cluster is gone: its running jobs are queued again."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAdvanced:
+    """Time moved on to ``now`` (seconds; never backwards)."""
+
+    now: float
+
+
+Event = (
+    Submitted
+    | Dispatched
+    | Started
+    | Finished
+    | Cancelled
+    | DispatchFailed
+    | Stopped
+    | NodeHealthChanged
+    | QuotaTreeReplaced
+    | QuotaNodePatched
+    | ClusterAdded
+    | ClusterRemoved
+    | ClockAdvanced
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something about a running job the shell should know (e.g. its node went bad)."""
+
+    job: str
+    reason: str
+
+
+Outcome = Transition | Notice
+
+
+def apply(state: SchedulerState, event: Event) -> list[Outcome]:
+    """Apply one event to ``state``; what followed from it."""
+    handler = _HANDLERS[type(event)]
+    return handler(state, event)
+
+
+def _submitted(state: SchedulerState, event: Submitted) -> list[Outcome]:
+    return [state.submit(event.job)]
+
+
+def _phase_of(state: SchedulerState, key: str) -> JobState:
+    phase = state.phase.get(key)
+    if phase is None:
+        raise UnknownJob(key)
+    return phase
+
+
+def _dispatched(state: SchedulerState, event: Dispatched) -> list[Outcome]:
+    return [state.move(event.key, JobState.DISPATCHED)]
+
+
+def _started(state: SchedulerState, event: Started) -> list[Outcome]:
+    return [state.move(event.key, JobState.RUNNING)]
+
+
+def _finished(state: SchedulerState, event: Finished) -> list[Outcome]:
+    new = JobState.SUCCEEDED if event.succeeded else JobState.FAILED
+    lifecycle.transition(event.key, _phase_of(state, event.key), new)
+    state.release(event.key)
+    return [state.move(event.key, new, event.reason)]
+
+
+def _cancelled(state: SchedulerState, event: Cancelled) -> list[Outcome]:
+    key = event.key
+    lifecycle.transition(key, _phase_of(state, key), JobState.CANCELLED)
+    if key in state.running:
+        state.release(key)
+    elif key in state.stopping:
+        del state.stopping[key]
+    else:
+        state.unqueue(key)
+    return [state.move(key, JobState.CANCELLED, event.reason)]
+
+
+def _dispatch_failed(state: SchedulerState, event: DispatchFailed) -> list[Outcome]:
+    key = event.key
+    lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
+    job = state.release(key).job
+    state.enqueue(job)
+    return [state.move(key, JobState.QUEUED, event.reason)]
+
+
+def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
+    key = event.key
+    if key not in state.stopping:
+        raise UnknownJob(key)
+    job = state.stopping[key]
+    if job.queue not in state.queues:
+        del state.stopping[key]
+        why = f"queue {job.queue} is no longer in the quota tree"
+        return [state.move(key, JobState.CANCELLED, why)]
+    del state.stopping[key]
+    state.enqueue(job)
+    return [state.move(key, JobState.QUEUED, "preemption finished")]
+
+
+def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcome]:
+    placer = state.placers.get(event.cluster)
+    if placer is None:
+        raise KeyError(f"no member cluster named {event.cluster!r}")
+    units = placer.set_node_health(event.node, event.healthy)
+    jobs = dict.fromkeys(state.units[u].job.key for u in units if u in state.units)
+    why = f"node {event.node} of {event.cluster} went bad"
+    return [Notice(job, why) for job in jobs]
+
+
+def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
+    name = event.placer.cluster
+    if name in state.placers:
+        raise ValueError(f"member cluster {name!r} already exists")
+    state.placers[name] = event.placer
+    return []
+
+
+def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outcome]:
+    if event.name not in state.placers:
+        raise KeyError(f"no member cluster named {event.name!r}")
+    out: list[Outcome] = []
+    why = f"member cluster {event.name} was removed"
+    for key in [k for k, run in state.running.items() if run.cluster == event.name]:
+        job = state.release(key).job
+        state.enqueue(job)
+        out.append(state.move(key, JobState.QUEUED, why))
+    del state.placers[event.name]
+    return out
+
+
+def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
+    if event.now < state.now:
+        raise ValueError(f"the clock cannot go back from {state.now} to {event.now}")
+    state.now = event.now
+    return []
+
+
+def _tree_replaced(state: SchedulerState, event: QuotaTreeReplaced) -> list[Outcome]:
+    return _retree(state, QuotaTree.build(event.root))
+
+
+def _node_patched(state: SchedulerState, event: QuotaNodePatched) -> list[Outcome]:
+    tree = state.tree.copy()
+    new_max = event.max
+    if not isinstance(new_max, Resources | _Unchanged | None):
+        raise TypeError("max must be Resources, None or UNCHANGED")
+    tree.set_node(
+        event.name,
+        min=event.min,
+        max=new_max,
+        namespaces=event.namespaces,
+    )
+    return _retree(state, QuotaTree.build(tree.to_spec()))
+
+
+def _route(tree: QuotaTree, job: Job) -> str | None:
+    """The leaf ``job`` belongs to under ``tree`` (None: no leaf takes it)."""
+    if job.queue_from_namespace:
+        return tree.queue_for_namespace(job.namespace)
+    return job.queue if tree.has_node(job.queue) and tree.is_leaf(job.queue) else None
+
+
+def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
+    """Switch to ``tree``: re-route jobs, carry running charges over, fail the homeless.
+
+    Running units keep their charges (usage above a lowered ``max`` is kept
+    and grandfathered); a running job whose queue moved is held again under
+    its new queue at the same cells; a job that no leaf takes any more is
+    failed (pending) or stopped and failed (running) with the reason.
+    """
+    out: list[Outcome] = []
+    moves: list[tuple[Running, str]] = []
+    for key, run in state.running.items():
+        leaf = _route(tree, run.job)
+        if leaf is None:
+            out.append(Notice(key, "its queue is no longer in the quota tree"))
+            continue
+        moves.append((run, leaf))
+    # Nothing has changed yet; from here on the switch happens.
+    old_tree = state.tree
+    gone = [n.job for n in out if isinstance(n, Notice)]
+    for key in gone:
+        state.release(key)
+    for run, _ in moves:
+        for unit in run.units:
+            old_tree.release(unit.charge.key)
+    state.tree = tree
+    for run, leaf in moves:
+        if leaf != run.job.queue:
+            _requeue_running(state, run, leaf)
+        else:
+            for unit in run.units:
+                tree.admit(unit.charge)
+    tree.grandfather()
+    for key in gone:
+        out.append(state.move(key, JobState.FAILED, "its queue is no longer in the quota tree"))
+    out = [o for o in out if not isinstance(o, Notice)]
+    pending = state.pending()
+    for job in pending:
+        state.unqueue(job.key)
+    state.sync_queues()
+    for job in pending:
+        leaf = _route(tree, job)
+        if leaf is None:
+            why = f"no leaf of the quota tree takes queue {job.queue} or namespace {job.namespace}"
+            out.append(state.move(job.key, JobState.FAILED, why))
+            continue
+        state.enqueue(job if leaf == job.queue else dataclasses.replace(job, queue=leaf))
+    for key, job in list(state.stopping.items()):
+        leaf = _route(tree, job)
+        if leaf is not None and leaf != job.queue:
+            state.stopping[key] = dataclasses.replace(job, queue=leaf)
+    return out
+
+
+def _requeue_running(state: SchedulerState, run: Running, leaf: str) -> None:
+    """Hold a running job's units again under queue ``leaf`` at the same cells."""
+    placer = state.placers[run.cluster]
+    job = dataclasses.replace(run.job, queue=leaf)
+    units = list(run.units)
+    run.job = job
+    run.units.clear()
+    for unit in units:
+        placer.release(unit.charge.key)
+        del state.units[unit.charge.key]
+    for unit in units:
+        charge: Charge = dataclasses.replace(unit.charge, queue=leaf)
+        try:
+            placer.restore(run.job_for(dataclasses.replace(unit, charge=charge)), charge, unit.pods)
+        except RestoreError:
+            raise
+        state.hold(run, charge, unit.pods)
+
+
+_HANDLERS: dict[type, Callable[[SchedulerState, object], list[Outcome]]] = {
+    Submitted: _submitted,  # type: ignore[dict-item]
+    Dispatched: _dispatched,  # type: ignore[dict-item]
+    Started: _started,  # type: ignore[dict-item]
+    Finished: _finished,  # type: ignore[dict-item]
+    Cancelled: _cancelled,  # type: ignore[dict-item]
+    DispatchFailed: _dispatch_failed,  # type: ignore[dict-item]
+    Stopped: _stopped,  # type: ignore[dict-item]
+    NodeHealthChanged: _node_health,  # type: ignore[dict-item]
+    QuotaTreeReplaced: _tree_replaced,  # type: ignore[dict-item]
+    QuotaNodePatched: _node_patched,  # type: ignore[dict-item]
+    ClusterAdded: _cluster_added,  # type: ignore[dict-item]
+    ClusterRemoved: _cluster_removed,  # type: ignore[dict-item]
+    ClockAdvanced: _clock,  # type: ignore[dict-item]
+}

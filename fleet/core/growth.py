@@ -1,0 +1,102 @@
+"""Growth: running jobs that started below their full size take the pods that now fit.
+
+Theory of operation: after the passes, every running job that holds fewer
+pods than it may run (an incremental job, a gang started at its
+``minAvailable``, an elastic job below ``maxReplicas``) is offered its
+missing pods, all at once, else the largest count that fits (bisection).
+Each growth is a new *unit* (:mod:`fleet.core.charges`) with its own quota
+verdict: a growth step above the queue's ``min`` is borrowed and is the
+first thing taken back when another job needs the room, while the job keeps
+the pods it started with.  The growth unit is bound in its placer under the
+unit key, so placers and the quota tree offer it as a victim on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fleet.core import charges
+from fleet.core.cycle_context import CycleRun
+from fleet.core.decisions import Admit
+from fleet.core.jobs import Job, Mode, Pod
+from fleet.core.placement import Fit
+from fleet.core.resources import ONE_JOB
+from fleet.core.state import Running
+
+
+def grow(run: CycleRun) -> None:
+    """Give each partially running job the most of its missing pods that fit now."""
+    state = run.state
+    for key in list(state.running):
+        owner = state.running[key]
+        if owner.complete:
+            continue
+        placed = {p.pod for p in owner.pods}
+        missing = tuple(p for p in owner.job.pods if p.name not in placed)
+        step = 1 + max(charges.step_of(u.charge.key) for u in owner.units)
+        unit_job = _unit_job(owner.job, charges.unit_key(owner.job.key, step))
+        if _try(run, owner, unit_job, missing):
+            continue
+        lo, hi = 1, len(missing) - 1
+        if hi < lo or not _try_fit(run, owner, unit_job, missing[:lo]):
+            continue
+        best = lo
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _try_fit(run, owner, unit_job, missing[:mid]):
+                best, lo = mid, mid
+            else:
+                hi = mid - 1
+        _try(run, owner, unit_job, missing[:best])
+
+
+def _unit_job(job: Job, key: str) -> Job:
+    return dataclasses.replace(job, key=key)
+
+
+def _verdict(run: CycleRun, job: Job, pods: tuple[Pod, ...]) -> Mode | None:
+    request = job.request_of(pods) - ONE_JOB
+    verdict = run.state.tree.classify(
+        job.queue, request, priority=job.priority, preemptible=job.preemptible
+    )
+    return verdict if isinstance(verdict, Mode) else None
+
+
+def _try_fit(run: CycleRun, owner: Running, unit_job: Job, pods: tuple[Pod, ...]) -> bool:
+    mode = _verdict(run, unit_job, pods)
+    if mode is None:
+        return False
+    return isinstance(run.state.placers[owner.cluster].fit(unit_job, pods, mode), Fit)
+
+
+def _try(run: CycleRun, owner: Running, unit_job: Job, pods: tuple[Pod, ...]) -> bool:
+    """Grow ``owner`` by ``pods`` as the unit ``unit_job.key`` if they fit now."""
+    state = run.state
+    mode = _verdict(run, unit_job, pods)
+    if mode is None:
+        return False
+    placer = state.placers[owner.cluster]
+    fit = placer.fit(unit_job, pods, mode)
+    if not isinstance(fit, Fit):
+        return False
+    request = unit_job.request_of(pods) - ONE_JOB
+    step = charges.step_of(unit_job.key)
+    charge = charges.charge_for(owner.job, mode, request, step)
+    placer.bind(unit_job, charge, fit)
+    state.hold(owner, charge, fit.pods)
+    run.places.bound(owner.cluster)
+    run.touch(owner.job.queue)
+    run.decisions.append(
+        Admit(
+            owner.job.key,
+            owner.job.queue,
+            owner.cluster,
+            mode,
+            owner.job.priority,
+            fit.pods,
+            run.now,
+            grown=True,
+            unit=charge.key,
+        )
+    )
+    return True

@@ -1,0 +1,199 @@
+"""Exact restore: the scheduler state as plain records, and back.
+
+Theory of operation: the database records every known job, its lifecycle
+state, and for each running job its cluster and units (the unit's charge:
+key, mode, request; its pods: node names and GPU indices).  :func:`take`
+produces exactly those records; :func:`restore` rebuilds a
+:class:`~fleet.core.state.SchedulerState` from them on a fresh tree and
+fresh placers, never re-planning: every unit is held again at its recorded
+cells (``Placer.restore``) and charged again to the tree.  Units are restored
+in the order of their keys, so the result does not depend on the order of
+the records; a placement that no longer exists, or that two units claim,
+raises :class:`~fleet.core.placement.RestoreError` naming them.  Pending jobs
+are queued again in their own order (priority, then submission).
+:func:`to_plain` and :func:`from_plain` turn a snapshot into JSON-ready
+values and back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.core.charges import Charge, step_of
+from fleet.core.jobs import Job, Mode, ReplicaGroup
+from fleet.core.lifecycle import JobState
+from fleet.core.placement import Placer, PodPlacement, RestoreError
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources
+from fleet.core.state import Running, SchedulerState, Unit
+
+__all__ = ["RunningRecord", "Snapshot", "Unit", "from_plain", "restore", "take", "to_plain"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunningRecord:
+    """A running job as recorded: its cluster, lifecycle state and units."""
+
+    job: Job
+    cluster: str
+    phase: JobState
+    units: tuple[Unit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the core needs to continue after a restart."""
+
+    now: float
+    pending: tuple[Job, ...]
+    stopping: tuple[Job, ...]
+    running: tuple[RunningRecord, ...]
+
+
+def take(state: SchedulerState) -> Snapshot:
+    """The records of ``state`` (what the database holds)."""
+    running = tuple(
+        RunningRecord(run.job, run.cluster, state.phase[key], tuple(run.units))
+        for key, run in sorted(state.running.items())
+    )
+    return Snapshot(
+        state.now,
+        tuple(state.pending()),
+        tuple(job for _, job in sorted(state.stopping.items())),
+        running,
+    )
+
+
+def restore(
+    snapshot: Snapshot,
+    tree: QuotaTree,
+    placers: Mapping[str, Placer],
+    *,
+    strict_fifo: Iterable[str] = (),
+) -> SchedulerState:
+    """A state rebuilt from ``snapshot`` on an empty ``tree`` and empty ``placers``."""
+    state = SchedulerState(tree, placers, strict_fifo=strict_fifo, now=snapshot.now)
+    claimed: dict[str, str] = {}
+    records = sorted(snapshot.running, key=lambda r: r.job.key)
+    for record in records:
+        if record.job.key in claimed:
+            raise RestoreError(f"job {record.job.key} is recorded twice")
+        claimed[record.job.key] = record.cluster
+        placer = state.placers.get(record.cluster)
+        if placer is None:
+            raise RestoreError(f"{record.job.key}: member cluster {record.cluster} is unknown")
+        run = Running(record.job, record.cluster)
+        for unit in sorted(record.units, key=lambda u: u.charge.key):
+            placer.restore(run.job_for(unit), unit.charge, unit.pods)
+            state.hold(run, unit.charge, unit.pods)
+        run.units.sort(key=lambda u: step_of(u.charge.key))
+        state.running[record.job.key] = run
+        state.phase[record.job.key] = record.phase
+    tree.grandfather()
+    for job in sorted(snapshot.stopping, key=lambda j: j.key):
+        state.stopping[job.key] = job
+        state.phase[job.key] = JobState.PREEMPTED
+    for job in snapshot.pending:
+        state.enqueue(job)
+        state.phase[job.key] = JobState.QUEUED
+    return state
+
+
+# Plain values ---------------------------------------------------------------------
+
+
+def _job_plain(job: Job) -> dict[str, Any]:
+    return {
+        "key": job.key,
+        "queue": job.queue,
+        "priority": job.priority,
+        "seq": job.seq,
+        "groups": [[g.role, g.count, dict(g.per_pod)] for g in job.groups],
+        "min_members": job.min_members,
+        "gang": job.gang,
+        "preemptible": job.preemptible,
+        "gpu_sku": job.gpu_sku,
+        "clusters": None if job.clusters is None else sorted(job.clusters),
+        "priority_class": job.priority_class,
+        "pinned_cell_id": job.pinned_cell_id,
+        "target": job.target,
+        "queue_from_namespace": job.queue_from_namespace,
+    }
+
+
+def _job_back(d: Mapping[str, Any]) -> Job:
+    return Job(
+        key=d["key"],
+        queue=d["queue"],
+        priority=d["priority"],
+        seq=d["seq"],
+        groups=tuple(ReplicaGroup(r, c, Resources(p)) for r, c, p in d["groups"]),
+        min_members=d["min_members"],
+        gang=d["gang"],
+        preemptible=d["preemptible"],
+        gpu_sku=d["gpu_sku"],
+        clusters=None if d["clusters"] is None else frozenset(d["clusters"]),
+        priority_class=d["priority_class"],
+        pinned_cell_id=d["pinned_cell_id"],
+        target=d["target"],
+        queue_from_namespace=d["queue_from_namespace"],
+    )
+
+
+def _unit_plain(unit: Unit) -> dict[str, Any]:
+    c = unit.charge
+    return {
+        "key": c.key,
+        "mode": c.mode.value,
+        "request": dict(c.request),
+        "pods": [[p.pod, p.node, list(p.gpus)] for p in unit.pods],
+    }
+
+
+def _unit_back(job: Job, d: Mapping[str, Any]) -> Unit:
+    charge = Charge(
+        d["key"],
+        job.key,
+        job.queue,
+        job.priority,
+        job.seq,
+        job.preemptible,
+        Mode(d["mode"]),
+        Resources(d["request"]),
+    )
+    return Unit(charge, tuple(PodPlacement(p, n, tuple(g)) for p, n, g in d["pods"]))
+
+
+def to_plain(snapshot: Snapshot) -> dict[str, Any]:
+    """``snapshot`` as JSON-ready values (str, int, float, bool, None, list, dict)."""
+    return {
+        "now": snapshot.now,
+        "pending": [_job_plain(j) for j in snapshot.pending],
+        "stopping": [_job_plain(j) for j in snapshot.stopping],
+        "running": [
+            {
+                "job": _job_plain(r.job),
+                "cluster": r.cluster,
+                "phase": r.phase.value,
+                "units": [_unit_plain(u) for u in r.units],
+            }
+            for r in snapshot.running
+        ],
+    }
+
+
+def from_plain(d: Mapping[str, Any]) -> Snapshot:
+    """The snapshot :func:`to_plain` described."""
+    running = []
+    for r in d["running"]:
+        job = _job_back(r["job"])
+        units = tuple(_unit_back(job, u) for u in r["units"])
+        running.append(RunningRecord(job, r["cluster"], JobState(r["phase"]), units))
+    return Snapshot(
+        float(d["now"]),
+        tuple(_job_back(j) for j in d["pending"]),
+        tuple(_job_back(j) for j in d["stopping"]),
+        tuple(running),
+    )

@@ -1,0 +1,1 @@
+"""Project tooling that is not part of the ``fleet`` package (lint-time checks)."""
