@@ -9,41 +9,41 @@ server uses (:mod:`fleet.manifests`), prints every error (document index and fie
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
 ``check jobs`` routes jobs with ``--quota`` and checks cluster affinity and
-GPU types with ``--clusters``.  A file that cannot be read (missing, a
-directory, not UTF-8) is one plain error line naming it, for ``plan`` too.
+GPU types with ``--clusters``.  Input files are read by
+:mod:`fleet.cli.inputs`: a file that cannot be used (missing, a directory,
+larger than ``--max-input-size``, not UTF-8) is one plain error line naming
+it, for ``plan`` too, and a file above the size limit is never parsed.
 ``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
+``fleet --version`` prints the installed package's version.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from fleet.cli.inputs import (
+    DEFAULT_MAX_INPUT_SIZE,
+    InputError,
+    parse_size,
+    read_input,
+)
 from fleet.core import quota
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError, SpecIssue
 from fleet.manifests.models import MemberClusterModel
 
 
-def _read(path: str) -> str | None:
-    """The file's text, or None after saying on stderr why it cannot be read."""
+def _read(path: str, max_size: int) -> str | None:
+    """The file's text, or None after saying on stderr why it cannot be used."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        why = "no such file"
-    except IsADirectoryError:
-        why = "is a directory, not a file"
-    except PermissionError:
-        why = "permission denied"
-    except OSError as e:
-        why = e.strerror or str(e)
-    except UnicodeDecodeError as e:
-        why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
-    print(f"error: {path}: {why}", file=sys.stderr)
-    return None
+        return read_input(path, max_size)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
 
 
 def _report(path: str, issues: Sequence[SpecIssue]) -> int:
@@ -65,8 +65,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}s"
 
 
-def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
-    text = _read(path)
+def _load_tree(path: str, max_size: int) -> tuple[quota.QuotaTree | None, int]:
+    text = _read(path, max_size)
     if text is None:
         return None, 1
     try:
@@ -78,7 +78,7 @@ def _load_tree(path: str) -> tuple[quota.QuotaTree | None, int]:
 
 
 def _check_quota(args: argparse.Namespace) -> int:
-    tree, rc = _load_tree(args.file)
+    tree, rc = _load_tree(args.file, args.max_input_size)
     if tree is None:
         return rc or 1
     leaves = tree.leaves()
@@ -91,7 +91,7 @@ def _check_quota(args: argparse.Namespace) -> int:
 
 
 def _check_clusters(args: argparse.Namespace) -> int:
-    text = _read(args.file)
+    text = _read(args.file, args.max_input_size)
     if text is None:
         return 1
     try:
@@ -106,19 +106,19 @@ def _check_clusters(args: argparse.Namespace) -> int:
 def _check_jobs(args: argparse.Namespace) -> int:
     tree: quota.QuotaTree | None = None
     if args.quota is not None:
-        tree, rc = _load_tree(args.quota)
+        tree, rc = _load_tree(args.quota, args.max_input_size)
         if tree is None:
             return rc or 1
     clusters: list[MemberClusterModel] = []
     if args.clusters is not None:
-        clusters_text = _read(args.clusters)
+        clusters_text = _read(args.clusters, args.max_input_size)
         if clusters_text is None:
             return 1
         try:
             clusters = convert.load_clusters(clusters_text)
         except SpecError as e:
             return _report(args.clusters, e.issues)
-    text = _read(args.file)
+    text = _read(args.file, args.max_input_size)
     if text is None:
         return 1
     n_jobs, n_policies, issues = convert.check_submission(text, tree, clusters)
@@ -134,10 +134,10 @@ def _check_jobs(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    # Unreadable files (missing, a directory, not UTF-8) are refused here, each
-    # with its path, before the planner reads them.
+    # Unusable files (missing, a directory, too large, not UTF-8) are refused
+    # here, each with its path, before the planner reads them.
     for path in (args.quota, args.clusters, args.jobs, args.running):
-        if path is not None and _read(path) is None:
+        if path is not None and _read(path, args.max_input_size) is None:
             return 1
     # Lazy: the planner pulls in the whole core, and `check` must not need it.
     plan = importlib.import_module("fleet.cli.plan")
@@ -145,37 +145,126 @@ def _plan(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def version() -> str:
+    """The installed package's version (``importlib.metadata``)."""
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the package is not installed)"
+
+
+def _inputs_parent() -> argparse.ArgumentParser:
+    """The option every subcommand that reads files takes."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--max-input-size",
+        metavar="SIZE",
+        type=parse_size,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        help="refuse, before parsing, an input file larger than SIZE: bytes, or a number "
+        f"with KiB, MiB or GiB (default: {DEFAULT_MAX_INPUT_SIZE // 1024**2}MiB)",
+    )
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleet", description="Multi-cluster queueing and quota federation for GPU jobs."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {version()}",
+        help="print Fleet's version and exit",
+    )
+    inputs = _inputs_parent()
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (COMMAND --help)"
+    )
 
-    check = sub.add_parser("check", help="validate YAML files offline")
-    what = check.add_subparsers(dest="what", required=True, metavar="OBJECTS")
-    q = what.add_parser("quota", help="an ElasticQuotaTree file")
-    q.add_argument("file", metavar="FILE")
+    check = sub.add_parser(
+        "check",
+        help="validate YAML files offline",
+        description="Validate a YAML file offline: every error with its document index and "
+        "field path on stderr, exit status 1 on any error (warnings do not fail).",
+    )
+    what = check.add_subparsers(
+        dest="what", required=True, metavar="OBJECTS", help="what the file holds"
+    )
+    q = what.add_parser("quota", help="an ElasticQuotaTree file", parents=[inputs])
+    q.add_argument("file", metavar="FILE", help="YAML file with exactly one ElasticQuotaTree")
     q.set_defaults(handler=_check_quota)
-    j = what.add_parser("jobs", help="PyTorchJobs and PropagationPolicies (a submission)")
-    j.add_argument("file", metavar="FILE")
-    j.add_argument("--quota", metavar="TREE", help="route every job to a queue of this tree")
+    j = what.add_parser(
+        "jobs", help="PyTorchJobs and PropagationPolicies (a submission)", parents=[inputs]
+    )
+    j.add_argument("file", metavar="FILE", help="YAML file of PyTorchJobs and PropagationPolicies")
+    j.add_argument(
+        "--quota",
+        metavar="TREE",
+        help="ElasticQuotaTree file: route every job to a leaf queue of this tree",
+    )
     j.add_argument(
         "--clusters",
         metavar="CLUSTERS",
-        help="check cluster affinity and GPU types against these MemberClusters",
+        help="MemberCluster file: check cluster affinity and GPU types against these clusters",
     )
     j.set_defaults(handler=_check_jobs)
-    c = what.add_parser("clusters", help="a MemberCluster file")
-    c.add_argument("file", metavar="FILE")
+    c = what.add_parser("clusters", help="a MemberCluster file", parents=[inputs])
+    c.add_argument(
+        "file", metavar="FILE", help="YAML file of MemberClusters (names must be unique)"
+    )
     c.set_defaults(handler=_check_clusters)
 
-    p = sub.add_parser("plan", help="offline: what the scheduler would do with these jobs")
-    p.add_argument("--quota", metavar="TREE", required=True)
-    p.add_argument("--clusters", metavar="CLUSTERS", required=True)
-    p.add_argument("--jobs", metavar="JOBS", required=True)
-    p.add_argument("--running", metavar="RUNNING")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--placer", choices=("cells", "capacity"), default="cells")
+    p = sub.add_parser(
+        "plan",
+        help="offline: what the scheduler would do with these jobs",
+        description="Run the scheduling cycle offline: the jobs of --running are scheduled "
+        "first, then the jobs of --jobs are submitted in document order; print which jobs "
+        "start where (node and GPU indices per replica), which running jobs are preempted "
+        "and why the rest wait.",
+        parents=[inputs],
+    )
+    p.add_argument(
+        "--quota",
+        metavar="TREE",
+        required=True,
+        help="ElasticQuotaTree file: the queues with their min and max quota",
+    )
+    p.add_argument(
+        "--clusters",
+        metavar="CLUSTERS",
+        required=True,
+        help="MemberCluster file: the member clusters with their HiveD cell configs",
+    )
+    p.add_argument(
+        "--jobs",
+        metavar="JOBS",
+        required=True,
+        help="PyTorchJobs and PropagationPolicies to submit, in document order",
+    )
+    p.add_argument(
+        "--running",
+        metavar="RUNNING",
+        help="PyTorchJobs (and PropagationPolicies) that are already running, in the same "
+        "format as --jobs: they are scheduled first, in document order, and the jobs of "
+        "--jobs may preempt them; a job may not be in both files; their placements are "
+        "computed, not read",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table: readable columns (default); json: one document with admitted, "
+        "preempted, waiting and queues",
+    )
+    p.add_argument(
+        "--placer",
+        choices=("cells", "capacity"),
+        default="cells",
+        help="cells: the topology-aware HiveD-style cell allocator (default); "
+        "capacity: the capacity-only baseline",
+    )
     p.set_defaults(handler=_plan)
     return parser
 

@@ -19,9 +19,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
+from fleet.cli.inputs import InputError, read_input
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
@@ -196,12 +196,12 @@ class PlanInputError(Exception):
     """An input file of ``fleet plan`` that cannot be used; the message names it."""
 
 
-def _load(path: str, what: str, loader: Callable[[str], _T]) -> _T:
+def _load(path: str, what: str, loader: Callable[[str], _T], max_size: int) -> _T:
     """Read and load one input file; every error names the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise PlanInputError(f"error: {path}: cannot read the {what} file: {e}") from e
+        text = read_input(path, max_size)
+    except InputError as e:
+        raise PlanInputError(f"error: {path}: cannot read the {what} file: {e.reason}") from e
     try:
         return loader(text)
     except SpecError as e:
@@ -211,19 +211,22 @@ def _load(path: str, what: str, loader: Callable[[str], _T]) -> _T:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fleet plan`` (see :mod:`fleet.cli.main`)."""
     try:
-        tree, warnings = _load(args.quota, "quota", convert.load_quota)
-        clusters = _load(args.clusters, "clusters", convert.load_clusters)
+        size = args.max_input_size
+        tree, warnings = _load(args.quota, "quota", convert.load_quota, size)
+        clusters = _load(args.clusters, "clusters", convert.load_clusters, size)
         running: list[Job] = []
         if args.running:
             running = _load(
                 args.running,
                 "running jobs",
                 lambda text: convert.load_submission(text, tree, clusters, first_seq=0),
+                size,
             )
         jobs = _load(
             args.jobs,
             "jobs",
             lambda text: convert.load_submission(text, tree, clusters, first_seq=len(running)),
+            size,
         )
         both = sorted({j.key for j in running} & {j.key for j in jobs})
         if both:

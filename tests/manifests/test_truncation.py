@@ -109,7 +109,7 @@ def test_a_huge_job_name_costs_one_short_line_on_the_command_line(
     assert f"metadata.name: '{'x' * MAX_QUOTED}{ELLIPSIS}' is not a valid name" in line
 
 
-def test_a_value_yaml_cannot_build_is_an_issue_not_a_crash() -> None:
+def test_a_value_yaml_cannot_build_is_reported_not_a_crash() -> None:
     text = "a: " + "1" * 5000 + "\n"
     with pytest.raises(SpecError) as info:
         convert.load_quota(text)

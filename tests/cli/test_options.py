@@ -1,0 +1,208 @@
+"""The command line itself: ``--version``, help for every option, the input size limit."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleet.cli import inputs
+from fleet.cli.main import build_parser, main
+from fleet.manifests import documents
+from tests.manifests.factories import dump, make_cluster, make_job, make_tree
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    f = tmp_path / name
+    f.write_text(text, encoding="utf-8")
+    return str(f)
+
+
+# --version ----------------------------------------------------------------------------
+
+
+def test_version_prints_the_installed_package_version(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out, err = capsys.readouterr()
+    assert out == f"fleet {importlib.metadata.version('fleet')}\n" and err == ""
+
+
+# Help ---------------------------------------------------------------------------------
+
+
+def parsers(
+    parser: argparse.ArgumentParser, name: str = "fleet"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from parsers(sub, f"{name} {sub_name}")
+
+
+def every_action() -> Iterator[tuple[str, argparse.Action]]:
+    for name, parser in parsers(build_parser()):
+        for action in parser._actions:
+            yield name, action
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:  # one per subcommand
+                    yield name, choice
+
+
+def test_the_walk_finds_every_subcommand() -> None:
+    names = {name for name, _ in parsers(build_parser())}
+    assert names == {
+        "fleet",
+        "fleet check",
+        "fleet check quota",
+        "fleet check jobs",
+        "fleet check clusters",
+        "fleet plan",
+    }
+
+
+def test_every_option_argument_and_subcommand_has_a_help_text() -> None:
+    missing = [
+        f"{name}: {'/'.join(action.option_strings) or action.metavar or action.dest}"
+        for name, action in every_action()
+        if not action.help or action.help == argparse.SUPPRESS or not action.help.strip()
+    ]
+    assert missing == []
+
+
+def test_plan_help_says_what_running_expects(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--running RUNNING PyTorchJobs (and PropagationPolicies) that are already running" in out
+    assert "same format as --jobs" in out
+    assert "--max-input-size SIZE" in out and "(default: 8MiB)" in out
+
+
+# Input size limit ---------------------------------------------------------------------
+
+
+def test_default_limit_is_a_few_mebibytes() -> None:
+    assert inputs.DEFAULT_MAX_INPUT_SIZE == 8 * 1024 * 1024
+    assert build_parser().parse_args(["check", "quota", "f"]).max_input_size == (
+        inputs.DEFAULT_MAX_INPUT_SIZE
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("100", 100), ("1KiB", 1024), ("512k", 512 * 1024), ("8MiB", 8 << 20), ("2 GiB", 2 << 30)],
+)
+def test_sizes_are_bytes_or_binary_units(text: str, size: int) -> None:
+    assert inputs.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "8 MB", "-1", "1.5MiB", "0"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        inputs.parse_size(text)
+
+
+def test_a_bad_size_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["check", "quota", "--max-input-size", "lots", "f.yaml"])
+    assert info.value.code == 2
+    assert "--max-input-size: 'lots' is not a size" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any YAML is parsed."""
+
+    def refuse(text: str) -> object:
+        raise AssertionError("an oversized file was parsed")
+
+    monkeypatch.setattr(documents, "parse_documents", refuse)
+
+
+@pytest.mark.parametrize("what", ["quota", "jobs", "clusters"])
+@pytest.mark.usefixtures("no_parsing")
+def test_check_refuses_an_oversized_file_before_parsing(
+    what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = write(tmp_path, "big.yaml", "# padding\n" * 300)  # 3,000 bytes
+    rc = main(["check", what, "--max-input-size", "2KiB", big])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (1, "")
+    assert err == (
+        f"error: {big}: the file has 3,000 bytes (2.9 KiB), above the input size limit of "
+        "2,048 bytes (2.0 KiB); refused before parsing (raise the limit with --max-input-size)\n"
+    )
+
+
+@pytest.mark.usefixtures("no_parsing")
+def test_the_default_limit_applies_without_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:  # sparse: nothing is written but the size
+        f.truncate(inputs.DEFAULT_MAX_INPUT_SIZE + 1)
+    assert main(["check", "jobs", str(big)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {big}: the file has 8,388,609 bytes (8.0 MiB), above the input size" in err
+    assert "limit of 8,388,608 bytes (8.0 MiB)" in err
+
+
+@pytest.mark.parametrize("which", ["quota", "clusters", "jobs", "running"])
+def test_plan_refuses_an_oversized_file_naming_it(
+    which: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = {
+        "quota": write(tmp_path, "tree.yaml", dump(make_tree())),
+        "clusters": write(tmp_path, "clusters.yaml", dump(make_cluster())),
+        "jobs": write(tmp_path, "jobs.yaml", dump(make_job())),
+        "running": write(tmp_path, "running.yaml", dump(make_job("old"))),
+    }
+    padded = Path(files[which]).read_text(encoding="utf-8") + "#" * 5000 + "\n"
+    files[which] = write(tmp_path, "big.yaml", padded)
+    argv = ["plan", "--max-input-size", "4KiB"]
+    for option, path in files.items():
+        argv += [f"--{option}", path]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"error: {files[which]}: the file has ")
+    assert "above the input size limit of 4,096 bytes (4.0 KiB)" in err
+    assert main([*argv[:1], *argv[3:]]) == 0  # the same files pass with the default limit
+
+
+def test_a_stream_of_unknown_size_is_cut_one_byte_past_the_limit() -> None:
+    with pytest.raises(inputs.InputError) as info:
+        inputs.read_input("/dev/zero", 1024)
+    assert str(info.value) == (
+        "/dev/zero: the file has more than 1,024 bytes (1.0 KiB), above the input size limit "
+        "of 1,024 bytes (1.0 KiB); refused before parsing (raise the limit with "
+        "--max-input-size)"
+    )
+
+
+def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
+    f = write(tmp_path, "f.yaml", "x" * 1024)
+    assert inputs.read_input(f, 1024) == "x" * 1024
+
+
+def test_the_planner_itself_refuses_an_oversized_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fleet.cli import plan
+
+    running = write(tmp_path, "running.yaml", dump(make_job("old")) + "#" * 5000 + "\n")
+    argv = ["plan", "--max-input-size", "4KiB", "--running", running]
+    argv += ["--quota", write(tmp_path, "tree.yaml", dump(make_tree()))]
+    argv += ["--clusters", write(tmp_path, "clusters.yaml", dump(make_cluster()))]
+    argv += ["--jobs", write(tmp_path, "jobs.yaml", dump(make_job()))]
+    assert plan.run(build_parser().parse_args(argv)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {running}: cannot read the running jobs file: the file has ")
