@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,18 @@ import pytest
 
 from fleet.cli.plan import build_placers, plan
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells import CellPlacer, load_cell_config
+from fleet.core.cells import CellPlacer, leaf_cells_needed, load_cell_config, ownership
+from fleet.core.cells.allocator import SHARED, Journal, Reservation
 from fleet.core.checks import InvariantError
-from fleet.core.state import SchedulerState
+from fleet.core.jobs import Mode
+from fleet.core.placement import Fit
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import GPU, Resources
+from fleet.core.state import Running, SchedulerState
 from fleet.manifests.convert import load_clusters, load_quota
 from tests.cells.test_lab_experiments_placer import placer as lab_placer
-from tests.conftest import Built
-from tests.core.factories import make_nodes, make_state, make_tree
+from tests.conftest import Built, Checkable
+from tests.core.factories import make_job, make_nodes, make_state, make_tree
 from tests.drifted_indexes import CELLS, DRIFTS, TREE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,3 +187,184 @@ def test_a_broken_object_without_the_opt_out_fails_at_teardown(pytester: pytest.
         assert f"ERROR at teardown of {passed}" not in out
     result.stdout.fnmatch_lines(["FAILED *test_that_fails_is_not_checked_again*"])
     assert "ERROR at teardown of test_that_fails_is_not_checked_again" not in out
+
+
+# -- each check names what drifted ---------------------------------------------------------
+
+
+def _tree_with_jobs() -> QuotaTree:
+    tree = make_tree(TREE)
+    for seq, (key, queue, mode) in enumerate(
+        [
+            ("default/a", "team-a", Mode.GUARANTEED),
+            ("default/b", "team-b", Mode.BORROWED),
+            ("default/c", "team-b", Mode.BORROWED),
+        ]
+    ):
+        cpu = Resources.parse({"cpu": 1})
+        tree.admit(key, queue, cpu, mode, priority=10, seq=seq, preemptible=True)
+    return tree
+
+
+def _unindexed_job() -> tuple[Checkable, str]:
+    tree = _tree_with_jobs()
+    del tree._leaf_jobs[tree._index["team-a"]]["default/a"]
+    return tree, "job default/a is missing from the job index of team-a"
+
+
+def _stale_job() -> tuple[Checkable, str]:
+    tree = _tree_with_jobs()
+    tree._leaf_jobs[tree._index["team-a"]]["default/gone"] = tree._jobs["default/a"]
+    return tree, "stale job index: ['default/gone'] indexed by leaf but not admitted"
+
+
+def _stale_reclaim_order() -> tuple[Checkable, str]:
+    tree = _tree_with_jobs()
+    leaf = tree._index["team-b"]
+    tree._borrowed_order[leaf] = list(tree._leaf_borrowed[leaf].values())  # newest is cheaper
+    return tree, "team-b: stale reclaim order: kept ['default/b', 'default/c'], recount"
+
+
+def _misfiled_namespace() -> tuple[Checkable, str]:
+    tree = _tree_with_jobs()
+    tree._ns_map["default"] = tree._index["team-b"]
+    return tree, "namespace default is indexed to team-b, which does not list it"
+
+
+def _capacity_with_jobs() -> CapacityPlacer:
+    placer = CapacityPlacer("c1", make_nodes(2, gpus=8))
+    for name, gpus in (("a", 4), ("b", 2)):
+        job = make_job(name, gpus=gpus)
+        fit = placer.fit(job, job.pods, Mode.GUARANTEED)
+        assert isinstance(fit, Fit)
+        placer.bind(job, Mode.GUARANTEED, fit)
+    return placer
+
+
+def _unindexed_guaranteed_job() -> tuple[Checkable, str]:
+    placer = _capacity_with_jobs()
+    del placer._guaranteed_by_queue["team-a"]["default/b"]
+    return placer, "guaranteed-job index drifted: stale [], missing [('team-a', 'default/b')]"
+
+
+def _wrong_bucket() -> tuple[Checkable, str]:
+    placer = _capacity_with_jobs()
+    node = placer._nodes["node-0"]
+    del placer._buckets[len(node.free_gpus)]["node-0"]
+    placer._buckets[8]["node-0"] = None
+    return placer, "node-0: not in the bucket of nodes with 2 free GPUs"
+
+
+def _lost_gpu() -> tuple[Checkable, str]:
+    placer = _capacity_with_jobs()
+    placer._nodes["node-0"].free_gpus.remove(7)
+    placer._nodes["node-0"].free[GPU] -= 1
+    return placer, "node-0: free nvidia.com/gpu drifted: kept 1, recount 2 (8 minus 6 held)"
+
+
+def _out_of_order() -> tuple[Checkable, str]:
+    state = make_state(TREE, {"c1": make_nodes(1, gpus=8)})
+    state.submit(make_job("a", priority=5))
+    state.submit(make_job("b", priority=9))
+    state.queues["team-a"].pending.reverse()
+    return state, "queue team-a is out of order: default/a before default/b"
+
+
+def _running_but_not_held() -> tuple[Checkable, str]:
+    state = make_state(TREE, {"c1": make_nodes(1, gpus=8)})
+    job = make_job("a")
+    state.submit(job)
+    state.running[job.key] = Running(job, "c1", Mode.GUARANTEED, [])
+    return state, "running job default/a is not held by its cluster c1"
+
+
+def _cells_with_job() -> CellPlacer:
+    placer = CellPlacer("c1", load_cell_config(CELLS))
+    job = make_job("a", gpus=4)
+    fit = placer.fit(job, job.pods, Mode.GUARANTEED)
+    assert isinstance(fit, Fit)
+    placer.bind(job, Mode.GUARANTEED, fit)
+    return placer
+
+
+def _open_transaction() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.j.begin()
+    return placer, "c1: a journal transaction is still open"
+
+
+def _stray_owner() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    leaf = placer.state.topo.leaf_at[("r1n1", 7)]
+    leaf.owner = "default/ghost"
+    return placer, "Cell(GPU@1/r1n1/3/7) has owner default/ghost, which does not hold it"
+
+
+def _shfree() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.topo.nodes["r1n1"][0].shfree -= 1
+    return placer, "Cell(NODE@1/r1n1) shfree drifted: kept 7, recount 8"
+
+
+@pytest.mark.corrupts_state
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        _unindexed_job,
+        _stale_job,
+        _stale_reclaim_order,
+        _misfiled_namespace,
+        _unindexed_guaranteed_job,
+        _wrong_bucket,
+        _lost_gpu,
+        _out_of_order,
+        _running_but_not_held,
+        _open_transaction,
+        _stray_owner,
+        _shfree,
+    ],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_the_message_names_what_drifted(corrupt: Callable[[], tuple[Checkable, str]]) -> None:
+    obj, message = corrupt()
+    with pytest.raises(InvariantError, match=f"^{re.escape(message)}"):
+        obj.check_invariants()
+
+
+# -- runtime guards that are real errors, not assert statements ------------------------------
+
+
+def test_journal_misuse_raises() -> None:
+    journal = Journal()
+    for misuse in (journal.rollback, journal.mark, lambda: journal.undo_to(0)):
+        with pytest.raises(InvariantError, match="outside a transaction"):
+            misuse()
+    journal.begin()
+    with pytest.raises(InvariantError, match="transactions do not nest"):
+        journal.begin()
+    with pytest.raises(InvariantError, match="undo to mark 1, past the log's end 0"):
+        journal.undo_to(1)
+    journal.commit()
+
+
+def test_reserving_or_freeing_the_wrong_cell_raises() -> None:
+    placer = _cells_with_job()
+    alloc, topo = placer.state.alloc, placer.state.topo
+    held = placer.state.held["default/a"]
+    taken = next(iter(held.leaves.values()))[0]
+    free = topo.leaf_at[("r1n1", 7)]
+    with pytest.raises(InvariantError, match=r"cannot reserve Cell\(GPU@.*\): it is not wholly"):
+        alloc.take(taken, Reservation(SHARED, taken, job="default/x"))
+    with pytest.raises(InvariantError, match=r"cannot release Cell\(GPU@1/r1n1/3/7\)"):
+        alloc.untake(free)
+    with pytest.raises(InvariantError, match="not a VC binding"):
+        alloc.unbind_vc(Reservation(SHARED, free, job="default/x"))
+    with pytest.raises(
+        InvariantError, match=r"cannot free Cell\(GPU@1/r1n1/3/7\): it has no owner"
+    ):
+        ownership.unown(placer.state, free)
+
+
+def test_leaf_cells_needed_rejects_a_sku_of_the_wrong_type() -> None:
+    with pytest.raises(TypeError, match="sku must be a SkuType or None, not dict"):
+        leaf_cells_needed(Resources({GPU: 1}), {"gpu": 1})
