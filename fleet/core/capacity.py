@@ -543,9 +543,11 @@ class CapacityPlacer:
                     f"{name}: free GPU indices drifted: kept {node.free_gpus}, recount {expected}"
                 )
             in_bucket = name in self._buckets.get(len(node.free_gpus), {})
-            if in_bucket == (name in self._bad):
+            if name in self._bad and in_bucket:
+                raise InvariantError(f"{name}: a bad node is in a free-GPU bucket")
+            if name not in self._bad and not in_bucket:
                 raise InvariantError(
-                    f"{name}: bucket membership wrong (bad node: {name in self._bad})"
+                    f"{name}: not in the bucket of nodes with {len(node.free_gpus)} free GPUs"
                 )
 
 

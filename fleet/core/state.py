@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from fleet.core import lifecycle
 from fleet.core.charges import Charge
-from fleet.core.checks import require
+from fleet.core.checks import InvariantError, require
 from fleet.core.jobs import Job, Mode, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
@@ -229,7 +230,6 @@ class SchedulerState:
             placer.check_invariants()
         for key, run in self.running.items():
             require(bool(run.units), f"running job {key} holds no unit")
-            require(len(run.pods) >= run.job.gang_size, f"partial gang {key} is running")
             require(
                 self.phase.get(key) in lifecycle.HOLDING,
                 f"running job {key} is in state {self.phase.get(key)}",
@@ -238,19 +238,40 @@ class SchedulerState:
                 ukey = unit.charge.key
                 require(self.units.get(ukey) is run, f"unit {ukey} is not indexed to {key}")
                 require(unit.charge.job == key, f"unit {ukey} names job {unit.charge.job}")
-                require(self.placers[run.cluster].holds(ukey), f"{ukey} not held by {run.cluster}")
+                require(
+                    self.placers[run.cluster].holds(ukey),
+                    f"running job {key} is not held by its cluster {run.cluster}"
+                    + ("" if ukey == key else f" (unit {ukey})"),
+                )
                 require(self.tree.holds(ukey), f"charge {ukey} missing from the quota tree")
                 for other, placer in self.placers.items():
                     require(
                         other == run.cluster or not placer.holds(ukey),
                         f"{ukey} held by {other} and {run.cluster}",
                     )
+            require(len(run.pods) >= run.job.gang_size, f"partial gang {key} is running")
         require(
             sum(len(r.units) for r in self.running.values()) == len(self.units),
             "unit index has stale entries",
         )
+        queued = [j.key for q in self.queues.values() for j in q.pending]
         keys = {j.key: q.name for q in self.queues.values() for j in q.pending}
-        require(keys == self._pending_keys, "pending index differs from the queues")
+        if len(keys) != len(queued):
+            twice = sorted(k for k, n in Counter(queued).items() if n > 1)
+            raise InvariantError(f"jobs pending twice in the queues: {twice}")
+        if keys != self._pending_keys:
+            missing = sorted(keys.keys() - self._pending_keys.keys())
+            stale = sorted(self._pending_keys.keys() - keys.keys())
+            moved = sorted(
+                f"{k} (indexed to {self._pending_keys[k]}, queued in {keys[k]})"
+                for k in keys.keys() & self._pending_keys.keys()
+                if keys[k] != self._pending_keys[k]
+            )
+            drift = {"not indexed": missing, "indexed, not queued": stale, "misfiled": moved}
+            raise InvariantError(
+                "pending index differs from the queues: "
+                + "; ".join(f"{what} {jobs}" for what, jobs in drift.items() if jobs)
+            )
         for key in keys:
             require(self.phase.get(key) is JobState.QUEUED, f"pending job {key} is not Queued")
         for key in self.stopping:
@@ -262,4 +283,9 @@ class SchedulerState:
         )
         for q in self.queues.values():
             order = [sort_key(j) for j in q.pending]
-            require(order == sorted(order), f"queue {q.name} is out of order")
+            if order != sorted(order):
+                i = next(i for i in range(1, len(order)) if order[i] < order[i - 1])
+                raise InvariantError(
+                    f"queue {q.name} is out of order: "
+                    f"{q.pending[i - 1].key} before {q.pending[i].key}"
+                )

@@ -464,7 +464,7 @@ class Allocator:
                 tag = cell.res
             if not cell.children:
                 if cell.tag is not tag:
-                    raise InvariantError(f"{cell} tag {cell.tag} != {tag}")
+                    raise InvariantError(f"{cell} is tagged {cell.tag}, its reservation is {tag}")
                 unres = int(tag is None)
             else:
                 unres = sum(walk(child, inside or not cell.split, tag) for child in cell.children)
@@ -493,8 +493,8 @@ class Allocator:
             total_unres = sum(top.unres for top in self.topo.chain_tops[chain])
             if self.unres_total[chain] != [total_unres]:
                 raise InvariantError(
-                    f"unreserved leaves of {chain} drifted: kept {self.unres_total[chain][0]}, "
-                    f"recount {total_unres}"
+                    f"unreserved leaves of {chain} drifted: kept {self.unres_total[chain]}, "
+                    f"recount [{total_unres}]"
                 )
         for chain, levels in self.free.items():
             for level, free_cells in enumerate(levels):

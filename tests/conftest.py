@@ -1,0 +1,146 @@
+"""Suite-wide fixtures: every scheduler state and placer a test builds is checked.
+
+Theory of operation: the autouse fixture :func:`checked_objects` wraps, with
+a private ``MonkeyPatch``, the constructors of :class:`SchedulerState`,
+:class:`CapacityPlacer` and :class:`CellPlacer` and the builders of
+:class:`QuotaTree` (``build``, ``copy``).  Every object made during a test is
+therefore recorded, however it was made: directly, through
+``tests/core/factories.py``, the cells tests' helpers, the CLI or a hypothesis
+example; they are kept alive until teardown, so the objects of every example
+of a hypothesis test are checked.  Each one's ``check_invariants()`` runs once
+(a scheduler state checks its own tree and placers, so those are skipped), and
+the test errors if one raises.  A test that breaks an invariant on purpose
+opts out with ``@pytest.mark.corrupts_state``; a test that already failed is
+not checked again.  A test may take the fixture by name to see what was built.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Protocol
+
+import pytest
+
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.quota import QuotaNodeSpec, QuotaTree
+from fleet.core.state import SchedulerState
+
+pytest_plugins = ["pytester"]
+
+#: Set on a test item when its setup or call failed (see pytest_runtest_makereport).
+_FAILED = pytest.StashKey[bool]()
+
+#: Classes whose every instance is recorded when ``__init__`` returns.
+CHECKED_CLASSES: tuple[type[Any], ...] = (SchedulerState, CapacityPlacer, CellPlacer)
+
+
+class Checkable(Protocol):
+    def check_invariants(self) -> None: ...
+
+
+class Built:
+    """What a test built, in order, and the teardown check over it."""
+
+    def __init__(self) -> None:
+        self.objects: list[Checkable] = []
+
+    def add(self, obj: Checkable) -> None:
+        self.objects.append(obj)
+
+    def __contains__(self, obj: object) -> bool:
+        return any(o is obj for o in self.objects)
+
+    def check(self) -> list[str]:
+        """Run every object's ``check_invariants()`` once; return the failures."""
+        seen: set[int] = set()
+        failures: list[str] = []
+        # Scheduler states first: each checks its tree and placers itself.
+        states = [o for o in self.objects if isinstance(o, SchedulerState)]
+        others = [o for o in self.objects if not isinstance(o, SchedulerState)]
+        for obj in [*states, *others]:
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, SchedulerState):
+                seen.add(id(obj.tree))
+                seen.update(id(p) for p in obj.placers.values())
+            try:
+                obj.check_invariants()
+            except Exception as e:
+                failures.append(f"{describe(obj)}: {type(e).__name__}: {e}")
+        return failures
+
+
+def describe(obj: object) -> str:
+    if isinstance(obj, SchedulerState):
+        return f"SchedulerState over clusters {sorted(obj.placers)}"
+    if isinstance(obj, QuotaTree):
+        return f"QuotaTree rooted at {obj.nodes()[0]}"
+    if isinstance(obj, CapacityPlacer | CellPlacer):
+        return f"{type(obj).__name__} of cluster {obj.cluster}"
+    return type(obj).__name__
+
+
+def _record_init(monkeypatch: pytest.MonkeyPatch, cls: type[Any], built: Built) -> None:
+    original: Callable[..., None] = cls.__init__
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        built.add(self)
+
+    monkeypatch.setattr(cls, "__init__", init)
+
+
+def _record_quota_trees(monkeypatch: pytest.MonkeyPatch, built: Built) -> None:
+    build = QuotaTree.__dict__["build"].__func__
+    copy = QuotaTree.copy
+
+    @functools.wraps(build)
+    def recorded_build(cls: type[QuotaTree], root: QuotaNodeSpec) -> QuotaTree:
+        tree: QuotaTree = build(cls, root)
+        built.add(tree)
+        return tree
+
+    @functools.wraps(copy)
+    def recorded_copy(self: QuotaTree) -> QuotaTree:
+        tree = copy(self)
+        built.add(tree)
+        return tree
+
+    monkeypatch.setattr(QuotaTree, "build", classmethod(recorded_build))
+    monkeypatch.setattr(QuotaTree, "copy", recorded_copy)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when in ("setup", "call") and report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def checked_objects(request: pytest.FixtureRequest) -> Iterator[Built]:
+    """Record every scheduler state, quota tree and placer; check them at teardown."""
+    objects = Built()
+    with pytest.MonkeyPatch.context() as patch:
+        for cls in CHECKED_CLASSES:
+            _record_init(patch, cls, objects)
+        _record_quota_trees(patch, objects)
+        yield objects
+    if request.node.get_closest_marker("corrupts_state") is not None:
+        return
+    if request.node.stash.get(_FAILED, False):
+        return
+    failures = objects.check()
+    if failures:
+        pytest.fail(
+            "check_invariants() failed at teardown (mark the test corrupts_state if "
+            "it breaks an invariant on purpose):\n  " + "\n  ".join(failures),
+            pytrace=False,
+        )
