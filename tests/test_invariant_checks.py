@@ -255,8 +255,8 @@ def _unindexed_guaranteed_job() -> tuple[Checkable, str]:
 def _wrong_bucket() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
     node = placer._nodes["node-0"]
-    del placer._buckets[len(node.free_gpus)]["node-0"]
-    placer._buckets[8]["node-0"] = None
+    placer._buckets[len(node.free_gpus)].remove("node-0")
+    placer._buckets.setdefault(8, []).insert(0, "node-0")
     return placer, "node-0: not in the bucket of nodes with 2 free GPUs"
 
 

@@ -25,6 +25,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -79,7 +80,11 @@ class CapacityPlacer:
     ) -> None:
         self._cluster = cluster
         self._nodes: dict[str, _Node] = {}
-        self._buckets: dict[int, dict[str, None]] = {}
+        #: free GPU count -> names of the healthy nodes with that many, in node order
+        #: (a canonical order: the choice among equally free nodes never depends on
+        #: history, so a restored placer answers as the original did)
+        self._buckets: dict[int, list[str]] = {}
+        self._rank: dict[str, int] = {}
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
@@ -92,7 +97,8 @@ class CapacityPlacer:
             gpus = cap[resources.GPU]
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
             self._nodes[name] = node
-            self._buckets.setdefault(gpus, {})[name] = None
+            self._rank[name] = len(self._rank)
+            self._buckets.setdefault(gpus, []).append(name)
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
@@ -348,11 +354,11 @@ class CapacityPlacer:
         free = len(target.free_gpus)
         if healthy:
             self._bad.discard(node)
-            self._buckets.setdefault(free, {})[node] = None
+            self._bucket_add(free, node)
             self._capacity = self._capacity + target.capacity
             return []
         self._bad.add(node)
-        del self._buckets[free][node]
+        self._bucket_remove(free, node)
         self._capacity = self._capacity - target.capacity
         return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
 
@@ -419,11 +425,21 @@ class CapacityPlacer:
         node.free_gpus.sort()
         self._rebucket(node, before)
 
+    def _bucket_add(self, free: int, name: str) -> None:
+        bisect.insort(self._buckets.setdefault(free, []), name, key=self._rank.__getitem__)
+
+    def _bucket_remove(self, free: int, name: str) -> None:
+        bucket = self._buckets[free]
+        i = bisect.bisect_left(bucket, self._rank[name], key=self._rank.__getitem__)
+        if i >= len(bucket) or bucket[i] != name:
+            raise InvariantError(f"{name}: not in the bucket of nodes with {free} free GPUs")
+        del bucket[i]
+
     def _rebucket(self, node: _Node, before: int) -> None:
         after = len(node.free_gpus)
         if after != before and node.name not in self._bad:
-            del self._buckets[before][node.name]
-            self._buckets.setdefault(after, {})[node.name] = None
+            self._bucket_remove(before, node.name)
+            self._bucket_add(after, node.name)
 
     # Introspection ----------------------------------------------------------
     def holds(self, key: str) -> bool:
@@ -509,6 +525,10 @@ class CapacityPlacer:
             raise InvariantError(
                 f"mode index lists {indexed_modes} jobs, {len(self._held)} are held"
             )
+        for free, bucket in self._buckets.items():
+            ranks = [self._rank[n] for n in bucket]
+            if ranks != sorted(ranks):
+                raise InvariantError(f"the bucket of nodes with {free} free GPUs is out of order")
         total: dict[str, int] = {}
         for per_node in used.values():
             for res, amount in per_node.items():
@@ -542,7 +562,7 @@ class CapacityPlacer:
                 raise InvariantError(
                     f"{name}: free GPU indices drifted: kept {node.free_gpus}, recount {expected}"
                 )
-            in_bucket = name in self._buckets.get(len(node.free_gpus), {})
+            in_bucket = name in self._buckets.get(len(node.free_gpus), ())
             if name in self._bad and in_bucket:
                 raise InvariantError(f"{name}: a bad node is in a free-GPU bucket")
             if name not in self._bad and not in_bucket:
