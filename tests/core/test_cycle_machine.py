@@ -80,6 +80,16 @@ class CycleMachine(RuleBasedStateMachine):
         )
         submit(self.state, job)
 
+    @rule(queue=st.sampled_from(QUEUES))
+    def elastic_then_urgent(self, queue: str) -> None:
+        """An incremental job grows with borrowed quota, then a priority-100 job
+        of its queue needs the room: growth steps become victims on their own
+        (this once crashed on the growth charge's key)."""
+        self.submit(queue, 3, 2, 10, False, True)
+        self.run_cycle()
+        self.submit(queue, 3, 2, 100, False, True)
+        self.run_cycle()
+
     @rule()
     def run_cycle(self) -> None:
         before = {u.charge.key: u.charge.mode for r in self.state.running.values() for u in r.units}
