@@ -15,15 +15,16 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
-from fleet.core.cycle import cycle
+from fleet.core.cycle import Preempt, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.state import SchedulerState
 from tests.cells.factories import rack_config
-from tests.core.factories import make_job, make_nodes, make_tree
+from tests.core.factories import make_job, make_node, make_nodes, make_tree
 
 GPU = "nvidia.com/gpu"
 
@@ -62,11 +63,15 @@ def run_cycles(state: SchedulerState, steps: list[list[Job]]) -> Iterator[str]:
     """Submit each step's jobs, run one cycle per step, yield the decisions' reprs."""
     for n, jobs in enumerate(steps):
         for job in jobs:
-            state.submit(job)
+            events.apply(state, events.Submitted(job))
         yield f"-- cycle {n}"
-        for decision in cycle(state, float(n)):
+        decisions = cycle(state, float(n))
+        for decision in decisions:
             yield repr(decision)
         state.check_invariants()
+        for decision in decisions:  # the shell confirms every preemption
+            if isinstance(decision, Preempt) and not decision.unit:
+                events.apply(state, events.Stopped(decision.job))
 
 
 def reclaim(state: SchedulerState) -> Iterator[str]:
@@ -86,7 +91,7 @@ def priority(state: SchedulerState) -> Iterator[str]:
             {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 8}},
         ],
     }
-    state.tree = make_tree(tree)
+    events.apply(state, events.QuotaTreeReplaced(make_node(tree)))
     low = [make_job(f"low{i}", queue="team-a", gpus=2, priority=10, seq=i) for i in range(4)]
     high = [make_job("high", queue="team-a", pods=2, gpus=2, priority=100, seq=10)]
     yield from run_cycles(state, [low, high])

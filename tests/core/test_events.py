@@ -1,0 +1,218 @@
+"""The core's one event entry point: what each event does to the state and reports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fleet.core import events
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.cycle import Admit, Preempt, cycle
+from fleet.core.lifecycle import IllegalTransition, JobState
+from fleet.core.resources import Resources
+from fleet.core.state import DuplicateJob, SchedulerState, Transition, UnknownJob
+from tests.core.factories import make_job, make_node, make_nodes, make_state
+
+Q, A, D, R = JobState.QUEUED, JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING
+
+TREE = {
+    "name": "root",
+    "min": {"nvidia.com/gpu": 8},
+    "max": {"nvidia.com/gpu": 16},
+    "children": [
+        {
+            "name": "team-a",
+            "min": {"nvidia.com/gpu": 4},
+            "max": {"nvidia.com/gpu": 16},
+            "namespaces": ["research"],
+        },
+        {
+            "name": "team-b",
+            "min": {"nvidia.com/gpu": 4},
+            "max": {"nvidia.com/gpu": 16},
+            "namespaces": ["vision"],
+        },
+    ],
+}
+
+
+def fresh() -> SchedulerState:
+    return make_state(TREE, {"c1": make_nodes(2, gpus=8)})
+
+
+def moves(out: list[events.Outcome]) -> list[tuple[str, JobState | None, JobState]]:
+    return [(t.job, t.old, t.new) for t in out if isinstance(t, Transition)]
+
+
+def admit(state: SchedulerState, *jobs: object) -> list[object]:
+    for job in jobs:
+        events.apply(state, events.Submitted(job))  # type: ignore[arg-type]
+    return list(cycle(state))
+
+
+def test_a_job_walks_its_lifecycle_through_events() -> None:
+    state = fresh()
+    job = make_job("a", gpus=4)
+    assert moves(events.apply(state, events.Submitted(job))) == [("default/a", None, Q)]
+    assert [type(d) for d in cycle(state)] == [Admit]
+    assert state.phase["default/a"] is A
+    assert moves(events.apply(state, events.Dispatched("default/a"))) == [("default/a", A, D)]
+    assert moves(events.apply(state, events.Started("default/a"))) == [("default/a", D, R)]
+    out = events.apply(state, events.Finished("default/a", succeeded=False, reason="OOM"))
+    assert moves(out) == [("default/a", R, JobState.FAILED)]
+    assert "default/a" not in state.phase and not state.running
+    assert state.tree.used("team-a")["nvidia.com/gpu"] == 0
+    state.check_invariants()
+
+
+def test_an_illegal_move_raises_and_changes_nothing() -> None:
+    state = fresh()
+    events.apply(state, events.Submitted(make_job("a", gpus=4)))
+    with pytest.raises(IllegalTransition):
+        events.apply(state, events.Started("default/a"))
+    with pytest.raises(IllegalTransition):
+        events.apply(state, events.Finished("default/a"))
+    assert state.is_pending("default/a") and state.phase["default/a"] is Q
+    with pytest.raises(UnknownJob):
+        events.apply(state, events.Dispatched("default/nobody"))
+    with pytest.raises(DuplicateJob):
+        events.apply(state, events.Submitted(make_job("a", gpus=1)))
+    state.check_invariants()
+
+
+def test_a_refused_dispatch_requeues_the_job_in_its_old_place_without_a_preemption() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=4, seq=1))
+    events.apply(state, events.Submitted(make_job("b", gpus=16, seq=2)))
+    out = events.apply(state, events.DispatchFailed("default/a", "quota exceeded in member"))
+    assert moves(out) == [("default/a", A, Q)]
+    assert [j.key for j in state.queues["team-a"].pending] == ["default/a", "default/b"]
+    assert not state.running
+    state.check_invariants()
+
+
+def test_a_preempted_job_is_queued_again_only_when_the_shell_confirms_it_stopped() -> None:
+    state = fresh()
+    admit(state, make_job("oppo", queue="team-b", pods=2, gpus=8, priority=-1))
+    decisions = admit(state, make_job("owner", gpus=8))
+    preempt = next(d for d in decisions if isinstance(d, Preempt))
+    assert preempt.cluster == "c1" and len(preempt.pods) == 2  # the whole gang stops
+    assert next(d for d in decisions if isinstance(d, Admit)).victims == ("default/oppo",)
+    assert state.phase["default/oppo"] is JobState.PREEMPTED
+    assert not state.is_pending("default/oppo") and "default/oppo" not in state.running
+    state.check_invariants()
+    out = events.apply(state, events.Stopped("default/oppo"))
+    assert moves(out) == [("default/oppo", JobState.PREEMPTED, Q)]
+    assert state.is_pending("default/oppo")
+    state.check_invariants()
+
+
+@pytest.mark.parametrize("where", ["pending", "running", "stopping"])
+def test_cancel_frees_what_the_job_holds_wherever_it_is(where: str) -> None:
+    state = fresh()
+    if where == "stopping":
+        admit(state, make_job("a", queue="team-b", pods=2, gpus=8, priority=-1))
+        admit(state, make_job("owner", gpus=8))
+        key = "default/a"
+    elif where == "running":
+        admit(state, make_job("a", gpus=4))
+        key = "default/a"
+    else:
+        events.apply(state, events.Submitted(make_job("a", gpus=4)))
+        key = "default/a"
+    out = events.apply(state, events.Cancelled(key, "user asked"))
+    assert [t.new for t in out if isinstance(t, Transition)] == [JobState.CANCELLED]
+    assert key not in state.phase and key not in state.running and key not in state.stopping
+    assert not state.is_pending(key)
+    state.check_invariants()
+
+
+def test_a_bad_node_takes_no_new_work_and_its_jobs_are_reported() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=8))
+    node = state.running["default/a"].pods[0].node
+    out = events.apply(state, events.NodeHealthChanged("c1", node, healthy=False))
+    assert [(n.job, "went bad" in n.reason) for n in out] == [("default/a", True)]
+    decisions = admit(state, make_job("b", gpus=8))
+    assert [d.pods[0].node for d in decisions if isinstance(d, Admit)] != [node]
+    assert not [d for d in admit(state, make_job("c", gpus=8)) if isinstance(d, Admit)]
+    events.apply(state, events.NodeHealthChanged("c1", node, healthy=True))
+    state.check_invariants()
+
+
+def test_a_removed_cluster_queues_its_running_jobs_again() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=4))
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(1, gpus=8))))
+    out = events.apply(state, events.ClusterRemoved("c1"))
+    assert moves(out) == [("default/a", A, Q)]
+    assert list(state.placers) == ["c2"]
+    decisions = cycle(state)
+    assert [(d.job, d.cluster) for d in decisions if isinstance(d, Admit)] == [("default/a", "c2")]
+    with pytest.raises(KeyError):
+        events.apply(state, events.ClusterRemoved("c1"))
+    with pytest.raises(ValueError, match="already exists"):
+        events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(1, gpus=8))))
+    state.check_invariants()
+
+
+def test_the_clock_never_goes_back_and_stamps_the_decisions() -> None:
+    state = fresh()
+    events.apply(state, events.ClockAdvanced(42.0))
+    events.apply(state, events.Submitted(make_job("a", gpus=1)))
+    assert [d.at for d in cycle(state)] == [42.0]
+    with pytest.raises(ValueError, match="cannot go back"):
+        events.apply(state, events.ClockAdvanced(41.0))
+
+
+def routed(name: str, namespace: str, queue: str, **kw: object) -> object:
+    job = make_job(name, namespace=namespace, queue=queue, **kw)  # type: ignore[arg-type]
+    return dataclasses.replace(job, queue_from_namespace=True)
+
+
+def test_moving_a_namespace_moves_its_pending_and_running_jobs() -> None:
+    state = fresh()
+    admit(state, routed("run", "vision", "team-b", gpus=4))
+    events.apply(state, events.Submitted(routed("wait", "vision", "team-b", gpus=32)))  # type: ignore[arg-type]
+    tree = {
+        **TREE,
+        "children": [
+            {**TREE["children"][0], "namespaces": ["research", "vision"]},  # type: ignore[index, dict-item]
+            {**TREE["children"][1], "namespaces": []},  # type: ignore[index, dict-item]
+        ],
+    }
+    events.apply(state, events.QuotaTreeReplaced(make_node(tree)))
+    assert [j.key for j in state.queues["team-a"].pending] == ["vision/wait"]
+    assert state.running["vision/run"].job.queue == "team-a"
+    assert state.tree.used("team-a")["nvidia.com/gpu"] == 4
+    assert state.tree.used("team-b")["nvidia.com/gpu"] == 0
+    state.check_invariants()
+
+
+def test_a_job_no_leaf_takes_any_more_is_failed_with_the_reason() -> None:
+    state = fresh()
+    admit(state, make_job("run", queue="team-b", gpus=4))
+    events.apply(state, events.Submitted(make_job("wait", queue="team-b", gpus=32)))
+    tree = {**TREE, "children": [TREE["children"][0]]}  # type: ignore[index]
+    out = events.apply(state, events.QuotaTreeReplaced(make_node(tree)))
+    assert sorted((t.job, t.new) for t in out if isinstance(t, Transition)) == [
+        ("default/run", JobState.FAILED),
+        ("default/wait", JobState.FAILED),
+    ]
+    assert all("no" in t.reason for t in out if isinstance(t, Transition))
+    assert list(state.queues) == ["team-a"] and not state.running
+    state.check_invariants()
+
+
+def test_a_lowered_max_keeps_running_work_and_admits_nothing_more() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=8), make_job("b", gpus=4))
+    events.apply(
+        state, events.QuotaNodePatched("team-a", max=Resources.parse({"nvidia.com/gpu": 8}))
+    )
+    assert len(state.running) == 2
+    state.check_invariants()  # usage above the new max is grandfathered
+    decisions = admit(state, make_job("c", gpus=1))
+    assert not [d for d in decisions if isinstance(d, Admit)]
+    state.check_invariants()
