@@ -200,6 +200,30 @@ def _sku_problems(
     return [(job_doc.gpu_sku_path() or "", msg)]
 
 
+def _pin_problems(
+    job_doc: PyTorchJobModel,
+    pinned: str,
+    queue: str,
+    allowed: frozenset[str] | None,
+    clusters: Sequence[MemberClusterModel],
+) -> list[Problem]:
+    """A problem unless a member cluster the job may use pins cell ``pinned`` to its queue."""
+    usable = [c for c in clusters if allowed is None or c.name in allowed]
+    if not usable:
+        return []
+    for cluster in usable:
+        vc = cluster.cell_config().vcs.get(queue)
+        if vc is not None and pinned in vc.pinned:
+            return []
+    path = f"metadata.annotations.{models.PINNED_CELL_ANNOTATION}"
+    names = ", ".join(c.name for c in usable)
+    msg = (
+        f"pinned cell {quote(pinned)} is not pinned to virtual cluster {quote(queue)} "
+        f"in any member cluster the job may use ({names})"
+    )
+    return [(path, msg)]
+
+
 def _build(
     job_doc: PyTorchJobModel,
     *,
@@ -268,6 +292,9 @@ def _build(
     sku = job_doc.gpu_sku(scratch)
     if sku and clusters:
         problems.extend(_sku_problems(job_doc, sku, allowed, clusters, leaf_types))
+    pinned = job_doc.metadata.annotations.get(models.PINNED_CELL_ANNOTATION) or None
+    if pinned and clusters and queue:
+        problems.extend(_pin_problems(job_doc, pinned, queue, allowed, clusters))
     if problems:
         return None, problems
     job = Job(
@@ -282,7 +309,7 @@ def _build(
         gpu_sku=sku,
         clusters=allowed,
         priority_class=pclass,
-        pinned_cell_id=job_doc.metadata.annotations.get(models.PINNED_CELL_ANNOTATION) or None,
+        pinned_cell_id=pinned,
         target=target,
         queue_from_namespace=job_doc.scheduling_policy.queue is None,
     )

@@ -410,3 +410,42 @@ def test_load_clusters_rejects_duplicate_names() -> None:
     (issue,) = e.value.issues
     assert (issue.document, issue.path) == (2, "metadata.name")
     assert issue.message == "duplicate MemberCluster name (first in document 0)"
+
+
+# Elastic growth, routing by namespace, pinned cells ---------------------------------------
+
+
+def test_elastic_job_starts_at_its_replicas_and_may_grow_to_max_replicas(tree: QuotaTree) -> None:
+    doc = make_job(workers=2, elastic={"minReplicas": 1, "maxReplicas": 4})
+    job = convert_one(tree, doc)
+    assert (job.size, job.start_size, job.gang_size) == (5, 3, 2)  # 1 master + workers
+
+
+def test_elastic_job_without_max_replicas_does_not_grow(tree: QuotaTree) -> None:
+    job = convert_one(tree, make_job(workers=2, elastic={"minReplicas": 1}))
+    assert (job.size, job.start_size) == (3, 3)
+
+
+def test_a_queue_from_the_namespace_is_remembered(tree: QuotaTree) -> None:
+    assert convert_one(tree, make_job(namespace="b")).queue_from_namespace is True
+    assert convert_one(tree, make_job(queue="team-b")).queue_from_namespace is False
+
+
+def pinned_cluster() -> list[models.MemberClusterModel]:
+    cluster = make_cluster("east")
+    cells = cluster["spec"]["cells"]
+    cells["physicalCluster"]["physicalCells"][0]["pinnedCellId"] = "pin-1"
+    cells["virtualClusters"] = {"team-a": {"pinnedCells": [{"pinnedCellId": "pin-1"}]}}
+    return convert.load_clusters(dump(cluster))
+
+
+def test_a_pinned_cell_annotation_pins_the_job(tree: QuotaTree) -> None:
+    doc = make_job(queue="team-a", annotations={"fleet.io/pinned-cell-id": "pin-1"})
+    assert convert_one(tree, doc, clusters=pinned_cluster()).pinned_cell_id == "pin-1"
+
+
+def test_a_pinned_cell_of_another_queue_is_refused(tree: QuotaTree) -> None:
+    doc = make_job(queue="team-b", annotations={"fleet.io/pinned-cell-id": "pin-1"})
+    path, message = error_of(tree, doc, clusters=pinned_cluster())
+    assert path == "metadata.annotations.fleet.io/pinned-cell-id"
+    assert "not pinned to virtual cluster 'team-b'" in message
