@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from fleet.core.charges import Charge
@@ -49,18 +50,29 @@ from fleet.core.quota_rules import fmt
 from fleet.core.quota_structure import UNCHANGED, QuotaStructure, _Unchanged
 from fleet.core.resources import MAX_JOBS, Resources, format_quantity
 
-#: QuotaBlock kinds.
-MAX: Final = "max"
-NON_PREEMPTIBLE_MIN: Final = "non-preemptible-min"
+
+class BlockKind(StrEnum):
+    """Which limit a :class:`QuotaBlock` is about; the value is its text."""
+
+    #: ``used + request`` would be above a node's ``max``.
+    MAX = "max"
+    #: A non-preemptible job does not fit its queue's ``min``.
+    NON_PREEMPTIBLE_MIN = "non-preemptible-min"
+
+
+#: The members of :class:`BlockKind`, importable by name.
+MAX: Final = BlockKind.MAX
+NON_PREEMPTIBLE_MIN: Final = BlockKind.NON_PREEMPTIBLE_MIN
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaBlock:
     """Why a request does not fit: ``node`` would exceed a limit on ``resource``.
 
-    ``kind`` is ``"max"`` (``used + request`` above the node's ``max``) or
-    ``"non-preemptible-min"`` (a non-preemptible job that does not fit the
-    queue's ``min``; ``used`` is then the guaranteed usage).
+    ``kind`` is :attr:`BlockKind.MAX` (``used + request`` above the node's
+    ``max``) or :attr:`BlockKind.NON_PREEMPTIBLE_MIN` (a non-preemptible job
+    that does not fit the queue's ``min``; ``used`` is then the guaranteed
+    usage).
     """
 
     node: str
@@ -68,7 +80,7 @@ class QuotaBlock:
     used: int
     request: int
     limit: int
-    kind: str
+    kind: BlockKind
     leaf: bool = True
 
     @property
