@@ -4,7 +4,7 @@ Job: answer "may this request be admitted to this queue, and how is it charged?"
 for the scheduling cycle, keep the usage of every node of the tree, and choose
 which admitted jobs to preempt when a queue reclaims its ``min``.
 :class:`QuotaTree` is the one class the rest of Fleet uses; this module also
-re-exports the names its callers need (:class:`QuotaBlock` and its kinds,
+re-exports the names its callers need (:class:`QuotaBlock`, :class:`BlockKind`,
 :class:`QuotaNodeSpec`, :class:`QuotaError`, ``UNCHANGED``).
 
 Theory of operation: the tree is built in three layers, each in its own module

@@ -14,7 +14,7 @@ Theory of operation:
   Opportunistic jobs (negative priority) are charged ``kube-queue/max-jobs``
   only.  ``used == guaranteed + borrowed`` except for that opportunistic count.
 * A job is GUARANTEED when it fits the leaf's ``min`` (on the resources the
-  ``min`` names), BORROWED otherwise; either way
+  ``min`` names; see :class:`MinFit`), BORROWED otherwise; either way
   ``used + request <= max`` must hold on every node of the path, else
   :meth:`QuotaUsage.classify` returns a :class:`QuotaBlock` saying where.
   Non-preemptible jobs must be guaranteed.
@@ -96,6 +96,29 @@ class QuotaBlock:
             )
         where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
         return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
+
+
+@dataclass(frozen=True, slots=True)
+class MinFit:
+    """How a request compares with its leaf queue's ``min``.
+
+    ``fits``: the guaranteed usage plus the request stays within the ``min``
+    on every resource the ``min`` names (the job would be guaranteed).
+    Otherwise ``over`` names the first resource of the ``min`` the request
+    would exceed, or is None when the leaf has no ``min`` at all.
+    """
+
+    fits: bool
+    over: str | None = None
+
+
+#: The request fits the leaf's ``min``.
+WITHIN_MIN: Final = MinFit(fits=True)
+#: The leaf has no ``min``: nothing is guaranteed there.
+NO_MIN: Final = MinFit(fits=False)
+#: "Over the min on r", one shared value per resource name (a tree names few),
+#: so that classifying a borrowed job allocates no result.
+_OVER_MIN: dict[str, MinFit] = {}
 
 
 class Admitted:
@@ -212,16 +235,19 @@ class QuotaUsage(QuotaStructure):
         return min(priorities, default=None)
 
     # Admission ----------------------------------------------------------------
-    def _fits_min(self, leaf: int, request: Resources) -> str | None:
-        """None if ``request`` fits the leaf's min, else the first resource over it."""
+    def _fits_min(self, leaf: int, request: Resources) -> MinFit:
+        """Whether ``request`` fits the leaf's min, else the first resource over it."""
         mn = self._min_d[leaf]
         if not mn:
-            return ""
+            return NO_MIN
         guar = self._guar[leaf]
         for r, cap in mn.items():
             if guar.get(r, 0) + request.get(r, 0) > cap:
-                return r
-        return None
+                over = _OVER_MIN.get(r)
+                if over is None:
+                    over = _OVER_MIN[r] = MinFit(fits=False, over=r)
+                return over
+        return WITHIN_MIN
 
     def _max_block(self, path: tuple[int, ...], request: Resources) -> QuotaBlock | None:
         for n in path:
@@ -258,10 +284,13 @@ class QuotaUsage(QuotaStructure):
                 if block is not None:
                     return block
             return Mode.OPPORTUNISTIC
-        over_min = self._fits_min(leaf, request)
-        mode = Mode.GUARANTEED if over_min is None else Mode.BORROWED
-        if over_min is not None and not preemptible:
-            r = over_min or next(iter(request), MAX_JOBS)
+        fit = self._fits_min(leaf, request)
+        if fit.fits:
+            mode = Mode.GUARANTEED
+        elif preemptible:
+            mode = Mode.BORROWED
+        else:
+            r = fit.over if fit.over is not None else next(iter(request), MAX_JOBS)
             return QuotaBlock(
                 node=self._names[leaf],
                 resource=r,

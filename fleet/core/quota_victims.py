@@ -108,7 +108,7 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     (recomputed after each pick), then newest.  A pure query.
     """
     leaf = tree._leaf(queue)
-    if tree._fits_min(leaf, request) is not None:
+    if not tree._fits_min(leaf, request).fits:
         return None
     path = tree._paths[leaf]
     removed: dict[int, dict[str, int]] = {}
