@@ -1,0 +1,271 @@
+"""The shape of a quota tree: its nodes, their limits and namespaces.
+
+Job: hold the validated structure of an ElasticQuotaTree (names, parents,
+children, ``min``/``max``, namespaces) in a form the usage accounting can walk
+fast, answer questions about it by node name, and change one node at a time
+without ever holding an invalid tree.
+
+Theory of operation:
+
+* :meth:`QuotaStructure._init_structure` validates a :class:`QuotaNodeSpec`
+  tree with :func:`~fleet.core.quota_rules.validate` and flattens it into
+  parallel lists indexed by node number, in document order (the root is 0).
+  Names map to numbers through one dict; every public method takes a name.
+* Every node keeps its path to the root as a tuple of indices (node first), and
+  every node keeps the leaves under it, so a question about a job walks one
+  short path and never the tree.
+* ``min`` and ``max`` are kept twice: as the :class:`Resources` the spec gave
+  (for answers and :meth:`to_spec`) and as plain ``dict[str, int]`` copies
+  (``_min_d``, ``_max_d``) that the hot loops read without a method call.
+  ``max`` of None means the node sets no limit.
+* Namespaces are listed per leaf, and indexed namespace → leaf for
+  :meth:`queue_for_namespace`.
+* :meth:`set_node` rebuilds the whole tree as a spec with the one change
+  (:meth:`_spec_with`), validates it, and only then writes the change: on
+  :class:`QuotaError` nothing changes.  It replaces list entries and never
+  mutates them, so a copy may share the lists that ``set_node`` does not touch
+  (names, parents, children, paths, leaves) and copy only the others.
+
+:class:`~fleet.core.quota_usage.QuotaUsage` extends this class rather than
+holding an instance of it: its hot loops (``classify``, ``_max_block``,
+``_charge``) read the structure's lists and its own counters side by side, and
+as attributes of one object each costs one attribute lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fleet.core.checks import InvariantError
+from fleet.core.quota_rules import QuotaNodeSpec, validate
+from fleet.core.resources import Resources
+
+
+class _Unchanged:
+    """Sentinel type: ``set_node`` leaves ``max`` as it is."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: ``set_node(max=UNCHANGED)`` (the default) keeps the node's ``max``; None removes it.
+UNCHANGED: Final = _Unchanged()
+
+
+class QuotaStructure:
+    """A validated quota tree's structure; see the module docstring."""
+
+    warnings: list[str]
+
+    _names: list[str]
+    _index: dict[str, int]
+    _parent: list[int]
+    _children: list[tuple[int, ...]]
+    _spec_path: list[str]
+    _paths: list[tuple[int, ...]]  # node -> root, node first
+    _leaves_under: list[tuple[int, ...]]
+    _min: list[Resources]
+    _max: list[Resources | None]
+    _min_d: list[dict[str, int]]
+    _max_d: list[dict[str, int] | None]
+    _namespaces: list[tuple[str, ...]]
+    _ns_map: dict[str, int]
+
+    # Construction -------------------------------------------------------------
+    def _init_structure(self, root: QuotaNodeSpec) -> None:
+        """Validate ``root`` and flatten it into this object; raise :class:`QuotaError`."""
+        self.warnings = validate(root)
+        self._names = []
+        self._index = {}
+        self._parent = []
+        self._children = []
+        self._spec_path = []
+        self._min = []
+        self._max = []
+        self._namespaces = []
+        child_lists: list[list[int]] = []
+
+        def flatten(node: QuotaNodeSpec, parent: int) -> None:
+            i = len(self._names)
+            self._names.append(node.name)
+            self._index[node.name] = i
+            self._parent.append(parent)
+            self._spec_path.append(node.path)
+            self._min.append(node.min)
+            self._max.append(node.max)
+            self._namespaces.append(tuple(node.namespaces))
+            child_lists.append([])
+            if parent >= 0:
+                child_lists[parent].append(i)
+            for child in node.children:
+                flatten(child, i)
+
+        flatten(root, -1)
+        n = len(self._names)
+        self._children = [tuple(c) for c in child_lists]
+        self._paths = []
+        for i in range(n):
+            path = [i]
+            while self._parent[path[-1]] >= 0:
+                path.append(self._parent[path[-1]])
+            self._paths.append(tuple(path))
+        under: list[list[int]] = [[] for _ in range(n)]
+        for i in range(n):
+            if not self._children[i]:
+                for a in self._paths[i]:
+                    under[a].append(i)
+        self._leaves_under = [tuple(u) for u in under]
+        self._min_d = [dict(m) for m in self._min]
+        self._max_d = [None if m is None else dict(m) for m in self._max]
+        self._ns_map = {ns: i for i in range(n) for ns in self._namespaces[i]}
+
+    def _copy_structure_to(self, other: QuotaStructure) -> None:
+        """Give ``other`` this structure; changing either later leaves the other alone."""
+        other.warnings = list(self.warnings)
+        # Immutable after build (set_node replaces entries, never mutates them).
+        other._names = self._names
+        other._index = self._index
+        other._parent = self._parent
+        other._children = self._children
+        other._spec_path = self._spec_path
+        other._paths = self._paths
+        other._leaves_under = self._leaves_under
+        # Replaced entry by entry by set_node: copy the lists.
+        other._min = list(self._min)
+        other._max = list(self._max)
+        other._min_d = list(self._min_d)
+        other._max_d = list(self._max_d)
+        other._namespaces = list(self._namespaces)
+        other._ns_map = dict(self._ns_map)
+
+    # Questions ----------------------------------------------------------------
+    def _node(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KeyError(f"no quota node named {name!r}") from None
+
+    def _leaf(self, queue: str) -> int:
+        i = self._node(queue)
+        if self._children[i]:
+            raise ValueError(f"quota node {queue!r} is not a leaf queue")
+        return i
+
+    def nodes(self) -> list[str]:
+        """Every node name in document order (root first, depth-first)."""
+        return list(self._names)
+
+    def leaves(self) -> list[str]:
+        """Leaf queue names in document order."""
+        return [self._names[i] for i in self._leaves_under[0]]
+
+    def is_leaf(self, name: str) -> bool:
+        return not self._children[self._node(name)]
+
+    def has_node(self, name: str) -> bool:
+        return name in self._index
+
+    def parent(self, name: str) -> str | None:
+        p = self._parent[self._node(name)]
+        return None if p < 0 else self._names[p]
+
+    def children(self, name: str) -> list[str]:
+        return [self._names[c] for c in self._children[self._node(name)]]
+
+    def path_to_root(self, name: str) -> list[str]:
+        """``[name, parent, ..., root]``."""
+        return [self._names[i] for i in self._paths[self._node(name)]]
+
+    def spec_path(self, name: str) -> str:
+        """The node's field path in the document it was built from."""
+        return self._spec_path[self._node(name)]
+
+    def min_of(self, name: str) -> Resources:
+        return self._min[self._node(name)]
+
+    def max_of(self, name: str) -> Resources | None:
+        """The node's own ``max``; None means it sets no limit."""
+        return self._max[self._node(name)]
+
+    def namespaces_of(self, name: str) -> tuple[str, ...]:
+        return self._namespaces[self._node(name)]
+
+    def queue_for_namespace(self, namespace: str) -> str | None:
+        i = self._ns_map.get(namespace)
+        return None if i is None else self._names[i]
+
+    def to_spec(self) -> QuotaNodeSpec:
+        """The tree as a :class:`QuotaNodeSpec` (with any ``set_node`` changes)."""
+        return self._spec_with(-1, None, None, None)
+
+    # Changes ------------------------------------------------------------------
+    def _spec_with(
+        self,
+        target: int,
+        new_min: Resources | None,
+        new_max: Resources | _Unchanged | None,
+        new_ns: tuple[str, ...] | None,
+    ) -> QuotaNodeSpec:
+        """The tree as a spec, node ``target`` (if any) given the new values that are set."""
+
+        def make(i: int) -> QuotaNodeSpec:
+            mn, mx, ns = self._min[i], self._max[i], self._namespaces[i]
+            if i == target:
+                mn = mn if new_min is None else new_min
+                mx = mx if isinstance(new_max, _Unchanged) else new_max
+                ns = ns if new_ns is None else new_ns
+            return QuotaNodeSpec(
+                name=self._names[i],
+                min=mn,
+                max=mx,
+                namespaces=ns,
+                children=tuple(make(c) for c in self._children[i]),
+                path=self._spec_path[i],
+            )
+
+        return make(0)
+
+    def set_node(
+        self,
+        name: str,
+        *,
+        min: Resources | None = None,
+        max: Resources | _Unchanged | None = UNCHANGED,
+        namespaces: tuple[str, ...] | None = None,
+    ) -> None:
+        """Change one node's min/max/namespaces; the whole tree is re-validated.
+
+        On error raises :class:`QuotaError` and changes nothing.
+        """
+        i = self._node(name)
+        spec = self._spec_with(i, min, max, None if namespaces is None else tuple(namespaces))
+        warnings = validate(spec)
+        self.warnings = warnings
+        if min is not None:
+            self._min[i] = min
+            self._min_d[i] = dict(min)
+        if not isinstance(max, _Unchanged):
+            self._max[i] = max
+            self._max_d[i] = None if max is None else dict(max)
+        if namespaces is not None:
+            for ns in self._namespaces[i]:
+                self._ns_map.pop(ns, None)
+            self._namespaces[i] = tuple(namespaces)
+            for ns in namespaces:
+                self._ns_map[ns] = i
+
+    # Invariants ---------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """The namespace index and the leaves' namespace lists agree both ways.
+
+        Raises :class:`InvariantError` naming the namespace and the node.
+        """
+        for ns, i in self._ns_map.items():
+            if ns not in self._namespaces[i]:
+                raise InvariantError(
+                    f"namespace {ns} is indexed to {self._names[i]}, which does not list it"
+                )
+        for i, namespaces in enumerate(self._namespaces):
+            for ns in namespaces:
+                if self._ns_map.get(ns) != i:
+                    raise InvariantError(f"namespace {ns} of {self._names[i]} is not indexed to it")

@@ -1,0 +1,442 @@
+"""What a quota tree has charged: per-node usage, admitted jobs, classification.
+
+Job: answer "may this request be admitted to this queue now, and how is it
+charged?" for the scheduling cycle, keep the usage of every node of the tree
+as jobs are admitted and released, and prove on demand that the counters still
+match the jobs.
+
+Theory of operation:
+
+* Usage lives in plain mutable ``dict[str, int]`` counters per node, in lists
+  indexed like the structure's: ``used`` (everything charged), ``guaranteed``
+  and ``borrowed``, plus a count of admitted jobs.  An admission adds the
+  job's request on every node of its leaf→root path; a release subtracts it.
+  Opportunistic jobs (negative priority) are charged ``kube-queue/max-jobs``
+  only.  ``used == guaranteed + borrowed`` except for that opportunistic count.
+* A job is GUARANTEED when it fits the leaf's ``min`` (on the resources the
+  ``min`` names; see :class:`MinFit`), BORROWED otherwise; either way
+  ``used + request <= max`` must hold on every node of the path, else
+  :meth:`QuotaUsage.classify` returns a :class:`QuotaBlock` saying where.
+  Non-preemptible jobs must be guaranteed.
+* Every admitted unit has one :class:`Admitted` record (its shared
+  :class:`~fleet.core.charges.Charge` and its leaf), indexed by key, by leaf,
+  and, when a reclaim may take it, in the leaf's reclaimable index.  The
+  reclaim search (:mod:`fleet.core.quota_victims`) keeps each leaf's
+  reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
+  the leaf marks that order stale (None).
+* :meth:`QuotaUsage.set_node` keeps usage even when it is now above a lowered
+  ``max``: that excess is *grandfathered* (``_over``).  It is accepted by
+  :meth:`QuotaUsage.check_invariants` up to the usage at the time of the
+  change, and :meth:`QuotaUsage.classify` never adds to it.
+* :meth:`QuotaUsage.check_invariants` recounts every counter and index from
+  the admitted records and compares.
+
+This class extends :class:`~fleet.core.quota_structure.QuotaStructure` (see
+there why) and is extended by :class:`~fleet.core.quota.QuotaTree`, which adds
+construction, copying and the victim searches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from fleet.core.charges import Charge
+from fleet.core.checks import InvariantError
+from fleet.core.jobs import Mode
+from fleet.core.quota_rules import fmt
+from fleet.core.quota_structure import UNCHANGED, QuotaStructure, _Unchanged
+from fleet.core.resources import MAX_JOBS, Resources, format_quantity
+
+
+class BlockKind(StrEnum):
+    """Which limit a :class:`QuotaBlock` is about; the value is its text."""
+
+    #: ``used + request`` would be above a node's ``max``.
+    MAX = "max"
+    #: A non-preemptible job does not fit its queue's ``min``.
+    NON_PREEMPTIBLE_MIN = "non-preemptible-min"
+
+
+#: The members of :class:`BlockKind`, importable by name.
+MAX: Final = BlockKind.MAX
+NON_PREEMPTIBLE_MIN: Final = BlockKind.NON_PREEMPTIBLE_MIN
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaBlock:
+    """Why a request does not fit: ``node`` would exceed a limit on ``resource``.
+
+    ``kind`` is :attr:`BlockKind.MAX` (``used + request`` above the node's
+    ``max``) or :attr:`BlockKind.NON_PREEMPTIBLE_MIN` (a non-preemptible job
+    that does not fit the queue's ``min``; ``used`` is then the guaranteed
+    usage).
+    """
+
+    node: str
+    resource: str
+    used: int
+    request: int
+    limit: int
+    kind: BlockKind
+    leaf: bool = True
+
+    @property
+    def reason(self) -> str:
+        r = self.resource
+        used = format_quantity(r, self.used)
+        limit = format_quantity(r, self.limit)
+        need = format_quantity(r, self.request)
+        if self.kind == NON_PREEMPTIBLE_MIN:
+            return (
+                f"non-preemptible job needs to fit within min of queue {self.node}: "
+                f"{r} {used}/{limit} guaranteed in use (needs {need} more)"
+            )
+        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
+
+
+@dataclass(frozen=True, slots=True)
+class MinFit:
+    """How a request compares with its leaf queue's ``min``.
+
+    ``fits``: the guaranteed usage plus the request stays within the ``min``
+    on every resource the ``min`` names (the job would be guaranteed).
+    Otherwise ``over`` names the first resource of the ``min`` the request
+    would exceed, or is None when the leaf has no ``min`` at all.
+    """
+
+    fits: bool
+    over: str | None = None
+
+
+#: The request fits the leaf's ``min``.
+WITHIN_MIN: Final = MinFit(fits=True)
+#: The leaf has no ``min``: nothing is guaranteed there.
+NO_MIN: Final = MinFit(fits=False)
+#: "Over the min on r", one shared value per resource name (a tree names few),
+#: so that classifying a borrowed job allocates no result.
+_OVER_MIN: dict[str, MinFit] = {}
+
+
+class Admitted:
+    """An admitted unit's charge record (shared with the state and the placer) and its leaf."""
+
+    __slots__ = ("charge", "key", "leaf", "mode", "preemptible", "priority", "request", "seq")
+
+    def __init__(self, charge: Charge, leaf: int) -> None:
+        self.charge = charge
+        self.leaf = leaf
+        # Read-only views of the record, unpacked once for the reclaim search's hot loops.
+        self.key = charge.key
+        self.request = charge.request
+        self.mode = charge.mode
+        self.priority = charge.priority
+        self.seq = charge.seq
+        self.preemptible = charge.preemptible
+
+
+def _reclaimable(rec: Admitted) -> bool:
+    """Whether a reclaim may ever take this job: borrowed, preemptible, not opportunistic."""
+    return rec.mode is Mode.BORROWED and rec.preemptible and rec.priority >= 0
+
+
+def cheapest_first(rec: Admitted) -> tuple[int, int]:
+    """Sort key of a leaf's reclaimable jobs: lowest priority, then newest."""
+    return (rec.priority, -rec.seq)
+
+
+def add_to(counter: dict[str, int], vec: Iterable[tuple[str, int]], sign: int) -> None:
+    """Add (``sign`` 1) or subtract (-1) ``vec``'s amounts in ``counter``."""
+    for r, v in vec:
+        counter[r] = counter.get(r, 0) + sign * v
+
+
+def _nonzero(counter: Mapping[str, int]) -> dict[str, int]:
+    return {r: v for r, v in counter.items() if v}
+
+
+class QuotaUsage(QuotaStructure):
+    """A quota tree's structure with its usage; see the module docstring."""
+
+    _used: list[dict[str, int]]
+    _guar: list[dict[str, int]]
+    _borr: list[dict[str, int]]
+    _count: list[int]
+    _over: list[dict[str, int]]  # usage grandfathered above a max set_node lowered
+    _jobs: dict[str, Admitted]
+    _leaf_jobs: list[dict[str, Admitted]]
+    _leaf_borrowed: list[dict[str, Admitted]]  # reclaimable: borrowed, preemptible
+    _borrowed_order: list[list[Admitted] | None]  # the same, cheapest first; None = stale
+
+    # Construction -------------------------------------------------------------
+    def _init_usage(self) -> None:
+        """Start with no usage on any node (after the structure is set)."""
+        n = len(self._names)
+        self._used = [{} for _ in range(n)]
+        self._guar = [{} for _ in range(n)]
+        self._borr = [{} for _ in range(n)]
+        self._count = [0] * n
+        self._over = [{} for _ in range(n)]
+        self._jobs = {}
+        self._leaf_jobs = [{} for _ in range(n)]
+        self._leaf_borrowed = [{} for _ in range(n)]
+        self._borrowed_order = [None] * n
+
+    def _copy_usage_to(self, other: QuotaUsage) -> None:
+        """Give ``other`` a deep copy of this usage (the records themselves are shared)."""
+        other._used = [dict(d) for d in self._used]
+        other._guar = [dict(d) for d in self._guar]
+        other._borr = [dict(d) for d in self._borr]
+        other._count = list(self._count)
+        other._over = [dict(d) for d in self._over]
+        other._jobs = dict(self._jobs)
+        other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
+        other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
+        other._borrowed_order = [None] * len(self._leaf_borrowed)
+
+    # Usage --------------------------------------------------------------------
+    def used(self, name: str) -> Resources:
+        """Everything charged at or below the node (all modes)."""
+        return Resources(self._used[self._node(name)])
+
+    def guaranteed_used(self, name: str) -> Resources:
+        return Resources(self._guar[self._node(name)])
+
+    def borrowed_used(self, name: str) -> Resources:
+        return Resources(self._borr[self._node(name)])
+
+    def admitted_count(self, name: str) -> int:
+        """How many admitted jobs (any mode) are charged at or below the node."""
+        return self._count[self._node(name)]
+
+    def holds(self, key: str) -> bool:
+        return key in self._jobs
+
+    def mode_of(self, key: str) -> Mode:
+        return self._jobs[key].mode
+
+    def jobs_of(self, queue: str) -> list[str]:
+        """Keys of the jobs admitted to a leaf queue, in admission order."""
+        return list(self._leaf_jobs[self._leaf(queue)])
+
+    def lowest_preemptible_priority(self, queue: str) -> int | None:
+        """The lowest priority among the queue's preemptible, charged jobs (None if none).
+
+        A job of this queue can preempt inside its queue only above it.
+        """
+        priorities = [
+            rec.priority
+            for rec in self._leaf_jobs[self._leaf(queue)].values()
+            if rec.preemptible and rec.priority >= 0
+        ]
+        return min(priorities, default=None)
+
+    # Admission ----------------------------------------------------------------
+    def _fits_min(self, leaf: int, request: Resources) -> MinFit:
+        """Whether ``request`` fits the leaf's min, else the first resource over it."""
+        mn = self._min_d[leaf]
+        if not mn:
+            return NO_MIN
+        guar = self._guar[leaf]
+        for r, cap in mn.items():
+            if guar.get(r, 0) + request.get(r, 0) > cap:
+                over = _OVER_MIN.get(r)
+                if over is None:
+                    over = _OVER_MIN[r] = MinFit(fits=False, over=r)
+                return over
+        return WITHIN_MIN
+
+    def _max_block(self, path: tuple[int, ...], request: Resources) -> QuotaBlock | None:
+        for n in path:
+            mx = self._max_d[n]
+            if mx is None:
+                continue
+            used = self._used[n]
+            for r, amount in request.items():
+                if amount <= 0:
+                    continue
+                cap = mx.get(r)
+                if cap is not None and used.get(r, 0) + amount > cap:
+                    return QuotaBlock(
+                        node=self._names[n],
+                        resource=r,
+                        used=used.get(r, 0),
+                        request=amount,
+                        limit=cap,
+                        kind=MAX,
+                        leaf=not self._children[n],
+                    )
+        return None
+
+    def classify(
+        self, queue: str, request: Resources, *, priority: int, preemptible: bool
+    ) -> Mode | QuotaBlock:
+        """How ``request`` would be admitted to ``queue`` now, or why it cannot be."""
+        leaf = self._leaf(queue)
+        path = self._paths[leaf]
+        if priority < 0:
+            need = request.get(MAX_JOBS, 0)
+            if need > 0:
+                block = self._max_block(path, Resources({MAX_JOBS: need}))
+                if block is not None:
+                    return block
+            return Mode.OPPORTUNISTIC
+        fit = self._fits_min(leaf, request)
+        if fit.fits:
+            mode = Mode.GUARANTEED
+        elif preemptible:
+            mode = Mode.BORROWED
+        else:
+            r = fit.over if fit.over is not None else next(iter(request), MAX_JOBS)
+            return QuotaBlock(
+                node=self._names[leaf],
+                resource=r,
+                used=self._guar[leaf].get(r, 0),
+                request=request.get(r, 0),
+                limit=self._min_d[leaf].get(r, 0),
+                kind=NON_PREEMPTIBLE_MIN,
+            )
+        block = self._max_block(path, request)
+        return mode if block is None else block
+
+    def admit(self, charge: Charge) -> None:
+        """Charge an admitted unit to its queue; the caller has classified it first."""
+        key = charge.key
+        if key in self._jobs:
+            raise ValueError(f"job {key!r} is already admitted")
+        leaf = self._leaf(charge.queue)
+        rec = Admitted(charge, leaf)
+        self._charge(rec, 1)
+        self._jobs[key] = rec
+        self._leaf_jobs[leaf][key] = rec
+        if _reclaimable(rec):
+            self._leaf_borrowed[leaf][key] = rec
+            self._borrowed_order[leaf] = None
+
+    def release(self, key: str) -> Charge:
+        """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
+        rec = self._jobs.pop(key)
+        del self._leaf_jobs[rec.leaf][key]
+        if self._leaf_borrowed[rec.leaf].pop(key, None) is not None:
+            self._borrowed_order[rec.leaf] = None
+        self._charge(rec, -1)
+        return rec.charge
+
+    def _charge(self, rec: Admitted, sign: int) -> None:
+        path = self._paths[rec.leaf]
+        if rec.mode is Mode.OPPORTUNISTIC:
+            jobs = rec.request.get(MAX_JOBS, 0) * sign
+            for n in path:
+                used = self._used[n]
+                used[MAX_JOBS] = used.get(MAX_JOBS, 0) + jobs
+                self._count[n] += sign
+            return
+        items = list(rec.request.items())
+        split = self._guar if rec.mode is Mode.GUARANTEED else self._borr
+        for n in path:
+            add_to(self._used[n], items, sign)
+            add_to(split[n], items, sign)
+            self._count[n] += sign
+
+    # Quota changes ------------------------------------------------------------
+    def set_node(
+        self,
+        name: str,
+        *,
+        min: Resources | None = None,
+        max: Resources | _Unchanged | None = UNCHANGED,
+        namespaces: tuple[str, ...] | None = None,
+    ) -> None:
+        """Change one node's min/max/namespaces; the whole tree is re-validated.
+
+        On error raises :class:`QuotaError` and changes nothing.  Usage is kept,
+        even above a lowered max: that usage is grandfathered (never forced out,
+        never grown by an admission; ``check_invariants`` accepts up to it).
+        """
+        super().set_node(name, min=min, max=max, namespaces=namespaces)
+        if not isinstance(max, _Unchanged):
+            i = self._index[name]
+            used = self._used[i]
+            self._over[i] = {r: used[r] for r, cap in (max or {}).items() if used.get(r, 0) > cap}
+
+    def grandfather(self) -> None:
+        """Accept the current usage above every ``max`` (after a tree change)."""
+        for i, mx in enumerate(self._max_d):
+            used = self._used[i]
+            self._over[i] = {r: used[r] for r, cap in (mx or {}).items() if used.get(r, 0) > cap}
+
+    # Invariants ---------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Recount usage from the admitted jobs and compare; usage never above max.
+
+        Usage above a max that ``set_node`` lowered is accepted up to the usage
+        at the time of that change.  Then the structure's own checks run.
+        Raises :class:`InvariantError` on any mismatch, naming the node or job
+        and the kept and recounted values.
+        """
+        n = len(self._names)
+        used: list[dict[str, int]] = [{} for _ in range(n)]
+        guar: list[dict[str, int]] = [{} for _ in range(n)]
+        borr: list[dict[str, int]] = [{} for _ in range(n)]
+        count = [0] * n
+        for key, rec in self._jobs.items():
+            if self._leaf_jobs[rec.leaf].get(key) is not rec:
+                raise InvariantError(
+                    f"job {key} is missing from the job index of {self._names[rec.leaf]}"
+                )
+            for m in self._paths[rec.leaf]:
+                count[m] += 1
+                if rec.mode is Mode.OPPORTUNISTIC:
+                    add_to(used[m], [(MAX_JOBS, rec.request.get(MAX_JOBS, 0))], 1)
+                    continue
+                add_to(used[m], rec.request.items(), 1)
+                add_to((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.items(), 1)
+        if sum(len(j) for j in self._leaf_jobs) != len(self._jobs):
+            stale = sorted(k for jobs in self._leaf_jobs for k in jobs if k not in self._jobs)
+            raise InvariantError(f"stale job index: {stale} indexed by leaf but not admitted")
+        for leaf_index, recs in enumerate(self._leaf_borrowed):
+            expected = {k for k, r in self._leaf_jobs[leaf_index].items() if _reclaimable(r)}
+            if set(recs) != expected:
+                raise InvariantError(
+                    f"{self._names[leaf_index]}: stale reclaimable-job index: "
+                    f"kept {sorted(recs)}, recount {sorted(expected)}"
+                )
+            ordered = self._borrowed_order[leaf_index]
+            if ordered is not None:
+                kept_order = [r.key for r in ordered]
+                order = [r.key for r in sorted(recs.values(), key=cheapest_first)]
+                if kept_order != order:
+                    raise InvariantError(
+                        f"{self._names[leaf_index]}: stale reclaim order: "
+                        f"kept {kept_order}, recount {order}"
+                    )
+        for m in range(n):
+            for what, kept, recount in (
+                ("used", self._used[m], used[m]),
+                ("guaranteed", self._guar[m], guar[m]),
+                ("borrowed", self._borr[m], borr[m]),
+            ):
+                if _nonzero(kept) != _nonzero(recount):
+                    raise InvariantError(
+                        f"{self._names[m]}: {what} drifted: kept {_nonzero(kept)}, "
+                        f"recount {_nonzero(recount)}"
+                    )
+            if self._count[m] != count[m]:
+                raise InvariantError(
+                    f"{self._names[m]}: admitted count drifted: kept {self._count[m]}, "
+                    f"recount {count[m]}"
+                )
+            mx = self._max_d[m]
+            if mx is None:
+                continue
+            for r, cap in mx.items():
+                allowed = max(cap, self._over[m].get(r, cap))
+                if used[m].get(r, 0) > allowed:
+                    raise InvariantError(
+                        f"{self._names[m]}: {fmt(r, used[m].get(r, 0))} used is above max "
+                        f"{format_quantity(r, allowed)}"
+                    )
+        super().check_invariants()

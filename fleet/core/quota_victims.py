@@ -1,0 +1,257 @@
+"""Which admitted jobs to preempt so that a request fits its quota tree.
+
+Job: two pure queries over a :class:`~fleet.core.quota_usage.QuotaUsage`:
+:func:`reclaim_victims` picks borrowed jobs of *other* queues to preempt so
+that a queue gets back its guaranteed ``min``; :func:`queue_victims` picks
+lower-priority jobs of the *same* queue so that a request fits every ``max``.
+The caller preempts the victims and releases them from the tree; neither
+query changes usage.
+
+Theory of operation:
+
+* A *deficit* is a (node, resource) on the requesting leaf's path where
+  ``used - removed + request > max``; ``removed`` is the usage of the jobs
+  picked so far, per node (:func:`_deficits`).  A search picks jobs until no
+  deficit is left, recomputing the deficits after each pick.
+* A pick must free a resource that is still in deficit.  Picks made
+  unnecessary by later ones are dropped afterwards, latest first
+  (:func:`_prune`), so the answer is minimal in that order.
+* Reclaim takes only reclaimable jobs (borrowed, preemptible, not
+  opportunistic) of leaves under the highest blocking node, and only while the
+  victim's chain of nodes off the requester's path stays above its own ``min``
+  in the resource (:func:`_givable`).  Order: lowest priority, then the leaf
+  borrowing most of the first still-blocking resource (recomputed after each
+  pick), then newest.  Every job of one leaf borrows from the same leaf, so
+  each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
+  borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
+  jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
+  keyed lazily by their best remaining job.
+* The queue search takes the queue's own preemptible jobs below the request's
+  priority, lowest priority then newest.
+
+These are functions rather than methods so that the tree's classes hold only
+its state and accounting; they read the tree's counters and indexes directly
+(the same lists its own hot loops read) and write only the order cache.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from fleet.core.quota_usage import Admitted, QuotaUsage, add_to, cheapest_first
+from fleet.core.resources import Resources
+
+
+def _deficits(
+    tree: QuotaUsage,
+    path: tuple[int, ...],
+    request: Resources,
+    removed: dict[int, dict[str, int]],
+) -> list[tuple[int, str]]:
+    """(node, resource) pairs on ``path`` where ``used - removed + request > max``."""
+    out: list[tuple[int, str]] = []
+    for n in path:
+        mx = tree._max_d[n]
+        if mx is None:
+            continue
+        used = tree._used[n]
+        gone = removed.get(n, {})
+        for r, amount in request.items():
+            if amount <= 0:
+                continue
+            cap = mx.get(r)
+            if cap is not None and used.get(r, 0) - gone.get(r, 0) + amount > cap:
+                out.append((n, r))
+    return out
+
+
+def _remove(tree: QuotaUsage, removed: dict[int, dict[str, int]], rec: Admitted, sign: int) -> None:
+    """Count ``rec``'s request as removed (``sign`` 1) or back (-1) on its whole path."""
+    for n in tree._paths[rec.leaf]:
+        add_to(removed.setdefault(n, {}), rec.request.items(), sign)
+
+
+def _prune(
+    tree: QuotaUsage, path: tuple[int, ...], request: Resources, picked: list[Admitted]
+) -> list[str]:
+    """Drop picks (latest first) that the others make unnecessary."""
+    removed: dict[int, dict[str, int]] = {}
+    for rec in picked:
+        _remove(tree, removed, rec, 1)
+    kept = list(picked)
+    for rec in reversed(picked):
+        if len(kept) == 1:
+            break
+        _remove(tree, removed, rec, -1)
+        if _deficits(tree, path, request, removed):
+            _remove(tree, removed, rec, 1)
+        else:
+            kept.remove(rec)
+    return [rec.key for rec in kept]
+
+
+def _sorted_borrowed(tree: QuotaUsage, leaf: int) -> list[Admitted]:
+    """The leaf's reclaimable jobs cheapest first, cached on the tree until they change."""
+    ordered = sorted(tree._leaf_borrowed[leaf].values(), key=cheapest_first)
+    tree._borrowed_order[leaf] = ordered
+    return ordered
+
+
+def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[str] | None:
+    """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
+
+    ``[]`` when it fits already; None when the request is not within the
+    queue's min or even every candidate would not make room.  Candidates
+    are preemptible borrowed jobs of other queues under a blocking node,
+    from queues (and subtrees) still above their own min.  Order: lowest
+    priority, then the queue borrowing most of the blocking resource
+    (recomputed after each pick), then newest.  A pure query.
+    """
+    leaf = tree._leaf(queue)
+    if not tree._fits_min(leaf, request).fits:
+        return None
+    path = tree._paths[leaf]
+    removed: dict[int, dict[str, int]] = {}
+    deficits = _deficits(tree, path, request, removed)
+    if not deficits:
+        return []
+    if any(n == leaf for n, _ in deficits):
+        return None  # only the queue's own jobs are charged there
+    on_path = set(path)
+    for n, r in deficits:
+        # Cheap upper bound on what can go: borrowed usage in the subtrees
+        # hanging off the path below ``n`` whose root is above its min
+        # (a victim's whole chain off the path must be above its min).
+        mx = tree._max_d[n]
+        assert mx is not None
+        need = tree._used[n].get(r, 0) + request.get(r, 0) - mx[r]
+        bound = 0
+        for m in path:
+            for c in tree._children[m]:
+                if c not in on_path and tree._used[c].get(r, 0) > tree._min_d[c].get(r, 0):
+                    bound += tree._borr[c].get(r, 0)
+            if m == n:
+                break
+        if bound < need:
+            return None
+    top = min((n for n, _ in deficits), key=lambda n: len(tree._paths[n]))  # highest
+    # Per leaf, its reclaimable jobs cheapest first (lowest priority, newest):
+    # every job of one leaf borrows the same amount, so a leaf's first useful
+    # job is its best.  Leaves sit in a heap keyed by a lower bound of their
+    # best job's order (their first remaining job); a popped leaf whose
+    # actual best is worse goes back with its actual key (lazy evaluation).
+    # A leaf that cannot give anything now never can later in this query:
+    # usage and deficits only shrink.
+    chains: dict[int, tuple[int, ...]] = {}
+    orders: dict[int, list[Admitted]] = {}
+    pos: dict[int, int] = {}
+    for other in tree._leaves_under[top]:
+        if other == leaf or not tree._leaf_borrowed[other]:
+            continue
+        ordered = tree._borrowed_order[other]
+        if ordered is None:
+            ordered = _sorted_borrowed(tree, other)
+        # Nodes of the victim's subtree that must stay above their min:
+        # from its leaf up to (not including) the common ancestor.
+        chains[other] = tuple(n for n in tree._paths[other] if n not in on_path)
+        orders[other] = ordered
+        pos[other] = 0
+
+    def borrowed(other: int, r: str) -> int:
+        return tree._borr[other].get(r, 0) - removed.get(other, {}).get(r, 0)
+
+    def lower_key(other: int, r: str) -> tuple[int, int, int]:
+        head = orders[other][pos[other]]
+        return (head.priority, -borrowed(other, r), -head.seq)
+
+    blocking = deficits[0][1]
+    heap = [(lower_key(o, blocking), o) for o in orders]
+    heapq.heapify(heap)
+    picked: list[Admitted] = []
+    while deficits:
+        if deficits[0][1] != blocking:
+            blocking = deficits[0][1]
+            heap = [(lower_key(o, blocking), o) for o in orders if pos[o] < len(orders[o])]
+            heapq.heapify(heap)
+        if not heap:
+            return None
+        key, other = heapq.heappop(heap)
+        givable = _givable(tree, other, chains[other], deficits, removed)
+        recs = orders[other]
+        i = pos[other]
+        while i < len(recs) and not any(recs[i].request.get(r, 0) > 0 for r in givable):
+            i += 1
+        if not givable or i >= len(recs):
+            pos[other] = len(recs)  # nothing more from this leaf
+            continue
+        rec = recs[i]
+        actual = (rec.priority, -borrowed(other, blocking), -rec.seq)
+        if actual > key:
+            pos[other] = i
+            heapq.heappush(heap, (actual, other))
+            continue
+        pos[other] = i + 1
+        picked.append(rec)
+        _remove(tree, removed, rec, 1)
+        deficits = _deficits(tree, path, request, removed)
+        if pos[other] < len(recs):
+            heapq.heappush(heap, (lower_key(other, blocking), other))
+    return _prune(tree, path, request, picked)
+
+
+def _givable(
+    tree: QuotaUsage,
+    leaf: int,
+    chain: tuple[int, ...],
+    deficits: list[tuple[int, str]],
+    removed: dict[int, dict[str, int]],
+) -> list[str]:
+    """Deficit resources a job of ``leaf`` may give up: the deficit's node is
+    above the leaf and the leaf's chain off the reclaimer's path is still
+    above its min in that resource."""
+    rpath = tree._paths[leaf]
+    out: list[str] = []
+    for n, r in deficits:
+        if n in rpath and all(
+            tree._used[m].get(r, 0) - removed.get(m, {}).get(r, 0) > tree._min_d[m].get(r, 0)
+            for m in chain
+        ):
+            out.append(r)
+    return out
+
+
+def queue_victims(
+    tree: QuotaUsage, queue: str, request: Resources, priority: int
+) -> list[str] | None:
+    """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.
+
+    Candidates: the queue's own charged (non-negative priority), preemptible
+    jobs with priority strictly below ``priority``, taken lowest priority
+    then newest first, skipping those that free nothing still needed; then
+    picks made unnecessary by later ones are dropped.  ``[]`` when it fits
+    already, None when it cannot be made to fit.  A pure query.
+    """
+    leaf = tree._leaf(queue)
+    path = tree._paths[leaf]
+    removed: dict[int, dict[str, int]] = {}
+    deficits = _deficits(tree, path, request, removed)
+    if not deficits:
+        return []
+    candidates = sorted(
+        (
+            rec
+            for rec in tree._leaf_jobs[leaf].values()
+            if rec.preemptible and 0 <= rec.priority < priority
+        ),
+        key=cheapest_first,
+    )
+    picked: list[Admitted] = []
+    for rec in candidates:
+        if not any(rec.request.get(r, 0) > 0 for _, r in deficits):
+            continue
+        picked.append(rec)
+        _remove(tree, removed, rec, 1)
+        deficits = _deficits(tree, path, request, removed)
+        if not deficits:
+            return _prune(tree, path, request, picked)
+    return None
