@@ -25,13 +25,13 @@ import statistics
 import time
 import tracemalloc
 
+from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cycle import Admit, cycle
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
-from tests.core.factories import finish, submit
 
 GPU = "nvidia.com/gpu"
 TARGET_RATE = 10_000
@@ -138,7 +138,7 @@ def main() -> None:
     base, _ = tracemalloc.get_traced_memory()
     jobs = make_jobs(rng, args.jobs, queues, 0)
     for job in jobs:
-        submit(state, job)
+        events.apply(state, events.Submitted(job))
     _current, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del jobs
@@ -166,9 +166,10 @@ def main() -> None:
         keys = sorted(state.running)
         ending = rng.sample(keys, max(1, int(len(keys) * args.churn)))
         for key in ending:
-            finish(state, key)
+            events.apply(state, events.Dispatched(key))
+            events.apply(state, events.Finished(key))
         for job in make_jobs(rng, len(ending), queues, next_seq):
-            submit(state, job)
+            events.apply(state, events.Submitted(job))
         next_seq += len(ending)
         admitted, elapsed = timed_cycle(state, float(r + 1))
         rates.append(admitted / elapsed if elapsed else 0.0)
