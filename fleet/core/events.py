@@ -18,13 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleet.core import lifecycle
-from fleet.core.charges import Charge
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError
 from fleet.core.quota import UNCHANGED, QuotaNodeSpec, QuotaTree, _Unchanged
 from fleet.core.resources import Resources
-from fleet.core.state import Running, SchedulerState, Transition, UnknownJob
+from fleet.core.state import Running, SchedulerState, Transition, Unit, UnknownJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,41 +283,44 @@ def _route(tree: QuotaTree, job: Job) -> str | None:
     return job.queue if tree.has_node(job.queue) and tree.is_leaf(job.queue) else None
 
 
-def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
-    """Switch to ``tree``: re-route jobs, carry running charges over, fail the homeless.
+def _homeless(job: Job) -> str:
+    return f"no leaf of the quota tree takes queue {job.queue} or namespace {job.namespace}"
 
-    Running units keep their charges (usage above a lowered ``max`` is kept
-    and grandfathered); a running job whose queue moved is held again under
-    its new queue at the same cells; a job that no leaf takes any more is
-    failed (pending) or stopped and failed (running) with the reason.
+
+def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
+    """Switch to the validated ``tree``: carry running charges over, re-route the rest.
+
+    * A running job whose leaf still exists keeps its charges there (usage
+      above a lowered ``max`` is grandfathered), even if its namespace moved.
+    * A running job whose leaf is gone is held again, at the same cells, in
+      the leaf its namespace now belongs to; if there is none, or its placer
+      cannot hold it there, it is failed with the reason (its pods stop).
+    * Pending and preempted jobs follow their namespace (or keep their named
+      queue); a job no leaf takes any more is failed with the reason.
     """
     out: list[Outcome] = []
-    moves: list[tuple[Running, str]] = []
-    for key, run in state.running.items():
-        leaf = _route(tree, run.job)
-        if leaf is None:
-            out.append(Notice(key, "its queue is no longer in the quota tree"))
-            continue
-        moves.append((run, leaf))
-    # Nothing has changed yet; from here on the switch happens.
-    old_tree = state.tree
-    gone = [n.job for n in out if isinstance(n, Notice)]
-    for key in gone:
-        state.release(key)
-    for run, _ in moves:
-        for unit in run.units:
-            old_tree.release(unit.charge.key)
+    old = state.tree
     state.tree = tree
-    for run, leaf in moves:
-        if leaf != run.job.queue:
-            _requeue_running(state, run, leaf)
-        else:
+    for key in list(state.running):
+        run = state.running[key]
+        if tree.has_node(run.job.queue) and tree.is_leaf(run.job.queue):
             for unit in run.units:
                 tree.admit(unit.charge)
+            continue
+        leaf = _route(tree, run.job) if run.job.queue_from_namespace else None
+        why = _homeless(run.job)
+        if leaf is not None:
+            moved = _rehome(state, run, leaf)
+            if moved is None:
+                continue
+            why = moved
+        for unit in run.units:
+            state.placers[run.cluster].release(unit.charge.key)
+            del state.units[unit.charge.key]
+        del state.running[key]
+        out.append(state.move(key, JobState.FAILED, why))
+    del old  # its usage is not carried: every kept unit was charged to ``tree``
     tree.grandfather()
-    for key in gone:
-        out.append(state.move(key, JobState.FAILED, "its queue is no longer in the quota tree"))
-    out = [o for o in out if not isinstance(o, Notice)]
     pending = state.pending()
     for job in pending:
         state.unqueue(job.key)
@@ -326,34 +328,48 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
     for job in pending:
         leaf = _route(tree, job)
         if leaf is None:
-            why = f"no leaf of the quota tree takes queue {job.queue} or namespace {job.namespace}"
-            out.append(state.move(job.key, JobState.FAILED, why))
+            out.append(state.move(job.key, JobState.FAILED, _homeless(job)))
             continue
         state.enqueue(job if leaf == job.queue else dataclasses.replace(job, queue=leaf))
     for key, job in list(state.stopping.items()):
         leaf = _route(tree, job)
-        if leaf is not None and leaf != job.queue:
+        if leaf is None:
+            del state.stopping[key]
+            out.append(state.move(key, JobState.FAILED, _homeless(job)))
+        elif leaf != job.queue:
             state.stopping[key] = dataclasses.replace(job, queue=leaf)
     return out
 
 
-def _requeue_running(state: SchedulerState, run: Running, leaf: str) -> None:
-    """Hold a running job's units again under queue ``leaf`` at the same cells."""
+def _rehome(state: SchedulerState, run: Running, leaf: str) -> str | None:
+    """Hold a running job's units again under queue ``leaf`` at the same cells.
+
+    Returns None when done, else why not (then the job holds nothing in its
+    placer and is not charged, and the caller fails it).
+    """
     placer = state.placers[run.cluster]
-    job = dataclasses.replace(run.job, queue=leaf)
     units = list(run.units)
-    run.job = job
-    run.units.clear()
     for unit in units:
         placer.release(unit.charge.key)
         del state.units[unit.charge.key]
+    run.units.clear()
+    run.job = dataclasses.replace(run.job, queue=leaf)
+    held: list[Unit] = []
     for unit in units:
-        charge: Charge = dataclasses.replace(unit.charge, queue=leaf)
+        charge = dataclasses.replace(unit.charge, queue=leaf)
+        moved = Unit(charge, unit.pods)
         try:
-            placer.restore(run.job_for(dataclasses.replace(unit, charge=charge)), charge, unit.pods)
-        except RestoreError:
-            raise
+            placer.restore(run.job_for(moved), charge, unit.pods)
+        except RestoreError as e:
+            for done in held:
+                placer.release(done.charge.key)
+                state.tree.release(done.charge.key)
+                del state.units[done.charge.key]
+            run.units.clear()
+            return f"its queue was removed and {leaf} cannot hold its cells: {e}"
         state.hold(run, charge, unit.pods)
+        held.append(moved)
+    return None
 
 
 _HANDLERS: dict[type, Callable[[SchedulerState, object], list[Outcome]]] = {

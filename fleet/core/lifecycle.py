@@ -33,7 +33,7 @@ TRANSITIONS: Final[dict[JobState, frozenset[JobState]]] = {
     _A: frozenset({_D, _P, _C, _F, _Q}),  # Queued: the member cluster refused it
     _D: frozenset({_R, _S, _F, _P, _C, _Q}),  # Queued: failover to another cluster
     _R: frozenset({_S, _F, _P, _C, _Q}),
-    _P: frozenset({_Q, _C}),
+    _P: frozenset({_Q, _C, _F}),  # Failed: its queue left the tree meanwhile
     _S: frozenset(),
     _F: frozenset(),
     _C: frozenset(),

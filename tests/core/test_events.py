@@ -171,7 +171,7 @@ def routed(name: str, namespace: str, queue: str, **kw: object) -> object:
     return dataclasses.replace(job, queue_from_namespace=True)
 
 
-def test_moving_a_namespace_moves_its_pending_and_running_jobs() -> None:
+def test_moving_a_namespace_moves_its_pending_jobs_and_running_jobs_keep_their_charges() -> None:
     state = fresh()
     admit(state, routed("run", "vision", "team-b", gpus=4))
     events.apply(state, events.Submitted(routed("wait", "vision", "team-b", gpus=32)))  # type: ignore[arg-type]
@@ -184,9 +184,25 @@ def test_moving_a_namespace_moves_its_pending_and_running_jobs() -> None:
     }
     events.apply(state, events.QuotaTreeReplaced(make_node(tree)))
     assert [j.key for j in state.queues["team-a"].pending] == ["vision/wait"]
-    assert state.running["vision/run"].job.queue == "team-a"
+    assert state.running["vision/run"].job.queue == "team-b"
+    assert state.tree.used("team-b")["nvidia.com/gpu"] == 4
+    state.check_invariants()
+
+
+def test_a_running_job_whose_leaf_is_removed_follows_its_namespace_at_the_same_cells() -> None:
+    state = fresh()
+    admit(state, routed("run", "vision", "team-b", gpus=4))
+    pods = state.running["vision/run"].pods
+    tree = {
+        **TREE,
+        "children": [
+            {**TREE["children"][0], "namespaces": ["research", "vision"]},  # type: ignore[index, dict-item]
+        ],
+    }
+    assert events.apply(state, events.QuotaTreeReplaced(make_node(tree))) == []
+    run = state.running["vision/run"]
+    assert (run.job.queue, run.pods) == ("team-a", pods)
     assert state.tree.used("team-a")["nvidia.com/gpu"] == 4
-    assert state.tree.used("team-b")["nvidia.com/gpu"] == 0
     state.check_invariants()
 
 
