@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.core import admission
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
+from fleet.core.cycle_context import CycleRun
+from fleet.core.cycle_memory import NO_SHORTCUTS
 from fleet.core.jobs import Mode
 from tests.core.factories import make_job, make_nodes, make_state, submit
+from tests.core.test_cycle_bulk_wait import fresh_state, job_spec, outcome
 
 LEAF8 = {
     "name": "root",
@@ -83,3 +93,26 @@ def test_a_refused_victim_search_leaves_the_state_exactly_as_it_was() -> None:
     assert [d.job for d in decisions if isinstance(d, Wait)] == ["default/big"]
     assert not [d for d in decisions if isinstance(d, Preempt)]
     assert state.tree.used("team-b") == used_before
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs=st.lists(job_spec, min_size=1, max_size=24))
+def test_every_refused_plan_leaves_the_state_consistent(
+    specs: list[tuple[str, int, int, int]],
+) -> None:
+    original = admission.plan_with_victims
+    def checked(run: CycleRun, *args: Any) -> Any:
+        before = {q: run.state.tree.used(q) for q in run.state.tree.nodes()}
+        result = original(run, *args)
+        if not isinstance(result, admission.Plan):
+            # Mid-cycle, admitted jobs still sit in their pending lists until the
+            # end of the cycle: check the quota tree and every placer.
+            run.state.tree.check_invariants()
+            for placer in run.state.placers.values():
+                placer.check_invariants()
+            assert {q: run.state.tree.used(q) for q in run.state.tree.nodes()} == before
+        return result
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(admission, "plan_with_victims", checked)
+        outcome(fresh_state(), specs, NO_SHORTCUTS)
