@@ -19,6 +19,13 @@ Victim rules every placer honours (DESIGN.md, *Cells*):
 
 ``released`` names jobs the cycle has already decided to preempt (quota
 reclaim): their resources count as free for this question.
+
+After a restart the service rebuilds every placer from its record of the
+running jobs (per pod: node and GPU indices, and the job's mode) with
+``restore``, never by planning again: each job is held exactly where it runs.
+A record that names no such placement, or a GPU another job already holds,
+raises :class:`RestoreError` and restores nothing.  Restoring a set of jobs
+gives the same placer whatever order they come in.
 """
 
 from __future__ import annotations
@@ -33,6 +40,10 @@ from fleet.core.resources import Resources
 
 class BindError(ValueError):
     """A fit that can no longer be committed; nothing was bound."""
+
+
+class RestoreError(ValueError):
+    """A recorded placement this placer cannot hold; nothing was restored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,32 @@ class RunningInfo:
     mode: Mode
     preemptible: bool
     seq: int
+
+
+def recorded_pods(
+    cluster: str, job: Job, pods: Sequence[PodPlacement]
+) -> list[tuple[PodPlacement, Pod]]:
+    """Each recorded placement with its pod of ``job``, in record order.
+
+    Raises :class:`RestoreError` when the record is empty, names a pod the job
+    does not have, or names a pod twice.
+    """
+    if not pods:
+        raise RestoreError(f"{cluster}: cannot restore {job.key}: the record places no pod")
+    by_name = {p.name: p for p in job.pods}
+    out: list[tuple[PodPlacement, Pod]] = []
+    seen: set[str] = set()
+    for pp in pods:
+        pod = by_name.get(pp.pod)
+        if pod is None:
+            raise RestoreError(f"{cluster}: cannot restore {job.key}: it has no pod {pp.pod}")
+        if pp.pod in seen:
+            raise RestoreError(
+                f"{cluster}: cannot restore {job.key}: pod {pp.pod} is recorded twice"
+            )
+        seen.add(pp.pod)
+        out.append((pp, pod))
+    return out
 
 
 def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
