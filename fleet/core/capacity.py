@@ -8,10 +8,13 @@ Theory of operation:
 * Each node has a capacity vector; it constrains only the resources it names
   (a node that declares no ``cpu`` does not limit cpu).  GPUs are numbered
   ``0..n-1`` per node and handed out lowest index first.
-* Nodes are indexed by their number of free GPUs (one ordered bucket per
-  count), so a pod asking for ``g`` GPUs looks at the fullest nodes that still
-  have ``g`` free first (best fit), and only walks a bucket when cpu or memory
-  rule a node out.  A pod without GPUs goes to the first node with room.
+* Nodes are indexed by their number of free GPUs (one bucket per count, its
+  nodes in the order they were declared), so a pod asking for ``g`` GPUs looks
+  at the fullest nodes that still have ``g`` free first (best fit), and only
+  walks a bucket when cpu or memory rule a node out.  A pod without GPUs goes
+  to the first node with room.  Every order the placer decides by is a
+  function of what it holds, never of the order things happened in, so a
+  placer restored from its running jobs answers as the one that placed them.
 * A gang is placed pod by pod on a scratch overlay; if one pod does not fit,
   nothing is placed (``NoFit``).  Asking never changes the placer.
 * With ``preempt=True``, whenever a pod of the gang does not fit, the node
@@ -21,16 +24,27 @@ Theory of operation:
   same queue; newest first), until the gang fits or no node can.
 * A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
   SKU); a job without one lands anywhere.
+* ``restore`` holds a recorded placement as ``bind`` would have, after checking
+  that every node, GPU index and pod exists, each pod has as many GPUs as it
+  asks, no GPU is held twice and cpu and memory fit.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleet.core import placement, resources
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RunningInfo
+from fleet.core.placement import (
+    BindError,
+    Fit,
+    NoFit,
+    PodPlacement,
+    RestoreError,
+    RunningInfo,
+)
 from fleet.core.resources import Resources
 
 
@@ -77,7 +91,9 @@ class CapacityPlacer:
     ) -> None:
         self._cluster = cluster
         self._nodes: dict[str, _Node] = {}
-        self._buckets: dict[int, dict[str, None]] = {}
+        # Free GPU count -> names of the nodes with that many free, in declaration order.
+        self._buckets: dict[int, list[str]] = {}
+        self._rank: dict[str, int] = {}
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
@@ -89,7 +105,8 @@ class CapacityPlacer:
             gpus = cap[resources.GPU]
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
             self._nodes[name] = node
-            self._buckets.setdefault(gpus, {})[name] = None
+            self._rank[name] = len(self._rank)
+            self._buckets.setdefault(gpus, []).append(name)
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
@@ -314,6 +331,57 @@ class CapacityPlacer:
             for g in pp.gpus:
                 idx.remove(g)
             placed.add(pp.pod)
+        self._hold(job, mode, [(pp, by_name[pp.pod]) for pp in fit.pods])
+
+    def restore(self, job: Job, mode: Mode, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` of ``job`` exactly where they were recorded (after a restart)."""
+        where = f"{self._cluster}: cannot restore {job.key}"
+        if job.key in self._held:
+            raise RestoreError(f"{where}: it is already held here")
+        records = placement.recorded_pods(self._cluster, job, pods)
+        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
+        recorded: dict[tuple[str, int], str] = {}
+        for pp, pod in records:  # check everything first: a restore is all or nothing
+            node = self._nodes.get(pp.node)
+            if node is None:
+                raise RestoreError(f"{where}: pod {pp.pod} is on node {pp.node}, which is unknown")
+            if len(pp.gpus) != pod.gpus:
+                raise RestoreError(
+                    f"{where}: pod {pp.pod} asks {pod.gpus} GPU(s), the record gives {len(pp.gpus)}"
+                )
+            free, idx = _scratch(node, overlay)
+            for g in pp.gpus:
+                if not 0 <= g < node.gpus:
+                    raise RestoreError(
+                        f"{where}: node {pp.node} has no GPU {g} (it has {node.gpus})"
+                    )
+                if (pp.node, g) in recorded:
+                    raise RestoreError(
+                        f"{where}: GPU {g} of node {pp.node} is recorded for pods "
+                        f"{recorded[(pp.node, g)]} and {pp.pod}"
+                    )
+                recorded[(pp.node, g)] = pp.pod
+                if g not in idx:
+                    raise RestoreError(
+                        f"{where}: GPU {g} of node {pp.node} is held by {self._owner(pp.node, g)}"
+                    )
+                idx.remove(g)
+            if not _fits(pod.request, free):
+                raise RestoreError(f"{where}: pod {pp.pod} does not fit on node {pp.node}")
+            for name, amount in pod.request.items():
+                if name in free:
+                    free[name] -= amount
+        self._hold(job, mode, records)
+
+    def _owner(self, node: str, gpu: int) -> str:
+        """The job holding GPU ``gpu`` of ``node`` (a scan: for error messages only)."""
+        for key, held in self._held.items():
+            if any(pp.node == node and gpu in pp.gpus for pp in held.pods):
+                return key
+        return "another job"
+
+    def _hold(self, job: Job, mode: Mode, pods: Sequence[tuple[PodPlacement, Pod]]) -> None:
+        """Take ``pods`` (checked already) for ``job`` in ``mode``."""
         held = self._held.get(job.key)
         if held is None:
             info = RunningInfo(job.key, job.queue, job.priority, mode, job.preemptible, job.seq)
@@ -321,12 +389,11 @@ class CapacityPlacer:
             self._by_mode[mode][job.key] = None
             if mode is Mode.GUARANTEED:
                 self._guaranteed_by_queue.setdefault(job.queue, {})[job.key] = None
-        for pp in fit.pods:
+        for pp, pod in pods:
             node = self._nodes[pp.node]
-            req = by_name[pp.pod].request
-            self._take(node, req, pp.gpus)
+            self._take(node, pod.request, pp.gpus)
             held.pods.append(pp)
-            held.requests.append(req)
+            held.requests.append(pod.request)
             self._count_gpus(held.info, len(pp.gpus))
 
     def release(self, key: str) -> None:
@@ -370,8 +437,10 @@ class CapacityPlacer:
     def _rebucket(self, node: _Node, before: int) -> None:
         after = len(node.free_gpus)
         if after != before:
-            del self._buckets[before][node.name]
-            self._buckets.setdefault(after, {})[node.name] = None
+            rank = self._rank.__getitem__
+            old = self._buckets[before]
+            del old[bisect.bisect_left(old, rank(node.name), key=rank)]
+            bisect.insort(self._buckets.setdefault(after, []), node.name, key=rank)
 
     # Introspection ----------------------------------------------------------
     def holds(self, key: str) -> bool:
@@ -430,6 +499,10 @@ class CapacityPlacer:
             assert len(node.free_gpus) == node.free.get(resources.GPU, len(node.free_gpus))
             assert node.free_gpus == expected, f"{name}: free GPU list differs from recount"
             assert name in self._buckets[len(node.free_gpus)], f"{name}: wrong bucket"
+        for count, names in self._buckets.items():
+            assert all(len(self._nodes[n].free_gpus) == count for n in names), "bucket"
+            assert names == sorted(names, key=self._rank.__getitem__), "bucket order"
+        assert sum(len(names) for names in self._buckets.values()) == len(self._nodes)
 
 
 def _scratch(
