@@ -7,14 +7,24 @@ the capacity of the healthy nodes, the sum of the placed pods' requests, one
 owner per leaf that is exactly the job holding it, each leaf reserved as its
 job's kind requires, ``used`` per cell, ``shfree`` per node, the fragmentation
 counters, ``gused`` per VC and pinned reservation (a bound VC cell is always
-in use), and, while no node is bad, every VC's guarantee.  It is slow
+in use), while no node is bad, every VC's guarantee, and that restore records
+describe their jobs and are indexed by their chains, and demoted jobs are held
+as opportunistic ones.  It is slow
 (linear in the cluster) and meant for tests and state machines.
 """
 
 from __future__ import annotations
 
 from fleet.core.cells import allocator
-from fleet.core.cells.state import GUARANTEED_KINDS, KIND_PIN, KIND_SHARED, KIND_VC, PlacerState
+from fleet.core.cells.state import (
+    GUARANTEED_KINDS,
+    KIND_OPP,
+    KIND_PIN,
+    KIND_SHARED,
+    KIND_VC,
+    PlacerState,
+)
+from fleet.core.jobs import Mode
 from fleet.core.resources import Resources
 
 
@@ -77,3 +87,15 @@ def check(state: PlacerState) -> None:
     if not state.bad:
         for chain in state.topo.chain_types:
             assert alloc.deficit(chain) == 0, f"VC guarantee broken in chain {chain}"
+    for key, rec in state.restored.items():
+        held = state.held[key]
+        assert tuple(held.pods.values()) == rec.pods, f"{key} differs from its record"
+        for chain in state.topo.chain_types:
+            indexed = key in state.restored_in[chain]
+            assert indexed == (rec.contested and chain in rec.chains), f"{key} index"
+            assert (key in state.fallbacks[chain]) == (indexed and not rec.preferred), key
+    for chain in state.topo.chain_types:
+        assert set(state.restored_in[chain]) <= set(state.restored), chain
+    for key in state.demoted:
+        held = state.held[key]
+        assert held.kind == KIND_OPP and held.info.mode is Mode.OPPORTUNISTIC, key

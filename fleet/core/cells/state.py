@@ -18,7 +18,10 @@ search can try a take and take it back.
 A job is held in one of four *kinds*: inside its VC's bound cells (``vc``), in
 a pinned cell (``pin``), in shared-pool reservations of its own (``shared``),
 or on any unowned leaf (``opportunistic``).  :class:`CellFit` carries the kind
-and the VC cells to bind from ``fit`` to ``bind``.
+and the VC cells to bind from ``fit`` to ``bind``.  Jobs held by ``restore``
+keep their record (:class:`Restored`) until they are released or grow, so
+that restoring another job can redo the ones its outcome depends on
+(:mod:`.restoring`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Final
 from fleet.core.cells.allocator import Allocator, Journal, Reservation
 from fleet.core.cells.config import CellConfig
 from fleet.core.cells.topology import Cell, Topology
-from fleet.core.jobs import Job
+from fleet.core.jobs import Job, Mode
 from fleet.core.placement import Fit, PodPlacement, RunningInfo
 from fleet.core.resources import Resources
 
@@ -68,6 +71,34 @@ class Held:
         self.shared: list[Reservation] = []
 
 
+class Restored:
+    """The record a job was restored from, and how it was held.
+
+    ``rank`` orders records (higher priority, then earlier submission, then key
+    first); ``chains`` are the chains of its leaves; ``contested``: its kind
+    depends on the other records (a guaranteed job held in a VC or the shared
+    pool); ``preferred``: it got its first choice of kind.
+    """
+
+    __slots__ = ("chains", "contested", "job", "mode", "pods", "preferred", "rank")
+
+    def __init__(
+        self,
+        job: Job,
+        mode: Mode,
+        pods: tuple[PodPlacement, ...],
+        chains: tuple[str, ...],
+        contested: bool,
+    ) -> None:
+        self.job = job
+        self.mode = mode
+        self.pods = pods
+        self.rank = (-job.priority, job.seq, job.key)
+        self.chains = chains
+        self.contested = contested
+        self.preferred = True
+
+
 class PlacerState:
     """The mutable state of one member cluster's cell placer."""
 
@@ -79,12 +110,16 @@ class PlacerState:
         "capacity",
         "cluster",
         "config",
+        "demoted",
+        "fallbacks",
         "free_leaves",
         "held",
         "j",
         "marks",
         "node_caps",
         "pins",
+        "restored",
+        "restored_in",
         "subcells",
         "suggested",
         "topo",
@@ -119,6 +154,13 @@ class PlacerState:
         self.subcells: dict[int, list[Cell]] = {}
         self.at_level: dict[tuple[int, int], list[Cell]] = {}
         self.marks: list[int] = []  # nested undo scopes (journal marks)
+        #: Restored jobs' records; chain -> contested records with leaves there, and
+        #: those of them not held as their first choice; restored guaranteed jobs held
+        #: as opportunistic ones -> why (all journaled).
+        self.restored: dict[str, Restored] = {}
+        self.restored_in: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
+        self.fallbacks: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
+        self.demoted: dict[str, str] = {}
 
     def mark(self) -> None:
         """Start a nested undo scope (a suffix of the journal)."""
@@ -127,6 +169,23 @@ class PlacerState:
     def undo(self) -> None:
         """Revert every change since the matching :meth:`mark`."""
         self.j.undo_to(self.marks.pop())
+
+    def keep(self) -> None:
+        """Close the matching :meth:`mark`'s scope, keeping its changes."""
+        self.marks.pop()
+
+    def forget_restored(self, key: str) -> None:
+        """Drop job ``key``'s restore record (journaled; no-op without one)."""
+        j = self.j
+        rec = self.restored.get(key)
+        if rec is None:
+            return
+        j.delitem(self.restored, key)
+        for chain in rec.chains:
+            if key in self.restored_in[chain]:
+                j.delitem(self.restored_in[chain], key)
+            if key in self.fallbacks[chain]:
+                j.delitem(self.fallbacks[chain], key)
 
     def fragmentation(self) -> float:
         """Share of free healthy GPUs that cannot host a whole node-level cell."""
