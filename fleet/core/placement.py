@@ -161,6 +161,16 @@ class Placer(Protocol):
         """Free every cell held by job ``key`` (no-op if it holds none)."""
         ...
 
+    def restore(self, job: Job, mode: Mode, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` of ``job`` exactly where they were recorded (after a restart).
+
+        ``mode`` is the job's recorded mode.  Atomic: raises :class:`RestoreError`
+        and holds nothing when a node, GPU index or pod does not exist, a GPU is
+        recorded twice or already held by another job, or the job is already
+        held here.  Restoring the same jobs in any order gives the same placer.
+        """
+        ...
+
     def holds(self, key: str) -> bool:
         """Whether job ``key`` has pods placed here."""
         ...
