@@ -43,9 +43,9 @@ another kind in a way it could change (:func:`commutes`) — it is simply added.
 Otherwise the records after it in its chains (and theirs, transitively) are
 released, it is held, and they are held again in rank order (:func:`redo`).
 Restoring in rank order never redoes anything.  Opportunistic, borrowed and
-pinned jobs never depend on the others.  Cells are compared by their state
-only (the allocator's buddy choice goes by cell id), so the result is the
-same placer whatever the restore order.
+pinned jobs never depend on the others.  No later choice depends on the order
+cells were reserved in (the allocator's buddy choice goes by cell id), so the
+result is the same placer whatever the restore order.
 """
 
 from __future__ import annotations
