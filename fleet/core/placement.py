@@ -25,7 +25,8 @@ running jobs (per pod: node and GPU indices, and the job's mode) with
 ``restore``, never by planning again: each job is held exactly where it runs.
 A record that names no such placement, or a GPU another job already holds,
 raises :class:`RestoreError` and restores nothing.  Restoring a set of jobs
-gives the same placer whatever order they come in.
+gives the same placer whatever order they come in; in :func:`restore_order`
+it costs the least (no placer has to revisit a job it restored before).
 """
 
 from __future__ import annotations
@@ -118,6 +119,11 @@ def recorded_pods(
     return out
 
 
+def restore_order(job: Job) -> tuple[int, int, str]:
+    """Sort key for restoring: higher priority, then earlier submission, then key."""
+    return (-job.priority, job.seq, job.key)
+
+
 def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:
     """The victim rules above: may ``job``, placed in ``mode``, preempt ``victim``?"""
     if not victim.preemptible or job.opportunistic or mode is Mode.OPPORTUNISTIC:
@@ -167,7 +173,8 @@ class Placer(Protocol):
         ``mode`` is the job's recorded mode.  Atomic: raises :class:`RestoreError`
         and holds nothing when a node, GPU index or pod does not exist, a GPU is
         recorded twice or already held by another job, or the job is already
-        held here.  Restoring the same jobs in any order gives the same placer.
+        held here.  Restoring the same jobs in any order gives the same placer
+        (fastest in :func:`restore_order`).
         """
         ...
 

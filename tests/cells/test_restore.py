@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from fleet.core.cells import CellConfigError, CellPlacer, load_cell_config
 from fleet.core.cells.state import KIND_OPP, KIND_SHARED, KIND_VC
 from fleet.core.jobs import Job, Mode, ReplicaGroup
-from fleet.core.placement import Fit, Placer, PodPlacement, RestoreError
+from fleet.core.placement import Fit, Placer, PodPlacement, RestoreError, restore_order
 from fleet.core.resources import Resources
 from tests.cells.factories import cell_placer, rack_config
 
@@ -282,8 +282,10 @@ def test_restore_order_never_matters_even_for_records_that_conflict(
             for g in gpu_ids:
                 free[node].remove(g)
             placed.append(PodPlacement(f"Worker-{i}", node, tuple(gpu_ids)))
-        if len(placed) < pods:
-            break
+        if len(placed) < pods:  # does not fit: give its GPUs back, try the next one
+            for pp in placed:
+                free[pp.node].extend(pp.gpus)
+            continue
         if has_pin and queue == "a" and rng.random() < 0.5:
             pinned.append(job.key)
         recs.append((job, mode, tuple(placed)))
@@ -301,9 +303,7 @@ def test_restore_order_never_matters_even_for_records_that_conflict(
         p.check_invariants()
         return p
 
-    ranked = sorted(
-        range(len(recs)), key=lambda i: (-recs[i][0].priority, recs[i][0].seq, recs[i][0].key)
-    )
+    ranked = sorted(range(len(recs)), key=lambda i: restore_order(recs[i][0]))
     shuffled = list(range(len(recs)))
     rng.shuffle(shuffled)
     placers = [rebuilt(ranked), rebuilt(shuffled), rebuilt(list(reversed(ranked)))]

@@ -96,6 +96,9 @@ def check(state: PlacerState) -> None:
             assert (key in state.fallbacks[chain]) == (indexed and not rec.preferred), key
     for chain in state.topo.chain_types:
         assert set(state.restored_in[chain]) <= set(state.restored), chain
+        ranks = [state.restored[key].rank for key in state.restored_in[chain]]
+        if ranks:
+            assert max(ranks) <= state.rank_bound[chain], f"rank bound of {chain}"
     for key in state.demoted:
         held = state.held[key]
         assert held.kind == KIND_OPP and held.info.mode is Mode.OPPORTUNISTIC, key

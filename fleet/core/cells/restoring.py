@@ -42,7 +42,8 @@ its chains, no VC is short of cells there, and no record after it fell back to
 another kind in a way it could change (:func:`commutes`) — it is simply added.
 Otherwise the records after it in its chains (and theirs, transitively) are
 released, it is held, and they are held again in rank order (:func:`redo`).
-Restoring in rank order never redoes anything.  Opportunistic, borrowed and
+Restoring in rank order (:func:`~fleet.core.placement.restore_order`) never
+redoes anything and checks nothing more.  Opportunistic, borrowed and
 pinned jobs never depend on the others.  No later choice depends on the order
 cells were reserved in (the allocator's buddy choice goes by cell id), so the
 result is the same placer whatever the restore order.
@@ -77,8 +78,9 @@ def restore(state: PlacerState, job: Job, mode: Mode, pods: Sequence[PodPlacemen
     chains = tuple(dict.fromkeys(leaf.chain for leaf in leaves))
     contested = ladder(state, job, mode, chains)[0] in (KIND_VC, KIND_SHARED)
     rec = Restored(job, mode, tuple(pods), chains, contested)
-    if not contested:
-        hold(state, rec)
+    bound = state.rank_bound
+    if not contested or all(chain not in bound or bound[chain] < rec.rank for chain in chains):
+        hold(state, rec)  # nothing it could change: no record ranked after it there
         return
     state.mark()
     try:
@@ -213,6 +215,8 @@ def note(state: PlacerState, rec: Restored, preferred: bool) -> None:
             j.setitem(state.restored_in[chain], key, None)
             if not preferred:
                 j.setitem(state.fallbacks[chain], key, None)
+            if chain not in state.rank_bound or state.rank_bound[chain] < rec.rank:
+                j.setitem(state.rank_bound, chain, rec.rank)
 
 
 def vc_plan(state: PlacerState, vc: str, leaves: list[Cell]) -> list[Cell] | None:
@@ -322,12 +326,12 @@ def commutes(state: PlacerState, rec: Restored) -> bool:
             return False
         if any(alloc.shortage(chain)):
             return False
+        multi = {vc for vc in alloc.configured if _levels(state, vc, chain) > 1}
+        if not multi:
+            continue
         for key in state.fallbacks[chain]:
             other = state.restored[key]
-            if other.rank < rec.rank:
-                continue
-            queue = other.job.queue
-            if queue in alloc.configured and _levels(state, queue, chain) > 1:
+            if other.rank > rec.rank and other.job.queue in multi:
                 return False
     return True
 

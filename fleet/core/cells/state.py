@@ -33,7 +33,7 @@ from fleet.core.cells.allocator import Allocator, Journal, Reservation
 from fleet.core.cells.config import CellConfig
 from fleet.core.cells.topology import Cell, Topology
 from fleet.core.jobs import Job, Mode
-from fleet.core.placement import Fit, PodPlacement, RunningInfo
+from fleet.core.placement import Fit, PodPlacement, RunningInfo, restore_order
 from fleet.core.resources import Resources
 
 KIND_VC: Final = "vc"
@@ -93,7 +93,7 @@ class Restored:
         self.job = job
         self.mode = mode
         self.pods = pods
-        self.rank = (-job.priority, job.seq, job.key)
+        self.rank = restore_order(job)
         self.chains = chains
         self.contested = contested
         self.preferred = True
@@ -118,6 +118,7 @@ class PlacerState:
         "marks",
         "node_caps",
         "pins",
+        "rank_bound",
         "restored",
         "restored_in",
         "subcells",
@@ -161,6 +162,8 @@ class PlacerState:
         self.restored_in: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
         self.fallbacks: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
         self.demoted: dict[str, str] = {}
+        #: chain -> at least the highest rank of its contested records (never lowered).
+        self.rank_bound: dict[str, tuple[int, int, str]] = {}
 
     def mark(self) -> None:
         """Start a nested undo scope (a suffix of the journal)."""
