@@ -120,8 +120,13 @@ def recorded_pods(
 
 
 def restore_order(job: Job) -> tuple[int, int, str]:
-    """Sort key for restoring: higher priority, then earlier submission, then key."""
-    return (-job.priority, job.seq, job.key)
+    """Sort key for restoring: earlier submission, then higher priority, then key.
+
+    Where restored jobs compete (a VC's cells), the earlier job keeps what it
+    has: a VC's cells are bound as jobs start and stay bound while used, so
+    the jobs that overflowed are mostly the later ones.
+    """
+    return (job.seq, -job.priority, job.key)
 
 
 def may_preempt(job: Job, mode: Mode, victim: RunningInfo) -> bool:

@@ -379,18 +379,19 @@ def test_restored_placer_answers_like_the_one_that_placed_the_jobs() -> None:
 
 def test_an_overflowing_vc_job_is_restored_in_the_shared_pool_whatever_the_order() -> None:
     # VC a owes one node; two guaranteed jobs of a were recorded on two nodes: the
-    # one ranked first (higher priority) gets the VC cell, the other the shared pool.
+    # one ranked first (earlier submission, whatever the priorities) gets the VC
+    # cell, the other the shared pool.
     config = load_cell_config(rack_config(1, 3, 2, {"a": [("RACK.NODE", 1)]}))
-    high = make_job("high", "a", priority=100, gpus=2, seq=2)
-    low = make_job("low", "a", priority=10, gpus=2, seq=1)
+    early = make_job("early", "a", priority=10, gpus=2, seq=1)
+    late = make_job("late", "a", priority=100, gpus=2, seq=2)
     recs: list[Record] = [
-        (low, Mode.GUARANTEED, (PodPlacement("Worker-0", "r0n0", (0, 1)),)),
-        (high, Mode.GUARANTEED, (PodPlacement("Worker-0", "r0n1", (0, 1)),)),
+        (late, Mode.GUARANTEED, (PodPlacement("Worker-0", "r0n0", (0, 1)),)),
+        (early, Mode.GUARANTEED, (PodPlacement("Worker-0", "r0n1", (0, 1)),)),
     ]
     states = [fingerprint(restored(config, recs, order)) for order in ([0, 1], [1, 0])]
     assert states[0] == states[1]
-    assert states[0]["jobs"]["t/high"][0] == KIND_VC
-    assert states[0]["jobs"]["t/low"][0] == KIND_SHARED
+    assert states[0]["jobs"]["t/early"][0] == KIND_VC
+    assert states[0]["jobs"]["t/late"][0] == KIND_SHARED
     assert states[0]["demoted"] == {}
 
 

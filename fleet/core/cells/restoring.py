@@ -35,7 +35,10 @@ no longer maps to its VC.
 *Order.*  Whether a guaranteed job gets its VC or shared-pool kind depends on
 the other jobs (the VC's count, safety), so the outcome is defined as if the
 restored jobs had been restored one by one in :attr:`Restored.rank` order
-(higher priority, then earlier submission, then key): a job restored before
+(earlier submission, then higher priority, then key: a VC's cells are bound as
+jobs start and stay bound while used, so it is mostly later jobs that overflow
+into the shared pool; HiveD's recovery, too, binds in the order pods come back,
+roughly creation order): a job restored before
 records that rank after it may take what they took.  When it provably cannot
 change their outcome — it got its first kind, its VC has cells of one level in
 its chains, no VC is short of cells there, and no record after it fell back to

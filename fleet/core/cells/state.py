@@ -74,10 +74,11 @@ class Held:
 class Restored:
     """The record a job was restored from, and how it was held.
 
-    ``rank`` orders records (higher priority, then earlier submission, then key
-    first); ``chains`` are the chains of its leaves; ``contested``: its kind
-    depends on the other records (a guaranteed job held in a VC or the shared
-    pool); ``preferred``: it got its first choice of kind.
+    ``rank`` orders records (:func:`~fleet.core.placement.restore_order`:
+    earlier submission, then higher priority, then key); ``chains`` are the
+    chains of its leaves; ``contested``: its kind depends on the other records
+    (a guaranteed job held in a VC or the shared pool); ``preferred``: it got
+    its first choice of kind.
     """
 
     __slots__ = ("chains", "contested", "job", "mode", "pods", "preferred", "rank")
