@@ -196,7 +196,7 @@ def hold(state: PlacerState, rec: Restored) -> None:
     # Tolerate and mark: on its leaves, as an opportunistic job.  The reason names
     # what was tried, not the state it was tried in (which depends on the order).
     if kinds == [KIND_PIN]:
-        why = str(pin_mismatch(state, job, leaves))
+        why = pin_mismatch(state, job, leaves) or "its pinned cell cannot hold it"
     elif kinds[0] == KIND_VC:
         why = f"neither VC {job.queue} nor the shared pool can hold it where it runs"
     else:
