@@ -363,29 +363,51 @@ class CapacityPlacer:
         return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
 
     def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
-        """Hold ``pods`` exactly where they were recorded (all or nothing)."""
+        """Hold ``pods`` of unit ``charge`` exactly where they were recorded (all or nothing)."""
+        where = f"{self._cluster}: cannot restore {job.key}"
         if charge.key in self._held:
-            raise RestoreError(f"{charge.key} is already held in {self._cluster}")
-        owners = {
-            (pp.node, g): key
-            for key, held in self._held.items()
-            for pp in held.pods
-            for g in pp.gpus
-        }
-        for pp in pods:
+            raise RestoreError(f"{where}: it is already held here")
+        records = placement.recorded_pods(self._cluster, job, pods)
+        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
+        recorded: dict[tuple[str, int], str] = {}
+        for pp, pod in records:  # check everything first: a restore is all or nothing
             node = self._nodes.get(pp.node)
             if node is None:
-                raise RestoreError(f"{charge.key}: {self._cluster} has no node {pp.node}")
+                raise RestoreError(f"{where}: pod {pp.pod} is on node {pp.node}, which is unknown")
+            if len(pp.gpus) != pod.gpus:
+                raise RestoreError(
+                    f"{where}: pod {pp.pod} asks {pod.gpus} GPU(s), the record gives {len(pp.gpus)}"
+                )
+            free, idx = _scratch(node, overlay)
             for g in pp.gpus:
                 if not 0 <= g < node.gpus:
-                    raise RestoreError(f"{charge.key}: {pp.node} has no GPU {g}")
-                other = owners.get((pp.node, g))
-                if other is not None:
-                    raise RestoreError(f"{charge.key} and {other} both claim GPU {g} of {pp.node}")
-        try:
-            self._hold(job, charge, Fit(self._cluster, tuple(pods)))
-        except BindError as e:
-            raise RestoreError(str(e)) from e
+                    raise RestoreError(
+                        f"{where}: node {pp.node} has no GPU {g} (it has {node.gpus})"
+                    )
+                if (pp.node, g) in recorded:
+                    raise RestoreError(
+                        f"{where}: GPU {g} of node {pp.node} is recorded for pods "
+                        f"{recorded[(pp.node, g)]} and {pp.pod}"
+                    )
+                recorded[(pp.node, g)] = pp.pod
+                if g not in idx:
+                    raise RestoreError(
+                        f"{where}: GPU {g} of node {pp.node} is held by {self._owner(pp.node, g)}"
+                    )
+                idx.remove(g)
+            if not _fits(pod.request, free):
+                raise RestoreError(f"{where}: pod {pp.pod} does not fit on node {pp.node}")
+            for name, amount in pod.request.items():
+                if name in free:
+                    free[name] -= amount
+        self._hold(job, charge, Fit(self._cluster, tuple(pp for pp, _ in records)))
+
+    def _owner(self, node: str, gpu: int) -> str:
+        """The job holding GPU ``gpu`` of ``node`` (a scan: for error messages only)."""
+        for key, held in self._held.items():
+            if any(pp.node == node and gpu in pp.gpus for pp in held.pods):
+                return key
+        return "another job"
 
     def release(self, key: str) -> None:
         held = self._held.pop(key, None)

@@ -21,6 +21,14 @@ Victim rules every placer honours (DESIGN.md, *Cells*):
 
 ``released`` names jobs the cycle has already decided to preempt (quota
 reclaim): their resources count as free for this question.
+
+After a restart the service rebuilds every placer from its record of the
+running jobs (per pod: node and GPU indices, and the job's mode) with
+``restore``, never by planning again: each job is held exactly where it runs.
+A record that names no such placement, or a GPU another job already holds,
+raises :class:`RestoreError` and restores nothing.  Restoring a set of jobs
+gives the same placer whatever order they come in; in :func:`restore_order`
+it costs the least (no placer has to revisit a job it restored before).
 """
 
 from __future__ import annotations
@@ -74,6 +82,42 @@ class NoFit:
 
     cluster: str
     reason: str
+
+
+def recorded_pods(
+    cluster: str, job: Job, pods: Sequence[PodPlacement]
+) -> list[tuple[PodPlacement, Pod]]:
+    """Each recorded placement with its pod of ``job``, in record order.
+
+    Raises :class:`RestoreError` when the record is empty, names a pod the job
+    does not have, or names a pod twice.
+    """
+    if not pods:
+        raise RestoreError(f"{cluster}: cannot restore {job.key}: the record places no pod")
+    by_name = {p.name: p for p in job.pods}
+    out: list[tuple[PodPlacement, Pod]] = []
+    seen: set[str] = set()
+    for pp in pods:
+        pod = by_name.get(pp.pod)
+        if pod is None:
+            raise RestoreError(f"{cluster}: cannot restore {job.key}: it has no pod {pp.pod}")
+        if pp.pod in seen:
+            raise RestoreError(
+                f"{cluster}: cannot restore {job.key}: pod {pp.pod} is recorded twice"
+            )
+        seen.add(pp.pod)
+        out.append((pp, pod))
+    return out
+
+
+def restore_order(job: Job) -> tuple[int, int, str]:
+    """Sort key for restoring: earlier submission, then higher priority, then key.
+
+    Where restored jobs compete (a VC's cells), the earlier job keeps what it
+    has: a VC's cells are bound as jobs start and stay bound while used, so
+    the jobs that overflowed are mostly the later ones.
+    """
+    return (job.seq, -job.priority, job.key)
 
 
 def may_preempt(job: Job, mode: Mode, victim: Charge) -> bool:
@@ -132,9 +176,11 @@ class Placer(Protocol):
     def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
         """Hold ``pods`` of unit ``charge`` exactly where they were recorded.
 
-        Used after a restart and to undo a refused commit; raises
-        :class:`RestoreError` and holds nothing when a placement does not
-        exist here or another unit holds it.
+        Used after a restart and to undo a refused commit.  Atomic: raises
+        :class:`RestoreError` and holds nothing when a node, GPU index or pod
+        does not exist, a GPU is recorded twice or already held by another
+        unit, or the unit is already held here.  Restoring the same units in
+        any order gives the same placer (fastest in :func:`restore_order`).
         """
         ...
 

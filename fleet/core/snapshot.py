@@ -6,10 +6,11 @@ key, mode, request; its pods: node names and GPU indices).  :func:`take`
 produces exactly those records; :func:`restore` rebuilds a
 :class:`~fleet.core.state.SchedulerState` from them on a fresh tree and
 fresh placers, never re-planning: every unit is held again at its recorded
-cells (``Placer.restore``) and charged again to the tree.  Units are restored
-in the order of their keys, so the result does not depend on the order of
-the records; a placement that no longer exists, or that two units claim,
-raises :class:`~fleet.core.placement.RestoreError` naming them.  Pending jobs
+cells (``Placer.restore``) and charged again to the tree.  Jobs are restored
+in :func:`~fleet.core.placement.restore_order` (placers give the same result
+in any order, and are fastest in that one); a placement that no longer
+exists, or that two units claim, raises
+:class:`~fleet.core.placement.RestoreError` naming them.  Pending jobs
 are queued again in their own order (priority, then submission).
 :func:`to_plain` and :func:`from_plain` turn a snapshot into JSON-ready
 values and back.
@@ -24,7 +25,7 @@ from typing import Any
 from fleet.core.charges import Charge, step_of
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.lifecycle import JobState
-from fleet.core.placement import Placer, PodPlacement, RestoreError
+from fleet.core.placement import Placer, PodPlacement, RestoreError, restore_order
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import Running, SchedulerState, Unit
@@ -76,7 +77,9 @@ def restore(
     """A state rebuilt from ``snapshot`` on an empty ``tree`` and empty ``placers``."""
     state = SchedulerState(tree, placers, strict_fifo=strict_fifo, now=snapshot.now)
     claimed: dict[str, str] = {}
-    records = sorted(snapshot.running, key=lambda r: r.job.key)
+    # Placers restore fastest in restore order (earlier submission first); the
+    # result does not depend on the order either way.
+    records = sorted(snapshot.running, key=lambda r: restore_order(r.job))
     for record in records:
         if record.job.key in claimed:
             raise RestoreError(f"job {record.job.key} is recorded twice")
@@ -85,7 +88,7 @@ def restore(
         if placer is None:
             raise RestoreError(f"{record.job.key}: member cluster {record.cluster} is unknown")
         run = Running(record.job, record.cluster)
-        for unit in sorted(record.units, key=lambda u: u.charge.key):
+        for unit in sorted(record.units, key=lambda u: step_of(u.charge.key)):
             placer.restore(run.job_for(unit), unit.charge, unit.pods)
             state.hold(run, unit.charge, unit.pods)
         run.units.sort(key=lambda u: step_of(u.charge.key))

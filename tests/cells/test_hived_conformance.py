@@ -59,8 +59,9 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     "(2 owed cells, 1 healthy free cell => 1 doomed); HiveD dooms lazily per VC",
     ("badNodes", "delete pod43"): "same aggregate doomed-cell count as above",
     ("badNodes", "setHealthyNode 0.0.2.2"): "same aggregate doomed-cell count as above",
-    ("reconfiguration", "*"): "Fleet rebuilds a placer from its database, not from pod bind-info "
-    "annotations after a config change; there is no lazy-preemption recovery to replay",
+    ("reconfiguration", "*"): "Fleet rebuilds a placer from its own records (restore), not from "
+    "pod bind-info annotations: a record on a node the config no longer has is refused, not "
+    "ignored, and a VC cell's level is inferred, not read from the annotation",
 }
 
 DATA: dict[str, Any] = load_yaml(REFERENCE / "v1-master/algorithm-test-cases.yaml")

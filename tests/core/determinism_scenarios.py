@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fleet.core import events
-from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import Preempt, cycle
@@ -24,7 +23,7 @@ from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.state import SchedulerState
 from tests.cells.factories import rack_config
-from tests.core.factories import make_job, make_node, make_nodes, make_tree
+from tests.core.factories import make_job, make_nodes, make_state, make_tree
 
 GPU = "nvidia.com/gpu"
 
@@ -42,21 +41,22 @@ TREE: dict[str, Any] = {
 NODES, GPUS = 4, 4
 
 
-def capacity_placer() -> Placer:
-    return CapacityPlacer("c1", make_nodes(NODES, gpus=GPUS))
+def capacity_state(tree: Mapping[str, Any]) -> SchedulerState:
+    return make_state(tree, {"c1": make_nodes(NODES, gpus=GPUS)})
 
 
-def cell_placer() -> Placer:
+def cell_state(tree: Mapping[str, Any]) -> SchedulerState:
     # Two racks of two nodes; VC team-a owns two nodes, team-b is shared-pool only.
     config = rack_config(2, NODES // 2, GPUS, {"team-a": [("RACK.NODE", 2)]})
-    return CellPlacer("c1", load_cell_config(config))
-
-
-PLACERS: Mapping[str, Callable[[], Placer]] = {"capacity": capacity_placer, "cells": cell_placer}
-
-
-def new_state(placer: Placer, tree: Mapping[str, Any] = TREE) -> SchedulerState:
+    placer: Placer = CellPlacer("c1", load_cell_config(config))
     return SchedulerState(make_tree(tree), {"c1": placer})
+
+
+#: Placer name -> a scheduler state over one cluster ``c1`` with that placer, for a tree.
+PLACERS: Mapping[str, Callable[[Mapping[str, Any]], SchedulerState]] = {
+    "capacity": capacity_state,
+    "cells": cell_state,
+}
 
 
 def run_cycles(state: SchedulerState, steps: list[list[Job]]) -> Iterator[str]:
@@ -68,36 +68,42 @@ def run_cycles(state: SchedulerState, steps: list[list[Job]]) -> Iterator[str]:
         decisions = cycle(state, float(n))
         for decision in decisions:
             yield repr(decision)
-        state.check_invariants()
         for decision in decisions:  # the shell confirms every preemption
             if isinstance(decision, Preempt) and not decision.unit:
                 events.apply(state, events.Stopped(decision.job))
+        state.check_invariants()
 
 
-def reclaim(state: SchedulerState) -> Iterator[str]:
+#: A scenario: its quota tree and its steps (the jobs submitted before each cycle).
+Scenario = tuple[Mapping[str, Any], Callable[[], list[list[Job]]]]
+
+
+def reclaim() -> list[list[Job]]:
     """team-b borrows the whole cluster; team-a's gang reclaims two borrowed jobs."""
     b = [make_job(f"b{i}", queue="team-b", gpus=GPUS, seq=i) for i in range(4)]
     a = [make_job("a-gang", queue="team-a", pods=2, gpus=GPUS, seq=10)]
-    yield from run_cycles(state, [b, a])
+    return [b, a]
 
 
-def priority(state: SchedulerState) -> Iterator[str]:
+#: team-a and team-b may not borrow: a job above max must preempt in its queue.
+CAPPED: dict[str, Any] = {
+    "name": "root",
+    "min": {GPU: 16},
+    "children": [
+        {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 8}},
+        {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 8}},
+    ],
+}
+
+
+def priority() -> list[list[Job]]:
     """Low-priority jobs of team-a fill its max; a high-priority gang preempts two of them."""
-    tree = {
-        "name": "root",
-        "min": {GPU: 16},
-        "children": [
-            {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 8}},
-            {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 8}},
-        ],
-    }
-    events.apply(state, events.QuotaTreeReplaced(make_node(tree)))
     low = [make_job(f"low{i}", queue="team-a", gpus=2, priority=10, seq=i) for i in range(4)]
     high = [make_job("high", queue="team-a", pods=2, gpus=2, priority=100, seq=10)]
-    yield from run_cycles(state, [low, high])
+    return [low, high]
 
 
-def gang_min(state: SchedulerState) -> Iterator[str]:
+def gang_min() -> list[list[Job]]:
     """Elastic gangs start with their minimum, then the rest of the cluster fills."""
     steps = [
         [make_job("filler", queue="team-b", gpus=3, seq=0)],
@@ -107,10 +113,10 @@ def gang_min(state: SchedulerState) -> Iterator[str]:
         ],
         [make_job("tail", queue="team-a", gpus=1, seq=3)],
     ]
-    yield from run_cycles(state, steps)
+    return steps
 
 
-def opportunistic(state: SchedulerState) -> Iterator[str]:
+def opportunistic() -> list[list[Job]]:
     """Opportunistic jobs soak up idle GPUs; guaranteed jobs preempt them."""
     oppo = [
         make_job(f"oppo{i}", queue=("team-a", "team-b")[i % 2], gpus=2, priority=-1, seq=i)
@@ -120,23 +126,23 @@ def opportunistic(state: SchedulerState) -> Iterator[str]:
         make_job("owner-a", queue="team-a", pods=2, gpus=GPUS, seq=20),
         make_job("owner-b", queue="team-b", pods=2, gpus=2, seq=21),
     ]
-    yield from run_cycles(state, [oppo, owners])
+    return [oppo, owners]
 
 
-SCENARIOS: Mapping[str, Callable[[SchedulerState], Iterator[str]]] = {
-    "reclaim": reclaim,
-    "priority": priority,
-    "gang-min": gang_min,
-    "opportunistic": opportunistic,
+SCENARIOS: Mapping[str, Scenario] = {
+    "reclaim": (TREE, reclaim),
+    "priority": (CAPPED, priority),
+    "gang-min": (TREE, gang_min),
+    "opportunistic": (TREE, opportunistic),
 }
 
 
 def main() -> None:
     out = sys.stdout
-    for name, scenario in SCENARIOS.items():
-        for placer_name, make in PLACERS.items():
+    for name, (tree, steps) in SCENARIOS.items():
+        for placer_name, new_state in PLACERS.items():
             out.write(f"== {name} / {placer_name}\n")
-            for line in scenario(new_state(make())):
+            for line in run_cycles(new_state(tree), steps()):
                 out.write(line + "\n")
 
 

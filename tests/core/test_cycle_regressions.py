@@ -9,11 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.core import admission
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.charges import Charge
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
 from fleet.core.cycle_context import CycleRun
 from fleet.core.cycle_memory import NO_SHORTCUTS
-from fleet.core.jobs import Mode
-from tests.core.factories import make_job, make_nodes, make_state, submit
+from fleet.core.jobs import Job, Mode
+from fleet.core.placement import BindError, Fit
+from fleet.core.state import SchedulerState
+from tests.cells.factories import rack_config
+from tests.core.factories import make_job, make_nodes, make_state, make_tree, submit
 from tests.core.test_cycle_bulk_wait import fresh_state, job_spec, outcome
 
 LEAF8 = {
@@ -101,6 +107,7 @@ def test_every_refused_plan_leaves_the_state_consistent(
     specs: list[tuple[str, int, int, int]],
 ) -> None:
     original = admission.plan_with_victims
+
     def checked(run: CycleRun, *args: Any) -> Any:
         before = {q: run.state.tree.used(q) for q in run.state.tree.nodes()}
         result = original(run, *args)
@@ -116,3 +123,34 @@ def test_every_refused_plan_leaves_the_state_consistent(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(admission, "plan_with_victims", checked)
         outcome(fresh_state(), specs, NO_SHORTCUTS)
+
+
+class RefusingCells(CellPlacer):
+    """A cell placer that refuses every fit that plans preemption, at bind time."""
+
+    def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
+        if fit.victims:
+            raise BindError(f"{job.key}: refused")
+        super().bind(job, charge, fit)
+
+
+def test_a_refused_bind_puts_cell_victims_back_exactly() -> None:
+    tree = {
+        "name": "root",
+        "min": {"nvidia.com/gpu": 8},
+        "children": [
+            {"name": "team-a", "min": {"nvidia.com/gpu": 4}},
+            {"name": "team-b", "min": {"nvidia.com/gpu": 4}},
+        ],
+    }
+    config = rack_config(1, 2, 4, {"team-a": [("RACK.NODE", 1)], "team-b": [("RACK.NODE", 1)]})
+    placer = RefusingCells("c1", load_cell_config(config))
+    state = SchedulerState(make_tree(tree), {"c1": placer})
+    submit(state, make_job("oppo", queue="team-b", pods=2, gpus=4, priority=-1))
+    cycle(state, 0.0)
+    before = placer.placement_of("default/oppo")
+    submit(state, make_job("owner", queue="team-a", gpus=4))
+    decisions = cycle(state, 1.0)
+    state.check_invariants()
+    assert not [d for d in decisions if isinstance(d, Preempt | Admit)]
+    assert placer.placement_of("default/oppo") == before

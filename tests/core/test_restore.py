@@ -13,6 +13,7 @@ from fleet.core import events, snapshot
 from fleet.core.cycle import cycle
 from fleet.core.placement import RestoreError
 from fleet.core.state import SchedulerState
+from tests.cells.factories import cell_placer
 from tests.core.factories import (
     confirm_stops,
     finish,
@@ -109,3 +110,32 @@ def test_events_after_a_restore_follow_the_lifecycle() -> None:
     restored = fresh_copy(state, 0)
     out = events.apply(restored, events.Started("default/a"))
     assert [(t.old, t.new) for t in out] == [("Dispatched", "Running")]  # type: ignore[union-attr]
+
+
+def cell_state() -> SchedulerState:
+    """Two racks of two 4-GPU nodes; VC team-a owns one node, team-b none."""
+    placer = cell_placer(racks=2, nodes=2, gpus=4, vcs={"team-a": [("RACK.NODE", 1)]})
+    return SchedulerState(make_tree(TREE), {"c1": placer})
+
+
+def test_a_cell_placer_state_restores_through_json_to_the_same_next_decisions() -> None:
+    state = cell_state()
+    submit(state, make_job("a-gang", queue="team-a", pods=2, gpus=2, seq=1))
+    submit(state, make_job("b-one", queue="team-b", gpus=4, seq=2))
+    submit(state, make_job("oppo", queue="team-b", gpus=2, priority=-1, seq=3))
+    submit(state, make_job("elastic", queue="team-a", pods=3, gpus=1, gang=False, seq=4))
+    confirm_stops(state, cycle(state, 0.0))
+    plain = json.loads(json.dumps(snapshot.to_plain(snapshot.take(state))))
+    records = snapshot.from_plain(plain)
+    late = make_job("late", queue="team-a", gpus=4, seq=9)
+    answers = []
+    for order in (records.running, tuple(reversed(records.running))):
+        shuffled = snapshot.Snapshot(records.now, records.pending, records.stopping, order)
+        fresh = cell_state()
+        restored = snapshot.restore(shuffled, fresh.tree, fresh.placers)
+        restored.check_invariants()
+        assert snapshot.to_plain(snapshot.take(restored)) == plain
+        submit(restored, late)
+        answers.append(cycle(restored, 1.0))
+    submit(state, late)
+    assert answers == [cycle(state, 1.0)] * 2

@@ -9,7 +9,8 @@ placer's state (:mod:`.state`) and the modules that work on it: what a gang
 needs (:mod:`.demands`), answering ``fit`` (:mod:`.fitting`) by searching a
 VC (:mod:`.vc_search`) or the shared pool (:mod:`.shared_search`) and packing
 pods under one cell (:mod:`.packing`), preemption (:mod:`.victims`), leaf
-owners (:mod:`.ownership`), committing a fit (:mod:`.binding`), bad nodes
+owners (:mod:`.ownership`), committing a fit (:mod:`.binding`), holding
+recorded placements after a restart (:mod:`.restoring`), bad nodes
 (:mod:`.health`) and the recounts behind ``check_invariants``
 (:mod:`.invariants`).
 

@@ -392,11 +392,17 @@ class Allocator:
         return out
 
     def candidates(self, chain: str, level: int) -> Iterator[Cell]:
-        """Wholly free cells of ``level``: exact free roots first, then inside higher ones."""
+        """Wholly free cells of ``level``: exact free roots first, then inside higher ones.
+
+        Free roots come in id order (not in the order they were freed), so the buddy
+        choice depends on what is reserved, never on the history that led there.
+        """
         free = self.free[chain]
-        yield from list(free[level].values())
+        exact = free[level]
+        yield from [exact[cid] for cid in sorted(exact)]
         for upper in range(level + 1, len(free)):
-            for root in list(free[upper].values()):
+            roots = free[upper]
+            for root in [roots[cid] for cid in sorted(roots)]:
                 yield from topology.descendants_at(root, level)
 
     # -- VC bindings ----------------------------------------------------------------------

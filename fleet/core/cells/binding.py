@@ -47,6 +47,8 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
             raise BindError(f"{job.key}: victim {victim} has not been released")
     held = state.held.get(job.key)
     vc = job.queue if kind in GUARANTEED_KINDS else None
+    if held is not None and job.key in state.restored:
+        state.forget_restored(job.key)  # the record no longer says everything it holds
     if held is None:
         held = Held(charge, kind, vc)
         j.setitem(state.held, job.key, held)

@@ -9,16 +9,26 @@ counters), the capacity of the healthy nodes, the sum of the placed pods'
 requests, one owner per leaf that is exactly the job holding it, each leaf
 reserved as its job's kind requires, ``used`` per cell, ``shfree`` per node,
 the fragmentation counters, ``gused`` per VC and pinned reservation (a bound
-VC cell is always in use), and, while no node is bad, every VC's guarantee.
+VC cell is always in use), while no node is bad, every VC's guarantee, that
+restore records describe their jobs and are indexed by their chains, and that
+demoted jobs are held as opportunistic ones.
 It is slow (linear in the cluster) and meant for tests and state machines.
 """
 
 from __future__ import annotations
 
 from fleet.core.cells import allocator
-from fleet.core.cells.state import GUARANTEED_KINDS, KIND_PIN, KIND_SHARED, KIND_VC, PlacerState
+from fleet.core.cells.state import (
+    GUARANTEED_KINDS,
+    KIND_OPP,
+    KIND_PIN,
+    KIND_SHARED,
+    KIND_VC,
+    PlacerState,
+)
 from fleet.core.cells.topology import Reservation
 from fleet.core.checks import InvariantError
+from fleet.core.jobs import Mode
 from fleet.core.resources import Resources
 
 
@@ -125,6 +135,36 @@ def check(state: PlacerState) -> None:
                     f"{state.cluster}: VC guarantee broken in chain {chain}: {deficit} owed "
                     f"leaves cannot be bound ({alloc.doomed_by_chain_level()})"
                 )
+    _check_restored(state)
+
+
+def _check_restored(state: PlacerState) -> None:
+    """Restore records describe their jobs and are indexed by their chains."""
+    cluster = state.cluster
+    for key, rec in state.restored.items():
+        held = state.held.get(key)
+        if held is None or tuple(held.pods.values()) != rec.pods:
+            raise InvariantError(f"{cluster}: {key} is not held where its restore record says")
+        for chain in state.topo.chain_types:
+            indexed = key in state.restored_in[chain]
+            if indexed != (rec.contested and chain in rec.chains):
+                raise InvariantError(
+                    f"{cluster}: {key} is {'' if indexed else 'not '}indexed as "
+                    f"contested in chain {chain}, its record says otherwise"
+                )
+            if (key in state.fallbacks[chain]) != (indexed and not rec.preferred):
+                raise InvariantError(f"{cluster}: {key}: fallback index of chain {chain} drifted")
+    for chain in state.topo.chain_types:
+        stale = sorted(set(state.restored_in[chain]) - set(state.restored))
+        if stale:
+            raise InvariantError(f"{cluster}: chain {chain} indexes no-longer-restored {stale}")
+        ranks = [state.restored[key].rank for key in state.restored_in[chain]]
+        if ranks and max(ranks) > state.rank_bound[chain]:
+            raise InvariantError(f"{cluster}: the rank bound of chain {chain} is too low")
+    for key in state.demoted:
+        held = state.held.get(key)
+        if held is None or held.kind != KIND_OPP or held.info.mode is not Mode.OPPORTUNISTIC:
+            raise InvariantError(f"{cluster}: demoted {key} is not held as opportunistic")
 
 
 def _check_gused(res: Reservation, gused: dict[int, int]) -> None:

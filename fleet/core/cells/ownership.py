@@ -11,7 +11,8 @@ pinned) job uses a leaf of it, and the state's fragmentation counters
 counter once per node instead of once per leaf.  Releasing a job frees its
 leaves, returns its shared-pool reservations, and unbinds every VC cell that no
 guaranteed pod of the VC uses any more (a VC's virtual cell is bound only while
-it is used), re-reserving the freed parts of bad nodes.
+it is used), re-reserving the freed parts of bad nodes; a released job's
+restore record goes with it.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def release(state: PlacerState, key: str) -> None:
             state.alloc.unbind_vc(res)
             health.reserve_bad_again(state, res.cell)
     j.delitem(state.held, key)
+    if key in state.restored:
+        state.forget_restored(key)
+    if key in state.demoted:
+        j.delitem(state.demoted, key)
 
 
 def _ignore(_entry: tuple[object, ...]) -> None:

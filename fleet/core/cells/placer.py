@@ -23,8 +23,9 @@ across nodes).
 a journal transaction and rolls it back, so what it answers is exactly what
 ``bind`` will commit; the plan (which cells get bound for the VC) travels in
 :class:`CellFit` and ``bind`` (:mod:`.binding`) re-validates it against the
-current state.  ``bind``, ``release`` and ``set_node_health`` (:mod:`.health`)
-each commit one transaction or none.  This class is the facade: it owns the
+current state.  ``bind``, ``release``, ``restore`` (:mod:`.restoring`: a job
+held again where it was recorded, after a restart) and ``set_node_health``
+(:mod:`.health`) each commit one transaction or none.  This class is the facade: it owns the
 :class:`~fleet.core.cells.state.PlacerState`, opens and closes transactions and
 answers the cheap questions of :class:`fleet.core.placement.Placer` from
 incremental totals; :mod:`.invariants` recounts them for tests.
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.core.cells import binding, demands, fitting, health, invariants, ownership
+from fleet.core.cells import binding, demands, fitting, health, invariants, ownership, restoring
 from fleet.core.cells.allocator import Allocator, Journal
 from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.state import CellFit, Held, PlacerState
@@ -131,6 +132,15 @@ class CellPlacer:
         """The jobs placed here (for tests that look at a job's reservations)."""
         return self.state.held
 
+    def demoted(self) -> dict[str, str]:
+        """Restored guaranteed jobs held as opportunistic ones -> why (see :mod:`.restoring`).
+
+        HiveD's lazy preemption: their VC (or the shared pool, or their pinned
+        cell) could not hold them where they run, so any guaranteed job may
+        preempt them.
+        """
+        return dict(self.state.demoted)
+
     def doomed_cells(self) -> dict[str, int]:
         """VC -> number of its virtual cells that bad nodes leave no physical cell for."""
         return health.doomed_cells(self.state)
@@ -170,10 +180,6 @@ class CellPlacer:
             raise
         j.commit()
 
-    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
-        """Hold ``pods`` exactly where they were recorded (all or nothing)."""
-        raise NotImplementedError("cell placements cannot be restored yet")
-
     def release(self, key: str) -> None:
         if key not in self.state.held:
             return
@@ -181,6 +187,21 @@ class CellPlacer:
         j.begin()
         try:
             ownership.release(self.state, key)
+        except BaseException:
+            j.rollback()
+            raise
+        j.commit()
+
+    def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
+        """Hold ``pods`` of ``job`` exactly where they were recorded (after a restart).
+
+        Restore every running job before marking nodes bad: a record on a bad
+        node is refused like one on an unknown node.
+        """
+        j = self.state.j
+        j.begin()
+        try:
+            restoring.restore(self.state, job, charge, pods)
         except BaseException:
             j.rollback()
             raise

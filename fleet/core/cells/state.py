@@ -18,7 +18,10 @@ search can try a take and take it back.
 A job is held in one of four *kinds*: inside its VC's bound cells (``vc``), in
 a pinned cell (``pin``), in shared-pool reservations of its own (``shared``),
 or on any unowned leaf (``opportunistic``).  :class:`CellFit` carries the kind
-and the VC cells to bind from ``fit`` to ``bind``.
+and the VC cells to bind from ``fit`` to ``bind``.  Jobs held by ``restore``
+keep their record (:class:`Restored`) until they are released or grow, so
+that restoring another job can redo the ones its outcome depends on
+(:mod:`.restoring`).
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from fleet.core.cells.allocator import Allocator, Journal
 from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.topology import Cell, Reservation, Topology
 from fleet.core.charges import Charge
-from fleet.core.jobs import Job
-from fleet.core.placement import Fit, PodPlacement
+from fleet.core.jobs import Job, Mode
+from fleet.core.placement import Fit, PodPlacement, restore_order
 from fleet.core.resources import Resources
 
 KIND_VC: Final = "vc"
@@ -69,6 +72,36 @@ class Held:
         self.shared: list[Reservation] = []
 
 
+class Restored:
+    """The record a job was restored from, and how it was held.
+
+    ``rank`` orders records (:func:`~fleet.core.placement.restore_order`:
+    earlier submission, then higher priority, then key); ``chains`` are the
+    chains of its leaves; ``contested``: its kind depends on the other records
+    (a guaranteed job held in a VC or the shared pool); ``preferred``: it got
+    its first choice of kind.
+    """
+
+    __slots__ = ("chains", "charge", "contested", "job", "mode", "pods", "preferred", "rank")
+
+    def __init__(
+        self,
+        job: Job,
+        charge: Charge,
+        pods: tuple[PodPlacement, ...],
+        chains: tuple[str, ...],
+        contested: bool,
+    ) -> None:
+        self.job = job
+        self.charge = charge
+        self.mode: Mode = charge.mode
+        self.pods = pods
+        self.rank = restore_order(job)
+        self.chains = chains
+        self.contested = contested
+        self.preferred = True
+
+
 class PlacerState:
     """The mutable state of one member cluster's cell placer."""
 
@@ -80,12 +113,17 @@ class PlacerState:
         "capacity",
         "cluster",
         "config",
+        "demoted",
+        "fallbacks",
         "free_leaves",
         "held",
         "j",
         "marks",
         "node_caps",
         "pins",
+        "rank_bound",
+        "restored",
+        "restored_in",
         "subcells",
         "suggested",
         "topo",
@@ -120,6 +158,15 @@ class PlacerState:
         self.subcells: dict[int, list[Cell]] = {}
         self.at_level: dict[tuple[int, int], list[Cell]] = {}
         self.marks: list[int] = []  # nested undo scopes (journal marks)
+        #: Restored jobs' records; chain -> contested records with leaves there, and
+        #: those of them not held as their first choice; restored guaranteed jobs held
+        #: as opportunistic ones -> why (all journaled).
+        self.restored: dict[str, Restored] = {}
+        self.restored_in: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
+        self.fallbacks: dict[str, dict[str, None]] = {c: {} for c in self.topo.chain_types}
+        self.demoted: dict[str, str] = {}
+        #: chain -> at least the highest rank of its contested records (never lowered).
+        self.rank_bound: dict[str, tuple[int, int, str]] = {}
 
     def mark(self) -> None:
         """Start a nested undo scope (a suffix of the journal)."""
@@ -128,6 +175,23 @@ class PlacerState:
     def undo(self) -> None:
         """Revert every change since the matching :meth:`mark`."""
         self.j.undo_to(self.marks.pop())
+
+    def keep(self) -> None:
+        """Close the matching :meth:`mark`'s scope, keeping its changes."""
+        self.marks.pop()
+
+    def forget_restored(self, key: str) -> None:
+        """Drop job ``key``'s restore record (journaled; no-op without one)."""
+        j = self.j
+        rec = self.restored.get(key)
+        if rec is None:
+            return
+        j.delitem(self.restored, key)
+        for chain in rec.chains:
+            if key in self.restored_in[chain]:
+                j.delitem(self.restored_in[chain], key)
+            if key in self.fallbacks[chain]:
+                j.delitem(self.fallbacks[chain], key)
 
     def fragmentation(self) -> float:
         """Share of free healthy GPUs that cannot host a whole node-level cell."""
