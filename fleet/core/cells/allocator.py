@@ -42,13 +42,13 @@ from typing import Any
 
 from fleet.core.cells import topology
 from fleet.core.cells.spec import CellConfig
-from fleet.core.cells.topology import Cell, Reservation, Topology
+from fleet.core.cells.topology import Cell, Reservation, ReservationKind, Topology
 from fleet.core.checks import InvariantError
 
-VC = "vc"
-PIN = "pin"
-SHARED = "shared"
-BAD = "bad"
+VC = ReservationKind.VC
+PIN = ReservationKind.PIN
+SHARED = ReservationKind.SHARED
+BAD = ReservationKind.BAD
 
 
 def _delitem(d: Any, key: Any, _unused: Any) -> None:

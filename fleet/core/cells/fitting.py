@@ -48,6 +48,7 @@ from fleet.core.cells.state import (
     KIND_SHARED,
     KIND_VC,
     CellFit,
+    HoldKind,
     PlacerState,
 )
 from fleet.core.cells.topology import Cell
@@ -56,7 +57,7 @@ from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, PodPlacement
 
 #: What a search found: the placement, the kind it is held as, VC cells to bind.
-Found = tuple[Choice, str, list[Cell]]
+Found = tuple[Choice, HoldKind, list[Cell]]
 
 
 def fit(
@@ -118,7 +119,7 @@ def after_released(
     job: Job,
     pods: Sequence[Pod],
     mode: Mode,
-    found: tuple[str, str | None, str, list[tuple[int, int]]],
+    found: tuple[HoldKind, str | None, str, list[tuple[int, int]]],
     question: Question,
 ) -> CellFit | None:
     """Search a chain again once the released jobs have left (undone after).
@@ -144,7 +145,7 @@ def after_released(
         state.undo()
 
 
-def kind_of(state: PlacerState, job: Job, mode: Mode) -> tuple[str, str | None, str | None]:
+def kind_of(state: PlacerState, job: Job, mode: Mode) -> tuple[HoldKind, str | None, str | None]:
     """(kind, VC, reason it cannot be placed at all) for ``job`` asked in ``mode``."""
     pinned = state.pinned_cell_id(job)
     held = state.held.get(job.key)
@@ -165,7 +166,7 @@ def kind_of(state: PlacerState, job: Job, mode: Mode) -> tuple[str, str | None, 
 def search(
     state: PlacerState,
     job: Job,
-    kind: str,
+    kind: HoldKind,
     vc: str | None,
     chain: str,
     needs: list[tuple[int, int]],
@@ -320,7 +321,7 @@ def placements_of(
 
 
 def why_not(
-    state: PlacerState, job: Job, kind: str, vc: str | None, pods: Sequence[Pod], preempt: bool
+    state: PlacerState, job: Job, kind: HoldKind, vc: str | None, pods: Sequence[Pod], preempt: bool
 ) -> str:
     """The reason of a :class:`NoFit`, for a human."""
     cluster = state.cluster

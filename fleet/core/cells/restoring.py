@@ -65,6 +65,7 @@ from fleet.core.cells.state import (
     KIND_SHARED,
     KIND_VC,
     CellFit,
+    HoldKind,
     PlacerState,
     Restored,
 )
@@ -154,7 +155,7 @@ def recorded_leaves(
     return out
 
 
-def ladder(state: PlacerState, job: Job, mode: Mode, chains: tuple[str, ...]) -> list[str]:
+def ladder(state: PlacerState, job: Job, mode: Mode, chains: tuple[str, ...]) -> list[HoldKind]:
     """The kinds to try for ``job`` in order, as ``fit`` would choose them."""
     if mode is not Mode.GUARANTEED or job.priority < 0:
         return [KIND_OPP]

@@ -27,6 +27,7 @@ that restoring another job can redo the ones its outcome depends on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from fleet.core.cells.allocator import Allocator, Journal
@@ -37,10 +38,20 @@ from fleet.core.jobs import Job, Mode
 from fleet.core.placement import Fit, PodPlacement, restore_order
 from fleet.core.resources import Resources
 
-KIND_VC: Final = "vc"
-KIND_PIN: Final = "pin"
-KIND_SHARED: Final = "shared"
-KIND_OPP: Final = "opportunistic"
+
+class HoldKind(StrEnum):
+    """How a job's pods are held in the cells (see the module docstring)."""
+
+    VC = "vc"  # inside its VC's bound cells
+    PIN = "pin"  # inside its pinned cell
+    SHARED = "shared"  # in shared-pool reservations of its own
+    OPPORTUNISTIC = "opportunistic"  # on any unowned leaf
+
+
+KIND_VC: Final = HoldKind.VC
+KIND_PIN: Final = HoldKind.PIN
+KIND_SHARED: Final = HoldKind.SHARED
+KIND_OPP: Final = HoldKind.OPPORTUNISTIC
 #: Kinds whose leaves count as the VC's guaranteed use (``Reservation.gused``).
 GUARANTEED_KINDS: Final = (KIND_VC, KIND_PIN)
 
@@ -53,7 +64,7 @@ class CellFit(Fit):
     ``opportunistic``) and ``bindings`` the cell ids bound to the job's VC.
     """
 
-    kind: str = KIND_OPP
+    kind: HoldKind = KIND_OPP
     bindings: tuple[int, ...] = ()
 
 
@@ -62,7 +73,7 @@ class Held:
 
     __slots__ = ("info", "kind", "leaves", "pods", "requests", "shared", "vc")
 
-    def __init__(self, info: Charge, kind: str, vc: str | None) -> None:
+    def __init__(self, info: Charge, kind: HoldKind, vc: str | None) -> None:
         self.info = info
         self.kind = kind
         self.vc = vc

@@ -14,6 +14,7 @@ refers to the other; the allocator creates and removes them.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from enum import StrEnum
 
 from fleet.core.cells.spec import CellConfig, CellType, PhysicalCellSpec
 
@@ -90,6 +91,15 @@ class Cell:
         return f"Cell({self.ctype.name}@{self.address})"
 
 
+class ReservationKind(StrEnum):
+    """Why a root cell is reserved."""
+
+    VC = "vc"  # bound to a virtual cluster's virtual cell
+    PIN = "pin"  # a VC's pinned cell
+    SHARED = "shared"  # taken from the shared pool by one job
+    BAD = "bad"  # on a bad node, out of allocation
+
+
 class Reservation:
     """One reserved root: who holds ``cell`` and why.
 
@@ -98,7 +108,9 @@ class Reservation:
 
     __slots__ = ("cell", "gused", "job", "kind", "vc")
 
-    def __init__(self, kind: str, cell: Cell, vc: str | None = None, job: str | None = None):
+    def __init__(
+        self, kind: ReservationKind, cell: Cell, vc: str | None = None, job: str | None = None
+    ):
         self.kind = kind
         self.cell = cell
         self.vc = vc
