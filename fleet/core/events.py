@@ -14,7 +14,6 @@ the cycle.  An event that cannot be applied raises and changes nothing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleet.core import lifecycle
@@ -156,8 +155,34 @@ Outcome = Transition | Notice
 
 def apply(state: SchedulerState, event: Event) -> list[Outcome]:
     """Apply one event to ``state``; what followed from it."""
-    handler = _HANDLERS[type(event)]
-    return handler(state, event)
+    match event:
+        case Submitted():
+            return _submitted(state, event)
+        case Dispatched():
+            return _dispatched(state, event)
+        case Started():
+            return _started(state, event)
+        case Finished():
+            return _finished(state, event)
+        case Cancelled():
+            return _cancelled(state, event)
+        case DispatchFailed():
+            return _dispatch_failed(state, event)
+        case Stopped():
+            return _stopped(state, event)
+        case NodeHealthChanged():
+            return _node_health(state, event)
+        case QuotaTreeReplaced():
+            return _tree_replaced(state, event)
+        case QuotaNodePatched():
+            return _node_patched(state, event)
+        case ClusterAdded():
+            return _cluster_added(state, event)
+        case ClusterRemoved():
+            return _cluster_removed(state, event)
+        case ClockAdvanced():
+            return _clock(state, event)
+    raise TypeError(f"not an event: {event!r}")
 
 
 def _submitted(state: SchedulerState, event: Submitted) -> list[Outcome]:
@@ -370,20 +395,3 @@ def _rehome(state: SchedulerState, run: Running, leaf: str) -> str | None:
         state.hold(run, charge, unit.pods)
         held.append(moved)
     return None
-
-
-_HANDLERS: dict[type, Callable[[SchedulerState, object], list[Outcome]]] = {
-    Submitted: _submitted,  # type: ignore[dict-item]
-    Dispatched: _dispatched,  # type: ignore[dict-item]
-    Started: _started,  # type: ignore[dict-item]
-    Finished: _finished,  # type: ignore[dict-item]
-    Cancelled: _cancelled,  # type: ignore[dict-item]
-    DispatchFailed: _dispatch_failed,  # type: ignore[dict-item]
-    Stopped: _stopped,  # type: ignore[dict-item]
-    NodeHealthChanged: _node_health,  # type: ignore[dict-item]
-    QuotaTreeReplaced: _tree_replaced,  # type: ignore[dict-item]
-    QuotaNodePatched: _node_patched,  # type: ignore[dict-item]
-    ClusterAdded: _cluster_added,  # type: ignore[dict-item]
-    ClusterRemoved: _cluster_removed,  # type: ignore[dict-item]
-    ClockAdvanced: _clock,  # type: ignore[dict-item]
-}
