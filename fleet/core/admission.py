@@ -107,7 +107,9 @@ def admit(run: CycleRun, job: Job) -> Outcome:
     if deferred:
         return DEFER
     if key is not None:
-        could_reclaim = key[2] is not Mode.BORROWED and key[2] is not Mode.OPPORTUNISTIC
+        # At either size, a guaranteed or blocked verdict may preempt borrowed work.
+        verdicts = (key[2], key[3])
+        could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)
         run.shapes.put(key, Remembered(reason, run.last_block), could_reclaim)
     return Waits(reason)
 
