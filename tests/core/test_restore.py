@@ -23,7 +23,7 @@ from tests.core.factories import (
     make_tree,
     submit,
 )
-from tests.core.test_cycle_bulk_wait import TREE, job_spec
+from tests.core.test_cycle_shortcuts import TREE, job_spec
 
 CLUSTERS = {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)}
 

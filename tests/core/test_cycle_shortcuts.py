@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from fleet.core.cycle import Admit, Preempt, Wait, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
+from tests.cells.factories import cell_placer
 from tests.core.factories import (
     confirm_stops,
     make_job,
     make_nodes,
     make_state,
+    make_tree,
     submit,
 )
 
@@ -110,4 +112,61 @@ def test_a_full_root_waits_the_rest_of_the_queue_with_the_limit_named() -> None:
     reasons = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
     assert all(
         "node 'root' at max nvidia.com/gpu 16/16" in reasons[f"default/b{i}"] for i in (2, 3, 4)
+    )
+
+
+mixed_spec = st.tuples(
+    st.sampled_from(["team-a", "team-b", "team-c"]),
+    st.integers(1, 4),  # pods
+    st.sampled_from([1, 2, 4, 8]),  # GPUs per pod
+    st.sampled_from([-1, 10, 100]),  # priority
+    st.booleans(),  # gang
+    st.integers(0, 3),  # min members
+)
+
+
+def cell_state() -> SchedulerState:
+    """Cell placers with virtual clusters: a job's mode changes where it may go."""
+    c1 = cell_placer("c1", racks=1, nodes=2, gpus=8, vcs={"team-a": [("RACK.NODE", 1)]})
+    c2 = cell_placer("c2", racks=1, nodes=1, gpus=4, vcs={"team-c": [("RACK.NODE", 1)]})
+    return SchedulerState(make_tree(TREE), {"c1": c1, "c2": c2})
+
+
+def mixed_outcome(
+    state: SchedulerState, specs: list[tuple[str, int, int, int, bool, int]], shortcuts: Shortcuts
+) -> list[object]:
+    seen: list[object] = []
+    for n, (queue, pods, gpus, priority, gang, least) in enumerate(specs):
+        job = make_job(
+            f"j{n}",
+            queue=queue,
+            pods=pods,
+            gpus=gpus,
+            priority=priority,
+            seq=n,
+            gang=gang,
+            min_members=least,
+        )
+        submit(state, job)
+        if n % 4 == 3 or n == len(specs) - 1:
+            decisions = cycle(state, float(n), shortcuts=shortcuts)
+            state.check_invariants()
+            confirm_stops(state, decisions)
+            seen.append(
+                [(d.job, d.cluster, d.pods, d.unit) for d in decisions if isinstance(d, Admit)]
+            )
+            seen.append([(d.job, d.unit) for d in decisions if isinstance(d, Preempt)])
+            seen.append(sorted(d.job for d in decisions if isinstance(d, Wait)))
+    return seen
+
+
+@pytest.mark.parametrize("placers", ["capacity", "cells"])
+@settings(max_examples=60, deadline=None)
+@given(specs=st.lists(mixed_spec, min_size=1, max_size=28))
+def test_the_shortcuts_change_no_decision_for_partial_and_incremental_jobs(
+    placers: str, specs: list[tuple[str, int, int, int, bool, int]]
+) -> None:
+    fresh = cell_state if placers == "cells" else fresh_state
+    assert mixed_outcome(fresh(), specs, ALL_SHORTCUTS) == mixed_outcome(
+        fresh(), specs, NO_SHORTCUTS
     )
