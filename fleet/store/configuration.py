@@ -1,0 +1,46 @@
+"""Reading and writing the quota tree (versioned) and the member clusters.
+
+Theory of operation: the quota tree is kept as the YAML document it was
+given in, one row per version; the highest version is the tree in force, and
+older versions are the history.  Member clusters are kept as their
+``MemberCluster`` documents, one row per name.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.store.models import ClusterRow, QuotaTreeRow
+
+
+async def current_tree(session: AsyncSession) -> QuotaTreeRow | None:
+    """The tree in force (the highest version), or None before the first."""
+    found = await session.execute(
+        select(QuotaTreeRow).order_by(QuotaTreeRow.version.desc()).limit(1)
+    )
+    return found.scalar_one_or_none()
+
+
+async def save_tree(session: AsyncSession, document: str, time: float, author: str = "") -> int:
+    """Store ``document`` as the next version; its version number."""
+    latest = (await session.execute(select(func.max(QuotaTreeRow.version)))).scalar()
+    version = (latest or 0) + 1
+    session.add(QuotaTreeRow(version=version, document=document, created_at=time, author=author))
+    return version
+
+
+async def clusters(session: AsyncSession) -> list[ClusterRow]:
+    """Every member cluster, by name."""
+    rows = await session.execute(select(ClusterRow).order_by(ClusterRow.name))
+    return list(rows.scalars())
+
+
+async def put_cluster(session: AsyncSession, name: str, document: str, time: float) -> None:
+    """Create or replace member cluster ``name``."""
+    row = await session.get(ClusterRow, name)
+    if row is None:
+        session.add(ClusterRow(name=name, document=document, created_at=time, updated_at=time))
+    else:
+        row.document = document
+        row.updated_at = time

@@ -1,0 +1,162 @@
+"""Opening the database: engines, SQLite settings, migrations at start-up.
+
+Theory of operation: :func:`open_database` creates the async engines for a
+URL, brings the schema to the newest migration, and returns a
+:class:`Database` whose :meth:`~Database.write` and :meth:`~Database.read`
+open sessions.  Writes on SQLite start with ``BEGIN IMMEDIATE`` (the write
+lock is taken at the start, so two writers never deadlock on a lock upgrade)
+on their own engine; reads use a second engine with plain deferred
+transactions, so that readers never wait for the writer (WAL).  Every SQLite
+connection turns on WAL, foreign keys and a busy timeout.  On PostgreSQL the
+migrations run under an advisory lock, so several replicas may start at once.
+Sessions never expire their objects on commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+#: Any constant shared by every Fleet replica: the key of the migration lock.
+MIGRATION_LOCK: Final = 0x466C656574  # "Fleet"
+#: How long a SQLite connection waits for a lock before failing (milliseconds).
+SQLITE_BUSY_TIMEOUT_MS: Final = 10_000
+
+
+class DatabaseError(Exception):
+    """The database cannot be opened or migrated."""
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """The Alembic configuration of the migration tree shipped in this package."""
+    config = Config()
+    location = resources.files("fleet.store") / "migrations"
+    config.set_main_option("script_location", str(location))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
+    engine = create_async_engine(url)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+@dataclass(slots=True)
+class Database:
+    """The open database: a writer engine and a reader engine (the same on PostgreSQL)."""
+
+    url: str
+    writer: AsyncEngine
+    reader: AsyncEngine
+    _write_sessions: async_sessionmaker[AsyncSession]
+    _read_sessions: async_sessionmaker[AsyncSession]
+
+    @property
+    def dialect(self) -> str:
+        return self.writer.dialect.name
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A session in one write transaction: committed on success, rolled back on error."""
+        async with self._write_sessions() as session, session.begin():
+            yield session
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A session for reading (one transaction, nothing is committed)."""
+        async with self._read_sessions() as session, session.begin():
+            yield session
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer a trivial query."""
+        async with self.reader.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self.writer.dispose()
+        if self.reader is not self.writer:
+            await self.reader.dispose()
+
+
+async def open_database(url: str, *, migrate: bool = True) -> Database:
+    """Open ``url`` (``sqlite+aiosqlite:///...`` or ``postgresql+asyncpg://...``) and migrate it."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as e:  # sqlalchemy raises ArgumentError for a malformed URL
+        raise DatabaseError(f"not a database URL: {url!r} ({e})") from e
+    if backend == "sqlite":
+        writer = _sqlite_engine(url, immediate=True)
+        reader = _sqlite_engine(url, immediate=False)
+    elif backend == "postgresql":
+        writer = reader = create_async_engine(url, pool_pre_ping=True)
+    else:
+        raise DatabaseError(
+            f"unsupported database {backend!r}: use sqlite+aiosqlite or postgresql+asyncpg"
+        )
+    db = Database(
+        url,
+        writer,
+        reader,
+        async_sessionmaker(writer, expire_on_commit=False),
+        async_sessionmaker(reader, expire_on_commit=False),
+    )
+    if migrate:
+        try:
+            await upgrade(db)
+        except BaseException:
+            await db.close()
+            raise
+    return db
+
+
+async def upgrade(db: Database, revision: str = "head") -> None:
+    """Run the migrations up to ``revision`` (under an advisory lock on PostgreSQL)."""
+    async with db.writer.connect() as conn:
+        if db.dialect == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            await conn.commit()
+        try:
+            await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), revision))
+            await conn.commit()
+        finally:
+            if db.dialect == "postgresql":
+                await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                await conn.commit()
+
+
+async def downgrade(db: Database, revision: str) -> None:
+    """Run the migrations down to ``revision`` (``base`` empties the schema)."""
+    async with db.writer.connect() as conn:
+        await conn.run_sync(lambda sync: command.downgrade(alembic_config(sync), revision))
+        await conn.commit()

@@ -1,0 +1,120 @@
+"""The tables: jobs, their append-only event log, quota tree versions, clusters, intents.
+
+Theory of operation: one declarative metadata with a constraint naming
+convention, so that Alembic migrations name every constraint the same way on
+SQLite and PostgreSQL.  Structured values that only the shell reads whole
+(the submitted manifests, the core job record, the units a running job holds)
+are JSON columns; everything the API filters on (namespace, name, queue,
+state, cluster) is a plain indexed column.  Times are seconds from the
+service's clock (a float), never the database's clock, so the simulator's
+virtual time is recorded as it is.
+
+* ``jobs``: one row per submitted job; ``id`` is also its submission order
+  (the core job's ``seq``).  ``units`` is what a running job holds, in the
+  form :mod:`fleet.core.snapshot` records (charge key, mode, request, pods).
+* ``job_events``: every lifecycle transition and notable event, append-only.
+* ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
+* ``clusters``: the member clusters (MemberCluster documents).
+* ``intents``: what the loop decided to do to a member cluster and has not
+  yet confirmed (create, delete); redone after a crash, idempotently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("namespace", "name"),
+        Index(None, "queue", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uid: Mapped[str] = mapped_column(String(36), unique=True)
+    namespace: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(253))
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    policy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: the core job (fleet.core.snapshot's plain form)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    queue: Mapped[str] = mapped_column(String(253))
+    priority_class: Mapped[str] = mapped_column(String(253))
+    priority: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    mode: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    cluster: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    units: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    suspended: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+    __table_args__ = (Index(None, "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[float] = mapped_column(Float)
+    type: Mapped[str] = mapped_column(String(16))  # Normal | Warning
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class QuotaTreeRow(Base):
+    __tablename__ = "quota_trees"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    document: Mapped[str] = mapped_column(Text)  # the ElasticQuotaTree as YAML
+    created_at: Mapped[float] = mapped_column(Float)
+    author: Mapped[str] = mapped_column(String(253), default="")
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    document: Mapped[str] = mapped_column(Text)  # the MemberCluster as YAML
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class IntentRow(Base):
+    __tablename__ = "intents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # create | delete
+    cluster: Mapped[str] = mapped_column(String(253))
+    created_at: Mapped[float] = mapped_column(Float)
+    done_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
