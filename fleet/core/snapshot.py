@@ -30,7 +30,19 @@ from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import Running, SchedulerState, Unit
 
-__all__ = ["RunningRecord", "Snapshot", "Unit", "from_plain", "restore", "take", "to_plain"]
+__all__ = [
+    "RunningRecord",
+    "Snapshot",
+    "Unit",
+    "from_plain",
+    "job_from_plain",
+    "job_to_plain",
+    "restore",
+    "take",
+    "to_plain",
+    "unit_from_plain",
+    "unit_to_plain",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +119,8 @@ def restore(
 # Plain values ---------------------------------------------------------------------
 
 
-def _job_plain(job: Job) -> dict[str, Any]:
+def job_to_plain(job: Job) -> dict[str, Any]:
+    """``job`` as JSON-ready values (what the database keeps of it)."""
     return {
         "key": job.key,
         "queue": job.queue,
@@ -126,7 +139,8 @@ def _job_plain(job: Job) -> dict[str, Any]:
     }
 
 
-def _job_back(d: Mapping[str, Any]) -> Job:
+def job_from_plain(d: Mapping[str, Any]) -> Job:
+    """The job :func:`job_to_plain` described."""
     return Job(
         key=d["key"],
         queue=d["queue"],
@@ -145,7 +159,8 @@ def _job_back(d: Mapping[str, Any]) -> Job:
     )
 
 
-def _unit_plain(unit: Unit) -> dict[str, Any]:
+def unit_to_plain(unit: Unit) -> dict[str, Any]:
+    """A running unit as JSON-ready values: its charge key, mode, request and pods."""
     c = unit.charge
     return {
         "key": c.key,
@@ -155,7 +170,8 @@ def _unit_plain(unit: Unit) -> dict[str, Any]:
     }
 
 
-def _unit_back(job: Job, d: Mapping[str, Any]) -> Unit:
+def unit_from_plain(job: Job, d: Mapping[str, Any]) -> Unit:
+    """The unit of ``job`` that :func:`unit_to_plain` described."""
     charge = Charge(
         d["key"],
         job.key,
@@ -173,14 +189,14 @@ def to_plain(snapshot: Snapshot) -> dict[str, Any]:
     """``snapshot`` as JSON-ready values (str, int, float, bool, None, list, dict)."""
     return {
         "now": snapshot.now,
-        "pending": [_job_plain(j) for j in snapshot.pending],
-        "stopping": [_job_plain(j) for j in snapshot.stopping],
+        "pending": [job_to_plain(j) for j in snapshot.pending],
+        "stopping": [job_to_plain(j) for j in snapshot.stopping],
         "running": [
             {
-                "job": _job_plain(r.job),
+                "job": job_to_plain(r.job),
                 "cluster": r.cluster,
                 "phase": r.phase.value,
-                "units": [_unit_plain(u) for u in r.units],
+                "units": [unit_to_plain(u) for u in r.units],
             }
             for r in snapshot.running
         ],
@@ -191,12 +207,12 @@ def from_plain(d: Mapping[str, Any]) -> Snapshot:
     """The snapshot :func:`to_plain` described."""
     running = []
     for r in d["running"]:
-        job = _job_back(r["job"])
-        units = tuple(_unit_back(job, u) for u in r["units"])
+        job = job_from_plain(r["job"])
+        units = tuple(unit_from_plain(job, u) for u in r["units"])
         running.append(RunningRecord(job, r["cluster"], JobState(r["phase"]), units))
     return Snapshot(
         float(d["now"]),
-        tuple(_job_back(j) for j in d["pending"]),
-        tuple(_job_back(j) for j in d["stopping"]),
+        tuple(job_from_plain(j) for j in d["pending"]),
+        tuple(job_from_plain(j) for j in d["stopping"]),
         tuple(running),
     )
