@@ -158,14 +158,14 @@ def test_a_planted_import_breaks_the_contracts(
 def test_a_fleet_package_yet_to_come_is_refused_without_touching_the_contracts(
     project: Path,
 ) -> None:
-    store = project / "fleet" / "store"
-    store.mkdir()
-    (store / "__init__.py").write_text('"""Persistence (not the core\'s business)."""\n')
-    line = _plant(project / "fleet" / "core" / "quota.py", "import fleet.store\n")
+    later = project / "fleet" / "yet_to_come"
+    later.mkdir()
+    (later / "__init__.py").write_text('"""A shell package (not the core\'s business)."""\n')
+    line = _plant(project / "fleet" / "core" / "quota.py", "import fleet.yet_to_come\n")
     rc, report = _lint_imports(project)
     assert rc == 1, report
     assert _broken_contracts(report) == {SHELLS, ALLOWED}, report
-    assert f"fleet.core.quota -> fleet.store (l.{line})" in report, report
+    assert f"fleet.core.quota -> fleet.yet_to_come (l.{line})" in report, report
 
 
 def test_an_indirect_import_of_a_shell_is_named_with_its_chain(project: Path) -> None:

@@ -1,0 +1,270 @@
+"""The interface every member cluster backend implements, and what passes through it.
+
+Theory of operation: the scheduler loop decides in the core, records the
+decision, and only then acts on a member through :class:`MemberCluster`:
+:meth:`~MemberCluster.create` a :class:`DispatchedJob` (the PyTorchJob with
+its placement: every pod's node and GPU indices, so creating also binds) and
+:meth:`~MemberCluster.delete` it (a preemption or a cancellation).  What then
+happens in the member comes back as :data:`MemberEvent` values from
+:meth:`~MemberCluster.watch`, which the loop turns into the core's events
+(``Started``, ``Finished``, ``Stopped``, ``NodeHealthChanged``).  The loop
+does not know which backend it talks to: the simulated one (:mod:`.sim`)
+and a Kubernetes one behave the same through this interface.
+
+Acting is idempotent, so that the loop can simply act again after a crash:
+
+* a job is known to a member by its key (``namespace/name``) and its object
+  there is named :func:`member_object_name` of the key, always the same;
+* creating a job whose key exists with the same ``uid`` does nothing; with
+  another ``uid`` it raises :class:`ClusterConflict` (an older incarnation of
+  the key must be deleted first);
+* deleting a job that is not there does nothing.
+
+Events of one member arrive in the order they happened, each with the time
+(``at``, by the service's clock) the member saw it.  Every incarnation of a
+key (one ``uid``) reports at most one :class:`JobStarted` (all its pods run),
+and then exactly one end: :class:`JobFinished` (it ended by itself) or
+:class:`JobStopped` (it was deleted and its pods are gone); the ``uid`` on
+each event tells incarnations apart.  Events wait in the member until they
+are read; one consumer reads them.
+
+Errors form one family under :class:`ClusterError`:
+:class:`ClusterUnavailable` (try again later, or elsewhere),
+:class:`ClusterConflict` (the key belongs to another incarnation) and
+:class:`ClusterRejected` (the member refuses the job as it is; trying again
+does not help).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from fleet.core.placement import PodPlacement
+
+#: The longest object name :func:`member_object_name` gives: Kubeflow names a
+#: replica's pod and service ``<job>-worker-<index>``, and with up to 10 000
+#: replicas (``-worker-9999``, 12 characters) those stay DNS labels (63).
+MEMBER_NAME_MAX_LENGTH: Final = 51
+
+#: Hex digits of the key's SHA-256 that end every member object name.
+MEMBER_NAME_HASH_LENGTH: Final = 8
+
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+# Errors ------------------------------------------------------------------------------
+
+
+class ClusterError(Exception):
+    """Something went wrong in or with member ``cluster``."""
+
+    def __init__(self, cluster: str, message: str) -> None:
+        super().__init__(f"{cluster}: {message}")
+        self.cluster = cluster
+        self.message = message
+
+
+class ClusterUnavailable(ClusterError):
+    """The member cannot be reached or does not answer: try again later, or elsewhere."""
+
+
+class ClusterConflict(ClusterError):
+    """The key exists in the member with another ``uid`` (an older incarnation)."""
+
+
+class ClusterRejected(ClusterError):
+    """The member refuses the job as it is; trying again does not help."""
+
+
+# Names -------------------------------------------------------------------------------
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``(namespace, name)`` of a job key ``namespace/name``; ValueError if it is not one."""
+    namespace, sep, name = key.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ValueError(f"a job key is namespace/name, not {key!r}")
+    return namespace, name
+
+
+def member_object_name(key: str) -> str:
+    """The name of job ``key``'s object in a member: a DNS-1035 label, the same every time.
+
+    ``namespace-name``, lowercased, with every run of characters other than
+    letters, digits and ``-`` made one ``-``, a ``j`` in front unless it starts
+    with a letter (Kubeflow wants a letter first), cut to leave room for the
+    suffix, and then ``-`` and the first :data:`MEMBER_NAME_HASH_LENGTH` hex
+    digits of the key's SHA-256.  The suffix is always there: ``a-b/c`` and
+    ``a/b-c`` would otherwise both be ``a-b-c``.  At most
+    :data:`MEMBER_NAME_MAX_LENGTH` characters.
+    """
+    namespace, name = split_key(key)
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:MEMBER_NAME_HASH_LENGTH]
+    readable = _NOT_IN_LABEL.sub("-", f"{namespace}-{name}".lower())
+    if not readable[:1].isalpha():
+        readable = "j" + readable
+    readable = readable[: MEMBER_NAME_MAX_LENGTH - MEMBER_NAME_HASH_LENGTH - 1].rstrip("-")
+    return f"{readable}-{digest}"
+
+
+# What is sent ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchedJob:
+    """A job as a member gets it: who it is, where its pods go, and its PyTorchJob.
+
+    ``key`` is ``namespace/name``; ``uid`` tells this incarnation of the key
+    from earlier ones; ``pods`` place every pod (node and GPU indices);
+    ``manifest`` is the PyTorchJob as a mapping (read-only: members copy what
+    they change), where members find annotations such as
+    ``fleet.io/simulated-duration``.  ``manifest`` is left out of the hash.
+    """
+
+    key: str
+    uid: str
+    cluster: str
+    queue: str
+    pods: tuple[PodPlacement, ...]
+    manifest: Mapping[str, Any] = field(hash=False)
+
+    def __post_init__(self) -> None:
+        split_key(self.key)
+        if not self.uid:
+            raise ValueError(f"job {self.key}: the uid is empty")
+        if not self.cluster:
+            raise ValueError(f"job {self.key}: the cluster is empty")
+        if not self.pods:
+            raise ValueError(f"job {self.key}: no pod is placed")
+        names = [p.pod for p in self.pods]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"job {self.key}: pods placed twice: {', '.join(twice)}")
+        if not isinstance(self.manifest, Mapping):
+            raise ValueError(f"job {self.key}: the manifest is not a mapping")
+
+    @property
+    def namespace(self) -> str:
+        return split_key(self.key)[0]
+
+    @property
+    def name(self) -> str:
+        return split_key(self.key)[1]
+
+    @property
+    def object_name(self) -> str:
+        """The name of its object in the member (:func:`member_object_name`)."""
+        return member_object_name(self.key)
+
+    @property
+    def annotations(self) -> Mapping[str, object]:
+        """``metadata.annotations`` of the manifest (empty when it has none)."""
+        metadata = self.manifest.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return {}
+        annotations = metadata.get("annotations")
+        return annotations if isinstance(annotations, Mapping) else {}
+
+
+# What comes back ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterHealth:
+    """Whether the member answers, and what it says (or why not)."""
+
+    reachable: bool
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted:
+    """Every pod of the job runs."""
+
+    cluster: str
+    key: str
+    uid: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    """The job ended by itself: succeeded, or failed with ``reason``."""
+
+    cluster: str
+    key: str
+    uid: str
+    at: float
+    succeeded: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStopped:
+    """The job was deleted (a preemption or a cancellation) and its pods are gone."""
+
+    cluster: str
+    key: str
+    uid: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    """A node of the member went bad, or is healthy again."""
+
+    cluster: str
+    node: str
+    healthy: bool
+    at: float
+
+
+MemberEvent = JobStarted | JobFinished | JobStopped | NodeHealth
+
+
+# The interface -----------------------------------------------------------------------
+
+
+class MemberCluster(Protocol):
+    """One member cluster, as the scheduler loop sees it."""
+
+    @property
+    def name(self) -> str:
+        """The member's name (``MemberCluster`` metadata.name)."""
+        ...
+
+    async def create(self, job: DispatchedJob) -> None:
+        """Create ``job`` with its pods where ``job.pods`` places them.
+
+        Nothing happens when the key exists with the same uid.  Raises
+        :class:`ClusterConflict` when it exists with another uid,
+        :class:`ClusterRejected` when the member refuses the job and
+        :class:`ClusterUnavailable` when it cannot be reached.
+        """
+        ...
+
+    async def delete(self, key: str) -> bool:
+        """Delete job ``key``; its pods stop.
+
+        True when the job had not ended: a :class:`JobStopped` follows once
+        its pods are gone.  False when there was nothing to stop (no such
+        job, or it had ended and reported so): no event follows.  Raises
+        :class:`ClusterUnavailable` when the member cannot be reached.
+        """
+        ...
+
+    def watch(self) -> AsyncIterator[MemberEvent]:
+        """The member's events in the order they happened; ends once the member is closed."""
+        ...
+
+    async def health(self) -> ClusterHealth:
+        """Whether the member can be reached now."""
+        ...
+
+    async def close(self) -> None:
+        """Stop following the member and release what this backend holds; watchers end."""
+        ...
