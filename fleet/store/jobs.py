@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -131,8 +131,19 @@ def add_event(
     )
 
 
-def add_intent(session: AsyncSession, job_id: int, kind: str, cluster: str, time: float) -> None:
-    session.add(IntentRow(job_id=job_id, kind=kind, cluster=cluster, created_at=time))
+def add_intent(
+    session: AsyncSession, job_id: int, kind: str, cluster: str, time: float
+) -> IntentRow:
+    """Record that the loop will ``kind`` (create or delete) the job in ``cluster``."""
+    intent = IntentRow(job_id=job_id, kind=kind, cluster=cluster, created_at=time)
+    session.add(intent)
+    return intent
+
+
+async def finish_intents(session: AsyncSession, ids: Sequence[int], time: float) -> None:
+    """Mark intents done."""
+    if ids:
+        await session.execute(update(IntentRow).where(IntentRow.id.in_(ids)).values(done_at=time))
 
 
 async def open_intents(session: AsyncSession) -> list[IntentRow]:

@@ -1,0 +1,575 @@
+"""The scheduler loop: the one writer of the core's state.
+
+Theory of operation (DESIGN.md section 6: events in, decisions out, one
+writer; decide, persist, act, record):
+
+* **Start.**  The quota tree and the member clusters come from the database
+  (on first start, from the files the settings name, then stored).  The
+  core's state is rebuilt exactly (:mod:`fleet.core.snapshot`): running jobs
+  at their recorded cells, preempted jobs waiting for their pods to stop,
+  pending jobs in submission order.  Intents the previous run recorded but
+  did not finish are done again (creating a job in a member is idempotent),
+  and jobs that run in simulated members (which live in this process) are
+  created there again.
+* **Inbox.**  API handlers write to the database first and then hand the loop
+  what changed (new job ids, cancellations); member backends hand it what
+  happened in the members.  Every item wakes the loop; many items coalesce
+  into one iteration.
+* **One iteration.**  Apply the inbox to the core through
+  :func:`fleet.core.events.apply` and persist the transitions; run a
+  scheduling cycle in a worker thread (the event loop keeps serving the API);
+  persist every decision, transition and intent in one transaction; only then
+  act on the members (create, delete) and record the outcomes; publish an
+  immutable :class:`LoopView` for the API.
+* **Time** comes from the injected :class:`fleet.clock.Clock`: a cycle runs
+  every ``schedule_interval`` seconds of that clock and right after changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet.clock import Clock
+from fleet.clusters.base import (
+    ClusterError,
+    DispatchedJob,
+    JobFinished,
+    JobStarted,
+    JobStopped,
+    MemberCluster,
+    MemberEvent,
+    NodeHealth,
+)
+from fleet.core import events, snapshot
+from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.jobs import Job
+from fleet.core.lifecycle import JobState
+from fleet.core.placement import Placer
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources, format_quantity
+from fleet.core.state import SchedulerState, Transition, Unit
+from fleet.store import jobs as job_rows
+from fleet.store.database import Database
+from fleet.store.models import IntentRow, JobRow
+
+log = logging.getLogger("fleet.loop")
+
+HOLDING = frozenset({JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING})
+
+
+# The published view ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One node of the quota tree as ``kubectl get queue`` would show it."""
+
+    name: str
+    parent: str | None
+    leaf: bool
+    min: Mapping[str, str]
+    max: Mapping[str, str] | None
+    used: Mapping[str, str]
+    borrowed: Mapping[str, str]
+    admitted: int
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingView:
+    """A pending job's place in its queue and why it waits."""
+
+    job: str
+    priority: int
+    request: Mapping[str, str]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoopView:
+    """What the loop knew after its last iteration (immutable; the API reads it)."""
+
+    ready: bool = False
+    time: float = 0.0
+    queues: tuple[QueueView, ...] = ()
+    pending: Mapping[str, tuple[PendingView, ...]] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    clusters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
+    return {r: format_quantity(r, v) for r, v in sorted(values.items()) if v}
+
+
+# Inbox items ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Submitted:
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cancel:
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _FromMember:
+    cluster: str
+    event: MemberEvent
+
+
+_Item = _Submitted | _Cancel | _FromMember
+
+
+class SchedulerLoop:
+    """Owns the core's state; see the module docstring."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        tree: QuotaTree,
+        placers: Mapping[str, Placer],
+        members: Mapping[str, MemberCluster],
+        *,
+        interval: float,
+        threaded: bool = True,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.state = SchedulerState(tree, placers)
+        self.members = dict(members)
+        self.interval = interval
+        #: Run the cycle in a worker thread (the API stays responsive); off on a
+        #: virtual clock, where everything must happen in the event loop's order.
+        self.threaded = threaded
+        self.view = LoopView()
+        self._inbox: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()  # set while the loop waits with nothing to do
+        self._task: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
+        self._reasons: dict[str, str] = {}
+        self._ids: dict[str, int] = {}  # job key -> row id
+        self.iterations = 0
+
+    # Lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Rebuild the state from the database, redo open intents, start the loop."""
+        await self._rebuild()
+        for name, member in self.members.items():
+            self._watchers.append(asyncio.create_task(self._watch(name, member)))
+        await self._redo_intents()
+        self._publish()
+        self._task = asyncio.create_task(self._run(), name="fleet-scheduler-loop")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._watchers) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None
+        self._watchers.clear()
+
+    # What the API and the members tell the loop ----------------------------------------
+    def submitted(self, ids: Iterable[int]) -> None:
+        self._post(_Submitted(tuple(ids)))
+
+    def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
+        self._post(_Cancel(key, reason))
+
+    def _post(self, item: _Item) -> None:
+        self._inbox.append(item)
+        self._wake.set()
+
+    async def _watch(self, name: str, member: MemberCluster) -> None:
+        async for event in member.watch():
+            self._post(_FromMember(name, event))
+
+    # The loop ------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.iterate()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad iteration must not stop scheduling
+                log.exception("scheduler iteration failed; retrying after the interval")
+            await self._sleep()
+
+    async def quiet(self) -> None:
+        """Wait until the loop has handled everything it was told and waits again."""
+        while not (self._idle.is_set() and not self._wake.is_set()):
+            await self._idle.wait()
+            await asyncio.sleep(0)
+
+    async def _sleep(self) -> None:
+        if self._wake.is_set():
+            return
+        self._idle.set()
+        waker = asyncio.create_task(self._wake.wait())
+        timer = asyncio.create_task(self.clock.sleep(self.interval))
+        try:
+            await asyncio.wait({waker, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._idle.clear()
+            for task in (waker, timer):
+                task.cancel()
+            for task in (waker, timer):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def iterate(self) -> list[Decision]:
+        """One iteration: inbox, cycle, persist, act, publish; the cycle's decisions."""
+        self._wake.clear()
+        items, self._inbox = self._inbox, []
+        now = self.clock.now()
+        events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
+        await self._apply_inbox(items)
+        if self.threaded:
+            decisions = await asyncio.to_thread(cycle, self.state)
+        else:
+            decisions = cycle(self.state)
+        actions = await self._persist(decisions)
+        await self._act(actions)
+        self._remember_reasons(decisions)
+        self._publish()
+        self.iterations += 1
+        return decisions
+
+    # Start-up --------------------------------------------------------------------------
+    async def _rebuild(self) -> None:
+        holding = [s.value for s in HOLDING]
+        async with self.db.read() as session:
+            rows = await job_rows.in_states(
+                session, [*holding, JobState.PREEMPTED.value, JobState.QUEUED.value]
+            )
+        running: list[snapshot.RunningRecord] = []
+        stopping: list[Job] = []
+        pending: list[Job] = []
+        for row in rows:
+            job = snapshot.job_from_plain(row.record)
+            self._ids[job.key] = row.id
+            if row.state in holding and row.cluster is not None:
+                units = tuple(snapshot.unit_from_plain(job, u) for u in row.units)
+                running.append(snapshot.RunningRecord(job, row.cluster, JobState(row.state), units))
+            elif row.state == JobState.PREEMPTED.value:
+                stopping.append(job)
+            else:
+                pending.append(job)
+        records = snapshot.Snapshot(
+            self.clock.now(), tuple(pending), tuple(stopping), tuple(running)
+        )
+        self.state = snapshot.restore(records, self.state.tree, self.state.placers)
+        log.info(
+            "state rebuilt: %d running, %d preempted, %d pending",
+            len(running),
+            len(stopping),
+            len(pending),
+        )
+
+    async def _redo_intents(self) -> None:
+        """Create every holding job in its member again, and redo unfinished deletions.
+
+        Both are idempotent in a member (the same uid is a no-op), so this is
+        safe whether or not the previous run got to act: a crash between
+        "decided" and "created" neither loses nor doubles a job, and members
+        that live in this process (simulated ones) get their jobs back.
+        """
+        async with self.db.read() as session:
+            intents = await job_rows.open_intents(session)
+            holding = await job_rows.in_states(session, [s.value for s in HOLDING])
+            deleting = await job_rows.by_ids(
+                session, sorted({i.job_id for i in intents if i.kind == "delete"})
+            )
+        actions: list[tuple[int | None, str, Any]] = [(None, "create", row) for row in holding]
+        for intent in intents:
+            if intent.kind != "delete":
+                continue
+            row = next((r for r in deleting if r.id == intent.job_id), None)
+            if row is not None:
+                key = f"{row.namespace}/{row.name}"
+                actions.append((intent.id, "delete", _KeyOnly(key, row.id, intent.cluster)))
+        await self._act(actions)
+
+    # Applying what happened -------------------------------------------------------------
+    async def _apply_inbox(self, items: Sequence[_Item]) -> None:
+        if not items:
+            return
+        now = self.clock.now()
+        changes: list[tuple[Transition, str]] = []
+        deletes: list[tuple[str, str]] = []
+        new_ids = [i for item in items if isinstance(item, _Submitted) for i in item.ids]
+        async with self.db.read() as session:
+            new_rows = await job_rows.by_ids(session, new_ids)
+        for row in new_rows:
+            job = snapshot.job_from_plain(row.record)
+            if row.state != JobState.QUEUED.value or job.key in self.state.phase:
+                continue
+            self._ids[job.key] = row.id
+            events.apply(self.state, events.Submitted(job))
+        for item in items:
+            if isinstance(item, _Cancel):
+                run = self.state.running.get(item.key)
+                try:
+                    out = events.apply(self.state, events.Cancelled(item.key, item.reason))
+                except (KeyError, ValueError):
+                    continue  # finished or cancelled meanwhile
+                if run is not None:
+                    deletes.append((item.key, run.cluster))
+                changes += [(t, "") for t in out if isinstance(t, Transition)]
+            elif isinstance(item, _FromMember):
+                changes += self._from_member(item)
+        await self._record(changes, now, deletes=deletes)
+        if deletes:
+            await self._act(
+                [
+                    (None, "delete", _KeyOnly(key, self._ids.get(key, 0), cluster))
+                    for key, cluster in deletes
+                ]
+            )
+
+    def _from_member(self, item: _FromMember) -> list[tuple[Transition, str]]:
+        event = item.event
+        try:
+            if isinstance(event, JobStarted):
+                if self.state.phase.get(event.key) is JobState.DISPATCHED:
+                    return [
+                        (t, "")
+                        for t in events.apply(self.state, events.Started(event.key))
+                        if isinstance(t, Transition)
+                    ]
+            elif isinstance(event, JobFinished):
+                if self.state.phase.get(event.key) is JobState.ADMITTED:
+                    events.apply(self.state, events.Dispatched(event.key))
+                if self.state.phase.get(event.key) in HOLDING:
+                    out = events.apply(
+                        self.state, events.Finished(event.key, event.succeeded, event.reason)
+                    )
+                    return [(t, "") for t in out if isinstance(t, Transition)]
+            elif isinstance(event, JobStopped):
+                if event.key in self.state.stopping:
+                    out = events.apply(self.state, events.Stopped(event.key))
+                    return [(t, "") for t in out if isinstance(t, Transition)]
+            elif isinstance(event, NodeHealth):
+                events.apply(
+                    self.state, events.NodeHealthChanged(item.cluster, event.node, event.healthy)
+                )
+        except (KeyError, ValueError) as e:
+            log.warning("ignored %s from %s: %s", event, item.cluster, e)
+        return []
+
+    # Persisting decisions ----------------------------------------------------------------
+    async def _record(
+        self,
+        changes: Sequence[tuple[Transition, str]],
+        now: float,
+        *,
+        deletes: Sequence[tuple[str, str]] = (),
+    ) -> list[int | None]:
+        """Write job transitions (state, units, events) and deletion intents in one
+        transaction; the ids of those intents."""
+        if not changes and not deletes:
+            return []
+        intents: list[IntentRow | None] = []
+        async with self.db.write() as session:
+            rows = {
+                r.id: r
+                for r in await job_rows.by_ids(
+                    session, [self._ids[t.job] for t, _ in changes if t.job in self._ids]
+                )
+            }
+            for t, _ in changes:
+                row = rows.get(self._ids.get(t.job, -1))
+                if row is None:
+                    continue
+                self._write_state(row, t.new, now)
+                job_rows.add_event(session, row.id, now, t.new.value, t.reason)
+            for key, cluster in deletes:
+                row_id = self._ids.get(key)
+                intents.append(
+                    None
+                    if row_id is None
+                    else job_rows.add_intent(session, row_id, "delete", cluster, now)
+                )
+            await session.flush()
+        return [None if i is None else i.id for i in intents]
+
+    def _write_state(self, row: JobRow, new: JobState, now: float) -> None:
+        row.state = new.value
+        row.updated_at = now
+        run = self.state.running.get(f"{row.namespace}/{row.name}")
+        if new in HOLDING and run is not None:
+            row.cluster = run.cluster
+            row.mode = run.mode.value
+            row.units = [snapshot.unit_to_plain(u) for u in run.units]
+        elif new not in HOLDING:
+            row.units = []
+            if new is JobState.QUEUED:
+                row.cluster = None
+                row.mode = None
+
+    async def _persist(self, decisions: Sequence[Decision]) -> list[tuple[int | None, str, Any]]:
+        """Write the cycle's decisions in one transaction; the actions they call for."""
+        now = self.state.now
+        touched = [d for d in decisions if isinstance(d, Admit | Preempt)]
+        if not touched:
+            return []
+        actions: list[tuple[IntentRow | None, str, Any]] = []
+        async with self.db.write() as session:
+            ids = sorted({self._ids[d.job] for d in touched if d.job in self._ids})
+            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
+            for d in touched:
+                row = rows.get(self._ids.get(d.job, -1))
+                if row is None:
+                    continue
+                if isinstance(d, Admit):
+                    phase = self.state.phase.get(d.job, JobState.ADMITTED)
+                    self._write_state(row, phase, now)
+                    row.reason = ""
+                    where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
+                    if d.grown:
+                        job_rows.add_event(session, row.id, now, "Grew", f"{where} ({d.mode})")
+                        continue
+                    message = f"admitted to {d.cluster} as {d.mode}: {where}"
+                    if d.victims:
+                        message += f"; after {', '.join(d.victims)} stop"
+                    job_rows.add_event(session, row.id, now, JobState.ADMITTED.value, message)
+                    intent = job_rows.add_intent(session, row.id, "create", d.cluster, now)
+                    actions.append((intent, "create", row))
+                else:
+                    if d.unit:
+                        run = self.state.running.get(d.job)
+                        if run is not None:
+                            row.units = [snapshot.unit_to_plain(u) for u in run.units]
+                        job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
+                        continue
+                    self._write_state(row, JobState.PREEMPTED, now)
+                    row.reason = d.reason
+                    job_rows.add_event(
+                        session, row.id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                    )
+                    intent = job_rows.add_intent(session, row.id, "delete", d.cluster, now)
+                    actions.append((intent, "delete", _KeyOnly(d.job, row.id, d.cluster)))
+            await session.flush()
+        return [(intent.id if intent is not None else None, kind, t) for intent, kind, t in actions]
+
+    # Acting on members ---------------------------------------------------------------------
+    async def _act(self, actions: Sequence[tuple[int | None, str, Any]]) -> None:
+        now = self.clock.now()
+        changes: list[tuple[Transition, str]] = []
+        done: list[int] = []  # intent ids
+        for intent_id, kind, target in actions:
+            if kind == "create":
+                row: JobRow = target
+                key = f"{row.namespace}/{row.name}"
+                run = self.state.running.get(key)
+                member = self.members.get(row.cluster or "")
+                if run is None or member is None:
+                    done.append(intent_id or 0)
+                    continue
+                try:
+                    await member.create(_dispatched(row, run.units, run.cluster))
+                except ClusterError as e:
+                    out = events.apply(self.state, events.DispatchFailed(key, str(e)))
+                    changes += [(t, "") for t in out if isinstance(t, Transition)]
+                    done.append(intent_id or 0)
+                    continue
+                if self.state.phase.get(key) is JobState.ADMITTED:
+                    out = events.apply(self.state, events.Dispatched(key))
+                    changes += [(t, "") for t in out if isinstance(t, Transition)]
+                done.append(intent_id or 0)
+            else:
+                who: _KeyOnly = target
+                member = self.members.get(who.cluster)
+                if member is not None:
+                    try:
+                        await member.delete(who.key)
+                    except ClusterError as e:
+                        log.warning("could not delete %s in %s: %s", who.key, who.cluster, e)
+                        continue
+                done.append(intent_id or 0)
+        await self._record(changes, now)
+        finished = [i for i in done if i]
+        if finished:
+            async with self.db.write() as session:
+                await job_rows.finish_intents(session, finished, now)
+
+    # Publishing ---------------------------------------------------------------------------
+    def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
+        for d in decisions:
+            if isinstance(d, Wait):
+                self._reasons[d.job] = d.reason
+            elif isinstance(d, Admit):
+                self._reasons.pop(d.job, None)
+        for key in [k for k in self._reasons if not self.state.is_pending(k)]:
+            del self._reasons[key]
+
+    def _publish(self) -> None:
+        state = self.state
+        tree = state.tree
+        pending_by_leaf = {name: q.pending for name, q in state.queues.items()}
+        counts: dict[str, int] = {}
+        for leaf, jobs in pending_by_leaf.items():
+            for node in tree.path_to_root(leaf):
+                counts[node] = counts.get(node, 0) + len(jobs)
+        queues = tuple(
+            QueueView(
+                name=node,
+                parent=tree.parent(node),
+                leaf=tree.is_leaf(node),
+                min=_quantities(tree.min_of(node)),
+                max=None if tree.max_of(node) is None else _quantities(tree.max_of(node) or {}),
+                used=_quantities(tree.used(node)),
+                borrowed=_quantities(tree.borrowed_used(node)),
+                admitted=tree.admitted_count(node),
+                pending=counts.get(node, 0),
+            )
+            for node in tree.nodes()
+        )
+        pending = {
+            leaf: tuple(
+                PendingView(
+                    job.key, job.priority, _quantities(job.request), self._reasons.get(job.key, "")
+                )
+                for job in jobs
+            )
+            for leaf, jobs in pending_by_leaf.items()
+        }
+        clusters = {
+            name: {
+                "total": placer.capacity()["nvidia.com/gpu"],
+                "used": placer.allocated()["nvidia.com/gpu"],
+            }
+            for name, placer in state.placers.items()
+        }
+        self.view = LoopView(True, state.now, queues, pending, dict(self._reasons), clusters)
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyOnly:
+    key: str
+    id: int
+    cluster: str
+
+
+def _dispatched(row: JobRow, units: Sequence[Unit], cluster: str) -> DispatchedJob:
+    pods = tuple(p for u in units for p in u.pods)
+    return DispatchedJob(
+        key=f"{row.namespace}/{row.name}",
+        uid=row.uid,
+        cluster=cluster,
+        queue=row.queue,
+        pods=pods,
+        manifest=row.manifest,
+    )

@@ -1,0 +1,94 @@
+"""The scheduler loop end to end on a virtual clock: submit, admit, run, finish, restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleet import intake, service
+from fleet.clock import VirtualClock
+from fleet.service import Service
+from fleet.store import jobs as job_rows
+from tests.service.helpers import new_jobs, pytorchjob, settings
+
+
+async def submit(svc: Service, text: str) -> list[int]:
+    accepted = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), svc.clock.now())
+    ids = [a.row.id for a in accepted if a.created]
+    svc.loop.submitted(ids)
+    return ids
+
+
+async def settle(svc: Service, clock: VirtualClock, seconds: float = 0.0) -> None:
+    """Advance the clock and let the loop handle everything that follows."""
+    if seconds:
+        await clock.advance(seconds)
+    for _ in range(3):
+        await clock.run_until_idle()
+        await svc.loop.quiet()
+
+
+async def states(svc: Service) -> dict[str, str]:
+    async with svc.db.read() as session:
+        rows = await job_rows.in_states(
+            session,
+            [
+                "Queued",
+                "Admitted",
+                "Dispatched",
+                "Running",
+                "Preempted",
+                "Succeeded",
+                "Failed",
+                "Cancelled",
+            ],
+        )
+    return {f"{r.namespace}/{r.name}": r.state for r in rows}
+
+
+async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(tmp_path: Path) -> None:
+    clock = VirtualClock(1000.0)
+    svc = await service.start(
+        settings(f"sqlite+aiosqlite:///{tmp_path}/f.db"), clock, threaded=False
+    )
+    try:
+        await submit(svc, pytorchjob("train", workers=2, gpus=4, duration="90s"))
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/train": "Running"}
+        await settle(svc, clock, 89)
+        assert await states(svc) == {"team-a/train": "Running"}
+        await settle(svc, clock, 2)
+        assert await states(svc) == {"team-a/train": "Succeeded"}
+        async with svc.db.read() as session:
+            row = await job_rows.by_name(session, "team-a", "train")
+            assert row is not None
+            events = [e.reason for e in await job_rows.events_of(session, row.id)]
+        assert events == ["Queued", "Admitted", "Dispatched", "Running", "Succeeded"]
+        assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
+        svc.loop.state.check_invariants()
+    finally:
+        await service.stop(svc)
+
+
+async def test_after_a_restart_running_jobs_are_restored_and_carry_on(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/f.db"
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(url), clock, threaded=False)
+    await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
+    await submit(svc, pytorchjob("wait", workers=4, gpus=8, duration="1h", namespace="team-a"))
+    await settle(svc, clock)
+    before = await states(svc)
+    placement = svc.loop.state.running["team-a/long"].pods
+    await service.stop(svc)
+
+    svc = await service.start(settings(url), clock, threaded=False)
+    try:
+        await settle(svc, clock)
+        assert await states(svc) == before
+        assert svc.loop.state.running["team-a/long"].pods == placement
+        assert svc.loop.state.is_pending("team-a/wait")
+        svc.loop.state.check_invariants()
+        await settle(svc, clock, 3601)
+        after = await states(svc)
+        assert after["team-a/long"] == "Succeeded"
+    finally:
+        await service.stop(svc)
