@@ -12,12 +12,18 @@ of a hypothesis test are checked.  Each one's ``check_invariants()`` runs once
 the test errors if one raises.  A test that breaks an invariant on purpose
 opts out with ``@pytest.mark.corrupts_state``; a test that already failed is
 not checked again.  A test may take the fixture by name to see what was built.
+
+Databases (helpers in ``tests/databases.py``): ``postgres_url`` is the URL of
+the run's PostgreSQL server, from ``FLEET_TEST_POSTGRES_URL`` (unset: the test
+fails under ``CI=true`` and is skipped elsewhere); ``database_url`` runs a test
+once on SQLite and once on PostgreSQL, each time with a fresh empty database.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -26,6 +32,13 @@ from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import SchedulerState
+from tests.databases import (
+    fresh_postgres_database,
+    in_ci,
+    missing_postgres_message,
+    postgres_url_from_env,
+    sqlite_url,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -144,3 +157,39 @@ def checked_objects(request: pytest.FixtureRequest) -> Iterator[Built]:
             "it breaks an invariant on purpose):\n  " + "\n  ".join(failures),
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The URL of the run's PostgreSQL server (``FLEET_TEST_POSTGRES_URL``).
+
+    Unset: the test fails under ``CI=true`` (PostgreSQL tests never go missing
+    from CI unnoticed) and is skipped elsewhere, with the reason.
+    """
+    url = postgres_url_from_env()
+    if url is None:
+        if in_ci():
+            pytest.fail(missing_postgres_message(), pytrace=False)
+        pytest.skip(missing_postgres_message())
+    return url
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
+    ]
+)
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A fresh empty database per test, once on SQLite and once on PostgreSQL.
+
+    SQLite: a file in the test's ``tmp_path`` (created on first connection).
+    PostgreSQL: a database of its own on the ``postgres_url`` server, dropped at
+    teardown.  A test must dispose of its engines before it returns.
+    """
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path)
+        return
+    maintenance_url: str = request.getfixturevalue("postgres_url")
+    async with fresh_postgres_database(maintenance_url) as url:
+        yield url
