@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
 from fleet import intake, service
 from fleet.clock import VirtualClock
@@ -45,11 +45,9 @@ async def states(svc: Service) -> dict[str, str]:
     return {f"{r.namespace}/{r.name}": r.state for r in rows}
 
 
-async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(tmp_path: Path) -> None:
+async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
     clock = VirtualClock(1000.0)
-    svc = await service.start(
-        settings(f"sqlite+aiosqlite:///{tmp_path}/f.db"), clock, threaded=False
-    )
+    svc = await service.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, pytorchjob("train", workers=2, gpus=4, duration="90s"))
         await settle(svc, clock)
@@ -69,8 +67,8 @@ async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(tmp_path: Pa
         await service.stop(svc)
 
 
-async def test_after_a_restart_running_jobs_are_restored_and_carry_on(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path}/f.db"
+async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_url: str) -> None:
+    url = database_url
     clock = VirtualClock(0.0)
     svc = await service.start(settings(url), clock, threaded=False)
     await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
@@ -90,5 +88,60 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(tmp_path: 
         await settle(svc, clock, 3601)
         after = await states(svc)
         assert after["team-a/long"] == "Succeeded"
+    finally:
+        await service.stop(svc)
+
+
+async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database_url: str) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        first = await submit(svc, pytorchjob("same", gpus=1))
+        assert len(first) == 1
+        again = await intake.accept(
+            svc.db, new_jobs(pytorchjob("same", gpus=1), svc.tree, svc.clusters), clock.now()
+        )
+        assert [(a.row.id, a.created) for a in again] == [(first[0], False)]
+        with pytest.raises(intake.NameTaken, match="team-a/same"):
+            await intake.accept(
+                svc.db, new_jobs(pytorchjob("same", gpus=2), svc.tree, svc.clusters), clock.now()
+            )
+        assert await states(svc) == {"team-a/same": "Queued"}
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_url: str) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        # sandbox runs opportunistic work on every GPU of the three clusters (six
+        # 8-GPU nodes); team-a's two-node job takes its guaranteed share back.
+        for n in range(6):
+            await submit(
+                svc,
+                pytorchjob(
+                    f"oppo-{n}",
+                    namespace="sandbox",
+                    workers=1,
+                    gpus=8,
+                    priority_class="oppo",
+                    duration="2h",
+                ),
+            )
+        await settle(svc, clock)
+        assert set((await states(svc)).values()) == {"Running"}
+        await submit(svc, pytorchjob("owner", workers=2, gpus=8, duration="1h"))
+        await settle(svc, clock)
+        seen = await states(svc)
+        assert seen["team-a/owner"] == "Running"
+        victims = [k for k, v in seen.items() if k.startswith("sandbox/") and v == "Queued"]
+        assert len(victims) == 2
+        async with svc.db.read() as session:
+            row = await job_rows.by_name(session, *victims[0].split("/"))
+            assert row is not None
+            reasons = [e.reason for e in await job_rows.events_of(session, row.id)]
+        assert reasons[-2:] == ["Preempted", "Queued"]
+        svc.loop.state.check_invariants()
     finally:
         await service.stop(svc)
