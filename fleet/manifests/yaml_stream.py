@@ -30,7 +30,9 @@ A bound that is passed raises :class:`YamlLimitError` at the event that passed
 it, before anything bigger is built; the composed node is handed to the
 loader's constructor (``construct_document``), which builds the same plain
 data ``yaml.load_all`` would.  Syntax errors are the parser's
-``yaml.YAMLError``; a scalar the constructor cannot build is its ``ValueError``.
+``yaml.YAMLError``; a scalar the constructor cannot build is a ``ValueError``
+(the constructor's own, or one made of the ``IndexError`` and the like that
+some malformed scalars raise in it, such as an empty ``!!float``).
 """
 
 from __future__ import annotations
@@ -270,7 +272,12 @@ def read_documents(
                     _mark(cast(Event, loader.peek_event())),
                 )
             node = _compose(loader, document, budget)
-            yield loader.construct_document(node)
+            try:
+                data = loader.construct_document(node)
+            except (ArithmeticError, LookupError, TypeError) as e:
+                # PyYAML's constructors fail so on some malformed scalars (``!!float ""``).
+                raise ValueError(f"a malformed value ({e})") from e
+            yield data
             document += 1
     finally:
         loader.dispose()
