@@ -13,7 +13,8 @@ problem has its own ``type`` URI under :data:`TYPE_BASE` and a fixed
 Code that finds a problem raises :class:`ProblemError`; a handler or
 :func:`problem_middleware` turns it into a response with
 :func:`problem_response` (``application/problem+json``; members that are
-null are left out, as the RFC wants absent members rather than nulls).  The
+null, and ``errors`` when it is empty, are left out: the RFC wants absent
+members rather than nulls).  The
 helpers build the common ones (400, 404, 409, 413, 415, 422), and
 :func:`from_spec_error` turns a :class:`~fleet.manifests.errors.SpecError`
 (every issue of a set of YAML documents) into a 422 with one field error per
@@ -93,8 +94,8 @@ class Problem(BaseModel):
     )
 
     def to_json(self) -> bytes:
-        """The response body: the members that are set, nulls left out at the top level."""
-        data = {k: v for k, v in self.model_dump(mode="json").items() if v is not None}
+        """The response body: null members and an empty ``errors`` are left out."""
+        data = {k: v for k, v in self.model_dump(mode="json").items() if v not in (None, [])}
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
