@@ -155,6 +155,35 @@ def test_a_planted_import_breaks_the_contracts(
     assert f"{importer} is not allowed to import {imported} (l.{line})" in report, report
 
 
+@pytest.mark.parametrize(
+    ("module", "broken"),
+    [
+        ("manifests/convert.py", {LAYERS}),
+        # The API imports aiohttp, pydantic and json: the core would, through it.
+        ("core/jobs.py", {SHELLS, STDLIB, LIBRARIES, ALLOWED, LAYERS}),
+    ],
+)
+def test_the_yaml_models_and_the_core_do_not_import_the_http_api(
+    project: Path, module: str, broken: set[str]
+) -> None:
+    line = _plant(project / "fleet" / module, "from fleet.api import problems\n")
+    rc, report = _lint_imports(project)
+    assert rc == 1, report
+    assert _broken_contracts(report) == broken, report
+    importer = "fleet." + module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> fleet.api.problems (l.{line})" in report, report
+
+
+def test_the_http_api_may_import_the_yaml_models_and_the_core(project: Path) -> None:
+    # fleet.api.submissions already does; a new import of both keeps every contract.
+    _plant(
+        project / "fleet" / "api" / "schemas.py",
+        "from fleet.core import resources\nfrom fleet.manifests import errors\n",
+    )
+    rc, report = _lint_imports(project)
+    assert rc == 0, report
+
+
 def test_a_fleet_package_yet_to_come_is_refused_without_touching_the_contracts(
     project: Path,
 ) -> None:

@@ -25,11 +25,20 @@ The matching policy is chosen like Karmada: same namespace, a selector with
 the job's apiVersion and kind (and name/namespace/labels when given); among
 several, the highest ``spec.priority``, then the most specific selector
 (name > labelSelector > kind only), then the policy name.
+
+:func:`load_submission` returns the jobs; :func:`load_submitted_jobs` (what a
+server accepts) also returns each job's document and governing policy
+(:class:`SubmittedJob`), reads the stream within YAML bounds
+(:class:`~fleet.manifests.yaml_stream.YamlLimits`), and requires the file to
+be PropagationPolicies and the PyTorchJobs they select: the situations that
+:func:`submission_warnings` only warns about become errors there, and so does
+a job that no policy selects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
@@ -37,6 +46,7 @@ from fleet.manifests import documents, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
+from fleet.manifests.yaml_stream import DEFAULT_LIMITS, YamlLimits
 
 QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
 PRIORITY_PATH = "spec.runPolicy.schedulingPolicy.priorityClass"
@@ -340,16 +350,67 @@ def to_job(
     return job
 
 
+@dataclass(frozen=True, slots=True)
+class SubmittedJob:
+    """One PyTorchJob of a submission: the core job, its document, the policy that governs it."""
+
+    job: Job
+    document: Document
+    policy: Document | None
+
+
+def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document]:
+    """The policies (documents) each of which alone would select ``job_doc``."""
+    assert isinstance(job_doc.model, PyTorchJobModel)
+    out: list[Document] = []
+    for p in policies:
+        assert isinstance(p.model, PropagationPolicyModel)
+        if match_policy(job_doc.model, [p.model]) is not None:
+            out.append(p)
+    return out
+
+
+def _selection_issues(
+    job_docs: Sequence[Document], policies: Sequence[Document]
+) -> list[SpecIssue]:
+    """A submission is PropagationPolicies and the PyTorchJobs they select, nothing less."""
+    if not job_docs:
+        return [SpecIssue(0, "", "", "", "the submission holds no PyTorchJob")]
+    issues: list[SpecIssue] = []
+    used: set[int] = set()
+    for doc in job_docs:
+        selecting = _selecting(doc, policies)
+        used.update(p.index for p in selecting)
+        if not selecting:
+            assert isinstance(doc.model, PyTorchJobModel)
+            msg = (
+                "no PropagationPolicy of the submission selects this PyTorchJob; add one in "
+                f"namespace {quote(doc.model.namespace)} whose resourceSelectors name "
+                f"apiVersion {models.PYTORCH_API}, kind PyTorchJob"
+            )
+            issues.append(doc.issue("", msg))
+    for p in policies:
+        if p.index not in used:
+            issues.append(
+                p.issue("spec.resourceSelectors", "selects no PyTorchJob of the submission")
+            )
+    return issues
+
+
 def _submission(
     text: str,
     tree: quota.QuotaTree | None,
     clusters: Sequence[MemberClusterModel],
     first_seq: int,
     priority_classes: Mapping[str, int],
-) -> tuple[list[Job], list[SpecIssue]]:
-    docs, issues = documents.parse_documents(text)
+    *,
+    require_policies: bool = False,
+    limits: YamlLimits = DEFAULT_LIMITS,
+) -> tuple[list[SubmittedJob], list[SpecIssue]]:
+    docs, issues = documents.parse_documents(text, limits)
     bad = {i.document for i in issues}
-    policies: list[PropagationPolicyModel] = []
+    unread = bad - {d.index for d in docs}  # documents that are not even valid models
+    policies: list[Document] = []
     job_docs: list[Document] = []
     seen: dict[tuple[str, str], int] = {}
     for doc in docs:
@@ -363,16 +424,23 @@ def _submission(
             continue
         seen[doc.kind, doc.name] = doc.index
         if isinstance(doc.model, PropagationPolicyModel):
-            policies.append(doc.model)
-        elif doc.index not in bad:
+            policies.append(doc)
+        else:
             job_docs.append(doc)
-    out: list[Job] = []
+    if require_policies and not unread:
+        # With an unreadable document, a policy or a job may be missing only in appearance.
+        issues.extend(_selection_issues(job_docs, policies))
+    out: list[SubmittedJob] = []
     leaf_types = cluster_leaf_types(clusters)
-    for seq, doc in enumerate(job_docs, start=first_seq):
+    policy_models = [p.model for p in policies if isinstance(p.model, PropagationPolicyModel)]
+    policy_docs = {id(p.model): p for p in policies}
+    buildable = [doc for doc in job_docs if doc.index not in bad]
+    for seq, doc in enumerate(buildable, start=first_seq):
         assert isinstance(doc.model, PyTorchJobModel)
+        policy = match_policy(doc.model, policy_models)
         job, problems = _build(
             doc.model,
-            policy=match_policy(doc.model, policies),
+            policy=policy,
             tree=tree,
             seq=seq,
             priority_classes=priority_classes,
@@ -381,7 +449,7 @@ def _submission(
         )
         issues.extend(doc.issue(p, m) for p, m in problems)
         if job is not None:
-            out.append(job)
+            out.append(SubmittedJob(job, doc, policy_docs[id(policy)] if policy else None))
     return out, sorted(issues, key=lambda i: i.document)
 
 
@@ -415,12 +483,9 @@ def submission_warnings(text: str) -> list[SpecIssue]:
     used: set[int] = set()
     for doc in jobs_:
         assert isinstance(doc.model, PyTorchJobModel)
-        selecting: list[PropagationPolicyModel] = []
-        for p in policies:
-            assert isinstance(p.model, PropagationPolicyModel)
-            if match_policy(doc.model, [p.model]) is not None:
-                selecting.append(p.model)
-                used.add(p.index)
+        found = _selecting(doc, policies)
+        used.update(p.index for p in found)
+        selecting = [p.model for p in found if isinstance(p.model, PropagationPolicyModel)]
         chosen = match_policy(doc.model, selecting)
         if len(selecting) > 1 and chosen is not None:
             names = ", ".join(sorted(p.metadata.name for p in selecting))
@@ -445,6 +510,37 @@ def load_submission(
     """Every PyTorchJob of a submission as a core Job (seq from ``first_seq`` in
     document order), or one SpecError with every issue: all or nothing."""
     out, issues = _submission(text, tree, clusters, first_seq, priority_classes)
+    if issues:
+        raise SpecError(issues)
+    return [s.job for s in out]
+
+
+def load_submitted_jobs(
+    text: str,
+    tree: quota.QuotaTree,
+    clusters: Sequence[MemberClusterModel] = (),
+    first_seq: int = 0,
+    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+    *,
+    require_policies: bool = True,
+    limits: YamlLimits = DEFAULT_LIMITS,
+) -> list[SubmittedJob]:
+    """Every PyTorchJob of a submission with its documents, or one SpecError: all or nothing.
+
+    Like :func:`load_submission`, reading the stream within ``limits``.  With
+    ``require_policies`` a submission is PropagationPolicies and the PyTorchJobs
+    they select: a file without a PyTorchJob, a PyTorchJob that no policy
+    selects and a policy that selects no PyTorchJob of the file are errors.
+    """
+    out, issues = _submission(
+        text,
+        tree,
+        clusters,
+        first_seq,
+        priority_classes,
+        require_policies=require_policies,
+        limits=limits,
+    )
     if issues:
         raise SpecError(issues)
     return out

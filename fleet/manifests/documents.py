@@ -3,19 +3,25 @@
 Theory of operation: :func:`parse_documents` reads a YAML stream with the
 safe loader of libyaml's C binding (``yaml.CSafeLoader``) when PyYAML has it,
 else PyYAML's pure-Python ``yaml.SafeLoader`` (:data:`YAML_LOADER`; both build
-only plain data), and numbers the documents from 0 in stream order; empty
+only plain data), through :func:`fleet.manifests.yaml_stream.read_documents`,
+which composes each document within bounds (:class:`YamlLimits`: nesting
+depth, nodes that aliases stand for, and optionally the number of documents),
+and numbers the documents from 0 in stream order; empty
 documents are skipped but keep their number, so "document 3" is always the
 fourth document of the file.  A YAML syntax error becomes an issue naming its
 line and ends the stream (the parser cannot resynchronise); so does a value
 the loader cannot build (a date that does not exist, an integer of thousands
-of digits).  Each document is dispatched on ``(apiVersion, kind)`` to its
+of digits) and a bound that is passed (an alias bomb, a 10,000-deep list).
+Each document is dispatched on ``(apiVersion, kind)`` to its
 pydantic model; pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
-checks that need map keys or several fields) are added.  The function never
-raises for bad input: it returns the good documents *and* the issues, and the
-loaders in :mod:`fleet.manifests.convert` refuse everything if there is any issue.
-Messages quote values through :func:`fleet.manifests.errors.quote`, which
-keeps a short prefix of a long value.
+checks that need map keys or several fields) are added.  A valid
+:class:`Document` keeps the plain data it was read from (``raw``).  The
+function never raises for bad input: it returns the good documents *and* the
+issues, and the loaders in :mod:`fleet.manifests.convert` refuse everything if
+there is any issue.  Messages quote values through
+:func:`fleet.manifests.errors.quote`, which keeps a short prefix of a long
+value.
 """
 
 from __future__ import annotations
@@ -23,17 +29,21 @@ from __future__ import annotations
 import difflib
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import pydantic
 import yaml
 
 from fleet.manifests import models
 from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
-
-#: A loader class that builds plain data only (no Python objects).
-SafeLoaderType: TypeAlias = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
+from fleet.manifests.yaml_stream import (
+    DEFAULT_LIMITS,
+    SafeLoaderType,
+    YamlLimitError,
+    YamlLimits,
+    read_documents,
+)
 
 
 def safe_loader() -> SafeLoaderType:
@@ -74,6 +84,8 @@ class Document:
     kind: str
     name: str  # "namespace/name" for namespaced kinds
     model: AnyModel
+    #: The plain data the model was validated from (a YAML mapping).
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def issue(self, path: str, message: str) -> SpecIssue:
         return SpecIssue(self.index, self.kind, self.name, path, message)
@@ -259,7 +271,7 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
             for err in e.errors(include_url=False)
         ]
         return None, issues
-    doc = Document(index, kind, name, model)
+    doc = Document(index, kind, name, model, raw)
     return doc, [doc.issue(path, msg) for path, msg in model.problems()]
 
 
@@ -268,16 +280,21 @@ def _short_words(text: str) -> str:
     return " ".join(shorten(word) for word in text.split(" "))
 
 
-def parse_documents(text: str) -> tuple[list[Document], list[SpecIssue]]:
+def parse_documents(
+    text: str, limits: YamlLimits = DEFAULT_LIMITS
+) -> tuple[list[Document], list[SpecIssue]]:
     """Every valid document and every issue found in a YAML stream."""
     docs: list[Document] = []
     issues: list[SpecIssue] = []
     index = 0
-    stream = yaml.load_all(text, Loader=YAML_LOADER)
+    stream = read_documents(text, YAML_LOADER, limits)
     while True:
         try:
             raw = next(stream)
         except StopIteration:
+            break
+        except YamlLimitError as e:
+            issues.append(SpecIssue(e.document, "", "", "", _short_words(str(e))))
             break
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
@@ -298,12 +315,14 @@ def parse_documents(text: str) -> tuple[list[Document], list[SpecIssue]]:
     return docs, issues
 
 
-def load_documents(text: str, kinds: Sequence[str] | None = None) -> list[Document]:
+def load_documents(
+    text: str, kinds: Sequence[str] | None = None, limits: YamlLimits = DEFAULT_LIMITS
+) -> list[Document]:
     """Valid documents, or one :class:`SpecError` with every issue.
 
     ``kinds`` limits which kinds the file may hold (e.g. a quota file).
     """
-    docs, issues = parse_documents(text)
+    docs, issues = parse_documents(text, limits)
     if kinds is not None:
         allowed = ", ".join(kinds)
         for doc in docs:

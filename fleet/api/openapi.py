@@ -1,0 +1,418 @@
+"""The route table of the HTTP API and the OpenAPI 3.1 document built from it.
+
+Theory of operation: :data:`ROUTES` declares every route the service serves:
+method, path (aiohttp's ``{name}`` syntax, which is also OpenAPI's), an
+operation id, a summary, path and query parameters, the media types of the
+request body, and every answer by status: a pydantic model from
+:mod:`fleet.api.schemas` for JSON, :class:`~fleet.api.problems.Problem` as
+``application/problem+json`` for errors, or a plain type for YAML and text
+bodies.  The aiohttp application registers its handlers by operation id
+(:func:`add_routes`), so a route cannot be served without being documented.
+
+:func:`openapi_document` writes no schema by hand: every model's schema comes
+from pydantic (``models_json_schema``, the many-model form of
+``model_json_schema``, with ``ref_template="#/components/schemas/{model}"``)
+and lands in ``components.schemas``; parameters and plain bodies get theirs
+from a ``TypeAdapter``.  JSON Schema 2020-12, which pydantic writes, is
+OpenAPI 3.1's own dialect.  Routes under ``/api/v1`` take a bearer token
+(reading is open to every token; a team token submits and cancels only in
+its queues), so they list 401 and, when they change something, 403.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, Field, TypeAdapter
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from fleet.api import schemas
+from fleet.api.problems import PROBLEM_JSON, Problem
+from fleet.api.submissions import YAML_MEDIA_TYPES
+from fleet.core.lifecycle import JobState
+from fleet.manifests.models import ElasticQuotaTreeModel
+
+#: Where ``$ref`` points: the document's ``components.schemas``.
+REF_TEMPLATE: Final = "#/components/schemas/{model}"
+OPENAPI_VERSION: Final = "3.1.0"
+BEARER: Final = "bearer"
+
+Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """A path or query parameter; ``type`` is what its schema is made from."""
+
+    name: str
+    location: Literal["path", "query"]
+    description: str
+    type: Any = str
+    required: bool = False
+    #: The value a missing query parameter stands for (None: no default).
+    default: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """A request body: the media types read and what each holds."""
+
+    media_types: tuple[str, ...]
+    description: str
+    type: Any = str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One answer of a route: a status and, unless empty, its body."""
+
+    status: int
+    description: str
+    #: A pydantic model (its schema goes to components) or a plain type; None: no body.
+    body: Any = None
+    media_types: tuple[str, ...] = (schemas.JSON,)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One operation of the API."""
+
+    operation_id: str
+    method: Method
+    path: str
+    summary: str
+    tag: str
+    replies: tuple[Reply, ...]
+    parameters: tuple[Parameter, ...] = ()
+    body: RequestBody | None = None
+    description: str = ""
+    #: Takes a bearer token.
+    auth: bool = True
+
+
+def _problem(status: int, description: str) -> Reply:
+    return Reply(status, description, Problem, (PROBLEM_JSON,))
+
+
+def _path(name: str, description: str) -> Parameter:
+    return Parameter(name, "path", description, str, required=True)
+
+
+UNAUTHORIZED: Final = _problem(401, "No valid bearer token.")
+FORBIDDEN: Final = _problem(403, "The token may not do this (a team token outside its queues).")
+JOB_PATH: Final = (
+    _path("namespace", "The PyTorchJob's namespace."),
+    _path("name", "The PyTorchJob's name."),
+)
+
+ROUTES: Final[tuple[Route, ...]] = (
+    Route(
+        "submitJobs",
+        "POST",
+        "/api/v1/submissions",
+        "Submit PropagationPolicies and the PyTorchJobs they select",
+        "jobs",
+        body=RequestBody(
+            YAML_MEDIA_TYPES,
+            "A multi-document YAML stream: PropagationPolicy and PyTorchJob documents. "
+            "Every PyTorchJob must be selected by a PropagationPolicy of the stream and every "
+            "policy must select one of its jobs.",
+        ),
+        description="All or nothing: every problem of every document is listed in one 422 "
+        "answer and nothing is stored. Submitting the same jobs again with the same specs "
+        "changes nothing and answers 200.",
+        replies=(
+            Reply(201, "The jobs were queued.", schemas.SubmissionResult),
+            Reply(
+                200, "Every job was already submitted with the same spec.", schemas.SubmissionResult
+            ),
+            _problem(400, "The body is not UTF-8 text."),
+            UNAUTHORIZED,
+            FORBIDDEN,
+            _problem(409, "A job of the same namespace and name exists with another spec."),
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is not YAML."),
+            _problem(422, "The documents are not acceptable; every error has its field path."),
+        ),
+    ),
+    Route(
+        "listJobs",
+        "GET",
+        "/api/v1/jobs",
+        "List jobs, newest first, one page at a time",
+        "jobs",
+        parameters=(
+            Parameter("queue", "query", "Only jobs of this leaf queue."),
+            Parameter("state", "query", "Only jobs in this state.", JobState),
+            Parameter("namespace", "query", "Only jobs of this namespace."),
+            Parameter("cluster", "query", "Only jobs placed in this member cluster."),
+            Parameter(
+                "limit",
+                "query",
+                "Jobs per page.",
+                Annotated[int, Field(ge=1, le=1000)],
+                default=100,
+            ),
+            Parameter("continue", "query", "The continue token of the previous page."),
+        ),
+        replies=(
+            Reply(200, "A page of jobs.", schemas.JobList),
+            _problem(400, "A parameter is malformed, or the continue token is not valid."),
+            UNAUTHORIZED,
+        ),
+    ),
+    Route(
+        "getJob",
+        "GET",
+        "/api/v1/jobs/{namespace}/{name}",
+        "Describe a job: state, queue, priority, placement, waiting reason, events",
+        "jobs",
+        parameters=JOB_PATH,
+        replies=(
+            Reply(200, "The job.", schemas.JobDetail),
+            UNAUTHORIZED,
+            _problem(404, "No such job."),
+        ),
+    ),
+    Route(
+        "cancelJob",
+        "DELETE",
+        "/api/v1/jobs/{namespace}/{name}",
+        "Cancel a job and remove it from its member cluster",
+        "jobs",
+        parameters=JOB_PATH,
+        description="The cancellation is recorded at once and carried out by the scheduler; "
+        "the answer shows the job as recorded.",
+        replies=(
+            Reply(202, "The cancellation was recorded.", schemas.JobDetail),
+            UNAUTHORIZED,
+            FORBIDDEN,
+            _problem(404, "No such job."),
+            _problem(409, "The job has already finished."),
+        ),
+    ),
+    Route(
+        "listQueues",
+        "GET",
+        "/api/v1/queues",
+        "Every node of the quota tree with its quota, usage and job counts",
+        "queues",
+        replies=(Reply(200, "The nodes of the tree.", schemas.QueueList), UNAUTHORIZED),
+    ),
+    Route(
+        "getQueue",
+        "GET",
+        "/api/v1/queues/{name}",
+        "One node of the quota tree with its pending jobs in order",
+        "queues",
+        parameters=(_path("name", "The node's name."),),
+        replies=(
+            Reply(200, "The node.", schemas.QueueDetail),
+            UNAUTHORIZED,
+            _problem(404, "No such node."),
+        ),
+    ),
+    Route(
+        "getQuotaTree",
+        "GET",
+        "/api/v1/quota-tree",
+        "The ElasticQuotaTree in force, as YAML",
+        "queues",
+        replies=(
+            Reply(200, "The tree.", ElasticQuotaTreeModel, ("application/yaml",)),
+            UNAUTHORIZED,
+            _problem(404, "No tree is loaded yet."),
+        ),
+    ),
+    Route(
+        "listClusters",
+        "GET",
+        "/api/v1/clusters",
+        "Member clusters: labels, health, GPUs total, used and free, per virtual cluster",
+        "clusters",
+        replies=(Reply(200, "The member clusters.", schemas.ClusterList), UNAUTHORIZED),
+    ),
+    Route(
+        "liveness",
+        "GET",
+        "/healthz",
+        "Liveness: the process answers",
+        "service",
+        auth=False,
+        replies=(Reply(200, "Alive.", schemas.Liveness),),
+    ),
+    Route(
+        "readiness",
+        "GET",
+        "/readyz",
+        "Readiness: the service can take requests",
+        "service",
+        auth=False,
+        replies=(
+            Reply(200, "Ready.", schemas.Readiness),
+            Reply(503, "Not ready; the checks say why.", schemas.Readiness),
+        ),
+    ),
+    Route(
+        "metrics",
+        "GET",
+        "/metrics",
+        "Prometheus metrics",
+        "service",
+        auth=False,
+        replies=(Reply(200, "The metrics in Prometheus' text format.", str, ("text/plain",)),),
+    ),
+    Route(
+        "openapi",
+        "GET",
+        "/api/v1/openapi.json",
+        "This OpenAPI document",
+        "service",
+        auth=False,
+        replies=(Reply(200, "The OpenAPI 3.1 document.", dict[str, Any]),),
+    ),
+)
+
+TAGS: Final = {
+    "jobs": "Submitting, listing, describing and cancelling PyTorchJobs.",
+    "queues": "The quota tree and its queues.",
+    "clusters": "Member clusters.",
+    "service": "Health, metrics and this document.",
+}
+
+
+def route(operation_id: str) -> Route:
+    """The route with this operation id (KeyError if none)."""
+    for r in ROUTES:
+        if r.operation_id == operation_id:
+            return r
+    raise KeyError(operation_id)
+
+
+def add_routes(
+    router: web.UrlDispatcher,
+    handlers: Mapping[str, Handler],
+    *,
+    routes: Iterable[Route] = ROUTES,
+    require_all: bool = True,
+) -> None:
+    """Register ``handlers`` (operation id -> handler) at their routes' methods and paths.
+
+    Each aiohttp route is named after its operation id.  A handler for an
+    unknown operation id is an error, and so, with ``require_all``, is a route
+    without a handler.
+    """
+    table = {r.operation_id: r for r in routes}
+    unknown = sorted(set(handlers) - set(table))
+    if unknown:
+        raise KeyError(f"no route has operation id {', '.join(unknown)}")
+    missing = sorted(set(table) - set(handlers))
+    if require_all and missing:
+        raise KeyError(f"no handler for {', '.join(missing)}")
+    for op, r in table.items():
+        if op in handlers:
+            router.add_route(r.method, r.path, handlers[op], name=op)
+
+
+# The document -------------------------------------------------------------------------
+
+
+def _models(routes: Iterable[Route]) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    for r in routes:
+        for reply in r.replies:
+            body = reply.body
+            if isinstance(body, type) and issubclass(body, BaseModel) and body not in found:
+                found.append(body)
+    return found
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = TypeAdapter(tp).json_schema(ref_template=REF_TEMPLATE)
+    return schema
+
+
+def _parameter(p: Parameter, defs: dict[str, Any]) -> dict[str, Any]:
+    schema = _type_schema(p.type)
+    defs.update(schema.pop("$defs", {}))
+    if p.default is not None:
+        schema["default"] = p.default
+    return {
+        "name": p.name,
+        "in": p.location,
+        "description": p.description,
+        "required": p.required or p.location == "path",
+        "schema": schema,
+    }
+
+
+def openapi_document(
+    routes: Iterable[Route] = ROUTES, *, title: str = "Fleet", version: str | None = None
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes`` (JSON data)."""
+    routes = tuple(routes)
+    models = _models(routes)
+    mode: JsonSchemaMode = "serialization"
+    refs, top = models_json_schema([(m, mode) for m in models], ref_template=REF_TEMPLATE)
+    components: dict[str, Any] = dict(top.get("$defs", {}))
+    paths: dict[str, dict[str, Any]] = {}
+    for r in routes:
+        operation: dict[str, Any] = {
+            "operationId": r.operation_id,
+            "summary": r.summary,
+            "tags": [r.tag],
+            "security": [{BEARER: []}] if r.auth else [],
+        }
+        if r.description:
+            operation["description"] = r.description
+        if r.parameters:
+            operation["parameters"] = [_parameter(p, components) for p in r.parameters]
+        if r.body is not None:
+            schema = _type_schema(r.body.type)
+            operation["requestBody"] = {
+                "required": True,
+                "description": r.body.description,
+                "content": {media: {"schema": schema} for media in r.body.media_types},
+            }
+        responses: dict[str, Any] = {}
+        for reply in r.replies:
+            answer: dict[str, Any] = {"description": reply.description}
+            if reply.body is not None:
+                if (reply.body, mode) in refs:
+                    schema = dict(refs[reply.body, mode])
+                else:
+                    schema = _type_schema(reply.body)
+                    components.update(schema.pop("$defs", {}))
+                answer["content"] = {media: {"schema": schema} for media in reply.media_types}
+            responses[str(reply.status)] = answer
+        operation["responses"] = responses
+        paths.setdefault(r.path, {})[r.method.lower()] = operation
+    used_tags = {r.tag for r in routes}
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": title,
+            "version": version or _version(),
+            "description": "Multi-cluster queueing and quota federation for GPU training jobs. "
+            "Errors are RFC 9457 problem details (application/problem+json) with the field "
+            "path of every error.",
+        },
+        "tags": [{"name": t, "description": d} for t, d in TAGS.items() if t in used_tags],
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {BEARER: {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"

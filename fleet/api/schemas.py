@@ -1,0 +1,303 @@
+"""The JSON bodies the API answers with: one pydantic model per response, with field docs.
+
+Theory of operation: each route of the HTTP API answers with one of these
+models, and :mod:`fleet.api.openapi` documents the routes from the same
+models' JSON schemas, so the document cannot drift from the answers.
+Field names follow Kubernetes: camelCase in JSON (``priorityClass``), the
+Python attribute in snake_case (``priority_class``); both are accepted when
+a model is built, and :func:`json_response` writes the camelCase spelling.
+A list answers ``{"items": [...]}`` like a Kubernetes list; the job list
+adds ``continue``, the opaque token of the next page (absent on the last).
+Resource amounts are Kubernetes quantity strings keyed by resource name
+(``{"nvidia.com/gpu": "8", "memory": "64Gi"}``; see :func:`quantities`), job
+states and admission modes are the core's enums
+(:class:`~fleet.core.lifecycle.JobState`, :class:`~fleet.core.jobs.Mode`).
+The models are frozen and refuse unknown fields, so a handler that builds
+one wrongly fails in its tests, not in a client.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Annotated, Final
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from fleet.core.jobs import Mode
+from fleet.core.lifecycle import JobState
+from fleet.core.resources import Resources
+
+#: The media type of every JSON answer.
+JSON: Final = "application/json"
+
+#: Resource name -> Kubernetes quantity (``"8"``, ``"500m"``, ``"64Gi"``).
+Quantities = Annotated[
+    dict[str, str],
+    Field(
+        description="Resource name -> Kubernetes quantity string "
+        '(e.g. {"nvidia.com/gpu": "8", "cpu": "96", "memory": "960Gi"}).'
+    ),
+]
+Count = Annotated[int, Field(ge=0)]
+
+
+def quantities(amounts: Mapping[str, int]) -> dict[str, str]:
+    """Exact amounts (the core's base units) as quantity strings, sorted by name."""
+    return Resources(amounts).to_quantities()
+
+
+class Schema(BaseModel):
+    """Base of every response model: camelCase JSON, frozen, no unknown fields."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+
+def json_response(body: Schema, *, status: int = 200) -> web.Response:
+    """``body`` as JSON with its camelCase field names."""
+    return web.Response(
+        status=status,
+        body=body.model_dump_json(by_alias=True).encode("utf-8"),
+        content_type=JSON,
+    )
+
+
+# Submissions --------------------------------------------------------------------------
+
+
+class SubmittedJob(Schema):
+    """One job of an accepted submission."""
+
+    namespace: str = Field(description="The PyTorchJob's namespace.")
+    name: str = Field(description="The PyTorchJob's name.")
+    uid: str = Field(description="Fleet's identifier of the job, stable across resubmissions.")
+    queue: str = Field(description="The leaf queue the job waits in.")
+    state: JobState = Field(description="The job's state now (Queued for a new job).")
+
+
+class SubmissionResult(Schema):
+    """What a submission created (201), or found already there with the same spec (200)."""
+
+    jobs: list[SubmittedJob] = Field(description="One entry per PyTorchJob, in document order.")
+
+
+# Jobs ---------------------------------------------------------------------------------
+
+
+class ReplicaPlacement(Schema):
+    """Where one replica (pod) of an admitted job runs."""
+
+    replica: str = Field(description="The replica: role and index, e.g. Worker-3.")
+    node: str = Field(description="The node of the member cluster.")
+    gpus: list[Count] = Field(description="GPU indices on that node, lowest first.")
+
+
+class JobEvent(Schema):
+    """One recorded transition or happening in a job's life."""
+
+    time: datetime.datetime = Field(description="When it happened (RFC 3339).")
+    type: str = Field(description="What happened: the state entered, or another event kind.")
+    reason: str = Field(description="A CamelCase word for why (e.g. Admitted, Preempted).")
+    message: str = Field(description="The same for a human reader.")
+
+
+class JobSummary(Schema):
+    """A job as the job list shows it."""
+
+    namespace: str = Field(description="The PyTorchJob's namespace.")
+    name: str = Field(description="The PyTorchJob's name.")
+    uid: str = Field(description="Fleet's identifier of the job.")
+    queue: str = Field(description="The leaf queue the job belongs to.")
+    state: JobState = Field(description="The job's state.")
+    priority_class: str = Field(description="The priority class named by the job.")
+    priority: int = Field(description="The class's value; negative is opportunistic.")
+    mode: Mode | None = Field(
+        default=None,
+        description="How the admitted job is charged: guaranteed (within its queue's min), "
+        "borrowed (above min) or opportunistic; null while it is not admitted.",
+    )
+    cluster: str | None = Field(
+        default=None, description="The member cluster it was placed in; null before."
+    )
+    submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+
+
+class JobDetail(Schema):
+    """Everything Fleet knows about one job."""
+
+    namespace: str = Field(description="The PyTorchJob's namespace.")
+    name: str = Field(description="The PyTorchJob's name.")
+    uid: str = Field(description="Fleet's identifier of the job.")
+    queue: str = Field(description="The leaf queue the job belongs to.")
+    state: JobState = Field(description="The job's state.")
+    priority_class: str = Field(description="The priority class named by the job.")
+    priority: int = Field(description="The class's value; negative is opportunistic.")
+    preemptible: bool = Field(description="Whether other jobs may preempt it.")
+    mode: Mode | None = Field(
+        default=None,
+        description="guaranteed, borrowed or opportunistic while admitted; null otherwise.",
+    )
+    cluster: str | None = Field(
+        default=None, description="The member cluster it is placed in; null when not placed."
+    )
+    request: Quantities = Field(description="What the whole job is charged to its queue.")
+    placement: list[ReplicaPlacement] = Field(
+        default_factory=list, description="Node and GPUs of every placed replica."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="Why the job waits (e.g. 'queue team-a at max nvidia.com/gpu 16/16'); "
+        "null when it does not.",
+    )
+    suspended: bool = Field(
+        default=False, description="Its PropagationPolicy holds it in the queue."
+    )
+    submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    events: list[JobEvent] = Field(
+        default_factory=list, description="Every recorded event, oldest first."
+    )
+
+
+class JobList(Schema):
+    """One page of jobs."""
+
+    items: list[JobSummary] = Field(description="The jobs of this page.")
+    continue_: str | None = Field(
+        default=None,
+        alias="continue",
+        description="Pass as the continue parameter to get the next page; "
+        "absent or null on the last page.",
+    )
+
+
+# Queues -------------------------------------------------------------------------------
+
+
+class _QueueFields(Schema):
+    name: str = Field(description="The node's name in the quota tree.")
+    parent: str | None = Field(description="The parent node; null for the root.")
+    leaf: bool = Field(description="Whether it is a leaf, i.e. a queue jobs are submitted to.")
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces whose jobs land here (leaves only)."
+    )
+    min: Quantities = Field(description="The guaranteed share; resources not listed are 0.")
+    max: Quantities = Field(description="The limit; resources not listed are unlimited.")
+    used: Quantities = Field(description="What admitted jobs use, in this node's subtree.")
+    borrowed: Quantities = Field(description="The part of used that is above min.")
+    admitted: Count = Field(description="Admitted (holding) jobs in this node's subtree.")
+
+
+class QueueSummary(_QueueFields):
+    """One node of the quota tree, as ``kubectl get queue`` would show it."""
+
+    pending: Count = Field(description="Jobs waiting in this node's subtree.")
+
+
+class QueueList(Schema):
+    """Every node of the quota tree, parents before their children."""
+
+    items: list[QueueSummary] = Field(description="The nodes of the tree.")
+
+
+class PendingJob(Schema):
+    """A job waiting in a queue."""
+
+    position: Annotated[int, Field(ge=1)] = Field(
+        description="1 for the head of the queue, in admission order."
+    )
+    job: str = Field(description="namespace/name of the job.")
+    priority: int = Field(description="The job's priority value.")
+    priority_class: str = Field(description="The job's priority class.")
+    request: Quantities = Field(description="What admitting it would charge the queue.")
+    reason: str = Field(description="Why it is not admitted yet.")
+
+
+class QueueDetail(_QueueFields):
+    """One node of the quota tree with its waiting jobs."""
+
+    pending: list[PendingJob] = Field(description="The waiting jobs in order, head first.")
+
+
+# Clusters -----------------------------------------------------------------------------
+
+
+class ClusterHealth(StrEnum):
+    """How a member cluster is doing."""
+
+    HEALTHY = "Healthy"
+    DEGRADED = "Degraded"  # reachable, some nodes out of allocation
+    UNREACHABLE = "Unreachable"
+    UNKNOWN = "Unknown"  # not heard from yet
+
+
+class GpuCounts(Schema):
+    """GPUs in all, in use and free."""
+
+    total: Count = Field(description="GPUs that exist (bad nodes included).")
+    used: Count = Field(description="GPUs held by admitted jobs.")
+    free: Count = Field(description="GPUs neither used nor on a bad node.")
+
+
+class VirtualClusterGpus(Schema):
+    """GPUs of one virtual cluster (named after the leaf queue it serves)."""
+
+    name: str = Field(description="The virtual cluster, i.e. the leaf queue.")
+    gpus: GpuCounts = Field(description="Its guaranteed GPUs, in use and free.")
+
+
+class ClusterSummary(Schema):
+    """A member cluster and its GPUs."""
+
+    name: str = Field(description="The MemberCluster's name.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Its labels, matched by clusterAffinity."
+    )
+    simulated: bool = Field(description="Whether Fleet runs its jobs in process.")
+    health: ClusterHealth = Field(description="Healthy, Degraded, Unreachable or Unknown.")
+    bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
+    gpus: GpuCounts = Field(description="All GPUs of the cluster.")
+    virtual_clusters: list[VirtualClusterGpus] = Field(
+        default_factory=list, description="Per virtual cluster, in config order."
+    )
+
+
+class ClusterList(Schema):
+    """Every member cluster."""
+
+    items: list[ClusterSummary] = Field(description="The clusters, by name.")
+
+
+# Service ------------------------------------------------------------------------------
+
+
+class Liveness(Schema):
+    """The process answers."""
+
+    status: str = Field(default="ok", description="Always ok.")
+
+
+class Readiness(Schema):
+    """Whether the service can take requests, and what it checked."""
+
+    ready: bool = Field(description="Whether every check passed.")
+    checks: dict[str, str] = Field(
+        default_factory=dict, description="Check name -> ok, or what is wrong."
+    )
+
+
+#: Every response model, for the OpenAPI document.
+RESPONSE_MODELS: Final[tuple[type[Schema], ...]] = (
+    SubmissionResult,
+    JobList,
+    JobDetail,
+    QueueList,
+    QueueDetail,
+    ClusterList,
+    Liveness,
+    Readiness,
+)

@@ -1,0 +1,390 @@
+"""A submission's request body in, validated jobs out, or one problem listing everything wrong.
+
+Theory of operation: :func:`parse_submission` is the whole of what the
+submission route does before it touches the database.  It takes the raw body
+and either returns one :class:`Submitted` per PyTorchJob, in document order,
+or raises :class:`~fleet.api.problems.ProblemError`; nothing is ever
+partially accepted, and no input makes it raise anything else.  The checks,
+cheapest first:
+
+1. size: a body over :attr:`SubmissionLimits.max_bytes` is refused (413)
+   before a byte of it is decoded or parsed;
+2. encoding: a body that is not UTF-8 is refused (400), naming the offset of
+   the first bad byte;
+3. the documents, read by :func:`fleet.manifests.convert.load_submitted_jobs`,
+   the same YAML loading path (libyaml's safe loader when PyYAML has it) and
+   the same checks as ``fleet check jobs``: YAML syntax, kinds and
+   apiVersions, every field, quantities, queue routing (a namespace that no
+   leaf owns), priority classes, GPU types no allowed cluster has, cluster
+   affinity, and that policies and jobs select each other.  The stream is
+   read within bounds: at most :attr:`SubmissionLimits.max_documents`
+   documents, at most :attr:`SubmissionLimits.max_depth` nested levels, and
+   aliases that stand for at most :attr:`SubmissionLimits.max_alias_nodes`
+   nodes, counted while composing, before anything is built (a "billion
+   laughs" body costs what its bytes cost).  Every issue is a field error
+   (422).  Too many documents is a 422 too, not a 413: like any other issue
+   found by reading the body, it names the document where it happened;
+   413 is kept for what is refused without reading;
+4. JSON: each document becomes plain JSON data (string keys, finite
+   numbers; a YAML timestamp becomes its ISO 8601 text, ``!!binary`` its
+   base64 text, non-string keys their YAML text); a value JSON cannot
+   hold (NaN, a ``!!set``) is a field error;
+5. size against the clusters: a pod that no node of any cluster the job may
+   use could hold, or a gang (``Job.gang_request``) larger than every such
+   cluster's total capacity, is refused now rather than left queued for
+   ever.  Capacities come from each cluster's cell config
+   (:meth:`~fleet.core.cells.spec.CellConfig.nodes`); a node limits only the
+   resources it names, as in the placers.  This is a necessary condition:
+   a job that passes may still wait, one that fails could never run.
+
+A :class:`Submitted` carries the core job, the documents as plain dicts, a
+canonical spec hash (SHA-256 of the JSON of both documents with sorted keys
+and no whitespace, so comments, layout and key order do not change it; the
+store compares it to make resubmission idempotent), whether the policy
+suspends the job (ACK One's ``suspension.scheduling`` or Karmada's
+``suspension.dispatching``) and the failover rule in force.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from fleet.api.problems import (
+    FieldError,
+    ProblemError,
+    bad_request,
+    field_error,
+    from_spec_error,
+    invalid,
+    too_large,
+)
+from fleet.core import resources
+from fleet.core.jobs import Job
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources
+from fleet.manifests import convert
+from fleet.manifests.convert import SubmittedJob
+from fleet.manifests.documents import Document
+from fleet.manifests.errors import SpecError, quote
+from fleet.manifests.models import (
+    ApplicationFailover,
+    MemberClusterModel,
+    PropagationPolicyModel,
+    PyTorchJobModel,
+)
+from fleet.manifests.yaml_stream import DEFAULT_MAX_DEPTH, YamlLimits
+
+#: Media types the submission route reads.
+YAML_MEDIA_TYPES: Final = ("application/yaml", "application/x-yaml", "text/yaml")
+
+PurgeMode = Literal["Directly", "Gracefully", "Never"]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionLimits:
+    """What one submission may hold at most."""
+
+    max_bytes: int = 4 * 1024 * 1024
+    max_documents: int = 1000
+    max_alias_nodes: int = 100_000
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+
+@dataclass(frozen=True, slots=True)
+class Failover:
+    """The policy's application failover rule in force (Karmada's defaults when unset)."""
+
+    toleration_seconds: int
+    purge_mode: PurgeMode
+    grace_period_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """One accepted PyTorchJob, ready to be stored."""
+
+    job: Job
+    namespace: str
+    name: str
+    #: The PyTorchJob as plain JSON data.
+    document: dict[str, Any]
+    #: The PropagationPolicy that governs the job, as plain JSON data.
+    policy: dict[str, Any] | None
+    #: Hex SHA-256 of the canonical JSON of ``{"job": document, "policy": policy}``.
+    spec_hash: str
+    #: The policy holds the job in the queue (``suspension.scheduling``/``.dispatching``).
+    suspended: bool
+    failover: Failover
+    #: Indexes of the job's and the policy's documents in the submitted stream.
+    index: int
+    policy_index: int | None
+
+
+def parse_submission(
+    body: bytes,
+    *,
+    tree: QuotaTree,
+    clusters: Sequence[MemberClusterModel],
+    first_seq: int,
+    limits: SubmissionLimits,
+) -> list[Submitted]:
+    """Every PyTorchJob of a submission (seq from ``first_seq``), or a ProblemError."""
+    if len(body) > limits.max_bytes:
+        msg = (
+            f"the request body has {len(body):,} bytes, more than the limit of "
+            f"{limits.max_bytes:,}; it was not read"
+        )
+        raise ProblemError(too_large(msg, errors=[field_error(msg)]))
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"the request body is not UTF-8 text (byte 0x{body[e.start]:02x} at offset {e.start})"
+        raise ProblemError(bad_request(msg, errors=[field_error(msg)])) from None
+    yaml_limits = YamlLimits(
+        max_documents=limits.max_documents,
+        max_depth=limits.max_depth,
+        max_alias_nodes=limits.max_alias_nodes,
+    )
+    try:
+        found = convert.load_submitted_jobs(text, tree, clusters, first_seq, limits=yaml_limits)
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e)) from None
+    return _finish(found, clusters)
+
+
+def _finish(
+    found: Sequence[SubmittedJob], clusters: Sequence[MemberClusterModel]
+) -> list[Submitted]:
+    errors: list[FieldError] = []
+    plain: dict[int, dict[str, Any]] = {}
+    for doc in _documents(found):
+        data, problems = plain_data(doc.raw)
+        errors.extend(
+            field_error(m, document=doc.index, kind=doc.kind, name=doc.name, path=p)
+            for p, m in problems
+        )
+        if isinstance(data, dict):
+            plain[doc.index] = data
+    capacity = _Capacity(clusters)
+    for sj in found:
+        errors.extend(
+            field_error(m, document=sj.document.index, kind="PyTorchJob", name=sj.job.key, path=p)
+            for p, m in capacity.problems(sj)
+        )
+    if errors:
+        raise ProblemError(invalid(errors))
+    return [_submitted(sj, plain) for sj in found]
+
+
+def _documents(found: Sequence[SubmittedJob]) -> list[Document]:
+    """The jobs' and policies' documents, each once, in stream order."""
+    docs: dict[int, Document] = {}
+    for sj in found:
+        docs[sj.document.index] = sj.document
+        if sj.policy is not None:
+            docs[sj.policy.index] = sj.policy
+    return [docs[i] for i in sorted(docs)]
+
+
+def _submitted(sj: SubmittedJob, plain: Mapping[int, dict[str, Any]]) -> Submitted:
+    model = sj.document.model
+    assert isinstance(model, PyTorchJobModel)
+    policy_model: PropagationPolicyModel | None = None
+    policy_data: dict[str, Any] | None = None
+    if sj.policy is not None:
+        assert isinstance(sj.policy.model, PropagationPolicyModel)
+        policy_model = sj.policy.model
+        policy_data = plain[sj.policy.index]
+    document = plain[sj.document.index]
+    return Submitted(
+        job=sj.job,
+        namespace=model.namespace,
+        name=model.metadata.name,
+        document=document,
+        policy=policy_data,
+        spec_hash=spec_hash(document, policy_data),
+        suspended=suspended(policy_model),
+        failover=failover(policy_model),
+        index=sj.document.index,
+        policy_index=sj.policy.index if sj.policy is not None else None,
+    )
+
+
+# Policy settings ----------------------------------------------------------------------
+
+
+def suspended(policy: PropagationPolicyModel | None) -> bool:
+    """ACK One's ``suspension.scheduling`` or Karmada's ``suspension.dispatching``."""
+    if policy is None or policy.spec.suspension is None:
+        return False
+    return policy.spec.suspension.scheduling or policy.spec.suspension.dispatching
+
+
+def failover(policy: PropagationPolicyModel | None) -> Failover:
+    """The application failover rule in force (300 s, Gracefully unless the policy says)."""
+    rule = policy.application_failover if policy is not None else ApplicationFailover()
+    return Failover(
+        toleration_seconds=rule.decision_conditions.toleration_seconds,
+        purge_mode=rule.purge_mode,
+        grace_period_seconds=rule.grace_period_seconds,
+    )
+
+
+# Plain JSON data ----------------------------------------------------------------------
+
+
+def plain_data(value: object, path: str = "") -> tuple[Any, list[tuple[str, str]]]:
+    """``value`` (YAML data) as JSON data, and ``(path, message)`` for what JSON cannot hold."""
+    problems: list[tuple[str, str]] = []
+    return _plain(value, path, problems), problems
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _key(key: object) -> str:
+    """A mapping key as JSON text: YAML's spelling of a scalar key."""
+    if isinstance(key, str):
+        return key
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, datetime.date):
+        return key.isoformat()
+    return json.dumps(key) if isinstance(key, int | float) and math.isfinite(key) else repr(key)
+
+
+def _plain(value: object, path: str, problems: list[tuple[str, str]]) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        problems.append((path, f"{value!r} is not a number JSON can hold; quote it if it is text"))
+        return None
+    if isinstance(value, datetime.date):  # datetime too
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            text = _key(key)
+            if text in out:
+                problems.append(
+                    (_join(path, text), f"key {quote(text)} is given twice (once not as a string)")
+                )
+                continue
+            out[text] = _plain(item, _join(path, text), problems)
+        return out
+    if isinstance(value, list | tuple):
+        return [_plain(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        problems.append((path, "a YAML set (!!set) has no JSON form; write a list"))
+        return None
+    problems.append((path, f"a value of type {type(value).__name__} has no JSON form"))
+    return None
+
+
+def canonical_json(value: object) -> str:
+    """JSON with sorted keys and no whitespace: equal data, equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def spec_hash(document: Mapping[str, Any], policy: Mapping[str, Any] | None) -> str:
+    """Hex SHA-256 of the canonical JSON of a job's document and its policy's."""
+    text = canonical_json({"job": document, "policy": policy})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# Capacity -----------------------------------------------------------------------------
+
+_SHOWN: Final = (resources.GPU, resources.CPU, resources.MEMORY)
+
+
+def _fits(request: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
+    """Whether ``request`` fits ``capacity``; a resource the capacity does not name is free."""
+    return all(capacity.get(name, amount) >= amount for name, amount in request.items())
+
+
+def _describe(amounts: Mapping[str, int], names: Sequence[str] = _SHOWN) -> str:
+    parts = [
+        f"{name} {resources.format_quantity(name, amounts[name])}"
+        for name in names
+        if name in amounts
+    ]
+    return ", ".join(parts) or "nothing"
+
+
+def _size(amounts: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(amounts.get(name, 0) for name in _SHOWN)
+
+
+class _Capacity:
+    """Node and total capacities of the member clusters, computed once per request."""
+
+    def __init__(self, clusters: Sequence[MemberClusterModel]) -> None:
+        self._clusters = clusters
+        self._nodes: dict[str, dict[str, Resources]] = {}
+
+    def _nodes_of(self, cluster: MemberClusterModel) -> dict[str, Resources]:
+        if cluster.name not in self._nodes:
+            self._nodes[cluster.name] = cluster.cell_config().nodes()
+        return self._nodes[cluster.name]
+
+    def problems(self, sj: SubmittedJob) -> list[tuple[str, str]]:
+        job = sj.job
+        usable = [c for c in self._clusters if job.clusters is None or c.name in job.clusters]
+        if not usable:  # no clusters known, or the affinity allows none (reported already)
+            return []
+        names = ", ".join(c.name for c in usable)
+        nodes = [(c.name, node, cap) for c in usable for node, cap in self._nodes_of(c).items()]
+        out: list[tuple[str, str]] = []
+        for group in job.groups:
+            if any(_fits(group.per_pod, cap) for _, _, cap in nodes):
+                continue
+            cluster, node, cap = max(nodes, key=lambda n: _size(n[2]))  # first of equals
+            out.append(
+                (
+                    f"spec.pytorchReplicaSpecs.{group.role}",
+                    f"job {job.key}: a {group.role} pod asks for {_describe(group.per_pod)}, "
+                    f"more than any node of the member clusters it may use ({names}) has; "
+                    f"the largest node, {node} of {cluster}, has {_describe(cap)}",
+                ),
+            )
+        if out:
+            return out
+        totals = {c.name: sum(self._nodes_of(c).values(), Resources()) for c in usable}
+        need = job.gang_request
+        if any(_fits(need, total) for total in totals.values()):
+            return []
+        biggest = max(totals, key=lambda name: _size(totals[name]))  # first of equals
+        pods = job.gang_size
+        return [
+            (
+                _gang_path(sj.document.model),
+                f"job {job.key}: its {pods} pods that must start together ask for "
+                f"{_describe(need)}, more than any member cluster it may use ({names}) has "
+                f"in all; the largest, {biggest}, has {_describe(totals[biggest])}",
+            )
+        ]
+
+
+def _gang_path(model: object) -> str:
+    """The field that sets the gang's size."""
+    if isinstance(model, PyTorchJobModel):
+        if model.scheduling_policy.min_available is not None:
+            return "spec.runPolicy.schedulingPolicy.minAvailable"
+        ep = model.spec.elastic_policy
+        if ep is not None and ep.min_replicas is not None:
+            return "spec.elasticPolicy.minReplicas"
+    return "spec.pytorchReplicaSpecs"

@@ -1,0 +1,283 @@
+"""Reading a multi-document YAML stream within bounds: documents, nesting, aliases.
+
+Theory of operation: PyYAML builds a document in three steps: the parser
+turns text into events, the composer turns events into a node graph, and the
+constructor turns nodes into plain Python data.  An alias (``*name``) makes
+the composer reuse the node of its anchor (``&name``), so a few hundred bytes
+of anchors that each repeat the previous one ten times ("billion laughs")
+stand for 10**9 nodes: nothing is big until the data is walked, and then
+everything is.  libyaml's composer also recurses once per nesting level in C,
+so a few hundred kilobytes of ``[[[[...`` crash the interpreter.
+
+:func:`read_documents` therefore drives the loader's own parser (libyaml's
+C parser when the loader is ``CSafeLoader``) and composes each document
+itself, without recursion and with PyYAML's composer rules (tag resolution,
+undefined and duplicate anchors), while counting:
+
+* documents: at most :attr:`YamlLimits.max_documents` in the stream;
+* nesting: at most :attr:`YamlLimits.max_depth` lists and mappings inside
+  each other;
+* alias expansion: the size of every node is known when it closes (1 for a
+  scalar, 1 plus its children for a collection, an alias counting the full
+  size of what it refers to), so each alias adds the number of nodes it
+  stands for to a running total, which may not pass
+  :attr:`YamlLimits.max_alias_nodes` for the whole stream.  Counting is
+  arithmetic on sizes already known: nothing is expanded to count it;
+* an alias inside the node it refers to (a recursive structure) is refused:
+  no Kubernetes object is infinite.
+
+A bound that is passed raises :class:`YamlLimitError` at the event that passed
+it, before anything bigger is built; the composed node is handed to the
+loader's constructor (``construct_document``), which builds the same plain
+data ``yaml.load_all`` would.  Syntax errors are the parser's
+``yaml.YAMLError``; a scalar the constructor cannot build is a ``ValueError``
+(the constructor's own, or one made of the ``IndexError`` and the like that
+some malformed scalars raise in it, such as an empty ``!!float``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, TypeAlias, cast
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.error import Mark
+from yaml.events import (
+    AliasEvent,
+    Event,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+)
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+#: A loader class that builds plain data only (no Python objects).
+SafeLoaderType: TypeAlias = type[yaml.SafeLoader] | type[yaml.CSafeLoader]
+SafeLoader: TypeAlias = yaml.SafeLoader | yaml.CSafeLoader
+
+#: Lists and mappings inside each other.  Kubernetes objects nest a dozen
+#: levels; far below the depth where recursive code (libyaml's composer,
+#: ``json``, validators) runs out of stack.
+DEFAULT_MAX_DEPTH: Final = 100
+#: Nodes that aliases may stand for in one stream.
+DEFAULT_MAX_ALIAS_NODES: Final = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class YamlLimits:
+    """Bounds on one stream; None means unbounded."""
+
+    max_documents: int | None = None
+    max_depth: int | None = DEFAULT_MAX_DEPTH
+    max_alias_nodes: int | None = DEFAULT_MAX_ALIAS_NODES
+
+
+#: The bounds every reader applies unless told otherwise.
+DEFAULT_LIMITS: Final = YamlLimits()
+
+
+class YamlLimitError(Exception):
+    """A stream that passes a bound; ``document`` is the 0-based index where it did."""
+
+    def __init__(self, document: int, message: str, mark: object | None = None) -> None:
+        line, column = getattr(mark, "line", None), getattr(mark, "column", None)
+        where = ""
+        if isinstance(line, int) and isinstance(column, int):
+            where = f"line {line + 1}, column {column + 1}: "
+        super().__init__(f"{where}{message}")
+        self.document = document
+        self.message = message
+        self.where = where
+
+
+@dataclass(slots=True)
+class _Open:
+    """A list or mapping being composed."""
+
+    node: SequenceNode | MappingNode
+    anchor: str | None
+    size: int = 1
+    key: Node | None = None  # a mapping's key that waits for its value
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What the stream has used of its limits so far."""
+
+    limits: YamlLimits
+    alias_nodes: int = 0
+
+    def alias(self, document: int, name: str, size: int, event: Event) -> None:
+        self.alias_nodes += size
+        bound = self.limits.max_alias_nodes
+        if bound is not None and self.alias_nodes > bound:
+            raise YamlLimitError(
+                document,
+                f"aliases expand to more than {bound:,} nodes (alias *{name} alone stands for "
+                f"{size:,}); a YAML alias bomb is not a manifest: write the values out",
+                event.start_mark,
+            )
+
+
+def _event(loader: SafeLoader) -> Event:
+    return cast(Event, loader.get_event())
+
+
+def _mark(event: Event, end: bool = False) -> Mark | None:
+    """An event's mark as the node classes are typed (libyaml's marks behave alike)."""
+    return cast(Mark | None, event.end_mark if end else event.start_mark)
+
+
+def _resolve(loader: SafeLoader, kind: type[Node], value: str | None, implicit: object) -> str:
+    resolve: Callable[[type[Node], str | None, object], str] = loader.resolve
+    return resolve(kind, value, implicit)
+
+
+def _position(stack: list[_Open]) -> tuple[Node | None, object]:
+    """Parent and index of the next node, as PyYAML's path resolvers see them."""
+    if not stack:
+        return None, None
+    parent = stack[-1]
+    if isinstance(parent.node, MappingNode):
+        return parent.node, parent.key
+    return parent.node, len(parent.node.value)
+
+
+def _compose(loader: SafeLoader, document: int, budget: _Budget) -> Node:
+    """The node of the next document (its DOCUMENT-START is next in the stream)."""
+    _event(loader)  # DOCUMENT-START
+    anchors: dict[str, Node] = {}
+    sizes: dict[str, int] = {}  # anchors of closed nodes -> their expanded size
+    stack: list[_Open] = []
+    root: Node | None = None
+    max_depth = budget.limits.max_depth
+
+    def attach(node: Node, size: int) -> None:
+        nonlocal root
+        if not stack:
+            root = node
+            return
+        parent = stack[-1]
+        parent.size += size
+        if isinstance(parent.node, MappingNode):
+            if parent.key is None:
+                parent.key = node
+            else:
+                parent.node.value.append((parent.key, node))
+                parent.key = None
+        else:
+            parent.node.value.append(node)
+
+    # PyYAML's path resolvers (none in the safe loaders) see each node's place.
+    paths = bool(getattr(loader, "yaml_path_resolvers", None))
+
+    while root is None:
+        event = _event(loader)
+        if isinstance(event, AliasEvent):
+            name = event.anchor or ""
+            if name not in anchors:
+                raise ComposerError(None, None, f"found undefined alias {name!r}", _mark(event))
+            if name not in sizes:
+                raise YamlLimitError(
+                    document,
+                    f"alias *{name} is inside the node it refers to; "
+                    "recursive structures are not accepted",
+                    event.start_mark,
+                )
+            budget.alias(document, name, sizes[name], event)
+            attach(anchors[name], sizes[name])
+            continue
+        if isinstance(event, SequenceEndEvent | MappingEndEvent) and stack:
+            done = stack.pop()
+            done.node.end_mark = _mark(event, end=True)
+            if paths:
+                loader.ascend_resolver()
+            if done.anchor is not None:
+                sizes[done.anchor] = done.size
+            attach(done.node, done.size)
+            continue
+        if not isinstance(event, ScalarEvent | SequenceStartEvent | MappingStartEvent):
+            raise ComposerError(None, None, "expected a node", _mark(event))
+        anchor = event.anchor
+        if anchor is not None and anchor in anchors:
+            raise ComposerError(
+                f"found duplicate anchor {anchor!r}; first occurrence",
+                anchors[anchor].start_mark,
+                "second occurrence",
+                _mark(event),
+            )
+        if paths:
+            loader.descend_resolver(*_position(stack))
+        if isinstance(event, ScalarEvent):
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = _resolve(loader, ScalarNode, event.value, event.implicit)
+            node = ScalarNode(
+                tag, event.value, _mark(event), _mark(event, end=True), style=event.style
+            )
+            if paths:
+                loader.ascend_resolver()
+            if anchor is not None:
+                anchors[anchor] = node
+                sizes[anchor] = 1
+            attach(node, 1)
+            continue
+        if max_depth is not None and len(stack) >= max_depth:
+            raise YamlLimitError(
+                document,
+                f"lists and mappings nest more than {max_depth} levels deep",
+                event.start_mark,
+            )
+        kind: type[SequenceNode] | type[MappingNode] = (
+            SequenceNode if isinstance(event, SequenceStartEvent) else MappingNode
+        )
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = _resolve(loader, kind, None, event.implicit)
+        collection = kind(tag, [], _mark(event), None, flow_style=event.flow_style)
+        if anchor is not None:
+            anchors[anchor] = collection
+        stack.append(_Open(collection, anchor))
+    _event(loader)  # DOCUMENT-END
+    return root
+
+
+def read_documents(
+    text: str, loader_class: SafeLoaderType, limits: YamlLimits = DEFAULT_LIMITS
+) -> Iterator[object]:
+    """Each document's plain data in stream order (None for an empty document).
+
+    Raises ``yaml.YAMLError`` (syntax), ``ValueError`` (a scalar that cannot be
+    built) or :class:`YamlLimitError` at the document where it happens.
+    """
+    loader = loader_class(text)
+    budget = _Budget(limits)
+    try:
+        if loader.check_event(StreamStartEvent):
+            _event(loader)
+        document = 0
+        while not loader.check_event(StreamEndEvent):
+            bound = limits.max_documents
+            if bound is not None and document >= bound:
+                raise YamlLimitError(
+                    document,
+                    f"more than {bound:,} document{'s' if bound != 1 else ''} in one stream; "
+                    f"the limit is {bound:,}",
+                    _mark(cast(Event, loader.peek_event())),
+                )
+            node = _compose(loader, document, budget)
+            try:
+                data = loader.construct_document(node)
+            except (ArithmeticError, LookupError, TypeError) as e:
+                # PyYAML's constructors fail so on some malformed scalars (``!!float ""``).
+                raise ValueError(f"a malformed value ({e})") from e
+            yield data
+            document += 1
+    finally:
+        loader.dispose()
