@@ -47,7 +47,7 @@ from fleet.clusters.base import (
 )
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
-from fleet.core.jobs import Job
+from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
@@ -72,6 +72,7 @@ class QueueView:
     name: str
     parent: str | None
     leaf: bool
+    namespaces: tuple[str, ...]
     min: Mapping[str, str]
     max: Mapping[str, str] | None
     used: Mapping[str, str]
@@ -86,8 +87,18 @@ class PendingView:
 
     job: str
     priority: int
+    priority_class: str
     request: Mapping[str, str]
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterGpus:
+    """GPUs of one member cluster, and per virtual cluster: (total, used) each."""
+
+    total: int
+    used: int
+    vcs: Mapping[str, tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +110,7 @@ class LoopView:
     queues: tuple[QueueView, ...] = ()
     pending: Mapping[str, tuple[PendingView, ...]] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
-    clusters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -142,6 +153,7 @@ class SchedulerLoop:
         *,
         interval: float,
         threaded: bool = True,
+        vc_sizes: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -151,6 +163,8 @@ class SchedulerLoop:
         #: Run the cycle in a worker thread (the API stays responsive); off on a
         #: virtual clock, where everything must happen in the event loop's order.
         self.threaded = threaded
+        #: cluster -> virtual cluster -> GPUs it is guaranteed there
+        self.vc_sizes = {k: dict(v) for k, v in (vc_sizes or {}).items()}
         self.view = LoopView()
         self._inbox: list[_Item] = []
         self._wake = asyncio.Event()
@@ -528,6 +542,7 @@ class SchedulerLoop:
                 name=node,
                 parent=tree.parent(node),
                 leaf=tree.is_leaf(node),
+                namespaces=tree.namespaces_of(node),
                 min=_quantities(tree.min_of(node)),
                 max=None if tree.max_of(node) is None else _quantities(tree.max_of(node) or {}),
                 used=_quantities(tree.used(node)),
@@ -540,17 +555,31 @@ class SchedulerLoop:
         pending = {
             leaf: tuple(
                 PendingView(
-                    job.key, job.priority, _quantities(job.request), self._reasons.get(job.key, "")
+                    job.key,
+                    job.priority,
+                    job.priority_class,
+                    _quantities(job.request),
+                    self._reasons.get(job.key, ""),
                 )
                 for job in jobs
             )
             for leaf, jobs in pending_by_leaf.items()
         }
+        vc_used: dict[tuple[str, str], int] = {}
+        for run in state.running.values():
+            for unit in run.units:
+                if unit.charge.mode is Mode.GUARANTEED:
+                    where = (run.cluster, run.job.queue)
+                    vc_used[where] = vc_used.get(where, 0) + sum(len(p.gpus) for p in unit.pods)
         clusters = {
-            name: {
-                "total": placer.capacity()["nvidia.com/gpu"],
-                "used": placer.allocated()["nvidia.com/gpu"],
-            }
+            name: ClusterGpus(
+                placer.capacity()["nvidia.com/gpu"],
+                placer.allocated()["nvidia.com/gpu"],
+                {
+                    vc: (size, vc_used.get((name, vc), 0))
+                    for vc, size in self.vc_sizes.get(name, {}).items()
+                },
+            )
             for name, placer in state.placers.items()
         }
         self.view = LoopView(True, state.now, queues, pending, dict(self._reasons), clusters)

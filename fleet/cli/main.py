@@ -25,6 +25,7 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
+from fleet.cli import remote, serve
 from fleet.cli.inputs import (
     DEFAULT_MAX_INPUT_SIZE,
     InputError,
@@ -266,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
         "capacity: the capacity-only baseline",
     )
     p.set_defaults(handler=_plan)
+    serve.add_parser(sub)
+    remote.add_parsers(sub)
     return parser
 
 

@@ -65,6 +65,11 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet check jobs",
         "fleet check clusters",
         "fleet plan",
+        "fleet serve",
+        "fleet apply",
+        "fleet get",
+        "fleet describe",
+        "fleet delete",
     }
 
 

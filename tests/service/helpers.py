@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fleet.api.submissions import SubmissionLimits, parse_submission
 from fleet.core.quota import QuotaTree
 from fleet.intake import NewJob
-from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.settings import POLICIES, Settings
 
@@ -30,20 +28,14 @@ def lab_settings(database_url: str, lab: str) -> Settings:
 
 
 def new_jobs(text: str, tree: QuotaTree, clusters: Sequence[MemberClusterModel]) -> list[NewJob]:
-    """The jobs of a submission, as the API would hand them to intake."""
-    jobs = convert.load_submission(text, tree, clusters)
-    docs = [d for d in yaml.safe_load_all(text) if d]
-    by_key = {
-        f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}": d
-        for d in docs
-        if d.get("kind") == "PyTorchJob"
-    }
-    out = []
-    for job in jobs:
-        doc = by_key[job.key]
-        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-        out.append(NewJob(job, doc, None, digest))
-    return out
+    """The jobs of a submission, as the API hands them to intake."""
+    limits = SubmissionLimits()
+    return [
+        NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended)
+        for s in parse_submission(
+            text.encode(), tree=tree, clusters=clusters, first_seq=0, limits=limits
+        )
+    ]
 
 
 def pytorchjob(
@@ -72,6 +64,22 @@ def pytorchjob(
         "image": "example/train:1",
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
+    selecting = {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
+            ],
+            "placement": {
+                "replicaScheduling": {
+                    "replicaSchedulingType": "Divided",
+                    "customSchedulingType": "Gang",
+                }
+            },
+        },
+    }
     doc = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -86,7 +94,7 @@ def pytorchjob(
             },
         },
     }
-    return yaml.safe_dump(doc)
+    return yaml.safe_dump_all([selecting, doc])
 
 
 def read(path: Path) -> str:

@@ -71,12 +71,15 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
     url = database_url
     clock = VirtualClock(0.0)
     svc = await service.start(settings(url), clock, threaded=False)
-    await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
-    await submit(svc, pytorchjob("wait", workers=4, gpus=8, duration="1h", namespace="team-a"))
-    await settle(svc, clock)
-    before = await states(svc)
-    placement = svc.loop.state.running["team-a/long"].pods
-    await service.stop(svc)
+    try:
+        await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
+        # team-a's max is 32 GPUs: 16 + 24 does not fit, so this one waits.
+        await submit(svc, pytorchjob("wait", workers=3, gpus=8, duration="1h"))
+        await settle(svc, clock)
+        before = await states(svc)
+        placement = svc.loop.state.running["team-a/long"].pods
+    finally:
+        await service.stop(svc)
 
     svc = await service.start(settings(url), clock, threaded=False)
     try:

@@ -1,0 +1,62 @@
+"""The aiohttp application: ``create_app(settings)``.
+
+Theory of operation (aiohttp as its maintainers use it): :func:`create_app`
+builds the application from the settings alone; the service (database,
+configuration, placers, members, scheduler loop) is opened and closed in the
+application's ``cleanup_ctx``, so ``aiohttp_client`` tests and ``fleet serve``
+start it the same way.  Handlers live in :mod:`fleet.api.routes` and reach
+the service through the typed keys of :mod:`fleet.api.keys`; every error is
+answered as ``application/problem+json`` by one middleware
+(:func:`fleet.api.problems.problem_middleware`), and any exception a handler
+did not expect becomes a logged 500 problem that leaks nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from fleet import service
+from fleet.api import keys, routes
+from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
+from fleet.clock import Clock, RealClock
+from fleet.settings import Settings
+
+log = logging.getLogger("fleet.api")
+
+
+@web.middleware
+async def last_resort(request: web.Request, handler: routes.Handler) -> web.StreamResponse:
+    """A bug in a handler is a 500 problem without details (and a log line with them)."""
+    try:
+        return await handler(request)
+    except (web.HTTPException, ProblemError):
+        raise
+    except Exception:
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return problem_response(http_problem(500, None, instance=request.path))
+
+
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, threaded: bool = True
+) -> web.Application:
+    """The Fleet API application; the service starts with it (see the module docstring)."""
+    app = web.Application(
+        middlewares=[problem_middleware, last_resort],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[keys.SETTINGS] = settings
+
+    async def run_service(app: web.Application) -> AsyncIterator[None]:
+        svc = await service.start(settings, clock or RealClock(), threaded=threaded)
+        app[keys.SERVICE] = svc
+        try:
+            yield
+        finally:
+            await service.stop(svc)
+
+    app.cleanup_ctx.append(run_service)
+    routes.add_routes(app)
+    return app

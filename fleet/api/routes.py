@@ -1,0 +1,341 @@
+"""The HTTP routes of DESIGN.md section 4 (reading and submitting; administration comes later).
+
+Theory of operation: handlers are thin.  A submission is parsed and checked
+whole (:func:`fleet.api.submissions.parse_submission`), stored
+(:func:`fleet.intake.accept`), and only then handed to the scheduler loop.
+Jobs are read from the database; queue usage, pending order and waiting
+reasons from the immutable view the loop publishes after each iteration, so
+no handler ever touches the core's state.  Every error is a
+:class:`~fleet.api.problems.ProblemError`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from aiohttp import web
+
+from fleet import intake
+from fleet.api import keys, openapi, schemas
+from fleet.api.problems import (
+    Problem,
+    ProblemError,
+    bad_request,
+    conflict,
+    http_problem,
+    not_found,
+    unsupported_media_type,
+)
+from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_submission
+from fleet.core import snapshot
+from fleet.core.jobs import Mode
+from fleet.core.lifecycle import TERMINAL, JobState
+from fleet.loop import QueueView
+from fleet.service import Service
+from fleet.store import jobs as job_rows
+from fleet.store.models import JobEventRow, JobRow
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+
+
+def _svc(request: web.Request) -> Service:
+    return request.app[keys.SERVICE]
+
+
+def _time(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+# Submissions ----------------------------------------------------------------------
+
+
+async def submit_jobs(request: web.Request) -> web.Response:
+    """``POST /api/v1/submissions``: a PropagationPolicy and the PyTorchJobs it selects."""
+    svc = _svc(request)
+    if request.content_type not in YAML_MEDIA_TYPES:
+        raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
+    body = await request.read()
+    settings = svc.settings
+    limits = SubmissionLimits(
+        max_bytes=settings.max_body_bytes, max_documents=settings.max_documents
+    )
+    submitted = parse_submission(
+        body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
+    )
+    new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
+    try:
+        accepted = await intake.accept(svc.db, new, svc.clock.now())
+    except intake.NameTaken as e:
+        raise ProblemError(conflict(str(e))) from None
+    created = [a.row.id for a in accepted if a.created]
+    if created:
+        svc.loop.submitted(created)
+    result = schemas.SubmissionResult(
+        jobs=[
+            schemas.SubmittedJob(
+                namespace=a.row.namespace,
+                name=a.row.name,
+                uid=a.row.uid,
+                queue=a.row.queue,
+                state=JobState(a.row.state),
+            )
+            for a in accepted
+        ]
+    )
+    return schemas.json_response(result, status=201 if created else 200)
+
+
+# Jobs ---------------------------------------------------------------------------------
+
+
+def _summary(row: JobRow) -> schemas.JobSummary:
+    return schemas.JobSummary(
+        namespace=row.namespace,
+        name=row.name,
+        uid=row.uid,
+        queue=row.queue,
+        state=JobState(row.state),
+        priority_class=row.priority_class,
+        priority=row.priority,
+        mode=None if row.mode is None else Mode(row.mode),
+        cluster=row.cluster,
+        submitted_at=_time(row.created_at),
+    )
+
+
+def _placement(row: JobRow) -> list[schemas.ReplicaPlacement]:
+    return [
+        schemas.ReplicaPlacement(replica=pod, node=node, gpus=list(gpus))
+        for unit in row.units
+        for pod, node, gpus in unit["pods"]
+    ]
+
+
+def _event(event: JobEventRow) -> schemas.JobEvent:
+    return schemas.JobEvent(
+        time=_time(event.time), type=event.type, reason=event.reason, message=event.message
+    )
+
+
+def _int_param(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        detail = f"query parameter {name} must be an integer from {low} to {high}"
+        raise ProblemError(bad_request(detail))
+    return int(raw)
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    """``GET /api/v1/jobs``: filtered, in submission order, paged kubectl-style."""
+    svc = _svc(request)
+    query = request.query
+    state = query.get("state")
+    if state is not None and state not in {s.value for s in JobState}:
+        known = ", ".join(s.value for s in JobState)
+        raise ProblemError(bad_request(f"unknown state {state[:40]!r}; states: {known}"))
+    where = job_rows.JobFilter(
+        queue=query.get("queue"),
+        state=state,
+        namespace=query.get("namespace"),
+        cluster=query.get("cluster"),
+    )
+    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    try:
+        async with svc.db.read() as session:
+            rows, token = await job_rows.page(
+                session, where, limit=limit, after=query.get("continue")
+            )
+    except job_rows.BadContinueToken as e:
+        raise ProblemError(bad_request(str(e))) from None
+    result = schemas.JobList(items=[_summary(r) for r in rows], continue_=token)
+    return schemas.json_response(result)
+
+
+async def _job_row(request: web.Request) -> JobRow:
+    svc = _svc(request)
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    async with svc.db.read() as session:
+        row = await job_rows.by_name(session, namespace, name)
+    if row is None:
+        raise ProblemError(not_found(f"no job {namespace[:60]}/{name[:60]}"))
+    return row
+
+
+def _reason(svc: Service, row: JobRow) -> str | None:
+    if row.state == JobState.QUEUED.value:
+        return svc.loop.view.reasons.get(f"{row.namespace}/{row.name}") or row.reason or None
+    return row.reason or None
+
+
+async def get_job(request: web.Request) -> web.Response:
+    """``GET /api/v1/jobs/{namespace}/{name}``: state, placement, reason, events."""
+    svc = _svc(request)
+    row = await _job_row(request)
+    async with svc.db.read() as session:
+        events = await job_rows.events_of(session, row.id)
+    job = snapshot.job_from_plain(row.record)
+    detail = schemas.JobDetail(
+        namespace=row.namespace,
+        name=row.name,
+        uid=row.uid,
+        queue=row.queue,
+        state=JobState(row.state),
+        priority_class=row.priority_class,
+        priority=row.priority,
+        preemptible=job.preemptible,
+        mode=None if row.mode is None else Mode(row.mode),
+        cluster=row.cluster,
+        request=schemas.quantities(job.request),
+        placement=_placement(row),
+        reason=_reason(svc, row),
+        suspended=row.suspended,
+        submitted_at=_time(row.created_at),
+        events=[_event(e) for e in events],
+    )
+    return schemas.json_response(detail)
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    """``DELETE /api/v1/jobs/{namespace}/{name}``: cancel (and remove from its member)."""
+    svc = _svc(request)
+    row = await _job_row(request)
+    if JobState(row.state) in TERMINAL:
+        raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
+    svc.loop.cancel(f"{row.namespace}/{row.name}")
+    return schemas.json_response(_summary(row), status=202)
+
+
+# Queues, tree, clusters ----------------------------------------------------------------
+
+
+def _queue_fields(q: QueueView) -> dict[str, object]:
+    return {
+        "name": q.name,
+        "parent": q.parent,
+        "leaf": q.leaf,
+        "namespaces": list(q.namespaces),
+        "min": dict(q.min),
+        "max": dict(q.max or {}),
+        "used": dict(q.used),
+        "borrowed": dict(q.borrowed),
+        "admitted": q.admitted,
+    }
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    view = _svc(request).loop.view
+    items = [schemas.QueueSummary(**_queue_fields(q), pending=q.pending) for q in view.queues]
+    return schemas.json_response(schemas.QueueList(items=items))
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    view = _svc(request).loop.view
+    name = request.match_info["name"]
+    found = next((q for q in view.queues if q.name == name), None)
+    if found is None:
+        raise ProblemError(not_found(f"no queue {name[:60]!r}"))
+    pending = [
+        schemas.PendingJob(
+            position=i + 1,
+            job=p.job,
+            priority=p.priority,
+            priority_class=p.priority_class,
+            request=dict(p.request),
+            reason=p.reason,
+        )
+        for i, p in enumerate(view.pending.get(name, ()))
+    ]
+    return schemas.json_response(schemas.QueueDetail(**_queue_fields(found), pending=pending))
+
+
+async def get_quota_tree(request: web.Request) -> web.Response:
+    return web.Response(text=_svc(request).tree_document, content_type="application/yaml")
+
+
+async def list_clusters(request: web.Request) -> web.Response:
+    svc = _svc(request)
+    view = svc.loop.view
+    items = []
+    for cluster in svc.clusters:
+        member = svc.loop.members.get(cluster.name)
+        reachable = member is not None and (await member.health()).reachable
+        gpus = view.clusters.get(cluster.name)
+        total, used = (gpus.total, gpus.used) if gpus else (0, 0)
+        vcs = gpus.vcs if gpus else {}
+        items.append(
+            schemas.ClusterSummary(
+                name=cluster.name,
+                labels=dict(cluster.labels),
+                simulated=cluster.spec.simulated,
+                health=schemas.ClusterHealth.HEALTHY
+                if reachable
+                else schemas.ClusterHealth.UNREACHABLE,
+                gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
+                virtual_clusters=[
+                    schemas.VirtualClusterGpus(
+                        name=vc,
+                        gpus=schemas.GpuCounts(total=size, used=u, free=max(0, size - u)),
+                    )
+                    for vc, (size, u) in sorted(vcs.items())
+                ],
+            )
+        )
+    return schemas.json_response(schemas.ClusterList(items=items))
+
+
+# Service ----------------------------------------------------------------------------------
+
+
+async def liveness(request: web.Request) -> web.Response:
+    return schemas.json_response(schemas.Liveness())
+
+
+async def readiness(request: web.Request) -> web.Response:
+    checks: dict[str, str] = {}
+    svc = request.app.get(keys.SERVICE)
+    checks["state"] = "ok" if svc is not None and svc.loop.view.ready else "not rebuilt yet"
+    if svc is not None:
+        try:
+            await svc.db.ping()
+            checks["database"] = "ok"
+        except Exception as e:  # any driver error means "not ready"
+            checks["database"] = f"does not answer ({type(e).__name__})"
+    ready = all(v == "ok" for v in checks.values()) and "database" in checks
+    body = schemas.Readiness(ready=ready, checks=checks)
+    return schemas.json_response(body, status=200 if ready else 503)
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.json_response(request.app[keys.OPENAPI])
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "submitJobs": submit_jobs,
+    "listJobs": list_jobs,
+    "getJob": get_job,
+    "cancelJob": cancel_job,
+    "listQueues": list_queues,
+    "getQueue": get_queue,
+    "getQuotaTree": get_quota_tree,
+    "listClusters": list_clusters,
+    "liveness": liveness,
+    "readiness": readiness,
+    "openapi": openapi_json,
+}
+
+
+def add_routes(app: web.Application) -> None:
+    """Every route of the table in :mod:`fleet.api.openapi`, and its OpenAPI document."""
+    app[keys.OPENAPI] = openapi.openapi_document()
+    openapi.add_routes(app.router, HANDLERS)
+
+
+def http_unavailable(detail: str) -> Problem:
+    return http_problem(503, detail)

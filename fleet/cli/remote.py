@@ -1,0 +1,322 @@
+"""``fleet apply|get|describe|delete``: talk to a running Fleet server over HTTP.
+
+Theory of operation: each command is one or a few HTTP requests (standard
+library ``urllib``, no event loop) to the server named by ``--server`` or
+``FLEET_SERVER`` (default ``http://127.0.0.1:8080``).  Answers are printed as
+kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
+(``-o yaml``).  A problem the server answers (RFC 9457) is printed readably:
+its title, its detail, and every field error with document, kind, name and
+path; the exit status is then 1.  ``get jobs --watch`` polls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any, Final
+
+DEFAULT_SERVER: Final = "http://127.0.0.1:8080"
+TIMEOUT: Final = 30.0
+
+
+class RemoteError(Exception):
+    """The server could not be reached, or answered with a problem (already formatted)."""
+
+
+def _server(args: argparse.Namespace) -> str:
+    server: str = args.server or os.environ.get("FLEET_SERVER") or DEFAULT_SERVER
+    return server.rstrip("/")
+
+
+def _format_problem(status: int, body: bytes) -> str:
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        return f"the server answered {status}: {body[:200].decode('utf-8', 'replace')}"
+    if not isinstance(problem, dict):
+        return f"the server answered {status}"
+    lines = [f"{problem.get('title') or 'error'} ({status})"]
+    if problem.get("detail"):
+        lines.append(str(problem["detail"]))
+    for error in problem.get("errors") or []:
+        where = []
+        if error.get("document") is not None:
+            where.append(f"document {error['document']}")
+        if error.get("kind"):
+            where.append(f"{error['kind']} {error.get('name') or ''}".strip())
+        if error.get("path"):
+            where.append(error["path"])
+        lines.append(f"  {', '.join(where) or '-'}: {error.get('message', '')}")
+    return "\n".join(lines)
+
+
+def request(
+    server: str, method: str, path: str, body: bytes | None = None, content_type: str = ""
+) -> tuple[int, Any]:
+    """One HTTP request; the status and the decoded JSON (or text) body."""
+    req = urllib.request.Request(server + path, data=body, method=method)
+    if content_type:
+        req.add_header("Content-Type", content_type)
+    req.add_header("Accept", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+            raw = resp.read()
+            status = resp.status
+            ctype = resp.headers.get_content_type()
+    except urllib.error.HTTPError as e:
+        raise RemoteError(_format_problem(e.code, e.read())) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise RemoteError(f"cannot reach the Fleet server at {server}: {reason}") from None
+    if ctype.endswith("json"):
+        return status, json.loads(raw)
+    return status, raw.decode("utf-8", "replace")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """kubectl-like aligned columns."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _quantities(values: dict[str, str] | None) -> str:
+    if values is None:
+        return "unlimited"
+    gpu = values.get("nvidia.com/gpu")
+    rest = [f"{k}={v}" for k, v in values.items() if k != "nvidia.com/gpu"]
+    return ",".join(([f"gpu={gpu}"] if gpu else []) + rest) or "-"
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _emit(data: Any, output: str) -> None:
+    if output == "json":
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+
+
+# Commands ---------------------------------------------------------------------------
+
+
+def _apply(args: argparse.Namespace) -> int:
+    try:
+        body = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()  # noqa: SIM115
+    except OSError as e:
+        print(f"error: {args.file}: {e.strerror}", file=sys.stderr)
+        return 1
+    status, answer = request(_server(args), "POST", "/api/v1/submissions", body, "application/yaml")
+    for job in answer.get("jobs", []):
+        verb = "created" if status == 201 else "unchanged"
+        print(f"job {job['namespace']}/{job['name']} {verb} (queue {job['queue']}, {job['state']})")
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    server = _server(args)
+    while True:
+        if args.what == "queues":
+            _, data = request(server, "GET", "/api/v1/queues")
+            if args.output != "table":
+                _emit(data, args.output)
+            else:
+                rows = [
+                    (
+                        q["name"],
+                        q["parent"],
+                        _quantities(q["min"]),
+                        _quantities(q["max"]),
+                        _quantities(q["used"]),
+                        _quantities(q["borrowed"]),
+                        q["admitted"],
+                        q["pending"],
+                    )
+                    for q in data["items"]
+                ]
+                print(
+                    table(
+                        ("NAME", "PARENT", "MIN", "MAX", "USED", "BORROWED", "ADMITTED", "PENDING"),
+                        rows,
+                    )
+                )
+        elif args.what == "clusters":
+            _, data = request(server, "GET", "/api/v1/clusters")
+            if args.output != "table":
+                _emit(data, args.output)
+            else:
+                cluster_rows: list[tuple[object, ...]] = [
+                    (
+                        c["name"],
+                        "yes" if c["reachable"] else "no",
+                        c["gpus"]["total"],
+                        c["gpus"]["used"],
+                        c["gpus"]["free"],
+                        ",".join(f"{k}={v}" for k, v in sorted(c["labels"].items())),
+                    )
+                    for c in data["items"]
+                ]
+                print(table(("NAME", "REACHABLE", "GPUS", "USED", "FREE", "LABELS"), cluster_rows))
+        else:
+            _print_jobs(server, args)
+        if not args.watch:
+            return 0
+        time.sleep(args.interval)
+        print()
+
+
+def _print_jobs(server: str, args: argparse.Namespace) -> None:
+    query = {k: v for k in ("queue", "state", "namespace", "cluster") if (v := getattr(args, k))}
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        params = dict(query, limit="1000")
+        if token:
+            params["continue"] = token
+        _, data = request(server, "GET", "/api/v1/jobs?" + urllib.parse.urlencode(params))
+        items += data["items"]
+        token = data.get("continue")
+        if not token:
+            break
+    if args.output != "table":
+        _emit({"items": items}, args.output)
+        return
+    now = time.time()
+    rows = [
+        (
+            f"{j['namespace']}/{j['name']}",
+            j["queue"],
+            j["state"],
+            j["priority"],
+            j["mode"],
+            j["cluster"],
+            _age(now - j["createdAt"]),
+            (j["reason"] or "")[:80],
+        )
+        for j in items
+    ]
+    print(table(("JOB", "QUEUE", "STATE", "PRIORITY", "MODE", "CLUSTER", "AGE", "REASON"), rows))
+
+
+def _job_path(ref: str) -> str:
+    namespace, sep, name = ref.partition("/")
+    if not sep or not namespace or not name:
+        raise RemoteError(f"name the job as NAMESPACE/NAME, not {ref!r}")
+    return f"/api/v1/jobs/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+
+
+def _describe(args: argparse.Namespace) -> int:
+    _, job = request(_server(args), "GET", _job_path(args.job))
+    if args.output != "table":
+        _emit(job, args.output)
+        return 0
+    for label, key in (
+        ("Name", "name"),
+        ("Namespace", "namespace"),
+        ("UID", "uid"),
+        ("Queue", "queue"),
+        ("State", "state"),
+        ("Priority class", "priorityClass"),
+        ("Priority", "priority"),
+        ("Mode", "mode"),
+        ("Cluster", "cluster"),
+        ("Reason", "reason"),
+    ):
+        print(f"{label + ':':16}{job.get(key) if job.get(key) not in (None, '') else '-'}")
+    print("Placement:")
+    placement = [(p["replica"], p["node"], ",".join(map(str, p["gpus"]))) for p in job["placement"]]
+    print("  " + table(("REPLICA", "NODE", "GPUS"), placement).replace("\n", "\n  "))
+    print("Events:")
+    events = [(e["time"], e["type"], e["reason"], e["message"]) for e in job["events"]]
+    print("  " + table(("TIME", "TYPE", "REASON", "MESSAGE"), events).replace("\n", "\n  "))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    _, job = request(_server(args), "DELETE", _job_path(args.job))
+    print(f"job {job['namespace']}/{job['name']} cancelled")
+    return 0
+
+
+def _guard(handler: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            code: int = handler(args)
+            return code
+        except RemoteError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+
+    return run
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``apply``, ``get``, ``describe`` and ``delete`` to the ``fleet`` subcommands."""
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument(
+        "--server",
+        help=f"Fleet server URL (default: $FLEET_SERVER, else {DEFAULT_SERVER})",
+    )
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table (default), json or yaml",
+    )
+
+    a = sub.add_parser(
+        "apply", help="submit PyTorchJobs with their PropagationPolicy", parents=[server]
+    )
+    a.add_argument(
+        "-f", "--file", required=True, metavar="FILE", help="YAML file to submit (- for stdin)"
+    )
+    a.set_defaults(handler=_guard(_apply))
+
+    g = sub.add_parser("get", help="list queues, jobs or clusters", parents=[server, output])
+    g.add_argument("what", choices=("queues", "jobs", "clusters"), help="what to list")
+    g.add_argument("--queue", help="jobs: only this queue")
+    g.add_argument("--state", help="jobs: only this state (Queued, Running, ...)")
+    g.add_argument("--namespace", help="jobs: only this namespace")
+    g.add_argument("--cluster", help="jobs: only this member cluster")
+    g.add_argument(
+        "-w", "--watch", action="store_true", help="print again every --interval seconds"
+    )
+    g.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between --watch updates (default 2)"
+    )
+    g.set_defaults(handler=_guard(_get))
+
+    d = sub.add_parser(
+        "describe", help="one job in detail: placement, reason, events", parents=[server, output]
+    )
+    d.add_argument("kind", choices=("job",), help="what to describe")
+    d.add_argument("job", metavar="NAMESPACE/NAME", help="the job")
+    d.set_defaults(handler=_guard(_describe))
+
+    x = sub.add_parser(
+        "delete", help="cancel a job (it is removed from its member)", parents=[server]
+    )
+    x.add_argument("kind", choices=("job",), help="what to delete")
+    x.add_argument("job", metavar="NAMESPACE/NAME", help="the job")
+    x.set_defaults(handler=_guard(_delete))

@@ -1,0 +1,95 @@
+"""``fleet serve``: run the service (HTTP API and scheduler loop) in this process.
+
+Theory of operation: the flags map one to one onto
+:class:`fleet.settings.Settings` fields; a flag left out falls back to its
+``FLEET_*`` environment variable, then to the default, so ``fleet serve``
+with no flags runs on the embedded defaults (a SQLite file in the working
+directory, the example tree and simulated clusters of ``policies/``).  The
+service itself is imported only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``serve`` to the ``fleet`` subcommands."""
+    p = sub.add_parser(
+        "serve",
+        help="run the Fleet service: HTTP API and scheduler",
+        description="Run the Fleet service. Every flag can also be given as a FLEET_* "
+        "environment variable (FLEET_PORT, FLEET_DATABASE_URL, ...).",
+    )
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="TCP port to listen on (default 8080)")
+    p.add_argument(
+        "--database-url",
+        help="sqlite+aiosqlite:///PATH (default ./fleet.db) or postgresql+asyncpg://...",
+    )
+    p.add_argument(
+        "--clusters",
+        metavar="FILE",
+        help="MemberCluster file loaded when the database has no clusters yet "
+        "(default: the simulated clusters in policies/clusters/example.yaml)",
+    )
+    p.add_argument(
+        "--quota",
+        metavar="FILE",
+        help="ElasticQuotaTree file loaded when the database has no tree yet "
+        "(default: policies/quota/team-tree.yaml)",
+    )
+    p.add_argument(
+        "--schedule-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between scheduling cycles; a cycle also runs after changes (default 5)",
+    )
+    p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aiohttp import web
+    from pydantic import ValidationError
+
+    from fleet.api.app import create_app
+    from fleet.settings import Settings
+
+    given = {
+        name: value
+        for name in (
+            "host",
+            "port",
+            "database_url",
+            "clusters",
+            "quota",
+            "schedule_interval",
+            "log_level",
+        )
+        if (value := getattr(args, name, None)) is not None
+    }
+    try:
+        settings = Settings(**given)
+    except ValidationError as e:
+        for error in e.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            print(f"error: {where}: {error['msg']}", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    log = logging.getLogger("fleet.serve")
+    log.info("database %s", settings.database_url)
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        print=lambda text: log.info("%s", text.strip()),
+        access_log=None,
+    )
+    return 0

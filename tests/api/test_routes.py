@@ -1,0 +1,205 @@
+"""The HTTP API end to end: the real app, a real database, simulated members, a virtual clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from fleet.api import keys
+from fleet.api.app import create_app
+from fleet.clock import VirtualClock
+from fleet.settings import POLICIES
+from tests.service.helpers import pytorchjob, settings
+
+Client = TestClient[web.Request, web.Application]
+YAML = {"Content-Type": "application/yaml"}
+EXAMPLES = (POLICIES / "jobs" / "examples.yaml").read_text(encoding="utf-8")
+
+
+@pytest.fixture
+async def api(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
+) -> AsyncIterator[tuple[Client, VirtualClock]]:
+    clock = VirtualClock(1_000.0)
+    app = create_app(settings(database_url), clock=clock, threaded=False)
+    client = await aiohttp_client(app)
+    yield client, clock
+
+
+async def settle(client: Client, clock: VirtualClock, seconds: float = 0.0) -> None:
+    loop = client.app[keys.SERVICE].loop
+    if seconds:
+        await clock.advance(seconds)
+    for _ in range(3):
+        await clock.run_until_idle()
+        await loop.quiet()
+
+
+async def ok(resp: Any, status: int = 200) -> Any:
+    body = await resp.json()
+    assert resp.status == status, body
+    return body
+
+
+async def problem(resp: Any, status: int) -> dict[str, Any]:
+    assert resp.status == status, await resp.text()
+    assert resp.content_type == "application/problem+json"
+    body: dict[str, Any] = await resp.json()
+    assert body["status"] == status
+    return body
+
+
+async def test_the_example_submission_is_queued_admitted_and_runs(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, clock = api
+    body = await ok(await client.post("/api/v1/submissions", data=EXAMPLES, headers=YAML), 201)
+    names = [j["name"] for j in body["jobs"]]
+    assert names == ["pytorch-test", "llm-pretrain", "elastic-imagenet", "hparam-sweep"]
+    assert {j["state"] for j in body["jobs"]} == {"Queued"}
+    await settle(client, clock)
+    job = await ok(await client.get("/api/v1/jobs/team-a/pytorch-test"))
+    assert job["state"] == "Running"
+    assert job["cluster"] in {"east", "west"}  # the policy allows production clusters only
+    assert [p["replica"] for p in job["placement"]] == ["Master-0", "Worker-0", "Worker-1"]
+    assert [e["reason"] for e in job["events"]] == ["Queued", "Admitted", "Dispatched", "Running"]
+    assert job["mode"] == "guaranteed"
+    await settle(client, clock, 301)  # fleet.io/simulated-duration: 5m
+    job = await ok(await client.get("/api/v1/jobs/team-a/pytorch-test"))
+    assert job["state"] == "Succeeded"
+
+
+async def test_resubmitting_is_idempotent_and_another_spec_is_a_conflict(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, _ = api
+    first = await ok(
+        await client.post("/api/v1/submissions", data=pytorchjob("a"), headers=YAML), 201
+    )
+    again = await ok(
+        await client.post("/api/v1/submissions", data=pytorchjob("a"), headers=YAML), 200
+    )
+    assert again["jobs"][0]["uid"] == first["jobs"][0]["uid"]
+    body = await problem(
+        await client.post("/api/v1/submissions", data=pytorchjob("a", gpus=2), headers=YAML), 409
+    )
+    assert "team-a/a" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "needle"),
+    [
+        pytest.param("a: [1, 2", 422, "", id="malformed-yaml"),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", 422, "Pod", id="unknown-kind"
+        ),
+        pytest.param(pytorchjob("big", workers=1, gpus=64), 422, "", id="larger-than-any-cluster"),
+        pytest.param(pytorchjob("lost", namespace="nowhere"), 422, "nowhere", id="no-queue"),
+    ],
+)
+async def test_bad_submissions_are_rejected_whole_with_field_errors(
+    api: tuple[Client, VirtualClock], text: str, status: int, needle: str
+) -> None:
+    client, _ = api
+    body = await problem(await client.post("/api/v1/submissions", data=text, headers=YAML), status)
+    assert body["errors"], body
+    assert needle in str(body)
+    listed = await ok(await client.get("/api/v1/jobs"))
+    assert listed["items"] == []
+
+
+async def test_a_submission_needs_yaml(api: tuple[Client, VirtualClock]) -> None:
+    client, _ = api
+    await problem(
+        await client.post(
+            "/api/v1/submissions", data=b"{}", headers={"Content-Type": "application/json"}
+        ),
+        415,
+    )
+
+
+async def test_jobs_are_listed_in_submission_order_page_by_page(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, _ = api
+    for n in range(5):
+        await ok(
+            await client.post("/api/v1/submissions", data=pytorchjob(f"j{n}"), headers=YAML), 201
+        )
+    seen: list[str] = []
+    url = "/api/v1/jobs?limit=2"
+    while True:
+        page = await ok(await client.get(url))
+        seen += [j["name"] for j in page["items"]]
+        if not page.get("continue"):
+            break
+        url = f"/api/v1/jobs?limit=2&continue={page['continue']}"
+    assert seen == [f"j{n}" for n in range(5)]
+    filtered = await ok(await client.get("/api/v1/jobs?queue=team-a&namespace=team-a"))
+    assert len(filtered["items"]) == 5
+    assert (await ok(await client.get("/api/v1/jobs?queue=team-b")))["items"] == []
+    await problem(await client.get("/api/v1/jobs?limit=0"), 400)
+    await problem(await client.get("/api/v1/jobs?continue=garbage!"), 400)
+    await problem(await client.get("/api/v1/jobs?state=Sleeping"), 400)
+
+
+async def test_cancelling_a_running_job_stops_it_in_its_member(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, clock = api
+    await ok(
+        await client.post("/api/v1/submissions", data=pytorchjob("c", duration="1h"), headers=YAML),
+        201,
+    )
+    await settle(client, clock)
+    assert (await ok(await client.get("/api/v1/jobs/team-a/c")))["state"] == "Running"
+    await ok(await client.delete("/api/v1/jobs/team-a/c"), 202)
+    await settle(client, clock)
+    job = await ok(await client.get("/api/v1/jobs/team-a/c"))
+    assert job["state"] == "Cancelled"
+    members = client.app[keys.SERVICE].loop.members
+    assert all("team-a/c" not in m.running() for m in members.values())
+    await problem(await client.delete("/api/v1/jobs/team-a/c"), 409)
+    await problem(await client.get("/api/v1/jobs/team-a/nobody"), 404)
+
+
+async def test_queues_show_usage_and_pending_jobs_in_order_with_reasons(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, clock = api
+    # team-a's max is 32 GPUs: the third 16-GPU job waits, and says why.
+    for n in range(3):
+        await ok(
+            await client.post(
+                "/api/v1/submissions",
+                data=pytorchjob(f"q{n}", workers=2, gpus=8, duration="1h"),
+                headers=YAML,
+            ),
+            201,
+        )
+    await settle(client, clock)
+    queues = {q["name"]: q for q in (await ok(await client.get("/api/v1/queues")))["items"]}
+    assert queues["team-a"]["used"]["nvidia.com/gpu"] == "32"
+    assert queues["team-a"]["pending"] == 1 and queues["research"]["pending"] == 1
+    detail = await ok(await client.get("/api/v1/queues/team-a"))
+    (waiting,) = detail["pending"]
+    assert waiting["job"] == "team-a/q2" and waiting["position"] == 1
+    assert "max nvidia.com/gpu" in waiting["reason"]
+    await problem(await client.get("/api/v1/queues/nope"), 404)
+    job = await ok(await client.get("/api/v1/jobs/team-a/q2"))
+    assert job["reason"] == waiting["reason"]
+
+
+async def test_tree_clusters_and_health(api: tuple[Client, VirtualClock]) -> None:
+    client, _ = api
+    resp = await client.get("/api/v1/quota-tree")
+    assert resp.status == 200 and "ElasticQuotaTree" in await resp.text()
+    clusters = (await ok(await client.get("/api/v1/clusters")))["items"]
+    assert {c["name"]: c["gpus"]["total"] for c in clusters} == {"east": 24, "west": 16, "edge": 8}
+    assert (await ok(await client.get("/healthz")))["status"] == "ok"
+    assert (await ok(await client.get("/readyz")))["ready"] is True
+    await problem(await client.get("/no/such/route"), 404)

@@ -1,0 +1,154 @@
+"""Kill ``fleet serve`` under load with SIGKILL, restart it: nothing lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import socket
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.service.helpers import pytorchjob
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 32
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_server(database_url: str, port: int, log: Path) -> asyncio.subprocess.Process:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fleet.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--database-url",
+        database_url,
+        "--schedule-interval",
+        "0.2",
+        stdout=log.open("ab"),
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        return proc
+            except aiohttp.ClientError:
+                pass
+            if proc.returncode is not None:
+                raise AssertionError(log.read_text())
+            await asyncio.sleep(0.1)
+    proc.kill()
+    raise AssertionError("fleet serve did not become ready:\n" + log.read_text())
+
+
+async def submit_all(port: int, names: list[str], acked: list[str]) -> None:
+    """Each of CLIENTS clients submits its share; a 2xx answer is an acknowledgement."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for name in names:
+        queue.put_nowait(name)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not queue.empty():
+            name = queue.get_nowait()
+            body = pytorchjob(name, gpus=1, duration="2s")
+            try:
+                async with session.post(
+                    f"http://127.0.0.1:{port}/api/v1/submissions",
+                    data=body,
+                    headers={"Content-Type": "application/yaml"},
+                ) as resp:
+                    if resp.status in (200, 201):
+                        acked.append(name)
+            except (TimeoutError, aiohttp.ClientError):
+                return  # the server is gone
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(CLIENTS)))
+
+
+async def all_jobs(port: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    url = f"http://127.0.0.1:{port}/api/v1/jobs?limit=1000"
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(url) as resp:
+                page = await resp.json()
+            items += page["items"]
+            if not page.get("continue"):
+                return items
+            url = f"http://127.0.0.1:{port}/api/v1/jobs?limit=1000&continue={page['continue']}"
+
+
+async def placements(port: int, jobs: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+    out = []
+    async with aiohttp.ClientSession() as session:
+        for job in jobs:
+            if job["state"] not in ("Admitted", "Dispatched", "Running"):
+                continue
+            url = f"http://127.0.0.1:{port}/api/v1/jobs/{job['namespace']}/{job['name']}"
+            async with session.get(url) as resp:
+                detail = await resp.json()
+            for p in detail["placement"]:
+                out += [(job["cluster"], p["node"], g) for g in p["gpus"]]
+    return out
+
+
+@pytest.fixture
+async def killed_and_restarted(
+    database_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[int, list[str]]]:
+    port = free_port()
+    log = tmp_path / "serve.log"
+    proc = await start_server(database_url, port, log)
+    names = [f"job-{n}" for n in range(400)]
+    acked: list[str] = []
+    submitter = asyncio.create_task(submit_all(port, names, acked))
+    await asyncio.sleep(random.Random(os.getpid()).uniform(0.3, 1.5))
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    await submitter
+    proc = await start_server(database_url, port, log)
+    try:
+        yield port, acked
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_a_crash_loses_no_acknowledged_job_and_doubles_none(
+    killed_and_restarted: tuple[int, list[str]],
+) -> None:
+    port, acked = killed_and_restarted
+    jobs = await all_jobs(port)
+    counts = Counter(j["name"] for j in jobs)
+    assert all(n == 1 for n in counts.values()), "a job is stored twice"
+    assert set(acked) <= set(counts), f"lost acknowledged jobs: {sorted(set(acked) - set(counts))}"
+    gpus = await placements(port, jobs)
+    assert len(gpus) == len(set(gpus)), "a GPU is held by two running jobs"
+    # Scheduling carries on: every job ends (2 s each, 48 GPUs).
+    for _ in range(600):
+        jobs = await all_jobs(port)
+        if all(j["state"] == "Succeeded" for j in jobs):
+            break
+        await asyncio.sleep(0.2)
+    assert Counter(j["state"] for j in jobs) == {"Succeeded": len(jobs)}
