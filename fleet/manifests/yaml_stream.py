@@ -39,11 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import yaml
 from yaml.composer import ComposerError
-from yaml.error import Mark
 from yaml.events import (
     AliasEvent,
     Event,
@@ -102,6 +101,7 @@ class _Open:
 
     node: SequenceNode | MappingNode
     anchor: str | None
+    mapping: bool
     size: int = 1
     key: Node | None = None  # a mapping's key that waits for its value
 
@@ -125,18 +125,9 @@ class _Budget:
             )
 
 
-def _event(loader: SafeLoader) -> Event:
-    return cast(Event, loader.get_event())
-
-
-def _mark(event: Event, end: bool = False) -> Mark | None:
-    """An event's mark as the node classes are typed (libyaml's marks behave alike)."""
-    return cast(Mark | None, event.end_mark if end else event.start_mark)
-
-
-def _resolve(loader: SafeLoader, kind: type[Node], value: str | None, implicit: object) -> str:
-    resolve: Callable[[type[Node], str | None, object], str] = loader.resolve
-    return resolve(kind, value, implicit)
+#: Plain scalars whose resolved tag is remembered per document (speed; tags depend
+#: only on the text and on whether it was quoted).
+_TAG_MEMO: Final = 4096
 
 
 def _position(stack: list[_Open]) -> tuple[Node | None, object]:
@@ -144,19 +135,24 @@ def _position(stack: list[_Open]) -> tuple[Node | None, object]:
     if not stack:
         return None, None
     parent = stack[-1]
-    if isinstance(parent.node, MappingNode):
+    if parent.mapping:
         return parent.node, parent.key
     return parent.node, len(parent.node.value)
 
 
 def _compose(loader: SafeLoader, document: int, budget: _Budget) -> Node:
     """The node of the next document (its DOCUMENT-START is next in the stream)."""
-    _event(loader)  # DOCUMENT-START
+    next_event: Callable[[], Any] = loader.get_event
+    resolve: Callable[[type[Node], str | None, object], str] = loader.resolve
+    next_event()  # DOCUMENT-START
     anchors: dict[str, Node] = {}
     sizes: dict[str, int] = {}  # anchors of closed nodes -> their expanded size
+    tags: dict[tuple[str, object], str] = {}
     stack: list[_Open] = []
     root: Node | None = None
     max_depth = budget.limits.max_depth
+    # PyYAML's path resolvers (none in the safe loaders) see each node's place.
+    paths = bool(getattr(loader, "yaml_path_resolvers", None))
 
     def attach(node: Node, size: int) -> None:
         nonlocal root
@@ -165,7 +161,7 @@ def _compose(loader: SafeLoader, document: int, budget: _Budget) -> Node:
             return
         parent = stack[-1]
         parent.size += size
-        if isinstance(parent.node, MappingNode):
+        if parent.mapping:
             if parent.key is None:
                 parent.key = node
             else:
@@ -174,78 +170,85 @@ def _compose(loader: SafeLoader, document: int, budget: _Budget) -> Node:
         else:
             parent.node.value.append(node)
 
-    # PyYAML's path resolvers (none in the safe loaders) see each node's place.
-    paths = bool(getattr(loader, "yaml_path_resolvers", None))
-
     while root is None:
-        event = _event(loader)
-        if isinstance(event, AliasEvent):
-            name = event.anchor or ""
-            if name not in anchors:
-                raise ComposerError(None, None, f"found undefined alias {name!r}", _mark(event))
-            if name not in sizes:
-                raise YamlLimitError(
-                    document,
-                    f"alias *{name} is inside the node it refers to; "
-                    "recursive structures are not accepted",
-                    event.start_mark,
-                )
-            budget.alias(document, name, sizes[name], event)
-            attach(anchors[name], sizes[name])
-            continue
-        if isinstance(event, SequenceEndEvent | MappingEndEvent) and stack:
-            done = stack.pop()
-            done.node.end_mark = _mark(event, end=True)
-            if paths:
-                loader.ascend_resolver()
-            if done.anchor is not None:
-                sizes[done.anchor] = done.size
-            attach(done.node, done.size)
-            continue
-        if not isinstance(event, ScalarEvent | SequenceStartEvent | MappingStartEvent):
-            raise ComposerError(None, None, "expected a node", _mark(event))
-        anchor = event.anchor
-        if anchor is not None and anchor in anchors:
-            raise ComposerError(
-                f"found duplicate anchor {anchor!r}; first occurrence",
-                anchors[anchor].start_mark,
-                "second occurrence",
-                _mark(event),
-            )
-        if paths:
-            loader.descend_resolver(*_position(stack))
+        event = next_event()
+        # libyaml's marks are typed apart from PyYAML's but behave alike.
+        start: Any = event.start_mark
         if isinstance(event, ScalarEvent):
+            anchor = event.anchor
+            if anchor is not None and anchor in anchors:
+                _duplicate(anchor, anchors[anchor], start)
             tag = event.tag
+            if paths:
+                loader.descend_resolver(*_position(stack))
             if tag is None or tag == "!":
-                tag = _resolve(loader, ScalarNode, event.value, event.implicit)
-            node = ScalarNode(
-                tag, event.value, _mark(event), _mark(event, end=True), style=event.style
-            )
+                key = (event.value, event.implicit)
+                tag = None if paths else tags.get(key)
+                if tag is None:
+                    tag = resolve(ScalarNode, event.value, event.implicit)
+                    if not paths and len(tags) < _TAG_MEMO:
+                        tags[key] = tag
+            end: Any = event.end_mark
+            node = ScalarNode(tag, event.value, start, end, style=event.style)
             if paths:
                 loader.ascend_resolver()
             if anchor is not None:
                 anchors[anchor] = node
                 sizes[anchor] = 1
             attach(node, 1)
-            continue
-        if max_depth is not None and len(stack) >= max_depth:
-            raise YamlLimitError(
-                document,
-                f"lists and mappings nest more than {max_depth} levels deep",
-                event.start_mark,
-            )
-        kind: type[SequenceNode] | type[MappingNode] = (
-            SequenceNode if isinstance(event, SequenceStartEvent) else MappingNode
-        )
-        tag = event.tag
-        if tag is None or tag == "!":
-            tag = _resolve(loader, kind, None, event.implicit)
-        collection = kind(tag, [], _mark(event), None, flow_style=event.flow_style)
-        if anchor is not None:
-            anchors[anchor] = collection
-        stack.append(_Open(collection, anchor))
-    _event(loader)  # DOCUMENT-END
+        elif isinstance(event, SequenceEndEvent | MappingEndEvent) and stack:
+            done = stack.pop()
+            done.node.end_mark = event.end_mark
+            if paths:
+                loader.ascend_resolver()
+            if done.anchor is not None:
+                sizes[done.anchor] = done.size
+            attach(done.node, done.size)
+        elif isinstance(event, AliasEvent):
+            name = event.anchor or ""
+            if name not in anchors:
+                raise ComposerError(None, None, f"found undefined alias {name!r}", start)
+            if name not in sizes:
+                raise YamlLimitError(
+                    document,
+                    f"alias *{name} is inside the node it refers to; "
+                    "recursive structures are not accepted",
+                    start,
+                )
+            budget.alias(document, name, sizes[name], event)
+            attach(anchors[name], sizes[name])
+        elif isinstance(event, SequenceStartEvent | MappingStartEvent):
+            anchor = event.anchor
+            if anchor is not None and anchor in anchors:
+                _duplicate(anchor, anchors[anchor], start)
+            if max_depth is not None and len(stack) >= max_depth:
+                raise YamlLimitError(
+                    document, f"lists and mappings nest more than {max_depth} levels deep", start
+                )
+            if paths:
+                loader.descend_resolver(*_position(stack))
+            mapping = isinstance(event, MappingStartEvent)
+            kind: type[SequenceNode] | type[MappingNode] = MappingNode if mapping else SequenceNode
+            tag = event.tag
+            if tag is None or tag == "!":
+                tag = resolve(kind, None, event.implicit)
+            collection = kind(tag, [], start, None, flow_style=event.flow_style)
+            if anchor is not None:
+                anchors[anchor] = collection
+            stack.append(_Open(collection, anchor, mapping))
+        else:
+            raise ComposerError(None, None, "expected a node", start)
+    next_event()  # DOCUMENT-END
     return root
+
+
+def _duplicate(anchor: str, first: Node, start: Any) -> None:
+    raise ComposerError(
+        f"found duplicate anchor {anchor!r}; first occurrence",
+        first.start_mark,
+        "second occurrence",
+        start,
+    )
 
 
 def read_documents(
@@ -260,7 +263,7 @@ def read_documents(
     budget = _Budget(limits)
     try:
         if loader.check_event(StreamStartEvent):
-            _event(loader)
+            loader.get_event()
         document = 0
         while not loader.check_event(StreamEndEvent):
             bound = limits.max_documents
@@ -269,7 +272,7 @@ def read_documents(
                     document,
                     f"more than {bound:,} document{'s' if bound != 1 else ''} in one stream; "
                     f"the limit is {bound:,}",
-                    _mark(cast(Event, loader.peek_event())),
+                    getattr(loader.peek_event(), "start_mark", None),
                 )
             node = _compose(loader, document, budget)
             try:

@@ -161,3 +161,50 @@ def test_parse_documents_takes_the_limits() -> None:
     assert issues[1].message == (
         "line 2, column 1: more than 1 document in one stream; the limit is 1"
     )
+
+
+YAML_TOKENS = [
+    *"ab:-[]{}&*!|>'\"#,?\n 01.~",
+    "\n  ",
+    "\n- ",
+    "---\n",
+    "...\n",
+    "&a ",
+    "&b ",
+    "*a",
+    "*b",
+    "<<: ",
+    "!!str ",
+    "!!int ",
+    "!!float ",
+    "!!binary ",
+    "!!set ",
+    ".nan",
+    "2020-01-01",
+    "%YAML 1.1\n",
+]
+
+
+def _outcome(load: Any) -> tuple[str, str]:
+    try:
+        return "ok", repr(list(load()))
+    except yaml.YAMLError:
+        return "yaml-error", ""
+    except (ValueError, ArithmeticError, LookupError, TypeError):
+        return "value-error", ""
+
+
+@pytest.mark.parametrize("loader", LOADERS, ids=lambda c: c.__name__)
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(YAML_TOKENS), max_size=60).map("".join))
+def test_the_reader_agrees_with_pyyaml_on_yaml_ish_text(loader: Any, text: str) -> None:
+    theirs = _outcome(lambda: yaml.load_all(text, Loader=loader))
+    try:
+        mine = _outcome(lambda: read_documents(text, loader))
+    except YamlLimitError as e:  # only for what PyYAML builds as a recursive structure
+        assert "inside the node it refers to" in str(e) and theirs[0] == "ok", text
+        return
+    if theirs[0] == "value-error":  # PyYAML's IndexError and the like are ValueErrors here
+        assert mine[0] == "value-error", text
+    else:
+        assert mine == theirs, text
