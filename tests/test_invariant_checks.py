@@ -166,7 +166,9 @@ def test_a_broken_object_without_the_opt_out_fails_at_teardown(pytester: pytest.
     pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
     pytester.makeini("[pytest]\nmarkers =\n    corrupts_state: breaks an invariant on purpose\n")
     pytester.makepyfile(test_generated=GENERATED)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:asyncio", "-rA")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-p", "no:aiohttp", "-p", "no:asyncio", "-rA"
+    )
     result.assert_outcomes(passed=7, failed=1, errors=5)
     errors = {
         "test_broken_capacity_placer": "CapacityPlacer of cluster c1: InvariantError: "

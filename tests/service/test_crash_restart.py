@@ -31,6 +31,13 @@ def free_port() -> int:
 
 async def start_server(database_url: str, port: int, log: Path) -> asyncio.subprocess.Process:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with log.open("ab") as out:
+        return await _start(database_url, port, log, out, env)
+
+
+async def _start(
+    database_url: str, port: int, log: Path, out: Any, env: dict[str, str]
+) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -42,7 +49,7 @@ async def start_server(database_url: str, port: int, log: Path) -> asyncio.subpr
         database_url,
         "--schedule-interval",
         "0.2",
-        stdout=log.open("ab"),
+        stdout=out,
         stderr=asyncio.subprocess.STDOUT,
         env=env,
     )
@@ -139,6 +146,7 @@ async def test_a_crash_loses_no_acknowledged_job_and_doubles_none(
     killed_and_restarted: tuple[int, list[str]],
 ) -> None:
     port, acked = killed_and_restarted
+    assert acked, "the server was killed before it acknowledged anything"
     jobs = await all_jobs(port)
     counts = Counter(j["name"] for j in jobs)
     assert all(n == 1 for n in counts.values()), "a job is stored twice"
