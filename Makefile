@@ -25,5 +25,8 @@ bench: install
 	$(PY) bench/bench_cycle.py
 	$(PY) bench/bench_cells.py
 
+serve: install
+	$(VENV)/bin/fleet serve
+
 plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml
