@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +204,25 @@ async def test_tree_clusters_and_health(api: tuple[Client, VirtualClock]) -> Non
     assert (await ok(await client.get("/healthz")))["status"] == "ok"
     assert (await ok(await client.get("/readyz")))["ready"] is True
     await problem(await client.get("/no/such/route"), 404)
+
+
+async def test_the_openapi_document_is_served(api: tuple[Client, VirtualClock]) -> None:
+    client, _ = api
+    document = await ok(await client.get("/api/v1/openapi.json"))
+    assert document["openapi"].startswith("3.1")
+    assert "/api/v1/submissions" in document["paths"]
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_read(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], tmp_path: Path
+) -> None:
+    app = create_app(
+        settings(f"sqlite+aiosqlite:///{tmp_path}/f.db", max_body_bytes=1024),
+        clock=VirtualClock(0.0),
+        threaded=False,
+    )
+    client = await aiohttp_client(app)
+    body = pytorchjob("big") + "#" * 2048 + "\n"
+    resp = await client.post("/api/v1/submissions", data=body, headers=YAML)
+    await problem(resp, 413)
+    assert (await ok(await client.get("/api/v1/jobs")))["items"] == []
