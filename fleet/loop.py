@@ -48,7 +48,7 @@ from fleet.clusters.base import (
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job, Mode
-from fleet.core.lifecycle import JobState
+from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
@@ -417,6 +417,9 @@ class SchedulerLoop:
                     else job_rows.add_intent(session, row_id, "delete", cluster, now)
                 )
             await session.flush()
+        for t, _ in changes:  # the loop forgets jobs that ended
+            if t.new in TERMINAL:
+                self._ids.pop(t.job, None)
         return [None if i is None else i.id for i in intents]
 
     def _write_state(self, row: JobRow, new: JobState, now: float) -> None:
