@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from fleet.cli.plan import build_placers
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
@@ -194,6 +196,17 @@ def test_incremental_job_starts_one_replica_now_and_the_other_later() -> None:
     later = [d for d in lab.cycle() if isinstance(d, Admit)]
     assert [(d.job, len(d.pods), d.grown) for d in later] == [("lab/grow", 1, True)]
     assert sorted(lab.nodes_of("lab/grow")) == [CAROL, DAN]
+
+
+def test_the_shipped_lab_trees_are_these() -> None:
+    shipped = {
+        "quota-two-vcs.yaml": tree_yaml(vc1_max=1),
+        "quota-two-vcs-borrowing.yaml": tree_yaml(vc1_max=2),
+        "quota-one-vc.yaml": tree_yaml(one_vc=True),
+    }
+    for name, text in shipped.items():
+        on_disk = (POLICIES / "lab" / name).read_text(encoding="utf-8")
+        assert yaml.safe_load(on_disk) == yaml.safe_load(text), name
 
 
 def test_incremental_four_gpu_job_runs_partially_on_a_two_gpu_cluster() -> None:
