@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench plan serve
+.PHONY: install test lint typecheck bench bench-api plan serve
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,9 +24,17 @@ lint: install
 bench: install
 	$(PY) bench/bench_cycle.py
 	$(PY) bench/bench_cells.py
+	$(PY) bench/bench_api.py
+
+# fleet serve on PostgreSQL and SQLite under 32 HTTP clients (BENCH_API_ARGS="--jobs 2000").
+bench-api: install
+	$(PY) bench/bench_api.py $(BENCH_API_ARGS)
 
 serve: install
 	$(VENV)/bin/fleet serve
 
 plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml
+
+serve: install
+	$(VENV)/bin/fleet serve

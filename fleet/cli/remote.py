@@ -12,6 +12,7 @@ path; the exit status is then 1.  ``get jobs --watch`` polls.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -20,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8080"
@@ -89,12 +91,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     )
 
 
-def _quantities(values: dict[str, str] | None) -> str:
-    if values is None:
-        return "unlimited"
+def _quantities(values: dict[str, str], empty: str = "-") -> str:
+    """``gpu=8,cpu=96``; ``empty`` when nothing is listed (``unlimited`` for a max)."""
     gpu = values.get("nvidia.com/gpu")
     rest = [f"{k}={v}" for k, v in values.items() if k != "nvidia.com/gpu"]
-    return ",".join(([f"gpu={gpu}"] if gpu else []) + rest) or "-"
+    return ",".join(([f"gpu={gpu}"] if gpu else []) + rest) or empty
 
 
 def _age(seconds: float) -> str:
@@ -103,6 +104,11 @@ def _age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def _timestamp(rfc3339: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time as the server writes it."""
+    return datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
 def _emit(data: Any, output: str) -> None:
@@ -119,7 +125,7 @@ def _emit(data: Any, output: str) -> None:
 
 def _apply(args: argparse.Namespace) -> int:
     try:
-        body = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()  # noqa: SIM115
+        body = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     except OSError as e:
         print(f"error: {args.file}: {e.strerror}", file=sys.stderr)
         return 1
@@ -143,7 +149,7 @@ def _get(args: argparse.Namespace) -> int:
                         q["name"],
                         q["parent"],
                         _quantities(q["min"]),
-                        _quantities(q["max"]),
+                        _quantities(q["max"], "unlimited"),
                         _quantities(q["used"]),
                         _quantities(q["borrowed"]),
                         q["admitted"],
@@ -165,7 +171,7 @@ def _get(args: argparse.Namespace) -> int:
                 cluster_rows: list[tuple[object, ...]] = [
                     (
                         c["name"],
-                        "yes" if c["reachable"] else "no",
+                        c["health"],
                         c["gpus"]["total"],
                         c["gpus"]["used"],
                         c["gpus"]["free"],
@@ -173,7 +179,7 @@ def _get(args: argparse.Namespace) -> int:
                     )
                     for c in data["items"]
                 ]
-                print(table(("NAME", "REACHABLE", "GPUS", "USED", "FREE", "LABELS"), cluster_rows))
+                print(table(("NAME", "HEALTH", "GPUS", "USED", "FREE", "LABELS"), cluster_rows))
         else:
             _print_jobs(server, args)
         if not args.watch:
@@ -204,15 +210,16 @@ def _print_jobs(server: str, args: argparse.Namespace) -> None:
             f"{j['namespace']}/{j['name']}",
             j["queue"],
             j["state"],
+            j["priorityClass"],
             j["priority"],
             j["mode"],
             j["cluster"],
-            _age(now - j["createdAt"]),
-            (j["reason"] or "")[:80],
+            _age(now - _timestamp(j["submittedAt"])),
         )
         for j in items
     ]
-    print(table(("JOB", "QUEUE", "STATE", "PRIORITY", "MODE", "CLUSTER", "AGE", "REASON"), rows))
+    headers = ("JOB", "QUEUE", "STATE", "PRIORITY-CLASS", "PRIORITY", "MODE", "CLUSTER", "AGE")
+    print(table(headers, rows))
 
 
 def _job_path(ref: str) -> str:
