@@ -35,6 +35,3 @@ serve: install
 
 plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml
-
-serve: install
-	$(VENV)/bin/fleet serve
