@@ -30,6 +30,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -670,9 +671,18 @@ class MemberClusterModel(_Owned):
     def labels(self) -> Mapping[str, str]:
         return self.metadata.labels
 
+    #: The loaded cell config, kept after the first call (the model is frozen).
+    _cell_config: CellConfig | None = PrivateAttr(default=None)
+
     def cell_config(self) -> CellConfig:
-        """The validated HiveD cell config (raises CellConfigError if invalid)."""
-        return _cells.load(self.spec.cells)
+        """The validated HiveD cell config (raises CellConfigError if invalid).
+
+        Loaded once per model: every submission asks for it (GPU types,
+        capacity), and building a large cluster's topology is not cheap.
+        """
+        if self._cell_config is None:
+            self._cell_config = _cells.load(self.spec.cells)
+        return self._cell_config
 
     def problems(self) -> list[Problem]:
         return _cells.problems(self.spec.cells)
