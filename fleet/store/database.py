@@ -14,6 +14,7 @@ Sessions never expire their objects on commit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -81,6 +82,9 @@ class Database:
     reader: AsyncEngine
     _write_sessions: async_sessionmaker[AsyncSession]
     _read_sessions: async_sessionmaker[AsyncSession]
+    #: SQLite takes one writer at a time: writers of this process queue here
+    #: instead of in SQLite's busy handler, which sleeps between retries.
+    _write_turn: asyncio.Lock | None = None
 
     @property
     def dialect(self) -> str:
@@ -89,7 +93,8 @@ class Database:
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A session in one write transaction: committed on success, rolled back on error."""
-        async with self._write_sessions() as session, session.begin():
+        turn = self._write_turn if self._write_turn is not None else contextlib.nullcontext()
+        async with turn, self._write_sessions() as session, session.begin():
             yield session
 
     @contextlib.asynccontextmanager
@@ -130,6 +135,7 @@ async def open_database(url: str, *, migrate: bool = True) -> Database:
         reader,
         async_sessionmaker(writer, expire_on_commit=False),
         async_sessionmaker(reader, expire_on_commit=False),
+        asyncio.Lock() if backend == "sqlite" else None,
     )
     if migrate:
         try:
