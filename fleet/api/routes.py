@@ -20,11 +20,9 @@ from aiohttp import web
 from fleet import intake
 from fleet.api import keys, openapi, schemas
 from fleet.api.problems import (
-    Problem,
     ProblemError,
     bad_request,
     conflict,
-    http_problem,
     not_found,
     unsupported_media_type,
 )
@@ -335,7 +333,3 @@ def add_routes(app: web.Application) -> None:
     """Every route of the table in :mod:`fleet.api.openapi`, and its OpenAPI document."""
     app[keys.OPENAPI] = openapi.openapi_document()
     openapi.add_routes(app.router, HANDLERS)
-
-
-def http_unavailable(detail: str) -> Problem:
-    return http_problem(503, detail)
