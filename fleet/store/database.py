@@ -36,6 +36,8 @@ from sqlalchemy.ext.asyncio import (
 MIGRATION_LOCK: Final = 0x466C656574  # "Fleet"
 #: How long a SQLite connection waits for a lock before failing (milliseconds).
 SQLITE_BUSY_TIMEOUT_MS: Final = 10_000
+#: Connections kept open to PostgreSQL (as many again may be opened under load).
+POSTGRES_POOL_SIZE: Final = 32
 
 
 class DatabaseError(Exception):
@@ -124,7 +126,10 @@ async def open_database(url: str, *, migrate: bool = True) -> Database:
         writer = _sqlite_engine(url, immediate=True)
         reader = _sqlite_engine(url, immediate=False)
     elif backend == "postgresql":
-        writer = reader = create_async_engine(url, pool_pre_ping=True)
+        # Enough connections for the API's concurrent requests and the loop.
+        writer = reader = create_async_engine(
+            url, pool_pre_ping=True, pool_size=POSTGRES_POOL_SIZE, max_overflow=POSTGRES_POOL_SIZE
+        )
     else:
         raise DatabaseError(
             f"unsupported database {backend!r}: use sqlite+aiosqlite or postgresql+asyncpg"
