@@ -32,7 +32,6 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -303,25 +302,28 @@ class SchedulerLoop:
         async with self.db.read() as session:
             intents = await job_rows.open_intents(session)
             holding = await job_rows.in_states(session, [s.value for s in HOLDING])
-            deleting = await job_rows.by_ids(
-                session, sorted({i.job_id for i in intents if i.kind == "delete"})
-            )
-        actions: list[tuple[int | None, str, Any]] = [(None, "create", row) for row in holding]
+            deleting = {
+                r.id: r
+                for r in await job_rows.by_ids(
+                    session, sorted({i.job_id for i in intents if i.kind == "delete"})
+                )
+            }
+        actions: list[_Action] = [_Create(None, row) for row in holding]
         for intent in intents:
-            if intent.kind != "delete":
-                continue
-            row = next((r for r in deleting if r.id == intent.job_id), None)
+            row = deleting.get(intent.job_id) if intent.kind == "delete" else None
             if row is not None:
-                key = f"{row.namespace}/{row.name}"
-                actions.append((intent.id, "delete", _KeyOnly(key, row.id, intent.cluster)))
+                actions.append(_Delete(intent.id, f"{row.namespace}/{row.name}", intent.cluster))
         await self._act(actions)
+        # Every holding job was created again above; open create intents are done.
+        creates = [i.id for i in intents if i.kind == "create"]
+        await self._record([], self.clock.now(), done=creates)
 
     # Applying what happened -------------------------------------------------------------
     async def _apply_inbox(self, items: Sequence[_Item]) -> None:
         if not items:
             return
         now = self.clock.now()
-        changes: list[tuple[Transition, str]] = []
+        changes: list[Transition] = []
         deletes: list[tuple[str, str]] = []
         new_ids = [i for item in items if isinstance(item, _Submitted) for i in item.ids]
         async with self.db.read() as session:
@@ -341,43 +343,36 @@ class SchedulerLoop:
                     continue  # finished or cancelled meanwhile
                 if run is not None:
                     deletes.append((item.key, run.cluster))
-                changes += [(t, "") for t in out if isinstance(t, Transition)]
+                changes += _moves(out)
             elif isinstance(item, _FromMember):
                 changes += self._from_member(item)
-        await self._record(changes, now, deletes=deletes)
-        if deletes:
-            await self._act(
-                [
-                    (None, "delete", _KeyOnly(key, self._ids.get(key, 0), cluster))
-                    for key, cluster in deletes
-                ]
-            )
+        intents = await self._record(changes, now, deletes=deletes)
+        await self._act(
+            [
+                _Delete(intent, key, cluster)
+                for intent, (key, cluster) in zip(intents, deletes, strict=True)
+            ]
+        )
 
-    def _from_member(self, item: _FromMember) -> list[tuple[Transition, str]]:
+    def _from_member(self, item: _FromMember) -> list[Transition]:
         event = item.event
+        state = self.state
         try:
             if isinstance(event, JobStarted):
-                if self.state.phase.get(event.key) is JobState.DISPATCHED:
-                    return [
-                        (t, "")
-                        for t in events.apply(self.state, events.Started(event.key))
-                        if isinstance(t, Transition)
-                    ]
+                if state.phase.get(event.key) is JobState.DISPATCHED:
+                    return _moves(events.apply(state, events.Started(event.key)))
             elif isinstance(event, JobFinished):
-                if self.state.phase.get(event.key) is JobState.ADMITTED:
-                    events.apply(self.state, events.Dispatched(event.key))
-                if self.state.phase.get(event.key) in HOLDING:
-                    out = events.apply(
-                        self.state, events.Finished(event.key, event.succeeded, event.reason)
-                    )
-                    return [(t, "") for t in out if isinstance(t, Transition)]
+                if state.phase.get(event.key) is JobState.ADMITTED:
+                    events.apply(state, events.Dispatched(event.key))
+                if state.phase.get(event.key) in HOLDING:
+                    finished = events.Finished(event.key, event.succeeded, event.reason)
+                    return _moves(events.apply(state, finished))
             elif isinstance(event, JobStopped):
-                if event.key in self.state.stopping:
-                    out = events.apply(self.state, events.Stopped(event.key))
-                    return [(t, "") for t in out if isinstance(t, Transition)]
+                if event.key in state.stopping:
+                    return _moves(events.apply(state, events.Stopped(event.key)))
             elif isinstance(event, NodeHealth):
                 events.apply(
-                    self.state, events.NodeHealthChanged(item.cluster, event.node, event.healthy)
+                    state, events.NodeHealthChanged(item.cluster, event.node, event.healthy)
                 )
         except (KeyError, ValueError) as e:
             log.warning("ignored %s from %s: %s", event, item.cluster, e)
@@ -386,24 +381,21 @@ class SchedulerLoop:
     # Persisting decisions ----------------------------------------------------------------
     async def _record(
         self,
-        changes: Sequence[tuple[Transition, str]],
+        changes: Sequence[Transition],
         now: float,
         *,
         deletes: Sequence[tuple[str, str]] = (),
+        done: Sequence[int] = (),
     ) -> list[int | None]:
-        """Write job transitions (state, units, events) and deletion intents in one
-        transaction; the ids of those intents."""
-        if not changes and not deletes:
+        """Write job transitions (state, units, events), deletion intents and the
+        intents carried out, in one transaction; the ids of the new intents."""
+        if not changes and not deletes and not done:
             return []
         intents: list[IntentRow | None] = []
         async with self.db.write() as session:
-            rows = {
-                r.id: r
-                for r in await job_rows.by_ids(
-                    session, [self._ids[t.job] for t, _ in changes if t.job in self._ids]
-                )
-            }
-            for t, _ in changes:
+            ids = [self._ids[t.job] for t in changes if t.job in self._ids]
+            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
+            for t in changes:
                 row = rows.get(self._ids.get(t.job, -1))
                 if row is None:
                     continue
@@ -416,8 +408,9 @@ class SchedulerLoop:
                     if row_id is None
                     else job_rows.add_intent(session, row_id, "delete", cluster, now)
                 )
+            await job_rows.finish_intents(session, done, now)
             await session.flush()
-        for t, _ in changes:  # the loop forgets jobs that ended
+        for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
         return [None if i is None else i.id for i in intents]
@@ -436,13 +429,13 @@ class SchedulerLoop:
                 row.cluster = None
                 row.mode = None
 
-    async def _persist(self, decisions: Sequence[Decision]) -> list[tuple[int | None, str, Any]]:
+    async def _persist(self, decisions: Sequence[Decision]) -> list[_Action]:
         """Write the cycle's decisions in one transaction; the actions they call for."""
         now = self.state.now
         touched = [d for d in decisions if isinstance(d, Admit | Preempt)]
         if not touched:
             return []
-        actions: list[tuple[IntentRow | None, str, Any]] = []
+        planned: list[tuple[IntentRow, Admit | Preempt, JobRow]] = []
         async with self.db.write() as session:
             ids = sorted({self._ids[d.job] for d in touched if d.job in self._ids})
             rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
@@ -463,64 +456,59 @@ class SchedulerLoop:
                         message += f"; after {', '.join(d.victims)} stop"
                     job_rows.add_event(session, row.id, now, JobState.ADMITTED.value, message)
                     intent = job_rows.add_intent(session, row.id, "create", d.cluster, now)
-                    actions.append((intent, "create", row))
+                    planned.append((intent, d, row))
+                elif d.unit:
+                    run = self.state.running.get(d.job)
+                    if run is not None:
+                        row.units = [snapshot.unit_to_plain(u) for u in run.units]
+                    job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
                 else:
-                    if d.unit:
-                        run = self.state.running.get(d.job)
-                        if run is not None:
-                            row.units = [snapshot.unit_to_plain(u) for u in run.units]
-                        job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
-                        continue
                     self._write_state(row, JobState.PREEMPTED, now)
                     row.reason = d.reason
                     job_rows.add_event(
                         session, row.id, now, JobState.PREEMPTED.value, d.reason, warning=True
                     )
                     intent = job_rows.add_intent(session, row.id, "delete", d.cluster, now)
-                    actions.append((intent, "delete", _KeyOnly(d.job, row.id, d.cluster)))
+                    planned.append((intent, d, row))
             await session.flush()
-        return [(intent.id if intent is not None else None, kind, t) for intent, kind, t in actions]
+        return [
+            _Create(intent.id, row)
+            if isinstance(d, Admit)
+            else _Delete(intent.id, d.job, d.cluster)
+            for intent, d, row in planned
+        ]
 
     # Acting on members ---------------------------------------------------------------------
-    async def _act(self, actions: Sequence[tuple[int | None, str, Any]]) -> None:
-        now = self.clock.now()
-        changes: list[tuple[Transition, str]] = []
-        done: list[int] = []  # intent ids
-        for intent_id, kind, target in actions:
-            if kind == "create":
-                row: JobRow = target
+    async def _act(self, actions: Sequence[_Action]) -> None:
+        changes: list[Transition] = []
+        done: list[int] = []  # intents carried out
+        for action in actions:
+            if isinstance(action, _Create):
+                row = action.row
                 key = f"{row.namespace}/{row.name}"
                 run = self.state.running.get(key)
                 member = self.members.get(row.cluster or "")
-                if run is None or member is None:
-                    done.append(intent_id or 0)
-                    continue
-                try:
-                    await member.create(_dispatched(row, run.units, run.cluster))
-                except ClusterError as e:
-                    out = events.apply(self.state, events.DispatchFailed(key, str(e)))
-                    changes += [(t, "") for t in out if isinstance(t, Transition)]
-                    done.append(intent_id or 0)
-                    continue
-                if self.state.phase.get(key) is JobState.ADMITTED:
-                    out = events.apply(self.state, events.Dispatched(key))
-                    changes += [(t, "") for t in out if isinstance(t, Transition)]
-                done.append(intent_id or 0)
+                if run is not None and member is not None:
+                    try:
+                        await member.create(_dispatched(row, run.units, run.cluster))
+                    except ClusterError as e:
+                        changes += _moves(
+                            events.apply(self.state, events.DispatchFailed(key, str(e)))
+                        )
+                    else:
+                        if self.state.phase.get(key) is JobState.ADMITTED:
+                            changes += _moves(events.apply(self.state, events.Dispatched(key)))
             else:
-                who: _KeyOnly = target
-                member = self.members.get(who.cluster)
+                member = self.members.get(action.cluster)
                 if member is not None:
                     try:
-                        await member.delete(who.key)
+                        await member.delete(action.key)
                     except ClusterError as e:
-                        log.warning("could not delete %s in %s: %s", who.key, who.cluster, e)
-                        continue
-                done.append(intent_id or 0)
-        await self._record(changes, now)
-        finished = [i for i in done if i]
-        if finished:
-            async with self.db.write() as session:
-                await job_rows.finish_intents(session, finished, now)
+                        log.warning("could not delete %s in %s: %s", action.key, action.cluster, e)
+                        continue  # the intent stays open and is redone at start
+            if action.intent is not None:
+                done.append(action.intent)
+        await self._record(changes, self.clock.now(), done=done)
 
     # Publishing ---------------------------------------------------------------------------
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
@@ -589,10 +577,28 @@ class SchedulerLoop:
 
 
 @dataclass(frozen=True, slots=True)
-class _KeyOnly:
+class _Create:
+    """Create the job of ``row`` in its member (``intent``: the intent it carries out)."""
+
+    intent: int | None
+    row: JobRow
+
+
+@dataclass(frozen=True, slots=True)
+class _Delete:
+    """Delete job ``key`` in member ``cluster``."""
+
+    intent: int | None
     key: str
-    id: int
     cluster: str
+
+
+_Action = _Create | _Delete
+
+
+def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
+    """The job transitions among an event's outcomes."""
+    return [o for o in outcomes if isinstance(o, Transition)]
 
 
 def _dispatched(row: JobRow, units: Sequence[Unit], cluster: str) -> DispatchedJob:

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import yaml
+
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.sim import SimulatedCluster
@@ -73,8 +75,6 @@ async def _configuration(db: Database, settings: Settings, clock: Clock) -> tupl
 
 
 def _dump(cluster: MemberClusterModel) -> str:
-    import yaml
-
     return yaml.safe_dump(cluster.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 

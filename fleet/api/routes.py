@@ -180,21 +180,12 @@ async def get_job(request: web.Request) -> web.Response:
         events = await job_rows.events_of(session, row.id)
     job = snapshot.job_from_plain(row.record)
     detail = schemas.JobDetail(
-        namespace=row.namespace,
-        name=row.name,
-        uid=row.uid,
-        queue=row.queue,
-        state=JobState(row.state),
-        priority_class=row.priority_class,
-        priority=row.priority,
+        **_summary(row).model_dump(),
         preemptible=job.preemptible,
-        mode=None if row.mode is None else Mode(row.mode),
-        cluster=row.cluster,
         request=schemas.quantities(job.request),
         placement=_placement(row),
         reason=_reason(svc, row),
         suspended=row.suspended,
-        submitted_at=_time(row.created_at),
         events=[_event(e) for e in events],
     )
     return schemas.json_response(detail)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -61,13 +61,14 @@ async def by_name(session: AsyncSession, namespace: str, name: str) -> JobRow | 
 
 
 async def by_names(session: AsyncSession, keys: Iterable[tuple[str, str]]) -> dict[str, JobRow]:
-    """Rows of the given (namespace, name) pairs that exist, by ``namespace/name``."""
-    out: dict[str, JobRow] = {}
-    for namespace, name in keys:
-        row = await by_name(session, namespace, name)
-        if row is not None:
-            out[f"{namespace}/{name}"] = row
-    return out
+    """Rows of the given (namespace, name) pairs that exist, by ``namespace/name`` (one query)."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return {}
+    rows = await session.execute(
+        select(JobRow).where(tuple_(JobRow.namespace, JobRow.name).in_(wanted))
+    )
+    return {f"{r.namespace}/{r.name}": r for r in rows.scalars()}
 
 
 async def by_ids(session: AsyncSession, ids: Sequence[int]) -> list[JobRow]:

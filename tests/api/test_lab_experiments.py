@@ -19,6 +19,7 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.settings import POLICIES, Settings
+from tests.service import helpers
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]
@@ -44,12 +45,7 @@ async def start(
 
 
 async def settle(client: Client, clock: VirtualClock, seconds: float = 0.0) -> None:
-    loop = client.app[keys.SERVICE].loop
-    if seconds:
-        await clock.advance(seconds)
-    for _ in range(3):
-        await clock.run_until_idle()
-        await loop.quiet()
+    await helpers.settle(client.app[keys.SERVICE].loop, clock, seconds)
 
 
 async def submit(client: Client, clock: VirtualClock, file: str) -> None:

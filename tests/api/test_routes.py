@@ -14,6 +14,7 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.settings import POLICIES
+from tests.service import helpers
 from tests.service.helpers import pytorchjob, settings
 
 Client = TestClient[web.Request, web.Application]
@@ -32,12 +33,7 @@ async def api(
 
 
 async def settle(client: Client, clock: VirtualClock, seconds: float = 0.0) -> None:
-    loop = client.app[keys.SERVICE].loop
-    if seconds:
-        await clock.advance(seconds)
-    for _ in range(3):
-        await clock.run_until_idle()
-        await loop.quiet()
+    await helpers.settle(client.app[keys.SERVICE].loop, clock, seconds)
 
 
 async def ok(resp: Any, status: int = 200) -> Any:

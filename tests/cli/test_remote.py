@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,64 +13,23 @@ import pytest
 import yaml
 
 from fleet.cli.main import main
+from tests.service import servers
 from tests.service.helpers import pytorchjob
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ``fleet serve`` process with the example tree and clusters; its URL."""
     work = tmp_path_factory.mktemp("serve")
-    port = free_port()
-    log = work / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleet.cli.main",
-                "serve",
-                "--port",
-                str(port),
-                "--database-url",
-                f"sqlite+aiosqlite:///{work / 'fleet.db'}",
-                "--schedule-interval",
-                "0.2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=work,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-    url = f"http://127.0.0.1:{port}"
+    port = servers.free_port()
+    database = f"sqlite+aiosqlite:///{work / 'fleet.db'}"
+    proc = servers.start(database, port, work / "serve.log", cwd=work)
     try:
-        for _ in range(300):
-            if proc.poll() is not None:
-                pytest.fail("fleet serve exited:\n" + log.read_text())
-            try:
-                with urllib.request.urlopen(url + "/readyz", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("fleet serve did not become ready:\n" + log.read_text())
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        servers.stop(proc)
 
 
 def fleet(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -351,7 +305,7 @@ def test_delete_a_missing_job(server: str, capsys: pytest.CaptureFixture[str]) -
     ],
 )
 def test_an_unreachable_server(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{servers.free_port()}"
     code, out, err = fleet(capsys, *argv, "--server", url)
     assert (code, out) == (1, "")
     assert err.startswith(f"error: cannot reach the Fleet server at {url}: ")

@@ -9,8 +9,10 @@ from typing import Any
 import yaml
 
 from fleet.api.submissions import SubmissionLimits, parse_submission
+from fleet.clock import VirtualClock
 from fleet.core.quota import QuotaTree
 from fleet.intake import NewJob
+from fleet.loop import SchedulerLoop
 from fleet.manifests.models import MemberClusterModel
 from fleet.settings import POLICIES, Settings
 
@@ -99,3 +101,12 @@ def pytorchjob(
 
 def read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
+
+
+async def settle(loop: SchedulerLoop, clock: VirtualClock, seconds: float = 0.0) -> None:
+    """Advance the virtual clock and let the loop handle everything that follows."""
+    if seconds:
+        await clock.advance(seconds)
+    for _ in range(3):
+        await clock.run_until_idle()
+        await loop.quiet()

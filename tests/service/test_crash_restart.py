@@ -6,8 +6,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,56 +14,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.service import servers
 from tests.service.helpers import pytorchjob
 
 pytestmark = pytest.mark.slow
 
 CLIENTS = 32
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def start_server(database_url: str, port: int, log: Path) -> asyncio.subprocess.Process:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with log.open("ab") as out:
-        return await _start(database_url, port, log, out, env)
-
-
-async def _start(
-    database_url: str, port: int, log: Path, out: Any, env: dict[str, str]
-) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "fleet.cli.main",
-        "serve",
-        "--port",
-        str(port),
-        "--database-url",
-        database_url,
-        "--schedule-interval",
-        "0.2",
-        stdout=out,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    async with aiohttp.ClientSession() as session:
-        for _ in range(300):
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                    if resp.status == 200:
-                        return proc
-            except aiohttp.ClientError:
-                pass
-            if proc.returncode is not None:
-                raise AssertionError(log.read_text())
-            await asyncio.sleep(0.1)
-    proc.kill()
-    raise AssertionError("fleet serve did not become ready:\n" + log.read_text())
 
 
 async def submit_all(port: int, names: list[str], acked: list[str]) -> None:
@@ -124,22 +78,21 @@ async def placements(port: int, jobs: list[dict[str, Any]]) -> list[tuple[str, s
 async def killed_and_restarted(
     database_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[int, list[str]]]:
-    port = free_port()
+    port = servers.free_port()
     log = tmp_path / "serve.log"
-    proc = await start_server(database_url, port, log)
+    proc = await asyncio.to_thread(servers.start, database_url, port, log)
     names = [f"job-{n}" for n in range(400)]
     acked: list[str] = []
     submitter = asyncio.create_task(submit_all(port, names, acked))
     await asyncio.sleep(random.Random(os.getpid()).uniform(0.3, 1.5))
     proc.send_signal(signal.SIGKILL)
-    await proc.wait()
+    await asyncio.to_thread(proc.wait)
     await submitter
-    proc = await start_server(database_url, port, log)
+    proc = await asyncio.to_thread(servers.start, database_url, port, log)
     try:
         yield port, acked
     finally:
-        proc.terminate()
-        await proc.wait()
+        await asyncio.to_thread(servers.stop, proc)
 
 
 async def test_a_crash_loses_no_acknowledged_job_and_doubles_none(

@@ -8,6 +8,7 @@ from fleet import intake, service
 from fleet.clock import VirtualClock
 from fleet.service import Service
 from fleet.store import jobs as job_rows
+from tests.service import helpers
 from tests.service.helpers import new_jobs, pytorchjob, settings
 
 
@@ -19,12 +20,7 @@ async def submit(svc: Service, text: str) -> list[int]:
 
 
 async def settle(svc: Service, clock: VirtualClock, seconds: float = 0.0) -> None:
-    """Advance the clock and let the loop handle everything that follows."""
-    if seconds:
-        await clock.advance(seconds)
-    for _ in range(3):
-        await clock.run_until_idle()
-        await svc.loop.quiet()
+    await helpers.settle(svc.loop, clock, seconds)
 
 
 async def states(svc: Service) -> dict[str, str]:
