@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
+from fleet.clusters.kube.cluster import KubeCluster
 from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.placement import Placer
@@ -99,18 +101,23 @@ def _members(
     placers: dict[str, Placer] = {}
     members: dict[str, MemberCluster] = {}
     for cluster in clusters:
-        if not cluster.spec.simulated:
-            raise ConfigurationError(
-                f"member cluster {cluster.name}: only simulated clusters are supported so far"
-            )
         placers[cluster.name] = CellPlacer(cluster.name, cluster.cell_config())
-        members[cluster.name] = SimulatedCluster(cluster.name, clock)
+        kubeconfig = cluster.spec.kubeconfig
+        if kubeconfig is None:
+            members[cluster.name] = SimulatedCluster(cluster.name, clock)
+        else:
+            nodes = sorted(cluster.cell_config().nodes())
+            path = Path(kubeconfig.path)
+            members[cluster.name] = KubeCluster(
+                cluster.name, clock, path, kubeconfig.context, nodes
+            )
     return placers, members
 
 
 async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> Service:
     """Open, configure and start everything; see the module docstring."""
     db = await open_database(settings.database_url)
+    members: dict[str, MemberCluster] = {}
     try:
         tree_text, clusters_text = await _configuration(db, settings, clock)
         tree, warnings = convert.load_quota(tree_text)
@@ -118,9 +125,14 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
             log.warning("quota tree: %s", warning)
         clusters = convert.load_clusters(clusters_text)
         placers, members = _members(clusters, clock)
+        for member in members.values():
+            if isinstance(member, KubeCluster):
+                await member.start()
         loop = SchedulerLoop(db, clock, tree, placers, members, interval=settings.schedule_interval)
         await loop.start()
     except BaseException:
+        for member in members.values():
+            await member.close()
         await db.close()
         raise
     log.info(
@@ -134,4 +146,6 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
 
 async def stop(service: Service) -> None:
     await service.loop.stop()
+    for member in service.loop.members.values():
+        await member.close()
     await service.db.close()

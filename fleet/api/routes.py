@@ -254,7 +254,8 @@ async def list_clusters(request: web.Request) -> web.Response:
     items = []
     for cluster in svc.clusters:
         member = svc.loop.members.get(cluster.name)
-        reachable = member is not None and (await member.health()).reachable
+        health = await member.health() if member is not None else None
+        reachable = health is not None and health.reachable
         gpus = view.clusters.get(cluster.name)
         total, used = (gpus.total, gpus.used) if gpus else (0, 0)
         vcs = gpus.vcs if gpus else {}
@@ -266,6 +267,7 @@ async def list_clusters(request: web.Request) -> web.Response:
                 health=schemas.ClusterHealth.HEALTHY
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
+                message=health.message if health is not None else "no member backend",
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
                 virtual_clusters=[
                     schemas.VirtualClusterGpus(

@@ -259,6 +259,10 @@ class ClusterSummary(Schema):
     )
     simulated: bool = Field(description="Whether Fleet runs its jobs in process.")
     health: ClusterHealth = Field(description="Healthy, Degraded, Unreachable or Unknown.")
+    message: str = Field(
+        default="",
+        description="What the member backend says: why it is not ready, or how it is doing.",
+    )
     bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
     gpus: GpuCounts = Field(description="All GPUs of the cluster.")
     virtual_clusters: list[VirtualClusterGpus] = Field(
