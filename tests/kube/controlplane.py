@@ -181,7 +181,10 @@ class ControlPlane:
             "clusters": [
                 {
                     "name": self.name,
-                    "cluster": {"server": self.url, "certificate-authority": str(self.dir / "ca.crt")},
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority": str(self.dir / "ca.crt"),
+                    },
                 }
             ],
             "users": [{"name": "fleet", "user": {"token": token}}],
@@ -193,14 +196,19 @@ class ControlPlane:
 
     # Processes ---------------------------------------------------------------------
 
+    @staticmethod
+    def _spawn(log: Any, argv: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
     def start(self) -> None:
         self.start_etcd()
         self.start_apiserver()
 
     def start_etcd(self) -> None:
-        log = (self.dir / "etcd.log").open("ab")
-        self.etcd = subprocess.Popen(
-            [
+        with (self.dir / "etcd.log").open("ab") as log:
+            self.etcd = self._spawn(
+                log,
+                [
                 str(self.bin_dir / "etcd"),
                 "--name", "default",
                 "--data-dir", str(self.dir / "etcd"),
@@ -211,16 +219,15 @@ class ControlPlane:
                 "--initial-cluster", f"default=http://127.0.0.1:{self.peer_port}",
                 "--unsafe-no-fsync",
                 "--log-level", "warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            ]
+            )  # fmt: skip
 
     def start_apiserver(self, *, wait: bool = True) -> None:
         d = self.dir
-        log = (d / "apiserver.log").open("ab")
-        self.apiserver = subprocess.Popen(
-            [
+        with (d / "apiserver.log").open("ab") as log:
+            self.apiserver = self._spawn(
+                log,
+                [
                 str(self.bin_dir / "kube-apiserver"),
                 "--etcd-servers", f"http://127.0.0.1:{self.etcd_port}",
                 "--bind-address", "127.0.0.1",
@@ -241,10 +248,8 @@ class ControlPlane:
                 "--profiling=false",
                 "--watch-cache=true",
                 "-v", "0",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            ]
+            )  # fmt: skip
         if wait:
             self.wait_ready()
 
@@ -268,7 +273,9 @@ class ControlPlane:
         for name in ("apiserver.log", "etcd.log"):
             f = self.dir / name
             if f.exists():
-                text += f"--- {name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-30:])
+                text += f"--- {name}\n" + "\n".join(
+                    f.read_text(errors="replace").splitlines()[-30:]
+                )
         return text
 
     def stop_apiserver(self) -> None:
@@ -366,4 +373,3 @@ def wait_for(predicate: Any, what: str, timeout: float = 60.0, interval: float =
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
-

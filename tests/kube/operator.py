@@ -180,11 +180,15 @@ class Operator:
     # What tests do -----------------------------------------------------------------
 
     def job(self, namespace: str, name: str) -> dict[str, Any]:
-        return dict(self.admin.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}"))
+        return dict(
+            self.admin.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}")
+        )
 
     def finish(self, namespace: str, name: str, *, succeeded: bool = True) -> None:
         kind = "Succeeded" if succeeded else "Failed"
         self._add_condition(self.job(namespace, name), _condition(kind, f"PyTorchJob{kind}"))
 
     def restart(self, namespace: str, name: str) -> None:
-        self._add_condition(self.job(namespace, name), _condition("Restarting", "PyTorchJobRestarting"))
+        self._add_condition(
+            self.job(namespace, name), _condition("Restarting", "PyTorchJobRestarting")
+        )

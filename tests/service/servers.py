@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -19,11 +20,16 @@ def free_port() -> int:
 
 
 def start(
-    database_url: str, port: int, log: Path, *, cwd: Path | None = None
+    database_url: str,
+    port: int,
+    log: Path,
+    *,
+    cwd: Path | None = None,
+    args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
 
-    Its output is appended to ``log``; AssertionError with that log if it exits
+    ``args`` are more options of ``fleet serve``.  Its output is appended to ``log``; AssertionError with that log if it exits
     or is not ready within 30 s.
     """
     with log.open("ab") as out:
@@ -39,6 +45,7 @@ def start(
                 database_url,
                 "--schedule-interval",
                 "0.2",
+                *args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -7,7 +7,7 @@ PyTorchJob created in the member: the deterministic name
 queue, cluster) and annotations (the job's key and its placement), and pod
 templates that name Fleet as their scheduler, carry the job's uid label, and
 may only run on the nodes planned for their replica type (node affinity on
-``metadata.name``, added to every term the user gave).  The other functions
+``metadata.name``: every term the user gave, once per planned node).  The other functions
 read what the member says: a PyTorchJob's phase from its conditions, a
 Node's health, which planned replica a pod is, and the Binding and Event
 objects the pod binder posts.
@@ -132,10 +132,14 @@ def _template(template: Mapping[str, Any], uid: str, scheduler: str, nodes: list
     affinity = dict(pod.get("affinity") or {})
     node_affinity = dict(affinity.get("nodeAffinity") or {})
     required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    ours = {"key": "metadata.name", "operator": "In", "values": nodes}
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
-    for term in terms:
-        term["matchFields"] = [*list(term.get("matchFields") or []), ours]
+    # A node field selector takes one value, and terms are ORed: one term per
+    # (user's term, planned node), each the user's term AND that node.
+    given = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    terms = []
+    for term in given:
+        for node in nodes:
+            ours = {"key": "metadata.name", "operator": "In", "values": [node]}
+            terms.append({**term, "matchFields": [*list(term.get("matchFields") or []), ours]})
     required["nodeSelectorTerms"] = terms
     node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
     affinity["nodeAffinity"] = node_affinity
