@@ -52,6 +52,7 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import SchedulerState, Transition, Unit
+from fleet.failover import Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
 from fleet.store.models import IntentRow, JobRow
@@ -172,12 +173,14 @@ class SchedulerLoop:
         self._watchers: list[asyncio.Task[None]] = []
         self._reasons: dict[str, str] = {}
         self._ids: dict[str, int] = {}  # job key -> row id
+        self.failover = Failover(db)
         self.iterations = 0
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         """Rebuild the state from the database, redo open intents, start the loop."""
         await self._rebuild()
+        await self.failover.load(self._ids, self.clock.now())
         for name, member in self.members.items():
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
@@ -249,6 +252,7 @@ class SchedulerLoop:
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
+        await self._fail_over()
         if self.threaded:
             decisions = await asyncio.to_thread(cycle, self.state)
         else:
@@ -357,6 +361,8 @@ class SchedulerLoop:
     def _from_member(self, item: _FromMember) -> list[Transition]:
         event = item.event
         state = self.state
+        if not self.failover.observe(item.cluster, event, state):
+            return []  # failover's business (readiness, restarts, old copies)
         try:
             if isinstance(event, JobStarted):
                 if state.phase.get(event.key) is JobState.DISPATCHED:
@@ -377,6 +383,21 @@ class SchedulerLoop:
         except (KeyError, ValueError) as e:
             log.warning("ignored %s from %s: %s", event, item.cluster, e)
         return []
+
+    async def _fail_over(self) -> None:
+        """Fail over jobs unhealthy for too long, and purge old copies (:mod:`fleet.failover`)."""
+        now = self.clock.now()
+        due = await self.failover.due(self.state, self._ids, now)
+        changes: list[Transition] = []
+        for d in due:
+            log.warning("%s: %s", d.key, d.reason)
+            changes += _moves(events.apply(self.state, events.FailedOver(d.key, d.reason)))
+        if due:
+            await self._record(changes, now)
+            await self.failover.record(due, self.state, self._ids, now)
+        done = await self.failover.purge(self.state, self.members)
+        if done:
+            await self._record([], now, done=done)
 
     # Persisting decisions ----------------------------------------------------------------
     async def _record(

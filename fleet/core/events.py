@@ -72,6 +72,19 @@ class DispatchFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedOver:
+    """The job was unhealthy in its member for too long: queue it again, away from that member.
+
+    Its cells and quota are released; the job is queued with the member it
+    ran in taken out of its allowed clusters (all clusters when it had no
+    affinity), so the next admission places it elsewhere.
+    """
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     """The preempted job's pods are gone: queue it again."""
 
@@ -132,6 +145,7 @@ Event = (
     | Finished
     | Cancelled
     | DispatchFailed
+    | FailedOver
     | Stopped
     | NodeHealthChanged
     | QuotaTreeReplaced
@@ -168,6 +182,8 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _cancelled(state, event)
         case DispatchFailed():
             return _dispatch_failed(state, event)
+        case FailedOver():
+            return _failed_over(state, event)
         case Stopped():
             return _stopped(state, event)
         case NodeHealthChanged():
@@ -228,6 +244,15 @@ def _dispatch_failed(state: SchedulerState, event: DispatchFailed) -> list[Outco
     lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
     job = state.release(key).job
     state.enqueue(job)
+    return [state.move(key, JobState.QUEUED, event.reason)]
+
+
+def _failed_over(state: SchedulerState, event: FailedOver) -> list[Outcome]:
+    key = event.key
+    lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
+    run = state.release(key)
+    allowed = run.job.clusters if run.job.clusters is not None else frozenset(state.placers)
+    state.enqueue(dataclasses.replace(run.job, clusters=allowed - {run.cluster}))
     return [state.move(key, JobState.QUEUED, event.reason)]
 
 

@@ -279,7 +279,10 @@ class ControlPlane:
         return text
 
     def stop_apiserver(self) -> None:
-        _stop(self.apiserver)
+        """Kill the API server at once (its graceful shutdown waits for open watches)."""
+        if self.apiserver is not None and self.apiserver.poll() is None:
+            self.apiserver.kill()
+            self.apiserver.wait()
         self.apiserver = None
 
     def stop(self) -> None:

@@ -81,6 +81,8 @@ log = logging.getLogger("fleet.clusters.kube")
 #: Seconds between two checks that the member answers and serves the CRD.
 PROBE_INTERVAL: Final = 2.0
 GROUP_PATH: Final = "/apis/kubeflow.org/v1"
+#: Seconds :meth:`KubeCluster.start` waits for the first lists of a ready member.
+SYNC_TIMEOUT: Final = 10.0
 
 JSON = dict[str, Any]
 
@@ -199,6 +201,12 @@ class KubeCluster:
             )
             self._watchers.append(watcher)
             watcher.start()
+        if self._probe_error is None:
+            # Let the first lists arrive, so that what is there is known before acting.
+            synced = [asyncio.create_task(w.synced.wait()) for w in self._watchers]
+            _, late = await asyncio.wait(synced, timeout=SYNC_TIMEOUT)
+            for task in late:
+                task.cancel()
         self._tasks.append(asyncio.create_task(self._probe_loop(), name=f"probe {self._name}"))
         self._tasks.append(asyncio.create_task(self._retry_loop(), name=f"retry {self._name}"))
 
@@ -577,6 +585,8 @@ class KubeCluster:
         return obj is not None and objects.node_health(obj)[0]
 
     def _report_nodes(self) -> None:
+        if not self._not_ready_reason() and "nodes" not in self._synced:
+            return  # ready, but the Nodes are not listed yet: nothing to say
         now = self._clock.now()
         for node in self._config_nodes:
             ok = self._node_ok(node)

@@ -68,6 +68,8 @@ class Watcher:
         self.resource_version: str | None = None
         self.relists = 0
         self.failing = False
+        #: Set once the first list has been handed to ``sync``.
+        self.synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -119,6 +121,7 @@ class Watcher:
         self.relists += 1
         await self._ok()
         await self._sync(items)
+        self.synced.set()
 
     async def _watch(self) -> None:
         query = [
