@@ -29,8 +29,9 @@ def start(
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
 
-    ``args`` are more options of ``fleet serve``.  Its output is appended to ``log``; AssertionError with that log if it exits
-    or is not ready within 30 s.
+    ``args`` are more options of ``fleet serve``.  Its output is appended
+    to ``log``; AssertionError with that log if it exits or is not ready
+    within 30 s.
     """
     with log.open("ab") as out:
         proc = subprocess.Popen(
