@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
+    ClusterConflict,
     ClusterError,
     DispatchedJob,
     JobFinished,
@@ -52,7 +53,7 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import SchedulerState, Transition, Unit
-from fleet.failover import Failover
+from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
 from fleet.store.models import IntentRow, JobRow
@@ -503,6 +504,7 @@ class SchedulerLoop:
     async def _act(self, actions: Sequence[_Action]) -> None:
         changes: list[Transition] = []
         done: list[int] = []  # intents carried out
+        conflicts: list[Due] = []
         for action in actions:
             if isinstance(action, _Create):
                 row = action.row
@@ -512,6 +514,11 @@ class SchedulerLoop:
                 if run is not None and member is not None:
                     try:
                         await member.create(_dispatched(row, run.units, run.cluster))
+                    except ClusterConflict as e:
+                        # Another object holds the name there: never overwrite it, go elsewhere.
+                        why = f"not created in {run.cluster}: {e.message}"
+                        changes += _moves(events.apply(self.state, events.FailedOver(key, why)))
+                        conflicts.append(Due(key, run.cluster, why, None))
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
@@ -530,6 +537,8 @@ class SchedulerLoop:
             if action.intent is not None:
                 done.append(action.intent)
         await self._record(changes, self.clock.now(), done=done)
+        if conflicts:
+            await self.failover.record(conflicts, self.state, self._ids, self.clock.now())
 
     # Publishing ---------------------------------------------------------------------------
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
