@@ -7,7 +7,15 @@ from sqlalchemy import inspect
 
 from fleet.store.database import alembic_config, downgrade, open_database, upgrade
 
-TABLES = {"alembic_version", "clusters", "intents", "job_events", "jobs", "quota_trees"}
+TABLES = {
+    "alembic_version",
+    "clusters",
+    "intents",
+    "job_events",
+    "jobs",
+    "quota_trees",
+    "unhealthy_jobs",
+}
 
 
 async def tables(url: str) -> set[str]:

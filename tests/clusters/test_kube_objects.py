@@ -1,0 +1,242 @@
+"""The Kubernetes objects Fleet writes and reads, without a cluster; its errors; failover rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet.clusters.base import ClusterConflict, ClusterRejected, ClusterUnavailable, DispatchedJob
+from fleet.clusters.kube import client, objects
+from fleet.core.placement import PodPlacement
+from fleet.failover import Rule, rule_of
+
+
+def dispatched(manifest: dict[str, Any], pods: tuple[PodPlacement, ...]) -> DispatchedJob:
+    return DispatchedJob("team-a/train", "uid-1", "alpha", "team-a", pods, manifest)
+
+
+MANIFEST: dict[str, Any] = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {
+        "name": "train",
+        "namespace": "team-a",
+        "uid": "from-another-server",
+        "resourceVersion": "7",
+        "labels": {"team": "a"},
+        "annotations": {"note": "kept"},
+    },
+    "spec": {
+        "pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "m"}]}}},
+            "Worker": {
+                "replicas": 4,
+                "template": {
+                    "metadata": {"labels": {"role": "worker"}},
+                    "spec": {
+                        "containers": [{"name": "w"}],
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {"key": "zone", "operator": "In", "values": ["a"]}
+                                            ]
+                                        }
+                                    ]
+                                }
+                            }
+                        },
+                    },
+                },
+            },
+        }
+    },
+    "status": {"conditions": []},
+}
+PODS = (
+    PodPlacement("Master-0", "n0", (0,)),
+    PodPlacement("Worker-0", "n0", (1, 2)),
+    PodPlacement("Worker-1", "n1", (0, 1)),
+)
+
+
+def test_the_pytorchjob_has_the_deterministic_name_fleet_labels_and_placement() -> None:
+    obj = objects.pytorchjob(dispatched(MANIFEST, PODS))
+    meta = obj["metadata"]
+    assert meta["name"] == dispatched(MANIFEST, PODS).object_name
+    assert meta["namespace"] == "team-a"
+    assert "uid" not in meta and "resourceVersion" not in meta and "status" not in obj
+    assert meta["labels"] == {
+        "team": "a",
+        "fleet.io/job-uid": "uid-1",
+        "fleet.io/cluster": "alpha",
+        "fleet.io/queue": "team-a",
+    }
+    assert meta["annotations"]["note"] == "kept"
+    assert meta["annotations"]["fleet.io/job"] == "team-a/train"
+    assert json.loads(meta["annotations"]["fleet.io/placement"]) == [
+        {"pod": "Master-0", "node": "n0", "gpus": [0]},
+        {"pod": "Worker-0", "node": "n0", "gpus": [1, 2]},
+        {"pod": "Worker-1", "node": "n1", "gpus": [0, 1]},
+    ]
+    assert MANIFEST["metadata"]["uid"] == "from-another-server"  # the input is not changed
+
+
+def test_replicas_are_the_placed_pods_and_affinity_adds_the_planned_nodes_to_every_term() -> None:
+    spec = objects.pytorchjob(dispatched(MANIFEST, PODS))["spec"]["pytorchReplicaSpecs"]
+    assert spec["Master"]["replicas"] == 1
+    assert spec["Worker"]["replicas"] == 2  # placed: 2 of the 4 asked (minAvailable)
+    worker = spec["Worker"]["template"]
+    assert worker["metadata"]["labels"] == {"role": "worker", "fleet.io/job-uid": "uid-1"}
+    assert worker["spec"]["schedulerName"] == "fleet-scheduler"
+    terms = worker["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    assert terms == [
+        {
+            "matchExpressions": [zone],
+            "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}],
+        }
+        for node in ("n0", "n1")
+    ]
+    master = spec["Master"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert master["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}
+    ]
+
+
+def test_a_replica_type_with_no_placed_pod_is_left_out() -> None:
+    spec = objects.pytorchjob(dispatched(MANIFEST, PODS[:1]))["spec"]["pytorchReplicaSpecs"]
+    assert list(spec) == ["Master"]
+
+
+def test_a_queue_name_that_is_no_label_value_is_left_out_of_the_labels() -> None:
+    job = DispatchedJob("team-a/train", "uid-1", "alpha", "q" * 64, PODS, MANIFEST)
+    assert "fleet.io/queue" not in objects.pytorchjob(job)["metadata"]["labels"]
+
+
+def condition(kind: str, status: str = "True", message: str = "") -> dict[str, str]:
+    return {"type": kind, "status": status, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([], None),
+        ([condition("Created")], objects.Phase.CREATED),
+        ([condition("Created"), condition("Running")], objects.Phase.RUNNING),
+        (
+            [condition("Created"), condition("Running", "False"), condition("Restarting")],
+            objects.Phase.RESTARTING,
+        ),
+        ([condition("Running"), condition("Succeeded")], objects.Phase.SUCCEEDED),
+        ([condition("Failed", message="OOM"), condition("Running")], objects.Phase.FAILED),
+        ([condition("Suspended")], None),
+    ],
+    ids=["none", "created", "running", "restarting", "succeeded", "failed-wins", "unknown"],
+)
+def test_the_phase_of_a_pytorchjob_comes_from_its_true_conditions(
+    conditions: list[dict[str, str]], expected: objects.Phase | None
+) -> None:
+    assert objects.phase({"status": {"conditions": conditions}})[0] is expected
+
+
+@pytest.mark.parametrize(
+    ("node", "healthy", "why"),
+    [
+        ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, True, ""),
+        (
+            {
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletDown"}]
+                }
+            },
+            False,
+            "NotReady (KubeletDown)",
+        ),
+        (
+            {
+                "spec": {"unschedulable": True},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+            False,
+            "cordoned (unschedulable)",
+        ),
+        ({"status": {}}, False, "NotReady (no Ready condition)"),
+    ],
+    ids=["ready", "not-ready", "cordoned", "no-condition"],
+)
+def test_node_health(node: dict[str, Any], healthy: bool, why: str) -> None:
+    assert objects.node_health(node) == (healthy, why)
+
+
+@pytest.mark.parametrize(
+    ("labels", "replica"),
+    [
+        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "3"}, "Worker-3"),
+        ({objects.REPLICA_TYPE_LABEL: "Master", objects.REPLICA_INDEX_LABEL: "0"}, "Master-0"),
+        ({objects.REPLICA_TYPE_LABEL: "worker"}, None),
+        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "x"}, None),
+    ],
+)
+def test_a_pod_is_matched_to_its_replica_by_the_operators_labels(
+    labels: dict[str, str], replica: str | None
+) -> None:
+    assert objects.replica_name({"metadata": {"labels": labels}}) == replica
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (401, ClusterUnavailable),
+        (403, ClusterUnavailable),
+        (404, ClusterRejected),
+        (409, ClusterConflict),
+        (410, ClusterUnavailable),
+        (422, ClusterRejected),
+        (500, ClusterUnavailable),
+        (429, ClusterUnavailable),
+    ],
+)
+def test_api_errors_become_fleets_cluster_errors(status: int, kind: type[Exception]) -> None:
+    error = client.error_for("alpha", status, "GET /x", {"message": "why"})
+    assert isinstance(error, kind)
+    assert error.status == status
+    assert str(error) == f"alpha: GET /x: HTTP {status}: why"
+
+
+async def test_an_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(client.Invalid, match=r"kubeconfig .*missing\.yaml"):
+        await client.connect("alpha", missing)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Config\ncontexts: []\nclusters: []\nusers: []\n")
+    with pytest.raises(client.Invalid, match="context nope"):
+        await client.connect("alpha", bad, "nope")
+
+
+@pytest.mark.parametrize(
+    ("failover", "rule"),
+    [
+        (None, Rule(300, "Gracefully")),
+        ({"application": {}}, Rule(300, "Gracefully")),
+        (
+            {"application": {"decisionConditions": {"tolerationSeconds": 30}}},
+            Rule(30, "Gracefully"),
+        ),
+        ({"application": {"purgeMode": "Directly"}}, Rule(300, "Directly")),
+        ({"application": {"purgeMode": "Immediately"}}, Rule(300, "Directly")),
+        ({"application": {"purgeMode": "Graciously"}}, Rule(300, "Gracefully")),
+        ({"application": {"purgeMode": "Never"}}, Rule(300, "Never")),
+    ],
+    ids=["no-failover", "empty", "toleration", "directly", "immediately", "graciously", "never"],
+)
+def test_the_failover_rule_of_a_stored_policy(failover: dict[str, Any] | None, rule: Rule) -> None:
+    policy = {"spec": {"failover": failover}} if failover is not None else {"spec": {}}
+    assert rule_of(policy) == rule
