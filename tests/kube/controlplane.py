@@ -89,11 +89,16 @@ class Admin:
         req.add_header("Content-Type", content_type)
         req.add_header("Accept", "application/json")
         context = ssl.create_default_context(cafile=str(self.ca_file))
-        try:
-            with urllib.request.urlopen(req, timeout=30, context=context) as resp:
-                text = resp.read().decode()
-        except urllib.error.HTTPError as e:
-            raise ApiError(e.code, e.read().decode()) from e
+        for attempt in range(100):
+            try:
+                with urllib.request.urlopen(req, timeout=30, context=context) as resp:
+                    text = resp.read().decode()
+                break
+            except urllib.error.HTTPError as e:
+                # 429 while a restarted API server (re)initializes its storage.
+                if e.code != 429 or attempt == 99:
+                    raise ApiError(e.code, e.read().decode()) from e
+                time.sleep(0.1)
         try:
             return json.loads(text) if text else None
         except ValueError:

@@ -140,7 +140,7 @@ def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(
 
     def both_bad() -> bool:
         view = fleet.clusters_view()
-        return view["alpha"]["gpus"]["free"] == 4 and view["beta"]["gpus"]["free"] == 4
+        return bool(view["alpha"]["gpus"]["free"] == 4 and view["beta"]["gpus"]["free"] == 4)
 
     wait_for(both_bad, "one node of each member out of allocation")
     fleet.submit(submission("wide", workers=2, gpus=4))
