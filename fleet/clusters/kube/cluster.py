@@ -5,7 +5,8 @@ Theory of operation: :class:`KubeCluster` implements
 (from the member's own kubeconfig).  It keeps what Fleet wants there — the
 jobs dispatched to it, by key, each with its uid and placement — and three
 watches (:mod:`.watches`) of what is there: Fleet's PyTorchJobs (by the uid
-label), the pods that name Fleet's scheduler, and the Nodes.
+label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
+(:mod:`.nodes`).
 
 * **Create** looks the PyTorchJob up by its deterministic name: absent, it
   is created (:func:`.objects.pytorchjob`); present with the job's uid label,
@@ -14,12 +15,11 @@ label), the pods that name Fleet's scheduler, and the Nodes.
   alone.  A member that does not answer does not fail the job: the creation
   is retried with backoff, and the member's readiness (below) drives the
   failover clock.
-* **Binding.**  Fleet is the scheduler of those pods: a pending pod with the
-  uid label of a job dispatched here is matched to its planned replica
-  (``training.kubeflow.org/replica-type`` and ``-index``), gets the GPU
-  indices in an annotation, and is bound to the planned node through its
-  ``binding`` subresource.  A pod that names Fleet's scheduler but belongs to
-  no such job stays pending, with a Warning Event saying why.
+* **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
+  dispatched here is matched to its planned replica
+  (``training.kubeflow.org/replica-type`` and ``-index``) and bound to the
+  planned node with its GPU indices.  A pod that names Fleet's scheduler but
+  belongs to no such job stays pending, with a Warning Event saying why.
 * **Status.**  The PyTorchJob's conditions give
   :class:`~fleet.clusters.base.JobStarted` (Running),
   :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ from fleet.clusters.base import (
     member_object_name,
     split_key,
 )
-from fleet.clusters.kube import objects
+from fleet.clusters.kube import binder, objects
 from fleet.clusters.kube.client import (
     AlreadyExists,
     KubeClient,
@@ -73,6 +72,8 @@ from fleet.clusters.kube.client import (
     Refused,
     connect,
 )
+from fleet.clusters.kube.nodes import NodeTracker
+from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
 from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
 
@@ -80,19 +81,21 @@ log = logging.getLogger("fleet.clusters.kube")
 
 #: Seconds between two checks that the member answers and serves the CRD.
 PROBE_INTERVAL: Final = 2.0
-GROUP_PATH: Final = "/apis/kubeflow.org/v1"
 #: Seconds :meth:`KubeCluster.start` waits for the first lists of a ready member.
 SYNC_TIMEOUT: Final = 10.0
+GROUP_PATH: Final = "/apis/kubeflow.org/v1"
 
 JSON = dict[str, Any]
 
 
 @dataclass(slots=True)
 class _Wanted:
-    """A job Fleet dispatched to this member, and what the member said of it."""
+    """A job Fleet dispatched to (or deletes from) this member, and what the member said."""
 
-    job: DispatchedJob
-    places: dict[str, PodPlacement] = field(default_factory=dict)  # replica -> PodPlacement
+    key: str
+    uid: str | None
+    job: DispatchedJob | None = None  # None: only deleted here, not dispatched by this process
+    places: dict[str, PodPlacement] = field(default_factory=dict)  # replica -> placement
     created: bool = False
     started: bool = False
     ended: bool = False
@@ -136,20 +139,19 @@ class KubeCluster:
         self._clock = clock
         self._kubeconfig = kubeconfig
         self._context = context
-        self._config_nodes = tuple(nodes)
         self._scheduler = scheduler
         self._probe_interval = probe_interval
         self._backoff = backoff
         self._client: KubeClient | None = None
         self._events: asyncio.Queue[MemberEvent | None] = asyncio.Queue()
         self._wanted: dict[str, _Wanted] = {}
-        self._by_uid: dict[str, str] = {}
-        self._jobs: dict[tuple[str, str], JSON] = {}  # (namespace, name) -> PyTorchJob
-        self._pods: dict[tuple[str, str], JSON] = {}
-        self._nodes: dict[str, JSON] = {}
-        self._synced: set[str] = set()
-        self._reported_nodes: dict[str, bool] = dict.fromkeys(self._config_nodes, True)
-        self._told: set[str] = set()  # uids of pods told why they wait
+        self._by_uid: dict[str, str] = {}  # uid -> key
+        self._by_ident: dict[Ident, str] = {}  # (namespace, object name) -> key
+        self._jobs: dict[Ident, JSON] = {}  # Fleet's PyTorchJobs in the member
+        self._jobs_listed = False
+        self._pods = PodIndex()
+        self._nodes = NodeTracker(nodes)
+        self._teller = binder.Teller()
         self._probe_error: str | None = "not contacted yet"
         self._watch_errors: dict[str, str] = {}
         self._ready: bool | None = None
@@ -170,23 +172,28 @@ class KubeCluster:
             self._client = await connect(self._name, self._kubeconfig, self._context)
         except ClusterError as e:
             self._probe_error = e.message
-            await self._readiness()
+            self._readiness()
             return
         await self._probe()
         client = self._client
-        fleet_jobs = [("labelSelector", objects.UID_LABEL)]
-        ours = [("fieldSelector", f"spec.schedulerName={self._scheduler}")]
-        for what, path, query, sync, event in (
+        watches: list[tuple[str, str, list[tuple[str, str]], Any, Any]] = [
             (
                 "pytorchjobs",
                 f"{GROUP_PATH}/{objects.PLURAL}",
-                fleet_jobs,
+                [("labelSelector", objects.UID_LABEL)],
                 self._sync_jobs,
                 self._job_event,
             ),
-            ("pods", "/api/v1/pods", ours, self._sync_pods, self._pod_event),
+            (
+                "pods",
+                "/api/v1/pods",
+                [("fieldSelector", f"spec.schedulerName={self._scheduler}")],
+                self._sync_pods,
+                self._pod_event,
+            ),
             ("nodes", "/api/v1/nodes", [], self._sync_nodes, self._node_event),
-        ):
+        ]
+        for what, path, query, sync, event in watches:
             watcher = Watcher(
                 client,
                 self._clock,
@@ -232,11 +239,12 @@ class KubeCluster:
         reason = self._not_ready_reason()
         if reason:
             return ClusterHealth(False, reason)
-        ready = sum(1 for n in self._config_nodes if self._reported_nodes.get(n, False))
-        return ClusterHealth(
-            True,
-            f"ready: {ready}/{len(self._config_nodes)} nodes healthy, {len(self._wanted)} jobs",
-        )
+        total = len(self._nodes.config_nodes)
+        message = f"ready: {self._nodes.healthy()}/{total} nodes healthy"
+        problems = self._nodes.problems()
+        if problems:
+            message += "; " + ", ".join(f"{n}: {why}" for n, why in sorted(problems.items()))
+        return ClusterHealth(True, message)
 
     # Create and delete ---------------------------------------------------------------
 
@@ -245,18 +253,17 @@ class KubeCluster:
         if job.cluster != self._name:
             raise ValueError(f"job {job.key} is dispatched to {job.cluster}, not to {self._name}")
         wanted = self._wanted.get(job.key)
-        if wanted is not None and wanted.job.uid != job.uid:
+        if wanted is not None and wanted.uid != job.uid:
             raise ClusterConflict(
-                self._name, f"job {job.key} is here with uid {wanted.job.uid}, not {job.uid}"
+                self._name, f"job {job.key} is here with uid {wanted.uid}, not {job.uid}"
             )
         if wanted is None:
-            wanted = _Wanted(job, {p.pod: p for p in job.pods})
-            self._wanted[job.key] = wanted
-            self._by_uid[job.uid] = job.key
+            wanted = _Wanted(job.key, job.uid, job, {p.pod: p for p in job.pods})
+            self._remember(wanted)
         if wanted.created:
             return
         try:
-            await self._create(wanted)
+            await self._create(wanted, job)
         except (ClusterConflict, ClusterRejected):
             self._forget(job.key)
             raise
@@ -264,67 +271,70 @@ class KubeCluster:
             log.warning("%s: creating %s failed, retrying: %s", self._name, job.key, e)
             self._retry.set()
             return
-        await self._bind_waiting()
+        await self._bind_pods(job.uid)
 
     async def delete(self, key: str) -> bool:
         """Delete job ``key``'s PyTorchJob and its pods; see the module docstring."""
         split_key(key)
         wanted = self._wanted.get(key)
         if wanted is None:
-            # Not dispatched by this process (a restart): delete what is there.
+            # Not dispatched by this process (a restart, a purge): delete what is there.
             here = self._jobs.get(self._where(key))
-            uid = objects.labels(here).get(objects.UID_LABEL) if here is not None else None
-            if here is None and "pytorchjobs" in self._synced:
+            if here is None and self._jobs_listed:
                 return False
-            placeholder = DispatchedJob(
-                key, str(uid or "unknown"), self._name, "", (_nowhere(),), {}
-            )
-            wanted = _Wanted(placeholder, created=True)
-            self._wanted[key] = wanted
-            if uid:
-                self._by_uid[str(uid)] = key
+            wanted = _Wanted(key, uid_of(here) if here is not None else None, created=True)
+            self._remember(wanted)
         if wanted.deleting:
             return True
         wanted.deleting = True
+        await self._try_delete(wanted)
         if wanted.ended:
-            await self._try_delete(wanted)
             self._forget(key)
             return False
-        await self._try_delete(wanted)
         await self._check_stopped(key)
         return True
 
     # Internals: acting -----------------------------------------------------------------
 
-    def _where(self, key: str) -> tuple[str, str]:
+    def _where(self, key: str) -> Ident:
         return split_key(key)[0], member_object_name(key)
+
+    def _remember(self, wanted: _Wanted) -> None:
+        self._wanted[wanted.key] = wanted
+        self._by_ident[self._where(wanted.key)] = wanted.key
+        if wanted.uid is not None:
+            self._by_uid[wanted.uid] = wanted.key
+
+    def _forget(self, key: str) -> None:
+        wanted = self._wanted.pop(key, None)
+        if wanted is None:
+            return
+        self._by_ident.pop(self._where(key), None)
+        if wanted.uid is not None and self._by_uid.get(wanted.uid) == key:
+            del self._by_uid[wanted.uid]
 
     def _client_or_raise(self) -> KubeClient:
         if self._client is None:
             raise Refused(self._name, self._probe_error or "no client")
         return self._client
 
-    async def _create(self, wanted: _Wanted) -> None:
+    async def _create(self, wanted: _Wanted, job: DispatchedJob) -> None:
         client = self._client_or_raise()
-        job = wanted.job
         namespace, name = self._where(job.key)
         path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}"
         try:
             found = await client.request("GET", f"{path}/{name}")
         except NotFound:
-            found = None
-        if found is None:
+            body = objects.pytorchjob(job, self._scheduler)
             try:
-                found = await client.request(
-                    "POST", path, body=objects.pytorchjob(job, self._scheduler)
-                )
+                found = await client.request("POST", path, body=body)
             except AlreadyExists:
                 found = await client.request("GET", f"{path}/{name}")
             else:
                 log.info(
                     "%s: created PyTorchJob %s/%s for %s", self._name, namespace, name, job.key
                 )
-        uid = objects.labels(found).get(objects.UID_LABEL)
+        uid = uid_of(found)
         if uid != job.uid:
             raise ClusterConflict(
                 self._name,
@@ -333,25 +343,23 @@ class KubeCluster:
             )
         wanted.created = True
         self._jobs[(namespace, name)] = found
-        await self._job_changed(found)
+        self._job_changed(found)
 
     async def _try_delete(self, wanted: _Wanted) -> None:
         try:
             await self._delete(wanted)
         except ClusterError as e:
-            log.warning("%s: deleting %s failed, retrying: %s", self._name, wanted.job.key, e)
+            log.warning("%s: deleting %s failed, retrying: %s", self._name, wanted.key, e)
             self._retry.set()
 
     async def _delete(self, wanted: _Wanted) -> None:
         client = self._client_or_raise()
-        namespace, name = self._where(wanted.job.key)
+        namespace, name = self._where(wanted.key)
         path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}/{name}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         with contextlib.suppress(NotFound):
             await client.request("DELETE", path, body=body)
-        for (ns, pod), obj in sorted(self._pods.items()):
-            if objects.labels(obj).get(objects.UID_LABEL) != wanted.job.uid:
-                continue
+        for (ns, pod), obj in self._pods.of_uid(wanted.uid) if wanted.uid else ():
             if objects.meta(obj).get("deletionTimestamp"):
                 continue
             with contextlib.suppress(NotFound):
@@ -363,17 +371,11 @@ class KubeCluster:
             return
         if self._where(key) in self._jobs:
             return
-        uid = wanted.job.uid
-        if any(objects.labels(p).get(objects.UID_LABEL) == uid for p in self._pods.values()):
+        if wanted.uid is not None and self._pods.has_uid(wanted.uid):
             return
         self._forget(key)
         if not wanted.ended:
-            self._emit(JobStopped(self._name, key, uid, self._clock.now()))
-
-    def _forget(self, key: str) -> None:
-        wanted = self._wanted.pop(key, None)
-        if wanted is not None and self._by_uid.get(wanted.job.uid) == key:
-            del self._by_uid[wanted.job.uid]
+            self._emit(JobStopped(self._name, key, wanted.uid or "", self._clock.now()))
 
     def _emit(self, event: MemberEvent) -> None:
         if not self._closed:
@@ -392,18 +394,17 @@ class KubeCluster:
                     if wanted.deleting:
                         await self._delete(wanted)
                         await self._check_stopped(key)
-                    elif not wanted.created:
-                        await self._create(wanted)
+                    elif not wanted.created and wanted.job is not None:
+                        await self._create(wanted, wanted.job)
+                        await self._bind_pods(wanted.job.uid)
                 except (ClusterConflict, ClusterRejected) as e:
                     log.warning("%s: %s: %s", self._name, key, e)
                     if not wanted.deleting:
                         self._forget(key)
                         reason = f"the member refuses it: {e.message}"
-                        self._emit(
-                            JobFinished(
-                                self._name, key, wanted.job.uid, self._clock.now(), False, reason
-                            )
-                        )
+                        now = self._clock.now()
+                        uid = wanted.uid or ""
+                        self._emit(JobFinished(self._name, key, uid, now, False, reason))
                 except ClusterError:
                     failed = True
             if failed:
@@ -411,92 +412,86 @@ class KubeCluster:
                 self._retry.set()
             else:
                 delay = self._backoff[0]
-                await self._bind_waiting()
 
     # Internals: PyTorchJobs ----------------------------------------------------------
 
     async def _sync_jobs(self, items: list[JSON]) -> None:
         old = set(self._jobs)
-        self._jobs = {_ident(o): o for o in items}
-        self._synced.add("pytorchjobs")
+        self._jobs = {ident(o): o for o in items}
+        self._jobs_listed = True
         for obj in items:
-            await self._job_changed(obj)
-        for ident in sorted(old - set(self._jobs)):
-            await self._job_gone(ident)
+            self._job_changed(obj)
+        for gone in sorted(old - set(self._jobs)):
+            await self._job_gone(gone)
 
     async def _job_event(self, kind: str, obj: JSON) -> None:
-        ident = _ident(obj)
+        where = ident(obj)
         if kind == "DELETED":
-            self._jobs.pop(ident, None)
-            await self._job_gone(ident)
+            self._jobs.pop(where, None)
+            await self._job_gone(where)
         else:
-            self._jobs[ident] = obj
-            await self._job_changed(obj)
+            self._jobs[where] = obj
+            self._job_changed(obj)
 
-    def _wanted_for(self, obj: JSON) -> _Wanted | None:
-        key = self._by_uid.get(str(objects.labels(obj).get(objects.UID_LABEL)))
+    def _job_changed(self, obj: JSON) -> None:
+        key = self._by_ident.get(ident(obj))
         wanted = self._wanted.get(key) if key is not None else None
-        if wanted is None or _ident(obj) != self._where(wanted.job.key):
-            return None
-        return wanted
-
-    async def _job_changed(self, obj: JSON) -> None:
-        wanted = self._wanted_for(obj)
-        if wanted is None or wanted.deleting or wanted.ended:
+        if wanted is None or wanted.uid != uid_of(obj) or wanted.deleting or wanted.ended:
             return
         wanted.created = True
-        job = wanted.job
         now = self._clock.now()
+        uid = wanted.uid or ""
         found, message = objects.phase(obj)
         if found in (objects.Phase.RUNNING, objects.Phase.RESTARTING) and not wanted.started:
             wanted.started = True
-            self._emit(JobStarted(self._name, job.key, job.uid, now))
+            self._emit(JobStarted(self._name, wanted.key, uid, now))
         restarting = found is objects.Phase.RESTARTING
         if restarting != wanted.restarting:
             wanted.restarting = restarting
-            self._emit(JobRestarting(self._name, job.key, job.uid, now, restarting, message))
+            self._emit(JobRestarting(self._name, wanted.key, uid, now, restarting, message))
         if found in (objects.Phase.SUCCEEDED, objects.Phase.FAILED):
             wanted.ended = True
             succeeded = found is objects.Phase.SUCCEEDED
             reason = "" if succeeded else f"PyTorchJob failed: {message}".rstrip(": ")
-            self._emit(JobFinished(self._name, job.key, job.uid, now, succeeded, reason))
+            self._emit(JobFinished(self._name, wanted.key, uid, now, succeeded, reason))
 
-    async def _job_gone(self, ident: tuple[str, str]) -> None:
-        for key, wanted in sorted(self._wanted.items()):
-            if self._where(key) != ident:
-                continue
-            if wanted.deleting:
-                await self._check_stopped(key)
-            elif wanted.created and not wanted.ended:
-                wanted.ended = True
-                reason = "the PyTorchJob was deleted in the member"
-                self._emit(
-                    JobFinished(self._name, key, wanted.job.uid, self._clock.now(), False, reason)
-                )
+    async def _job_gone(self, where: Ident) -> None:
+        key = self._by_ident.get(where)
+        wanted = self._wanted.get(key) if key is not None else None
+        if key is None or wanted is None:
+            return
+        if wanted.deleting:
+            await self._check_stopped(key)
+        elif wanted.created and not wanted.ended:
+            wanted.ended = True
+            reason = "the PyTorchJob was deleted in the member"
+            now = self._clock.now()
+            self._emit(JobFinished(self._name, key, wanted.uid or "", now, False, reason))
 
     # Internals: pods -----------------------------------------------------------------
 
     async def _sync_pods(self, items: list[JSON]) -> None:
-        self._pods = {_ident(o): o for o in items}
-        self._synced.add("pods")
-        await self._bind_waiting()
+        self._pods.replace(items)
+        for pod in self._pods.pending():
+            await self._bind(pod)
         for key in sorted(k for k, w in self._wanted.items() if w.deleting):
             await self._check_stopped(key)
 
     async def _pod_event(self, kind: str, obj: JSON) -> None:
-        ident = _ident(obj)
         if kind == "DELETED":
-            self._pods.pop(ident, None)
-            key = self._by_uid.get(str(objects.labels(obj).get(objects.UID_LABEL)))
+            self._pods.remove(ident(obj))
+            self._teller.forget(obj)
+            key = self._by_uid.get(uid_of(obj) or "")
             if key is not None:
                 await self._check_stopped(key)
             return
-        self._pods[ident] = obj
+        self._pods.put(obj)
         if objects.pending(obj):
             await self._bind(obj)
 
-    async def _bind_waiting(self) -> None:
-        for _, pod in sorted(self._pods.items()):
+    async def _bind_pods(self, uid: str) -> None:
+        """Bind the pods of job ``uid`` that wait (created before the job was known here)."""
+        for _, pod in self._pods.of_uid(uid):
             if objects.pending(pod):
                 await self._bind(pod)
 
@@ -504,108 +499,43 @@ class KubeCluster:
         client = self._client
         if client is None:
             return
-        meta = objects.meta(pod)
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        uid = objects.labels(pod).get(objects.UID_LABEL)
-        key = self._by_uid.get(str(uid)) if uid else None
+        key = self._by_uid.get(uid_of(pod) or "")
         wanted = self._wanted.get(key) if key is not None else None
-        replica = objects.replica_name(pod)
-        if wanted is None or wanted.deleting or wanted.ended:
-            await self._tell(pod, "the pod belongs to no job that Fleet admitted to this cluster")
+        if wanted is None or wanted.job is None or wanted.deleting or wanted.ended:
+            why = "the pod belongs to no job that Fleet admitted to this cluster"
+            await self._teller.tell(client, pod, why)
             return
+        replica = objects.replica_name(pod)
         place = wanted.places.get(replica or "")
         if place is None:
-            await self._tell(
-                pod, f"job {wanted.job.key} has no planned replica {replica or '(unlabelled)'}"
-            )
+            why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
+            await self._teller.tell(client, pod, why)
             return
-        gpus = ",".join(str(g) for g in place.gpus)
-        patch = {
-            "metadata": {
-                "annotations": {objects.GPU_ANNOTATION: gpus, objects.REPLICA_ANNOTATION: place.pod}
-            }
-        }
-        pod_path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         try:
-            await client.request(
-                "PATCH", pod_path, body=patch, content_type="application/merge-patch+json"
-            )
-            await client.request(
-                "POST", f"{pod_path}/binding", body=objects.binding(name, place.node)
-            )
+            await binder.bind(client, pod, place)
         except (NotFound, AlreadyExists):
             return  # gone, or bound meanwhile
         except ClusterError as e:
-            log.warning("%s: binding pod %s/%s failed: %s", self._name, namespace, name, e)
-            return
-        log.info(
-            "%s: bound %s/%s (%s of %s) to %s GPUs [%s]",
-            self._name,
-            namespace,
-            name,
-            place.pod,
-            wanted.job.key,
-            place.node,
-            gpus,
-        )
-
-    async def _tell(self, pod: JSON, why: str) -> None:
-        """A Warning Event on ``pod`` saying why it waits (once per pod)."""
-        uid = str(objects.meta(pod).get("uid"))
-        if uid in self._told or self._client is None:
-            return
-        self._told.add(uid)
-        namespace = objects.meta(pod).get("namespace")
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = objects.pod_event(pod, "FailedScheduling", why, now)
-        try:
-            await self._client.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
-        except ClusterError as e:
-            log.warning("%s: could not post an event on a pod: %s", self._name, e)
+            where = "/".join(ident(pod))
+            log.warning("%s: binding pod %s failed: %s", self._name, where, e)
 
     # Internals: nodes and readiness ----------------------------------------------------
 
     async def _sync_nodes(self, items: list[JSON]) -> None:
-        self._nodes = {str(objects.meta(o).get("name")): o for o in items}
-        self._synced.add("nodes")
+        self._nodes.replace(items)
         self._report_nodes()
 
     async def _node_event(self, kind: str, obj: JSON) -> None:
-        name = str(objects.meta(obj).get("name"))
         if kind == "DELETED":
-            self._nodes.pop(name, None)
+            self._nodes.remove(obj)
         else:
-            self._nodes[name] = obj
+            self._nodes.put(obj)
         self._report_nodes()
 
-    def _node_ok(self, node: str) -> bool:
-        if self._not_ready_reason() or "nodes" not in self._synced:
-            return False
-        obj = self._nodes.get(node)
-        return obj is not None and objects.node_health(obj)[0]
-
     def _report_nodes(self) -> None:
-        if not self._not_ready_reason() and "nodes" not in self._synced:
-            return  # ready, but the Nodes are not listed yet: nothing to say
         now = self._clock.now()
-        for node in self._config_nodes:
-            ok = self._node_ok(node)
-            if self._reported_nodes.get(node) != ok:
-                self._reported_nodes[node] = ok
-                self._emit(NodeHealth(self._name, node, ok, now))
-
-    def node_problems(self) -> dict[str, str]:
-        """Nodes of the cell config that cannot take pods now, and why."""
-        out: dict[str, str] = {}
-        for node in self._config_nodes:
-            obj = self._nodes.get(node)
-            if obj is None:
-                out[node] = "no such Node in the member"
-            else:
-                ok, why = objects.node_health(obj)
-                if not ok:
-                    out[node] = why
-        return out
+        for node, healthy in self._nodes.changes(not self._not_ready_reason()):
+            self._emit(NodeHealth(self._name, node, healthy, now))
 
     def _not_ready_reason(self) -> str:
         if self._probe_error:
@@ -614,7 +544,7 @@ class KubeCluster:
             return f"watch of {what} failing (retrying with backoff): {error}"
         return ""
 
-    async def _readiness(self) -> None:
+    def _readiness(self) -> None:
         reason = self._not_ready_reason()
         ready = not reason
         if ready != self._ready:
@@ -628,11 +558,11 @@ class KubeCluster:
 
     async def _watch_failed(self, what: str, error: ClusterError) -> None:
         self._watch_errors[what] = error.message
-        await self._readiness()
+        self._readiness()
 
     async def _watch_recovered(self, what: str) -> None:
         self._watch_errors.pop(what, None)
-        await self._readiness()
+        self._readiness()
 
     async def _probe(self) -> None:
         """Check that the member answers, takes Fleet's credentials and serves the CRD."""
@@ -656,21 +586,12 @@ class KubeCluster:
             self._probe_error = f"unreachable: {e.message}"
         else:
             self._probe_error = None
-        await self._readiness()
+        self._readiness()
 
     async def _probe_loop(self) -> None:
         while True:
             await self._clock.sleep(self._probe_interval)
             await self._probe()
-
-
-def _ident(obj: JSON) -> tuple[str, str]:
-    meta = objects.meta(obj)
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-
-def _nowhere() -> PodPlacement:
-    return PodPlacement("unknown-0", "unknown")
 
 
 if TYPE_CHECKING:
