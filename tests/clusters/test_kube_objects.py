@@ -10,6 +10,8 @@ import pytest
 
 from fleet.clusters.base import ClusterConflict, ClusterRejected, ClusterUnavailable, DispatchedJob
 from fleet.clusters.kube import client, objects
+from fleet.clusters.kube.nodes import NodeTracker
+from fleet.clusters.kube.pods import PodIndex
 from fleet.core.placement import PodPlacement
 from fleet.failover import Rule, rule_of
 
@@ -240,3 +242,47 @@ async def test_an_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
 def test_the_failover_rule_of_a_stored_policy(failover: dict[str, Any] | None, rule: Rule) -> None:
     policy = {"spec": {"failover": failover}} if failover is not None else {"spec": {}}
     assert rule_of(policy) == rule
+
+
+def pod(name: str, uid: str | None = None, node: str | None = None) -> dict[str, Any]:
+    labels = {objects.UID_LABEL: uid} if uid else {}
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": {"namespace": "team-a", "name": name, "labels": labels}, "spec": spec}
+
+
+def test_the_pod_index_finds_a_jobs_pods_by_uid_and_forgets_removed_ones() -> None:
+    index = PodIndex()
+    index.replace([pod("a-0", "u1"), pod("a-1", "u1", node="n0"), pod("b-0", "u2"), pod("x")])
+    assert [k for k, _ in index.of_uid("u1")] == [("team-a", "a-0"), ("team-a", "a-1")]
+    assert [p["metadata"]["name"] for p in index.pending()] == ["a-0", "b-0", "x"]
+    index.put(pod("a-0", "u3"))  # relabelled: it moves to the other uid
+    assert [k for k, _ in index.of_uid("u1")] == [("team-a", "a-1")]
+    assert index.has_uid("u3")
+    index.remove(("team-a", "a-1"))
+    assert not index.has_uid("u1")
+    index.replace([])
+    assert len(index) == 0 and not index.has_uid("u2")
+
+
+def node(name: str, ready: bool = True, cordoned: bool = False) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"unschedulable": cordoned},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_node_health_is_reported_on_change_bad_while_the_member_is_not_ready() -> None:
+    tracker = NodeTracker(["n0", "n1"])
+    assert tracker.changes(ready=True) == []  # nothing listed yet: nothing to say
+    tracker.replace([node("n0"), node("n1", ready=False)])
+    assert tracker.changes(ready=True) == [("n1", False)]
+    assert tracker.changes(ready=True) == []
+    assert tracker.changes(ready=False) == [("n0", False)]
+    tracker.put(node("n1"))
+    tracker.remove(node("n0"))
+    assert tracker.changes(ready=True) == [("n1", True)]
+    assert tracker.problems() == {"n0": "no such Node in the member"}
+    tracker.put(node("n0", cordoned=True))
+    assert tracker.problems() == {"n0": "cordoned (unschedulable)"}
+    assert tracker.healthy() == 1
