@@ -117,7 +117,7 @@ class Failover:
         self.not_ready: dict[str, str] = {}  # cluster -> why
         self.reported: set[str] = set()  # clusters that said whether they are ready
         self.bad_nodes: dict[str, set[str]] = {}
-        self.restarting: dict[str, str] = {}  # key -> why
+        self.restarting: dict[str, tuple[str, str]] = {}  # key -> (cluster, why)
         self.rules: dict[str, Rule] = {}
         self.purges: list[_Purge] = []
         self.started_at = 0.0
@@ -180,7 +180,8 @@ class Failover:
             return False  # the old copy of a job that failed over
         if isinstance(event, JobRestarting):
             if event.restarting:
-                self.restarting[event.key] = event.reason or "its PyTorchJob keeps restarting"
+                why = event.reason or "its PyTorchJob keeps restarting"
+                self.restarting[event.key] = (cluster, why)
             else:
                 self.restarting.pop(event.key, None)
             return False
@@ -195,7 +196,7 @@ class Failover:
         if not signals and not self.since:
             return []
         for key, run in state.running.items() if signals else ():
-            why = self._why(key, run.cluster, [p.node for u in run.units for p in u.pods])
+            why = self.why_unhealthy(key, run.cluster, [p.node for u in run.units for p in u.pods])
             if why:
                 unhealthy[key] = (run.cluster, why)
         changed: dict[str, tuple[str, float, str] | None] = {}
@@ -231,17 +232,20 @@ class Failover:
             purge = _PURGE_KINDS.get(rule.purge_mode)
             due.append(Due(key, cluster, reason, purge))
             del self.since[key]
+            self.restarting.pop(key, None)
             changed[key] = None
         await self._store(changed, ids)
         return due
 
-    def _why(self, key: str, cluster: str, nodes: Sequence[str]) -> str:
+    def why_unhealthy(self, key: str, cluster: str, nodes: Sequence[str]) -> str:
+        """Why job ``key``, running in ``cluster`` on ``nodes``, is unhealthy ("" if it is not)."""
         if cluster in self.not_ready:
             return f"member {cluster} is not ready: {self.not_ready[cluster]}"
         bad = sorted(set(nodes) & self.bad_nodes.get(cluster, set()))
         if bad:
             return f"node {', '.join(bad)} of {cluster} is bad"
-        return self.restarting.get(key, "")
+        where, why = self.restarting.get(key, ("", ""))
+        return why if where == cluster else ""
 
     async def _rules(self, ids: Mapping[str, int], keys: Sequence[str]) -> None:
         wanted = [ids[k] for k in keys if k in ids]

@@ -8,12 +8,22 @@ from typing import Any
 
 import pytest
 
-from fleet.clusters.base import ClusterConflict, ClusterRejected, ClusterUnavailable, DispatchedJob
+from fleet.clusters.base import (
+    ClusterConflict,
+    ClusterRejected,
+    ClusterUnavailable,
+    DispatchedJob,
+    JobRestarting,
+    MemberReadiness,
+    NodeHealth,
+)
 from fleet.clusters.kube import client, objects
 from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import PodIndex
 from fleet.core.placement import PodPlacement
-from fleet.failover import Rule, rule_of
+from fleet.core.quota import QuotaNodeSpec, QuotaTree
+from fleet.core.state import SchedulerState
+from fleet.failover import Failover, Rule, rule_of
 
 
 def dispatched(manifest: dict[str, Any], pods: tuple[PodPlacement, ...]) -> DispatchedJob:
@@ -286,3 +296,18 @@ def test_node_health_is_reported_on_change_bad_while_the_member_is_not_ready() -
     tracker.put(node("n0", cordoned=True))
     assert tracker.problems() == {"n0": "cordoned (unschedulable)"}
     assert tracker.healthy() == 1
+
+
+def test_a_jobs_health_counts_only_what_its_current_member_says() -> None:
+    failover = Failover(db=None)  # type: ignore[arg-type]  # observing needs no database
+    state = SchedulerState(QuotaTree.build(QuotaNodeSpec("root")), {})
+    failover.observe("a", JobRestarting("a", "t/j", "u", 1.0, True, "CrashLoop"), state)
+    assert failover.why_unhealthy("t/j", "a", []) == "CrashLoop"
+    assert failover.why_unhealthy("t/j", "b", []) == ""  # the copy in b is another story
+    failover.observe("b", NodeHealth("b", "n1", False, 2.0), state)
+    assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == "node n1 of b is bad"
+    failover.observe("b", MemberReadiness("b", False, "HTTP 401", 3.0), state)
+    assert failover.why_unhealthy("t/j", "b", ["n0"]) == "member b is not ready: HTTP 401"
+    failover.observe("b", MemberReadiness("b", True, "", 4.0), state)
+    failover.observe("b", NodeHealth("b", "n1", True, 5.0), state)
+    assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == ""
