@@ -17,6 +17,9 @@ and the old copy is purged per ``purgeMode``:
 * ``Gracefully``: deleted once the new copy runs elsewhere (or has ended);
 * ``Never``: left where it is.
 
+A PyTorchJob that restarts, and one that runs well again, is recorded as a
+job event (``Restarting``, ``Recovered``); the job stays ``Running``.
+
 A purge is an intent of kind ``purge-directly`` or ``purge-gracefully``,
 kept open until the old member reports the copy stopped (or had nothing to
 delete), and taken up again after a restart.  A job with no other allowed
@@ -122,6 +125,7 @@ class Failover:
         self.purges: list[_Purge] = []
         self.started_at = 0.0
         self._stored: set[str] = set()  # keys with a row
+        self._notes: list[tuple[str, float, str, str]] = []  # job events to record
 
     # Start ---------------------------------------------------------------------------
 
@@ -182,8 +186,9 @@ class Failover:
             if event.restarting:
                 why = event.reason or "its PyTorchJob keeps restarting"
                 self.restarting[event.key] = (cluster, why)
-            else:
-                self.restarting.pop(event.key, None)
+                self._notes.append((event.key, event.at, "Restarting", f"in {cluster}: {why}"))
+            elif self.restarting.pop(event.key, None) is not None:
+                self._notes.append((event.key, event.at, "Recovered", f"runs again in {cluster}"))
             return False
         return True
 
@@ -191,6 +196,8 @@ class Failover:
 
     async def due(self, state: SchedulerState, ids: Mapping[str, int], now: float) -> list[Due]:
         """Update the clocks (stored) and return the jobs whose time is up."""
+        if self._notes:
+            await self._store({}, ids)
         unhealthy: dict[str, tuple[str, str]] = {}
         signals = self.not_ready or self.restarting or any(self.bad_nodes.values())
         if not signals and not self.since:
@@ -259,9 +266,13 @@ class Failover:
     async def _store(
         self, changed: Mapping[str, tuple[str, float, str] | None], ids: Mapping[str, int]
     ) -> None:
-        if not changed:
+        notes, self._notes = self._notes, []
+        if not changed and not notes:
             return
         async with self.db.write() as session:
+            for key, at, reason, message in notes:
+                if key in ids:
+                    job_rows.add_event(session, ids[key], at, reason, message, warning=True)
             for key, value in sorted(changed.items()):
                 row_id = ids.get(key)
                 if row_id is None:
