@@ -311,3 +311,28 @@ def test_a_jobs_health_counts_only_what_its_current_member_says() -> None:
     failover.observe("b", MemberReadiness("b", True, "", 4.0), state)
     failover.observe("b", NodeHealth("b", "n1", True, 5.0), state)
     assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == ""
+
+
+async def test_each_member_gets_a_client_of_its_own_and_the_global_default_is_untouched(
+    tmp_path: Path,
+) -> None:
+    from kubernetes_asyncio.client import Configuration
+
+    before = Configuration.get_default_copy().host
+    clients = []
+    for name, port in (("alpha", 6443), ("beta", 7443)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: {name}, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+            f"users: [{{name: u, user: {{token: token-{name}}}}}]\n"
+            f"contexts: [{{name: {name}, context: {{cluster: {name}, user: u}}}}]\n"
+        )
+        clients.append(await client.connect(name, path, name))
+    try:
+        hosts = [c._api.configuration.host for c in clients]
+        assert hosts == ["https://127.0.0.1:6443", "https://127.0.0.1:7443"]
+        assert Configuration.get_default_copy().host == before
+    finally:
+        for c in clients:
+            await c.close()
