@@ -36,6 +36,8 @@ from fleet.core.quota_structure import UNCHANGED as UNCHANGED
 from fleet.core.quota_structure import _Unchanged as _Unchanged
 from fleet.core.quota_usage import MAX as MAX
 from fleet.core.quota_usage import NON_PREEMPTIBLE_MIN as NON_PREEMPTIBLE_MIN
+from fleet.core.quota_usage import OVER_MAX as OVER_MAX
+from fleet.core.quota_usage import OVER_MIN as OVER_MIN
 from fleet.core.quota_usage import BlockKind as BlockKind
 from fleet.core.quota_usage import QuotaBlock as QuotaBlock
 from fleet.core.quota_usage import QuotaUsage

@@ -7,7 +7,17 @@ from sqlalchemy import inspect
 
 from fleet.store.database import alembic_config, downgrade, open_database, upgrade
 
-TABLES = {"alembic_version", "clusters", "intents", "job_events", "jobs", "quota_trees"}
+TABLES = {
+    "alembic_version",
+    "audit",
+    "clusters",
+    "intents",
+    "job_events",
+    "jobs",
+    "node_health",
+    "quota_cuts",
+    "quota_trees",
+}
 
 
 async def tables(url: str) -> set[str]:
