@@ -80,11 +80,12 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class NodeHealthChanged:
-    """A node of a member cluster went bad, or is healthy again."""
+    """A node of a member cluster went bad, or is healthy again (``reason``: why)."""
 
     cluster: str
     node: str
     healthy: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +247,26 @@ def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
 
 
 def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcome]:
+    """Take the node's cells out of (or back into) allocation; preempt the jobs on a bad node.
+
+    Each running job with a pod on a node gone bad is preempted at once (it
+    holds nothing any more and waits for its pods to stop, then is queued
+    again), whatever its priority, mode or protection: its cells are gone.
+    """
     placer = state.placers.get(event.cluster)
     if placer is None:
         raise KeyError(f"no member cluster named {event.cluster!r}")
     units = placer.set_node_health(event.node, event.healthy)
     jobs = dict.fromkeys(state.units[u].job.key for u in units if u in state.units)
     why = f"node {event.node} of {event.cluster} went bad"
-    return [Notice(job, why) for job in jobs]
+    if event.reason:
+        why += f": {event.reason}"
+    out: list[Outcome] = []
+    for key in jobs:
+        job = state.release(key).job
+        state.stopping[key] = job
+        out.append(state.move(key, JobState.PREEMPTED, why))
+    return out
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:

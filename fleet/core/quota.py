@@ -41,7 +41,7 @@ from fleet.core.quota_usage import OVER_MIN as OVER_MIN
 from fleet.core.quota_usage import BlockKind as BlockKind
 from fleet.core.quota_usage import QuotaBlock as QuotaBlock
 from fleet.core.quota_usage import QuotaUsage
-from fleet.core.quota_victims import queue_victims, reclaim_victims
+from fleet.core.quota_victims import over_limit_victims, queue_victims, reclaim_victims
 from fleet.core.resources import Resources
 
 
@@ -70,6 +70,13 @@ class QuotaTree(QuotaUsage):
         :func:`fleet.core.quota_victims.reclaim_victims`.
         """
         return reclaim_victims(self, queue, request)
+
+    def over_limit_victims(self, node: str) -> list[str]:
+        """The newest jobs that keep ``node`` over its limits since a tree change.
+
+        See :func:`fleet.core.quota_victims.over_limit_victims`.
+        """
+        return over_limit_victims(self, node)
 
     def queue_victims(self, queue: str, request: Resources, priority: int) -> list[str] | None:
         """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.

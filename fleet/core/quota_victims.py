@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import heapq
 
+from fleet.core.jobs import Mode
 from fleet.core.quota_usage import Admitted, QuotaUsage, add_to, cheapest_first
-from fleet.core.resources import Resources
+from fleet.core.resources import MAX_JOBS, Resources
 
 
 def _deficits(
@@ -255,3 +256,54 @@ def queue_victims(
         if not deficits:
             return _prune(tree, path, request, picked)
     return None
+
+
+def over_limit_victims(tree: QuotaUsage, node: str) -> list[str]:
+    """The jobs that keep ``node`` over its limits since a tree change: newest first.
+
+    Walks the jobs charged at or below ``node`` from the newest and takes each
+    one that reduces a still positive excess (usage above ``max``; for a
+    leaf, guaranteed usage above ``min``, which only guaranteed jobs reduce)
+    until none is left.  ``[]`` when the node is within its limits.  A pure
+    query: these are the jobs a reclaim takes first and the
+    ``--quota-cut-grace`` preemption stops.
+    """
+    n = tree._index[node]
+    excess: dict[str, int] = {}
+    used = tree._used[n]
+    for r, cap in (tree._max_d[n] or {}).items():
+        if used.get(r, 0) > cap:
+            excess[r] = used[r] - cap
+    guar_excess: dict[str, int] = {}
+    if not tree._children[n]:
+        guar = tree._guar[n]
+        for r, cap in tree._min_d[n].items():
+            if guar.get(r, 0) > cap:
+                guar_excess[r] = guar[r] - cap
+    if not excess and not guar_excess:
+        return []
+    recs = sorted(
+        (rec for leaf in tree._leaves_under[n] for rec in tree._leaf_jobs[leaf].values()),
+        key=lambda rec: -rec.seq,
+    )
+    picked: list[str] = []
+    for rec in recs:
+        if not any(v > 0 for v in excess.values()) and not any(v > 0 for v in guar_excess.values()):
+            break
+        charged = rec.request if rec.mode is not Mode.OPPORTUNISTIC else _jobs_only(rec.request)
+        helps = any(charged.get(r, 0) > 0 and v > 0 for r, v in excess.items())
+        if rec.mode is Mode.GUARANTEED:
+            helps = helps or any(charged.get(r, 0) > 0 and v > 0 for r, v in guar_excess.items())
+        if not helps:
+            continue
+        picked.append(rec.key)
+        for r in excess:
+            excess[r] -= charged.get(r, 0)
+        if rec.mode is Mode.GUARANTEED:
+            for r in guar_excess:
+                guar_excess[r] -= charged.get(r, 0)
+    return picked
+
+
+def _jobs_only(request: Resources) -> Resources:
+    return Resources({MAX_JOBS: request.get(MAX_JOBS, 0)})

@@ -128,12 +128,20 @@ def test_cancel_frees_what_the_job_holds_wherever_it_is(where: str) -> None:
     state.check_invariants()
 
 
-def test_a_bad_node_takes_no_new_work_and_its_jobs_are_reported() -> None:
+def test_a_bad_node_takes_no_new_work_and_its_jobs_are_preempted() -> None:
     state = fresh()
     admit(state, make_job("a", gpus=8))
     node = state.running["default/a"].pods[0].node
-    out = events.apply(state, events.NodeHealthChanged("c1", node, healthy=False))
-    assert [(n.job, "went bad" in n.reason) for n in out] == [("default/a", True)]
+    out = events.apply(state, events.NodeHealthChanged("c1", node, False, "ECC errors"))
+    assert [(t.job, t.new) for t in out if isinstance(t, Transition)] == [
+        ("default/a", JobState.PREEMPTED)
+    ]
+    assert [t.reason for t in out if isinstance(t, Transition)] == [
+        f"node {node} of c1 went bad: ECC errors"
+    ]
+    assert "default/a" in state.stopping and "default/a" not in state.running
+    events.apply(state, events.Stopped("default/a"))
+    assert state.is_pending("default/a")
     decisions = admit(state, make_job("b", gpus=8))
     assert [d.pods[0].node for d in decisions if isinstance(d, Admit)] != [node]
     assert not [d for d in admit(state, make_job("c", gpus=8)) if isinstance(d, Admit)]
