@@ -30,8 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -110,6 +113,8 @@ class LoopView:
     pending: Mapping[str, tuple[PendingView, ...]] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
+    #: cluster -> virtual cluster -> its virtual cells that bad nodes leave no cell for
+    doomed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -136,7 +141,17 @@ class _FromMember:
     event: MemberEvent
 
 
-_Item = _Submitted | _Cancel | _FromMember
+@dataclass(frozen=True, slots=True)
+class _Exclusive:
+    """Work that needs the loop's state to itself (administration, :mod:`fleet.admin`)."""
+
+    work: Callable[[SchedulerLoop], Awaitable[Any]]
+    done: asyncio.Future[Any]
+
+
+_Item = _Submitted | _Cancel | _FromMember | _Exclusive
+#: Extra writes for the transaction of :meth:`SchedulerLoop._record`.
+Also = Callable[[AsyncSession], Awaitable[None]]
 
 
 class SchedulerLoop:
@@ -173,11 +188,18 @@ class SchedulerLoop:
         self._reasons: dict[str, str] = {}
         self._ids: dict[str, int] = {}  # job key -> row id
         self.iterations = 0
+        #: the quota tree in force as its YAML document (the service sets it)
+        self.tree_document = ""
 
     # Lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Rebuild the state from the database, redo open intents, start the loop."""
+    async def start(
+        self, prepare: Callable[[SchedulerLoop], Awaitable[None]] | None = None
+    ) -> None:
+        """Rebuild the state from the database (then ``prepare`` it), redo open intents,
+        start the loop."""
         await self._rebuild()
+        if prepare is not None:
+            await prepare(self)
         for name, member in self.members.items():
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
@@ -200,6 +222,17 @@ class SchedulerLoop:
 
     def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
         self._post(_Cancel(key, reason))
+
+    async def exclusive(self, work: Callable[[SchedulerLoop], Awaitable[Any]]) -> Any:
+        """Run ``work(loop)`` in the loop's next iteration, in order with the inbox; its result.
+
+        ``work`` has the state to itself (no cycle runs meanwhile) and changes
+        it only through :func:`fleet.core.events.apply`; what it raises is
+        raised here.
+        """
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._post(_Exclusive(work, done))
+        return await done
 
     def _post(self, item: _Item) -> None:
         self._inbox.append(item)
@@ -345,7 +378,14 @@ class SchedulerLoop:
                     deletes.append((item.key, run.cluster))
                 changes += _moves(out)
             elif isinstance(item, _FromMember):
-                changes += self._from_member(item)
+                held = {k: r.cluster for k, r in self.state.running.items()}
+                moved = self._from_member(item)
+                changes += moved
+                deletes += [
+                    (t.job, held[t.job])
+                    for t in moved
+                    if t.new is JobState.PREEMPTED and t.job in held
+                ]
         intents = await self._record(changes, now, deletes=deletes)
         await self._act(
             [
@@ -353,6 +393,16 @@ class SchedulerLoop:
                 for intent, (key, cluster) in zip(intents, deletes, strict=True)
             ]
         )
+        for item in items:
+            if isinstance(item, _Exclusive) and not item.done.done():
+                try:
+                    result = await item.work(self)
+                except Exception as e:  # the caller gets it
+                    if not item.done.done():
+                        item.done.set_exception(e)
+                else:
+                    if not item.done.done():
+                        item.done.set_result(result)
 
     def _from_member(self, item: _FromMember) -> list[Transition]:
         event = item.event
@@ -371,9 +421,8 @@ class SchedulerLoop:
                 if event.key in state.stopping:
                     return _moves(events.apply(state, events.Stopped(event.key)))
             elif isinstance(event, NodeHealth):
-                events.apply(
-                    state, events.NodeHealthChanged(item.cluster, event.node, event.healthy)
-                )
+                health = events.NodeHealthChanged(item.cluster, event.node, event.healthy)
+                return _moves(events.apply(state, health))
         except (KeyError, ValueError) as e:
             log.warning("ignored %s from %s: %s", event, item.cluster, e)
         return []
@@ -386,10 +435,12 @@ class SchedulerLoop:
         *,
         deletes: Sequence[tuple[str, str]] = (),
         done: Sequence[int] = (),
+        also: Sequence[Also] = (),
     ) -> list[int | None]:
-        """Write job transitions (state, units, events), deletion intents and the
-        intents carried out, in one transaction; the ids of the new intents."""
-        if not changes and not deletes and not done:
+        """Write job transitions (state, units, events), deletion intents, the
+        intents carried out and ``also``'s writes, in one transaction; the ids of
+        the new intents."""
+        if not changes and not deletes and not done and not also:
             return []
         intents: list[IntentRow | None] = []
         async with self.db.write() as session:
@@ -409,6 +460,8 @@ class SchedulerLoop:
                     else job_rows.add_intent(session, row_id, "delete", cluster, now)
                 )
             await job_rows.finish_intents(session, done, now)
+            for write in also:
+                await write(session)
             await session.flush()
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
@@ -573,7 +626,14 @@ class SchedulerLoop:
             )
             for name, placer in state.placers.items()
         }
-        self.view = LoopView(True, state.now, queues, pending, dict(self._reasons), clusters)
+        doomed = {
+            name: placer.doomed_cells()
+            for name, placer in state.placers.items()
+            if hasattr(placer, "doomed_cells")
+        }
+        self.view = LoopView(
+            True, state.now, queues, pending, dict(self._reasons), clusters, doomed
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from fleet import admin
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.sim import SimulatedCluster
@@ -119,7 +120,8 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         clusters = convert.load_clusters(clusters_text)
         placers, members = _members(clusters, clock)
         loop = SchedulerLoop(db, clock, tree, placers, members, interval=settings.schedule_interval)
-        await loop.start()
+        loop.tree_document = tree_text
+        await loop.start(admin.restore)
     except BaseException:
         await db.close()
         raise

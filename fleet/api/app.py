@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import keys, routes
+from fleet.api import auth, keys, routes
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
+from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
 
@@ -44,10 +45,21 @@ def create_app(
 ) -> web.Application:
     """The Fleet API application; the service starts with it (see the module docstring)."""
     app = web.Application(
-        middlewares=[problem_middleware, last_resort],
+        middlewares=[problem_middleware, auth.access_middleware, last_resort],
         client_max_size=settings.max_body_bytes,
     )
     app[keys.SETTINGS] = settings
+    app[keys.TOKENS] = TokenStore(settings.tokens_file)
+    if settings.tokens_file is None:
+        log.warning(
+            "no --tokens-file: every caller is treated as admin; listening on loopback only"
+        )
+    else:
+        log.info(
+            "bearer tokens from %s: %s",
+            settings.tokens_file,
+            ", ".join(app[keys.TOKENS].names()) or "none",
+        )
 
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)

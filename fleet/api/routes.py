@@ -18,7 +18,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet import intake
-from fleet.api import keys, openapi, schemas
+from fleet.api import admin_routes, auth, keys, openapi, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -32,6 +32,7 @@ from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.loop import QueueView
 from fleet.service import Service
+from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 from fleet.store.models import JobEventRow, JobRow
 
@@ -65,6 +66,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
     submitted = parse_submission(
         body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
     )
+    auth.require_queues(request, [(s.job.key, s.job.queue) for s in submitted])
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     try:
         accepted = await intake.accept(svc.db, new, svc.clock.now())
@@ -186,7 +188,8 @@ async def get_job(request: web.Request) -> web.Response:
         placement=_placement(row),
         reason=_reason(svc, row),
         suspended=row.suspended,
-        events=[_event(e) for e in events],
+        # A team token sees the events of its own queues' jobs only.
+        events=[_event(e) for e in events] if auth.caller(request).may_act_in(row.queue) else [],
     )
     return schemas.json_response(detail)
 
@@ -195,6 +198,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     """``DELETE /api/v1/jobs/{namespace}/{name}``: cancel (and remove from its member)."""
     svc = _svc(request)
     row = await _job_row(request)
+    auth.require_queues(request, [(f"job {row.namespace}/{row.name}", row.queue)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
     svc.loop.cancel(f"{row.namespace}/{row.name}")
@@ -252,6 +256,8 @@ async def list_clusters(request: web.Request) -> web.Response:
     svc = _svc(request)
     view = svc.loop.view
     items = []
+    async with svc.db.read() as session:
+        bad = await admin_rows.bad_nodes(session)
     for cluster in svc.clusters:
         member = svc.loop.members.get(cluster.name)
         reachable = member is not None and (await member.health()).reachable
@@ -266,11 +272,13 @@ async def list_clusters(request: web.Request) -> web.Response:
                 health=schemas.ClusterHealth.HEALTHY
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
+                bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
                 virtual_clusters=[
                     schemas.VirtualClusterGpus(
                         name=vc,
                         gpus=schemas.GpuCounts(total=size, used=u, free=max(0, size - u)),
+                        doomed_cells=view.doomed.get(cluster.name, {}).get(vc, 0),
                     )
                     for vc, (size, u) in sorted(vcs.items())
                 ],
@@ -317,10 +325,12 @@ HANDLERS: Final[dict[str, Handler]] = {
     "liveness": liveness,
     "readiness": readiness,
     "openapi": openapi_json,
+    **admin_routes.HANDLERS,
 }
 
 
 def add_routes(app: web.Application) -> None:
     """Every route of the table in :mod:`fleet.api.openapi`, and its OpenAPI document."""
     app[keys.OPENAPI] = openapi.openapi_document()
+    app[keys.ROUTE_TABLE] = {r.operation_id: r for r in openapi.ROUTES}
     openapi.add_routes(app.router, HANDLERS)

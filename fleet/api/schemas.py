@@ -248,6 +248,9 @@ class VirtualClusterGpus(Schema):
 
     name: str = Field(description="The virtual cluster, i.e. the leaf queue.")
     gpus: GpuCounts = Field(description="Its guaranteed GPUs, in use and free.")
+    doomed_cells: Count = Field(
+        default=0, description="Its virtual cells that bad nodes leave no physical cell for."
+    )
 
 
 class ClusterSummary(Schema):

@@ -294,6 +294,9 @@ def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
     if event.now < state.now:
         raise ValueError(f"the clock cannot go back from {state.now} to {event.now}")
     state.now = event.now
+    if state.cut_since:
+        still = {b.node for b in state.tree.over_limits()}
+        state.cut_since = {n: t for n, t in state.cut_since.items() if n in still}
     return []
 
 
@@ -360,6 +363,8 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
         out.append(state.move(key, JobState.FAILED, why))
     del old  # its usage is not carried: every kept unit was charged to ``tree``
     tree.grandfather()
+    # A node still over since an earlier change keeps that change's time.
+    state.cut_since = {b.node: state.cut_since.get(b.node, state.now) for b in tree.over_limits()}
     pending = state.pending()
     for job in pending:
         state.unqueue(job.key)

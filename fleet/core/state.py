@@ -126,6 +126,8 @@ class SchedulerState:
         self.phase: dict[str, JobState] = {}
         self._pending_keys: dict[str, str] = {}  # job key -> queue
         self.now = now
+        #: node -> when a tree change left it over its limits (only nodes still over)
+        self.cut_since: dict[str, float] = {}
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

@@ -84,3 +84,17 @@ def test_the_cut_survives_a_copy_of_the_tree_and_a_preview_of_the_same_tree_agre
     events.apply(state, events.QuotaTreeReplaced(make_node(cut(4))))
     assert [b.node for b in state.tree.over_limits()] == [b.node for b in effect.over_limit]
     assert state.tree.over_limit_victims("team-a") == list(effect.reclaimable["team-a"])
+
+
+def test_the_time_of_a_cut_is_kept_while_the_node_stays_over_and_dropped_after() -> None:
+    state = busy()
+    events.apply(state, events.ClockAdvanced(100.0))
+    events.apply(state, events.QuotaTreeReplaced(make_node(cut(8))))
+    assert state.cut_since == {"team-a": 100.0}
+    events.apply(state, events.ClockAdvanced(200.0))
+    events.apply(state, events.QuotaTreeReplaced(make_node(cut(4))))
+    assert state.cut_since == {"team-a": 100.0}  # over since the first cut
+    for key in ("default/a3", "default/a2"):
+        finish(state, key)
+    events.apply(state, events.ClockAdvanced(300.0))
+    assert state.cut_since == {}
