@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -19,7 +20,12 @@ def free_port() -> int:
 
 
 def start(
-    database_url: str, port: int, log: Path, *, cwd: Path | None = None
+    database_url: str,
+    port: int,
+    log: Path,
+    *,
+    cwd: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
 
@@ -39,6 +45,7 @@ def start(
                 database_url,
                 "--schedule-interval",
                 "0.2",
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
