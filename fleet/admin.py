@@ -147,8 +147,10 @@ async def set_node_health(
     return preempted
 
 
-async def restore(loop: SchedulerLoop) -> None:
-    """After the state is rebuilt: stored bad nodes and quota cut times (see the docstring)."""
+async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
+    """After the state is rebuilt: stored bad nodes and quota cut times (see the
+    docstring), and the ``--quota-cut-grace`` in force."""
+    loop.state.cut_grace = grace
     async with loop.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
         cuts = await admin_rows.quota_cuts(session)

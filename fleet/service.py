@@ -11,6 +11,7 @@ undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,7 +122,7 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         placers, members = _members(clusters, clock)
         loop = SchedulerLoop(db, clock, tree, placers, members, interval=settings.schedule_interval)
         loop.tree_document = tree_text
-        await loop.start(admin.restore)
+        await loop.start(functools.partial(admin.restore, grace=settings.quota_cut_grace))
     except BaseException:
         await db.close()
         raise

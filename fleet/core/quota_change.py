@@ -11,6 +11,12 @@ the first reclaim victims, and what ``--quota-cut-grace`` would preempt)
 are read off.  Nothing of ``state`` changes; the tree given is used up.
 Running jobs whose leaf is gone are reported as moved or failed without
 asking their placer whether the new leaf's cells can hold them.
+
+:func:`expire_cuts` is the ``--quota-cut-grace`` rule, run by the cycle
+first: once a node has been over its limits for the grace period since the
+change that cut it (``state.cut_since``, kept across restarts by the shell),
+its newest over-limit jobs are preempted until it is within them, whatever
+their priority or preemptibility: the administrator asked for the cut.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from fleet.core.decisions import Preempt
 from fleet.core.jobs import Job
+from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaBlock, QuotaTree
 from fleet.core.state import SchedulerState
 
@@ -92,3 +100,36 @@ def preview(state: SchedulerState, tree: QuotaTree) -> TreeChangeEffect:
     over = tuple(tree.over_limits())
     reclaimable = {block.node: tuple(tree.over_limit_victims(block.node)) for block in over}
     return TreeChangeEffect(over, reclaimable, tuple(moved), tuple(failed))
+
+
+def expire_cuts(state: SchedulerState, now: float) -> list[Preempt]:
+    """Preempt the over-limit jobs of every node cut at least ``state.cut_grace`` ago."""
+    grace = state.cut_grace
+    if grace is None or not state.cut_since:
+        return []
+    out: list[Preempt] = []
+    for node, since in sorted(state.cut_since.items()):
+        if now - since < grace or not state.tree.has_node(node):
+            continue
+        why = (
+            f"{node} is still over its quota limits {now - since:g}s after a quota change "
+            f"(grace {grace:g}s)"
+        )
+        for key in state.tree.over_limit_victims(node):
+            owner = state.units.get(key)
+            if owner is None:
+                continue  # its job was stopped with an earlier unit
+            unit = next(u for u in owner.units if u.charge.key == key)
+            job = owner.job
+            if unit.charge.is_growth:
+                state.release_unit(owner, unit)
+                out.append(
+                    Preempt(job.key, job.queue, owner.cluster, unit.pods, why, now, unit=key)
+                )
+                continue
+            pods = tuple(owner.pods)
+            state.release(job.key)
+            state.move(job.key, JobState.PREEMPTED, why)
+            state.stopping[job.key] = job
+            out.append(Preempt(job.key, job.queue, owner.cluster, pods, why, now))
+    return out

@@ -119,13 +119,19 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     if any(n == leaf for n, _ in deficits):
         return None  # only the queue's own jobs are charged there
     on_path = set(path)
+    # First the jobs that keep a node over its limits since a tree change.
+    picked = _over_limit_picks(tree, leaf, path, request, removed)
+    deficits = _deficits(tree, path, request, removed)
+    if not deficits:
+        return _prune(tree, path, request, picked)
+    taken = {rec.key for rec in picked}
     for n, r in deficits:
         # Cheap upper bound on what can go: borrowed usage in the subtrees
         # hanging off the path below ``n`` whose root is above its min
         # (a victim's whole chain off the path must be above its min).
         mx = tree._max_d[n]
         assert mx is not None
-        need = tree._used[n].get(r, 0) + request.get(r, 0) - mx[r]
+        need = tree._used[n].get(r, 0) - removed.get(n, {}).get(r, 0) + request.get(r, 0) - mx[r]
         bound = 0
         for m in path:
             for c in tree._children[m]:
@@ -168,7 +174,6 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     blocking = deficits[0][1]
     heap = [(lower_key(o, blocking), o) for o in orders]
     heapq.heapify(heap)
-    picked: list[Admitted] = []
     while deficits:
         if deficits[0][1] != blocking:
             blocking = deficits[0][1]
@@ -180,7 +185,9 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         givable = _givable(tree, other, chains[other], deficits, removed)
         recs = orders[other]
         i = pos[other]
-        while i < len(recs) and not any(recs[i].request.get(r, 0) > 0 for r in givable):
+        while i < len(recs) and (
+            recs[i].key in taken or not any(recs[i].request.get(r, 0) > 0 for r in givable)
+        ):
             i += 1
         if not givable or i >= len(recs):
             pos[other] = len(recs)  # nothing more from this leaf
@@ -198,6 +205,35 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         if pos[other] < len(recs):
             heapq.heappush(heap, (lower_key(other, blocking), other))
     return _prune(tree, path, request, picked)
+
+
+def _over_limit_picks(
+    tree: QuotaUsage,
+    leaf: int,
+    path: tuple[int, ...],
+    request: Resources,
+    removed: dict[int, dict[str, int]],
+) -> list[Admitted]:
+    """Over-limit jobs of other queues (newest first per cut node, nodes in tree
+    order) that reduce a deficit of ``path``; counted in ``removed``."""
+    picked: list[Admitted] = []
+    if not tree._cut:
+        return picked
+    for n in sorted(tree._cut):
+        if tree.over_limit(n) is None or leaf in tree._leaves_under[n]:
+            continue
+        for key in over_limit_victims(tree, tree._names[n]):
+            rec = tree._jobs[key]
+            if not rec.preemptible or rec.mode is Mode.OPPORTUNISTIC:
+                continue
+            deficits = _deficits(tree, path, request, removed)
+            if not deficits:
+                return picked
+            rpath = tree._paths[rec.leaf]
+            if any(m in rpath and rec.request.get(r, 0) > 0 for m, r in deficits):
+                picked.append(rec)
+                _remove(tree, removed, rec, 1)
+    return picked
 
 
 def _givable(

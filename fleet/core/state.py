@@ -128,6 +128,8 @@ class SchedulerState:
         self.now = now
         #: node -> when a tree change left it over its limits (only nodes still over)
         self.cut_since: dict[str, float] = {}
+        #: seconds after a cut before its newest over-limit jobs are preempted (None: never)
+        self.cut_grace: float | None = None
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-import yaml
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+import yaml
+from aiohttp import web
+
+from fleet.api import keys
+from fleet.api.app import create_app
+from fleet.clock import VirtualClock
 from fleet.settings import POLICIES
-from tests.admin.conftest import YAML, Api
+from tests.admin.conftest import YAML, Api, Client, write_tokens_file
+from tests.service import helpers
 from tests.service.helpers import pytorchjob
 
 TREE = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
@@ -159,3 +167,38 @@ async def test_jobs_whose_namespace_no_leaf_takes_any_more_are_failed(api: Api) 
     job = await api.call("GET", "/api/v1/jobs/sandbox/big", status=200)
     assert job["state"] == "Failed"
     assert "no leaf of the quota tree takes" in job["events"][-1]["message"]
+
+
+async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    clock = VirtualClock(1_000.0)
+    tokens = write_tokens_file(tmp_path / "t.yaml")
+    settings = helpers.settings(database_url, tokens_file=tokens, quota_cut_grace=600.0)
+    first = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    await run_team_a(first, "a1", "a2", "a3")
+    cut = tree_with(**{"team-a": {"min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 8}}})
+    await first.call("PUT", "/api/v1/quota-tree", data=cut, headers=YAML, status=200)
+    cut_at = clock.now()
+    await first.settle(300)
+    await first.client.close()
+
+    second = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    loop = second.client.app[keys.SERVICE].loop
+    await second.settle()
+    assert loop.state.cut_since == {"team-a": cut_at}
+    for _ in range(59):  # to 1595: cycles run, none preempts yet
+        await second.settle(5)
+    assert len(loop.state.running) == 3
+    await second.settle(10)
+    await second.settle()
+    states = {
+        n: (await second.call("GET", f"/api/v1/jobs/team-a/{n}", status=200))["state"]
+        for n in ("a1", "a2", "a3")
+    }
+    assert states["a1"] == "Running"
+    assert states["a2"] == states["a3"] == "Queued", states
+    job = await second.call("GET", "/api/v1/jobs/team-a/a3", status=200)
+    assert any("after a quota change (grace 600s)" in e["message"] for e in job["events"])

@@ -6,10 +6,14 @@ import copy
 from typing import Any
 
 from fleet.core import events
-from fleet.core.cycle import Admit, Wait, cycle
+from fleet.core.cycle import Admit, Preempt, Wait, cycle
+from fleet.core.jobs import Mode
 from fleet.core.quota_change import preview
 from fleet.core.state import SchedulerState
 from tests.core.factories import finish, make_job, make_node, make_nodes, make_state, make_tree
+from tests.core.quota_factories import Ledger, req, res
+
+GPU = "nvidia.com/gpu"
 
 TREE: dict[str, Any] = {
     "name": "root",
@@ -98,3 +102,54 @@ def test_the_time_of_a_cut_is_kept_while_the_node_stays_over_and_dropped_after()
         finish(state, key)
     events.apply(state, events.ClockAdvanced(300.0))
     assert state.cut_since == {}
+
+
+def test_over_limit_jobs_are_the_first_reclaim_victims() -> None:
+    spec: dict[str, Any] = {
+        "name": "root",
+        "min": {"nvidia.com/gpu": 16},
+        "max": {"nvidia.com/gpu": 16},
+        "children": [
+            {"name": "team-a", "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+            {"name": "team-b", "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+        ],
+    }
+    ledger = Ledger(make_tree(spec))
+    ledger.admit("team-b", req({GPU: 8}), key="b/guaranteed", expect=Mode.GUARANTEED)
+    ledger.admit("team-b", req({GPU: 4}), key="b/cheap", priority=10, expect=Mode.BORROWED)
+    ledger.admit("team-b", req({GPU: 4}), key="b/newest", priority=100, expect=Mode.BORROWED)
+    tree = ledger.tree
+    # Without a cut, reclaim takes the cheapest borrowed job first.
+    assert tree.reclaim_victims("team-a", req({GPU: 4})) == ["b/cheap"]
+    tree.set_node("team-b", max=res({GPU: 12}))
+    # After the cut, the job that keeps team-b over its max goes first.
+    assert tree.reclaim_victims("team-a", req({GPU: 4})) == ["b/newest"]
+    # More than the over-limit job frees: the usual order takes the rest.
+    assert tree.reclaim_victims("team-a", req({GPU: 8})) == ["b/newest", "b/cheap"]
+    tree.check_invariants()
+
+
+def test_after_the_grace_the_newest_over_limit_jobs_are_preempted_until_within_limits() -> None:
+    state = busy()
+    state.cut_grace = 600.0
+    events.apply(state, events.ClockAdvanced(100.0))
+    events.apply(state, events.QuotaTreeReplaced(make_node(cut(4))))
+    events.apply(state, events.ClockAdvanced(699.0))
+    assert not [d for d in cycle(state) if isinstance(d, Preempt)]
+    events.apply(state, events.ClockAdvanced(700.0))
+    preempted = [d for d in cycle(state) if isinstance(d, Preempt)]
+    assert [d.job for d in preempted] == ["default/a3", "default/a2"]
+    assert "still over its quota limits 600s after a quota change" in preempted[0].reason
+    assert sorted(state.running) == ["default/a1"]
+    assert state.tree.over_limits() == []
+    events.apply(state, events.ClockAdvanced(701.0))
+    assert state.cut_since == {}
+    state.check_invariants()
+
+
+def test_without_a_grace_a_cut_never_preempts() -> None:
+    state = busy()
+    events.apply(state, events.QuotaTreeReplaced(make_node(cut(4))))
+    events.apply(state, events.ClockAdvanced(1e9))
+    assert not [d for d in cycle(state) if isinstance(d, Preempt)]
+    assert len(state.running) == 3
