@@ -51,7 +51,7 @@ from fleet.service import Service
 from fleet.store import admin as admin_rows
 
 JSON_TYPES: Final = ("application/merge-patch+json", "application/json")
-PATCHABLE: Final = ("min", "max", "namespaces")
+PATCHABLE: Final = ("min", "max", "namespaces", "preemptMinRuntime", "reclaimMinRuntime")
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 
@@ -230,10 +230,10 @@ async def patch_quota_node(request: web.Request) -> web.Response:
             continue
         if patch[field] is None:
             node.pop(field, None)
-        elif field == "namespaces":
-            node[field] = patch[field]
-        else:
+        elif field in ("min", "max"):
             node[field] = _merge(node.get(field) or {}, patch[field])
+        else:
+            node[field] = patch[field]
     text = yaml.safe_dump(document, sort_keys=False)
     return await _change(request, text)
 

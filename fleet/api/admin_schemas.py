@@ -92,7 +92,7 @@ class TreeHistory(Schema):
 
 
 class NodePatch(Schema):
-    """A JSON merge patch of one node: the fields that may change."""
+    """A JSON merge patch of one node: the fields that may change (null removes one)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,6 +104,12 @@ class NodePatch(Schema):
     )
     namespaces: list[StrictStr] | None = Field(
         default=None, description="The leaf's namespaces, replacing the old list."
+    )
+    preempt_min_runtime: StrictStr | None = Field(
+        default=None, description="A duration (e.g. 10m); null: inherit the parent's."
+    )
+    reclaim_min_runtime: StrictStr | None = Field(
+        default=None, description="A duration (e.g. 10m); null: inherit the parent's."
     )
 
 

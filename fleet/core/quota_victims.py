@@ -43,6 +43,24 @@ from fleet.core.quota_usage import Admitted, QuotaUsage, add_to, cheapest_first
 from fleet.core.resources import MAX_JOBS, Resources
 
 
+def protected(tree: QuotaUsage, rec: Admitted, now: float | None, which: int) -> bool:
+    """Whether ``rec`` has run for less than its queue's minimum runtime ``which``
+    (0: preemptMinRuntime, 1: reclaimMinRuntime) at ``now`` (None: never)."""
+    if now is None:
+        return False
+    least = tree._runtime[rec.leaf][which]
+    return least > 0 and now - rec.charge.since < least
+
+
+def protected_until(tree: QuotaUsage, rec: Admitted, which: int) -> float:
+    """When ``rec``'s minimum runtime ``which`` ends."""
+    return rec.charge.since + tree._runtime[rec.leaf][which]
+
+
+PREEMPT: int = 0
+RECLAIM: int = 1
+
+
 def _deficits(
     tree: QuotaUsage,
     path: tuple[int, ...],
@@ -98,7 +116,9 @@ def _sorted_borrowed(tree: QuotaUsage, leaf: int) -> list[Admitted]:
     return ordered
 
 
-def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[str] | None:
+def reclaim_victims(
+    tree: QuotaUsage, queue: str, request: Resources, now: float | None = None
+) -> list[str] | None:
     """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
 
     ``[]`` when it fits already; None when the request is not within the
@@ -106,7 +126,9 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     are preemptible borrowed jobs of other queues under a blocking node,
     from queues (and subtrees) still above their own min.  Order: lowest
     priority, then the queue borrowing most of the blocking resource
-    (recomputed after each pick), then newest.  A pure query.
+    (recomputed after each pick), then newest.  With ``now``, jobs that have
+    run for less than their queue's ``reclaimMinRuntime`` are not taken.  A
+    pure query.
     """
     leaf = tree._leaf(queue)
     if not tree._fits_min(leaf, request).fits:
@@ -120,7 +142,7 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         return None  # only the queue's own jobs are charged there
     on_path = set(path)
     # First the jobs that keep a node over its limits since a tree change.
-    picked = _over_limit_picks(tree, leaf, path, request, removed)
+    picked = _over_limit_picks(tree, leaf, path, request, removed, now)
     deficits = _deficits(tree, path, request, removed)
     if not deficits:
         return _prune(tree, path, request, picked)
@@ -186,7 +208,9 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         recs = orders[other]
         i = pos[other]
         while i < len(recs) and (
-            recs[i].key in taken or not any(recs[i].request.get(r, 0) > 0 for r in givable)
+            recs[i].key in taken
+            or not any(recs[i].request.get(r, 0) > 0 for r in givable)
+            or protected(tree, recs[i], now, RECLAIM)
         ):
             i += 1
         if not givable or i >= len(recs):
@@ -213,6 +237,7 @@ def _over_limit_picks(
     path: tuple[int, ...],
     request: Resources,
     removed: dict[int, dict[str, int]],
+    now: float | None,
 ) -> list[Admitted]:
     """Over-limit jobs of other queues (newest first per cut node, nodes in tree
     order) that reduce a deficit of ``path``; counted in ``removed``."""
@@ -225,6 +250,8 @@ def _over_limit_picks(
         for key in over_limit_victims(tree, tree._names[n]):
             rec = tree._jobs[key]
             if not rec.preemptible or rec.mode is Mode.OPPORTUNISTIC:
+                continue
+            if protected(tree, rec, now, RECLAIM):
                 continue
             deficits = _deficits(tree, path, request, removed)
             if not deficits:
@@ -258,15 +285,17 @@ def _givable(
 
 
 def queue_victims(
-    tree: QuotaUsage, queue: str, request: Resources, priority: int
+    tree: QuotaUsage, queue: str, request: Resources, priority: int, now: float | None = None
 ) -> list[str] | None:
     """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.
 
     Candidates: the queue's own charged (non-negative priority), preemptible
     jobs with priority strictly below ``priority``, taken lowest priority
     then newest first, skipping those that free nothing still needed; then
-    picks made unnecessary by later ones are dropped.  ``[]`` when it fits
-    already, None when it cannot be made to fit.  A pure query.
+    picks made unnecessary by later ones are dropped.  With ``now``, jobs that
+    have run for less than the queue's ``preemptMinRuntime`` are not taken.
+    ``[]`` when it fits already, None when it cannot be made to fit.  A pure
+    query.
     """
     leaf = tree._leaf(queue)
     path = tree._paths[leaf]
@@ -278,7 +307,9 @@ def queue_victims(
         (
             rec
             for rec in tree._leaf_jobs[leaf].values()
-            if rec.preemptible and 0 <= rec.priority < priority
+            if rec.preemptible
+            and 0 <= rec.priority < priority
+            and not protected(tree, rec, now, PREEMPT)
         ),
         key=cheapest_first,
     )

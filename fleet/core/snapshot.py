@@ -167,6 +167,7 @@ def unit_to_plain(unit: Unit) -> dict[str, Any]:
         "mode": c.mode.value,
         "request": dict(c.request),
         "pods": [[p.pod, p.node, list(p.gpus)] for p in unit.pods],
+        "since": c.since,
     }
 
 
@@ -181,6 +182,7 @@ def unit_from_plain(job: Job, d: Mapping[str, Any]) -> Unit:
         job.preemptible,
         Mode(d["mode"]),
         Resources(d["request"]),
+        float(d.get("since", 0.0)),  # records written before minimum runtimes: unprotected
     )
     return Unit(charge, tuple(PodPlacement(p, n, tuple(g)) for p, n, g in d["pods"]))
 

@@ -202,3 +202,15 @@ async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
     assert states["a2"] == states["a3"] == "Queued", states
     job = await second.call("GET", "/api/v1/jobs/team-a/a3", status=200)
     assert any("after a quota change (grace 600s)" in e["message"] for e in job["events"])
+
+
+async def test_a_patch_sets_a_minimum_runtime_and_a_bad_one_is_a_field_error(api: Api) -> None:
+    await api.call(
+        "PATCH", "/api/v1/quota-tree/nodes/team-a", json={"reclaimMinRuntime": "10m"}, status=200
+    )
+    tree = yaml.safe_load(await api.call("GET", "/api/v1/quota-tree", status=200))
+    assert tree["spec"]["root"]["children"][0]["children"][0]["reclaimMinRuntime"] == "10m"
+    bad = await api.call(
+        "PATCH", "/api/v1/quota-tree/nodes/team-a", json={"preemptMinRuntime": "soon"}, status=422
+    )
+    assert bad["errors"][0]["path"] == "spec.root.children[0].children[0].preemptMinRuntime"
