@@ -9,27 +9,40 @@ job transitions that followed and the deletion intents for the pods that
 must stop, all in one transaction; only then are the pods deleted in their
 members.  A dry run computes :func:`fleet.core.quota_change.preview` and
 changes nothing.  At start, :func:`restore` marks the stored bad nodes in
-the placers again and gives the core the stored times of quota cuts, so a
-restart neither revives a bad node nor resets the ``--quota-cut-grace``
-clock.
+the placers again and gives the core the stored times of quota cuts and
+the clusters being drained, so a restart neither revives a bad node, nor
+resets the ``--quota-cut-grace`` clock, nor forgets a drain.
+
+Member clusters: a PUT adds a cluster (``ClusterAdded``, a new simulated
+member) or replaces its cell config (``ClusterReplaced``, refused with the
+jobs named unless every running placement exists in the new config); a
+DELETE drains it (``ClusterDraining``: nothing new is admitted there) and
+:func:`finish_drains`, run after every iteration, removes it
+(``ClusterRemoved``) once nothing runs there any more.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet import loop as loop_module
+from fleet.clusters.base import MemberCluster
 from fleet.core import events, quota_change
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
 from fleet.loop import SchedulerLoop
+from fleet.manifests.models import MemberClusterModel
 from fleet.store import admin as admin_rows
 from fleet.store import configuration
+
+log = logging.getLogger("fleet.admin")
 
 
 class UnknownNode(KeyError):
@@ -154,6 +167,7 @@ async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
     async with loop.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
         cuts = await admin_rows.quota_cuts(session)
+        rows = await configuration.clusters(session)
     for row in bad:
         if row.cluster in loop.state.placers:
             try:
@@ -164,3 +178,122 @@ async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
                 continue  # the cluster's config no longer has the node
     over = {b.node for b in loop.state.tree.over_limits()}
     loop.state.cut_since = {node: since for node, since in cuts.items() if node in over}
+    for cluster in rows:
+        if cluster.draining and cluster.name in loop.state.placers:
+            events.apply(loop.state, events.ClusterDraining(cluster.name))
+    loop.after_iteration = finish_drains
+
+
+# Member clusters -------------------------------------------------------------------------
+
+
+class UnknownCluster(KeyError):
+    """No member cluster of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "no such member cluster"
+
+
+class ClusterConflict(Exception):
+    """A new cell config that running jobs forbid; ``jobs`` names them."""
+
+    def __init__(self, message: str, jobs: list[str]) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChange:
+    """What a cluster PUT or DELETE did."""
+
+    created: bool
+    draining: bool
+    #: jobs running there now
+    running: tuple[str, ...]
+
+
+def _running_in(loop: SchedulerLoop, name: str) -> tuple[str, ...]:
+    return tuple(sorted(k for k, run in loop.state.running.items() if run.cluster == name))
+
+
+async def put_cluster(
+    loop: SchedulerLoop,
+    model: MemberClusterModel,
+    document: str,
+    member: Callable[[str], MemberCluster],
+    vc_sizes: dict[str, int],
+) -> ClusterChange:
+    """Add member cluster ``model`` or replace its config (refused while running jobs
+    would lose their cells); ``member(name)`` makes the backend of a new one."""
+    name = model.name
+
+    async def work(loop: SchedulerLoop) -> ClusterChange:
+        placer = CellPlacer(name, model.cell_config())
+        created = name not in loop.state.placers
+        if created:
+            events.apply(loop.state, events.ClusterAdded(placer))
+            loop.add_member(name, member(name))
+        else:
+            try:
+                events.apply(loop.state, events.ClusterReplaced(placer))
+            except events.ClusterInUse as e:
+                raise ClusterConflict(str(e), e.jobs) from None
+        loop.vc_sizes[name] = dict(vc_sizes)
+        async with loop.db.read() as session:
+            marks = [row for row in await admin_rows.bad_nodes(session) if row.cluster == name]
+        gone: list[str] = []
+        for row in marks:  # the new config's nodes keep their marks
+            try:
+                events.apply(
+                    loop.state, events.NodeHealthChanged(name, row.node, False, row.reason)
+                )
+            except KeyError:
+                gone.append(row.node)
+        now = loop.clock.now()
+
+        async def save(session: AsyncSession) -> None:
+            await configuration.put_cluster(session, name, document, now)
+            for node in gone:
+                await admin_rows.set_node_health(session, name, node, True, "", now)
+
+        await _carry_out(loop, [], [], [save])
+        return ClusterChange(created, False, _running_in(loop, name))
+
+    change: ClusterChange = await loop.exclusive(work)
+    return change
+
+
+async def drain_cluster(loop: SchedulerLoop, name: str) -> ClusterChange:
+    """Admit nothing new to ``name``; it is removed once its running jobs have ended."""
+
+    async def work(loop: SchedulerLoop) -> ClusterChange:
+        try:
+            events.apply(loop.state, events.ClusterDraining(name))
+        except KeyError:
+            raise UnknownCluster(f"no member cluster {name[:60]!r}") from None
+
+        async def save(session: AsyncSession) -> None:
+            await configuration.set_draining(session, name)
+
+        await _carry_out(loop, [], [], [save])
+        return ClusterChange(False, True, _running_in(loop, name))
+
+    change: ClusterChange = await loop.exclusive(work)
+    return change
+
+
+async def finish_drains(loop: SchedulerLoop) -> None:
+    """Remove every draining cluster that runs nothing any more (after each iteration)."""
+    for name in sorted(loop.state.draining):
+        if _running_in(loop, name):
+            continue
+        events.apply(loop.state, events.ClusterRemoved(name))
+        loop.members.pop(name, None)
+        loop.vc_sizes.pop(name, None)
+
+        async def save(session: AsyncSession, name: str = name) -> None:
+            await configuration.delete_cluster(session, name)
+            await admin_rows.forget_cluster_nodes(session, name)
+
+        await _carry_out(loop, [], [], [save])
+        log.info("member cluster %s drained and removed", name)

@@ -190,6 +190,8 @@ class SchedulerLoop:
         self.iterations = 0
         #: the quota tree in force as its YAML document (the service sets it)
         self.tree_document = ""
+        #: run at the end of every iteration (the service's administration, fleet.admin)
+        self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -237,6 +239,11 @@ class SchedulerLoop:
     def _post(self, item: _Item) -> None:
         self._inbox.append(item)
         self._wake.set()
+
+    def add_member(self, name: str, member: MemberCluster) -> None:
+        """Act on and watch a member added while running (its placer comes by event)."""
+        self.members[name] = member
+        self._watchers.append(asyncio.create_task(self._watch(name, member)))
 
     async def _watch(self, name: str, member: MemberCluster) -> None:
         async for event in member.watch():
@@ -289,6 +296,8 @@ class SchedulerLoop:
         actions = await self._persist(decisions)
         await self._act(actions)
         self._remember_reasons(decisions)
+        if self.after_iteration is not None:
+            await self.after_iteration(self)
         self._publish()
         self.iterations += 1
         return decisions

@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from fleet import admin
+from fleet import admin, service
 from fleet.api import admin_schemas, auth, keys
 from fleet.api.admin_schemas import (
     AuditKind,
@@ -31,8 +31,10 @@ from fleet.api.admin_schemas import (
     TreeChange,
 )
 from fleet.api.problems import (
+    FieldError,
     ProblemError,
     bad_request,
+    conflict,
     field_error,
     from_spec_error,
     invalid,
@@ -41,6 +43,7 @@ from fleet.api.problems import (
 )
 from fleet.api.schemas import json_response
 from fleet.api.submissions import YAML_MEDIA_TYPES
+from fleet.clusters.sim import SimulatedCluster
 from fleet.core.quota import OVER_MAX, QuotaTree
 from fleet.core.resources import format_quantity
 from fleet.manifests import convert
@@ -261,6 +264,67 @@ async def quota_tree_history(request: web.Request) -> web.Response:
     return json_response(admin_schemas.TreeHistory(items=items, continue_=token))
 
 
+# Member clusters ------------------------------------------------------------------------------
+
+
+async def put_cluster(request: web.Request) -> web.Response:
+    """``PUT /api/v1/clusters/{name}``: add a member cluster or replace its config."""
+    svc = _svc(request)
+    if request.content_type not in YAML_MEDIA_TYPES:
+        raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
+    text = _text(await request.read())
+    name = request.match_info["name"]
+    try:
+        models = convert.load_clusters(text)
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e)) from None
+    errors = []
+    if len(models) != 1:
+        errors.append(field_error("send exactly one MemberCluster", document=1))
+    model = models[0]
+
+    def error(message: str, path: str) -> FieldError:
+        return field_error(message, document=0, kind="MemberCluster", name=model.name, path=path)
+
+    if model.name != name:
+        errors.append(error(f"must be {name[:60]!r}, the name in the path", "metadata.name"))
+    if not model.spec.simulated:
+        errors.append(error("only simulated member clusters are supported so far", "spec"))
+    vc_sizes: dict[str, int] = {}
+    try:
+        vc_sizes = service.vc_gpus(model)
+    except Exception as e:  # a cell config the allocator cannot build
+        errors.append(error(f"cell config: {str(e)[:300]}", "spec.cells"))
+    if errors:
+        raise ProblemError(invalid(errors))
+    document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+    try:
+        change = await admin.put_cluster(
+            svc.loop, model, document, lambda n: SimulatedCluster(n, svc.clock), vc_sizes
+        )
+    except admin.ClusterConflict as e:
+        raise ProblemError(conflict(str(e)[:2000])) from None
+    svc.clusters = [c for c in svc.clusters if c.name != name] + [model]
+    body = admin_schemas.ClusterChange(
+        name=name, created=change.created, draining=change.draining, running=list(change.running)
+    )
+    return json_response(body, status=201 if change.created else 200)
+
+
+async def delete_cluster(request: web.Request) -> web.Response:
+    """``DELETE /api/v1/clusters/{name}``: drain it."""
+    svc = _svc(request)
+    name = request.match_info["name"]
+    try:
+        change = await admin.drain_cluster(svc.loop, name)
+    except admin.UnknownCluster:
+        raise ProblemError(not_found(f"no member cluster {name[:60]!r}")) from None
+    body = admin_schemas.ClusterChange(
+        name=name, created=False, draining=True, running=list(change.running)
+    )
+    return json_response(body, status=202)
+
+
 # Node health ------------------------------------------------------------------------------
 
 
@@ -342,6 +406,8 @@ HANDLERS: Final = {
     "replaceQuotaTree": replace_quota_tree,
     "patchQuotaNode": patch_quota_node,
     "quotaTreeHistory": quota_tree_history,
+    "putCluster": put_cluster,
+    "deleteCluster": delete_cluster,
     "setNodeHealth": set_node_health,
     "listAudit": list_audit,
 }

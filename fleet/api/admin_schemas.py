@@ -155,3 +155,14 @@ class AuditList(Schema):
     continue_: str | None = Field(
         default=None, alias="continue", description="Token of the next page; absent on the last."
     )
+
+
+class ClusterChange(Schema):
+    """What a member cluster PUT or DELETE did."""
+
+    name: str
+    created: bool = Field(description="True: a new member; false: its config was replaced.")
+    draining: bool = Field(
+        description="True: nothing new is admitted there; it is removed once its jobs ended."
+    )
+    running: list[str] = Field(description="namespace/name of the jobs running there now.")

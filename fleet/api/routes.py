@@ -259,6 +259,8 @@ async def list_clusters(request: web.Request) -> web.Response:
     async with svc.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
     for cluster in svc.clusters:
+        if cluster.name not in svc.loop.members:
+            continue  # drained and removed
         member = svc.loop.members.get(cluster.name)
         reachable = member is not None and (await member.health()).reachable
         gpus = view.clusters.get(cluster.name)
@@ -273,6 +275,7 @@ async def list_clusters(request: web.Request) -> web.Response:
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
                 bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
+                draining=cluster.name in svc.loop.state.draining,
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
                 virtual_clusters=[
                     schemas.VirtualClusterGpus(

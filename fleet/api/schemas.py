@@ -263,6 +263,9 @@ class ClusterSummary(Schema):
     simulated: bool = Field(description="Whether Fleet runs its jobs in process.")
     health: ClusterHealth = Field(description="Healthy, Degraded, Unreachable or Unknown.")
     bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
+    draining: bool = Field(
+        default=False, description="Nothing new is admitted; removed once its jobs ended."
+    )
     gpus: GpuCounts = Field(description="All GPUs of the cluster.")
     virtual_clusters: list[VirtualClusterGpus] = Field(
         default_factory=list, description="Per virtual cluster, in config order."

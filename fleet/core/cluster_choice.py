@@ -122,8 +122,11 @@ def place_with_preemption(
 def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
     """The clusters ``job`` may use with their load, least loaded first (then by name)."""
     out: list[tuple[float, Placer]] = []
+    draining = run.state.draining
     for name, placer in run.state.placers.items():
         if job.clusters is not None and name not in job.clusters:
+            continue
+        if draining and name in draining:
             continue
         room = run.places.room.get(name)
         if room is None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fleet.core import lifecycle
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
-from fleet.core.placement import Placer, RestoreError
+from fleet.core.placement import Placer, RestoreError, restore_order
 from fleet.core.quota import UNCHANGED, QuotaNodeSpec, QuotaTree, _Unchanged
 from fleet.core.resources import Resources
 from fleet.core.state import Running, SchedulerState, Transition, Unit, UnknownJob
@@ -113,6 +113,32 @@ class ClusterAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterReplaced:
+    """A member cluster's cell config changed: its new (empty) placer.
+
+    Refused (:class:`ClusterInUse`, nothing changes) unless every unit
+    running there is held again at the same cells by the new placer.
+    """
+
+    placer: Placer
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDraining:
+    """Admit nothing new to a member cluster; its running jobs finish there."""
+
+    name: str
+
+
+class ClusterInUse(ValueError):
+    """A cluster change that running jobs forbid; ``jobs`` names them."""
+
+    def __init__(self, message: str, jobs: list[str]) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterRemoved:
     """A member cluster is gone: its running jobs are queued again."""
 
@@ -138,6 +164,8 @@ Event = (
     | QuotaTreeReplaced
     | QuotaNodePatched
     | ClusterAdded
+    | ClusterReplaced
+    | ClusterDraining
     | ClusterRemoved
     | ClockAdvanced
 )
@@ -179,6 +207,10 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _node_patched(state, event)
         case ClusterAdded():
             return _cluster_added(state, event)
+        case ClusterReplaced():
+            return _cluster_replaced(state, event)
+        case ClusterDraining():
+            return _cluster_draining(state, event)
         case ClusterRemoved():
             return _cluster_removed(state, event)
         case ClockAdvanced():
@@ -277,9 +309,50 @@ def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
     return []
 
 
+def _cluster_replaced(state: SchedulerState, event: ClusterReplaced) -> list[Outcome]:
+    placer = event.placer
+    name = placer.cluster
+    if name not in state.placers:
+        raise KeyError(f"no member cluster named {name!r}")
+    units = sorted(
+        (
+            (run, unit)
+            for run in state.running.values()
+            if run.cluster == name
+            for unit in run.units
+        ),
+        key=lambda ru: (restore_order(ru[0].job), ru[1].charge.key),
+    )
+    lost: list[str] = []
+    why: list[str] = []
+    for run, unit in units:
+        try:
+            placer.restore(run.job_for(unit), unit.charge, unit.pods)
+        except RestoreError as e:
+            if run.job.key not in lost:
+                lost.append(run.job.key)
+                why.append(f"{run.job.key}: {e}")
+    if lost:
+        raise ClusterInUse(
+            f"the new cell config of {name} does not hold running jobs: " + "; ".join(why[:10]),
+            lost,
+        )
+    state.placers[name] = placer
+    state.draining.discard(name)  # a new config puts a drained cluster back in service
+    return []
+
+
+def _cluster_draining(state: SchedulerState, event: ClusterDraining) -> list[Outcome]:
+    if event.name not in state.placers:
+        raise KeyError(f"no member cluster named {event.name!r}")
+    state.draining.add(event.name)
+    return []
+
+
 def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outcome]:
     if event.name not in state.placers:
         raise KeyError(f"no member cluster named {event.name!r}")
+    state.draining.discard(event.name)
     out: list[Outcome] = []
     why = f"member cluster {event.name} was removed"
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:

@@ -130,6 +130,8 @@ class SchedulerState:
         self.cut_since: dict[str, float] = {}
         #: seconds after a cut before its newest over-limit jobs are preempted (None: never)
         self.cut_grace: float | None = None
+        #: member clusters being drained: nothing new is admitted there
+        self.draining: set[str] = set()
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

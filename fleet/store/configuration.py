@@ -48,6 +48,7 @@ async def put_cluster(session: AsyncSession, name: str, document: str, time: flo
     else:
         row.document = document
         row.updated_at = time
+        row.draining = False
 
 
 async def delete_cluster(session: AsyncSession, name: str) -> bool:
@@ -56,4 +57,13 @@ async def delete_cluster(session: AsyncSession, name: str) -> bool:
     if row is None:
         return False
     await session.delete(row)
+    return True
+
+
+async def set_draining(session: AsyncSession, name: str) -> bool:
+    """Mark member cluster ``name`` as draining; whether it exists."""
+    row = await session.get(ClusterRow, name)
+    if row is None:
+        return False
+    row.draining = True
     return True

@@ -113,6 +113,8 @@ class ClusterRow(Base):
     document: Mapped[str] = mapped_column(Text)  # the MemberCluster as YAML
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: being drained (DELETE): nothing new is admitted; removed once its jobs ended
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class IntentRow(Base):

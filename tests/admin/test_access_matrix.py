@@ -14,6 +14,13 @@ from tests.service.helpers import pytorchjob
 
 CALLERS = ("admin", "team-a", "team-b", "none", "malformed")
 TREE = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
+EXTRA = """
+apiVersion: fleet.io/v1alpha1
+kind: MemberCluster
+metadata: {name: extra}
+spec: {simulated: true, cells: {physicalCluster: {cellTypes: {N: {childCellType: GPU,
+  childCellNumber: 8, isNodeLevel: true}}, physicalCells: [{cellType: N, cellAddress: x0}]}}}
+"""
 _names = itertools.count()
 
 
@@ -78,6 +85,19 @@ CASES = [
     ),
     Case("quotaTreeHistory", "GET", lambda c: "/api/v1/quota-tree/history", READ),
     Case("listClusters", "GET", lambda c: "/api/v1/clusters", READ),
+    Case(
+        "putCluster",
+        "PUT",
+        lambda c: "/api/v1/clusters/extra",
+        {"admin": 201, "team-a": 403, "team-b": 403, "none": 401, "malformed": 401},
+        lambda c: {"data": EXTRA, "headers": YAML},
+    ),
+    Case(
+        "deleteCluster",
+        "DELETE",
+        lambda c: "/api/v1/clusters/nope",
+        {"admin": 404, "team-a": 403, "team-b": 403, "none": 401, "malformed": 401},
+    ),
     Case(
         "setNodeHealth",
         "PUT",

@@ -18,12 +18,14 @@ from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.core.lifecycle import JobState
 
 #: DESIGN.md section 4 and the administration routes, less what this service
-#: does not serve (metrics, cluster changes).
+#: does not serve (metrics).
 DESIGN_ROUTES = {
     ("PUT", "/api/v1/quota-tree"),
     ("PATCH", "/api/v1/quota-tree/nodes/{name}"),
     ("GET", "/api/v1/quota-tree/history"),
     ("PUT", "/api/v1/clusters/{name}/nodes/{node}/health"),
+    ("PUT", "/api/v1/clusters/{name}"),
+    ("DELETE", "/api/v1/clusters/{name}"),
     ("GET", "/api/v1/audit"),
     ("POST", "/api/v1/submissions"),
     ("GET", "/api/v1/jobs"),
@@ -37,10 +39,7 @@ DESIGN_ROUTES = {
     ("GET", "/readyz"),
     ("GET", "/api/v1/openapi.json"),
 }
-NOT_SERVED = {
-    ("GET", "/metrics"),
-    ("PUT", "/api/v1/clusters/{name}"),
-}
+NOT_SERVED = {("GET", "/metrics")}
 
 
 @pytest.fixture(scope="module")

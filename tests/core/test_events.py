@@ -240,3 +240,32 @@ def test_a_lowered_max_keeps_running_work_and_admits_nothing_more() -> None:
     decisions = admit(state, make_job("c", gpus=1))
     assert not [d for d in decisions if isinstance(d, Admit)]
     state.check_invariants()
+
+
+def test_a_replaced_cluster_keeps_its_running_jobs_at_their_cells_or_changes_nothing() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=8))
+    node = state.running["default/a"].pods[0].node
+    old = state.placers["c1"]
+    smaller = CapacityPlacer("c1", {n: r for n, r in make_nodes(2, gpus=8).items() if n != node})
+    with pytest.raises(events.ClusterInUse) as info:
+        events.apply(state, events.ClusterReplaced(smaller))
+    assert info.value.jobs == ["default/a"]
+    assert state.placers["c1"] is old
+    same = CapacityPlacer("c1", make_nodes(2, gpus=8))
+    assert events.apply(state, events.ClusterReplaced(same)) == []
+    assert state.placers["c1"] is same and same.holds("default/a")
+    state.check_invariants()
+
+
+def test_a_draining_cluster_admits_nothing_new_and_its_jobs_keep_running() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=8, clusters=frozenset({"c1"})))
+    events.apply(state, events.ClusterDraining("c1"))
+    decisions = admit(state, make_job("b", gpus=8))
+    assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
+    assert "default/a" in state.running
+    with pytest.raises(KeyError):
+        events.apply(state, events.ClusterDraining("nope"))
+    state.check_invariants()

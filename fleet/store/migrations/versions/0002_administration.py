@@ -1,4 +1,4 @@
-"""administration: audit records, tree version diffs, node health, quota cuts
+"""administration: audit records, tree version diffs, node health, quota cuts, draining
 
 Revision ID: 0002
 Revises: 0001
@@ -50,9 +50,15 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("quota_trees", schema=None) as batch_op:
         batch_op.add_column(sa.Column("diff", sa.Text(), nullable=False, server_default=""))
+    with op.batch_alter_table("clusters", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column("draining", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("clusters", schema=None) as batch_op:
+        batch_op.drop_column("draining")
     with op.batch_alter_table("quota_trees", schema=None) as batch_op:
         batch_op.drop_column("diff")
     op.drop_table("quota_cuts")
