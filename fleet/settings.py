@@ -56,6 +56,17 @@ class Settings(BaseSettings):
     max_documents: int = Field(
         1000, gt=0, description="Most YAML documents accepted in one submission."
     )
+    max_yaml_depth: int = Field(
+        100,
+        gt=0,
+        le=1000,
+        description="Most nested YAML lists and mappings in a request body (422 above).",
+    )
+    max_yaml_alias_nodes: int = Field(
+        100_000,
+        gt=0,
+        description="Most YAML nodes that aliases may stand for in one request body (422 above).",
+    )
     log_level: str = Field("INFO", description="Python logging level name.")
     tokens_file: Path | None = Field(
         None,

@@ -161,7 +161,12 @@ def _patch_body(request: web.Request, body: bytes) -> object:
             raise ProblemError(
                 bad_request(f"the request body is not JSON: {str(e)[:200]}")
             ) from None
-    limits = YamlLimits(max_documents=2, max_depth=20)
+    settings = request.app[keys.SETTINGS]
+    limits = YamlLimits(
+        max_documents=2,
+        max_depth=min(20, settings.max_yaml_depth),
+        max_alias_nodes=settings.max_yaml_alias_nodes,
+    )
     try:
         docs = list(read_documents(text, YAML_LOADER, limits))
     except (yaml.YAMLError, YamlLimitError, ValueError, RecursionError) as e:

@@ -61,7 +61,10 @@ async def submit_jobs(request: web.Request) -> web.Response:
     body = await request.read()
     settings = svc.settings
     limits = SubmissionLimits(
-        max_bytes=settings.max_body_bytes, max_documents=settings.max_documents
+        max_bytes=settings.max_body_bytes,
+        max_documents=settings.max_documents,
+        max_depth=settings.max_yaml_depth,
+        max_alias_nodes=settings.max_yaml_alias_nodes,
     )
     submitted = parse_submission(
         body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from tests.admin.conftest import YAML, Api
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from fleet.api import keys
+from fleet.api.app import create_app
+from fleet.clock import VirtualClock
+from tests.admin.conftest import YAML, Api, Client, write_tokens_file
+from tests.service import helpers
 from tests.service.helpers import pytorchjob
 
 
@@ -116,3 +125,32 @@ async def test_a_team_token_sees_events_only_of_its_own_queues(api: Api) -> None
     other = await api.call("GET", "/api/v1/jobs/team-a/z", status=200, who="team-b")
     assert own["events"] and other["events"] == []
     assert other["state"] == own["state"]
+
+
+async def test_a_bad_node_and_a_drain_survive_a_restart(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    clock = VirtualClock(1_000.0)
+    settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
+    first = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    await first.settle()
+    await first.call(
+        "PUT",
+        "/api/v1/clusters/east/nodes/east-node-1/health",
+        json={"healthy": False, "reason": "fan"},
+        status=200,
+    )
+    await first.call("DELETE", "/api/v1/clusters/west", status=202)
+    await first.settle()
+    await first.client.close()
+
+    second = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    await second.settle()
+    listing = await second.call("GET", "/api/v1/clusters", status=200)
+    by_name = {c["name"]: c for c in listing["items"]}
+    assert by_name["east"]["badNodes"] == ["east-node-1"]
+    assert "west" not in by_name  # it ran nothing: drained and removed
+    loop = second.client.app[keys.SERVICE].loop
+    assert loop.state.placers["east"].capacity()["nvidia.com/gpu"] == 16  # 3 nodes, 1 bad

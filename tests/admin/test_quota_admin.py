@@ -214,3 +214,11 @@ async def test_a_patch_sets_a_minimum_runtime_and_a_bad_one_is_a_field_error(api
         "PATCH", "/api/v1/quota-tree/nodes/team-a", json={"preemptMinRuntime": "soon"}, status=422
     )
     assert bad["errors"][0]["path"] == "spec.root.children[0].children[0].preemptMinRuntime"
+
+
+async def test_a_patch_nested_too_deep_is_refused_before_it_is_built(api: Api) -> None:
+    deep = "max: " + "[" * 30 + "]" * 30 + "\n"
+    problem = await api.call(
+        "PATCH", "/api/v1/quota-tree/nodes/team-a", data=deep, headers=YAML, status=400
+    )
+    assert "nest more than 20 levels deep" in problem["detail"]
