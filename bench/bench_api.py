@@ -54,6 +54,7 @@ GPUS_PER_NODE = 8
 NODES_PER_POOL = 8
 TARGET_RATE = 1_000
 TARGET_P99_MS = 50.0
+PROFILER = os.environ.get("BENCH_API_PROFILER", "").split()
 
 
 # Fixtures written for the server -------------------------------------------------------
@@ -202,6 +203,7 @@ async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
+                *PROFILER,
                 sys.executable,
                 "-m",
                 "fleet.cli.main",

@@ -32,6 +32,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -51,10 +52,9 @@ from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import SchedulerState, Transition, Unit
+from fleet.core.state import Running, SchedulerState, Transition
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
-from fleet.store.models import IntentRow, JobRow
 
 log = logging.getLogger("fleet.loop")
 
@@ -121,7 +121,7 @@ def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Submitted:
-    ids: tuple[int, ...]
+    jobs: tuple[Job, ...]  # stored; ``seq`` is the row id
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +195,9 @@ class SchedulerLoop:
         self._watchers.clear()
 
     # What the API and the members tell the loop ----------------------------------------
-    def submitted(self, ids: Iterable[int]) -> None:
-        self._post(_Submitted(tuple(ids)))
+    def submitted(self, jobs: Iterable[Job]) -> None:
+        """Jobs stored as Queued (their ``seq`` is their row id)."""
+        self._post(_Submitted(tuple(jobs)))
 
     def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
         self._post(_Cancel(key, reason))
@@ -271,7 +272,7 @@ class SchedulerLoop:
         stopping: list[Job] = []
         pending: list[Job] = []
         for row in rows:
-            job = snapshot.job_from_plain(row.record)
+            job = snapshot.job_from_plain(row.record, seq=row.id)
             self._ids[job.key] = row.id
             if row.state in holding and row.cluster is not None:
                 units = tuple(snapshot.unit_from_plain(job, u) for u in row.units)
@@ -308,7 +309,14 @@ class SchedulerLoop:
                     session, sorted({i.job_id for i in intents if i.kind == "delete"})
                 )
             }
-        actions: list[_Action] = [_Create(None, row) for row in holding]
+        actions: list[_Action] = [
+            _Create(
+                None,
+                job_rows.JobHead(r.id, r.uid, r.namespace, r.name, r.queue, r.spec_hash, r.state),
+                r.manifest,
+            )
+            for r in holding
+        ]
         for intent in intents:
             row = deleting.get(intent.job_id) if intent.kind == "delete" else None
             if row is not None:
@@ -325,14 +333,14 @@ class SchedulerLoop:
         now = self.clock.now()
         changes: list[Transition] = []
         deletes: list[tuple[str, str]] = []
-        new_ids = [i for item in items if isinstance(item, _Submitted) for i in item.ids]
-        async with self.db.read() as session:
-            new_rows = await job_rows.by_ids(session, new_ids)
-        for row in new_rows:
-            job = snapshot.job_from_plain(row.record)
-            if row.state != JobState.QUEUED.value or job.key in self.state.phase:
+        new = sorted(
+            (job for item in items if isinstance(item, _Submitted) for job in item.jobs),
+            key=lambda job: job.seq,
+        )
+        for job in new:
+            if job.key in self.state.phase:
                 continue
-            self._ids[job.key] = row.id
+            self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
         for item in items:
             if isinstance(item, _Cancel):
@@ -391,91 +399,110 @@ class SchedulerLoop:
         intents carried out, in one transaction; the ids of the new intents."""
         if not changes and not deletes and not done:
             return []
-        intents: list[IntentRow | None] = []
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        for t in changes:
+            row_id = self._ids.get(t.job)
+            if row_id is None:
+                continue
+            updates.append(self._state_columns(row_id, t.job, t.new, now))
+            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
+        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
         async with self.db.write() as session:
-            ids = [self._ids[t.job] for t in changes if t.job in self._ids]
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for t in changes:
-                row = rows.get(self._ids.get(t.job, -1))
-                if row is None:
-                    continue
-                self._write_state(row, t.new, now)
-                job_rows.add_event(session, row.id, now, t.new.value, t.reason)
-            for key, cluster in deletes:
-                row_id = self._ids.get(key)
-                intents.append(
-                    None
-                    if row_id is None
-                    else job_rows.add_intent(session, row_id, "delete", cluster, now)
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            made = iter(
+                await job_rows.insert_intents(
+                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
                 )
+            )
             await job_rows.finish_intents(session, done, now)
-            await session.flush()
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
-        return [None if i is None else i.id for i in intents]
+        return [None if i is None else next(made) for i, _ in wanted]
 
-    def _write_state(self, row: JobRow, new: JobState, now: float) -> None:
-        row.state = new.value
-        row.updated_at = now
-        run = self.state.running.get(f"{row.namespace}/{row.name}")
+    def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
+        """The columns of job ``key`` that change when it moves to ``new``."""
+        columns: dict[str, Any] = {"id": row_id, "state": new.value, "updated_at": now}
+        run = self.state.running.get(key)
         if new in HOLDING and run is not None:
-            row.cluster = run.cluster
-            row.mode = run.mode.value
-            row.units = [snapshot.unit_to_plain(u) for u in run.units]
+            columns["cluster"] = run.cluster
+            columns["mode"] = run.mode.value
+            columns["units"] = [snapshot.unit_to_plain(u) for u in run.units]
         elif new not in HOLDING:
-            row.units = []
+            columns["units"] = []
             if new is JobState.QUEUED:
-                row.cluster = None
-                row.mode = None
+                columns["cluster"] = None
+                columns["mode"] = None
+        return columns
 
     async def _persist(self, decisions: Sequence[Decision]) -> list[_Action]:
         """Write the cycle's decisions in one transaction; the actions they call for."""
         now = self.state.now
-        touched = [d for d in decisions if isinstance(d, Admit | Preempt)]
-        if not touched:
-            return []
-        planned: list[tuple[IntentRow, Admit | Preempt, JobRow]] = []
-        async with self.db.write() as session:
-            ids = sorted({self._ids[d.job] for d in touched if d.job in self._ids})
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for d in touched:
-                row = rows.get(self._ids.get(d.job, -1))
-                if row is None:
-                    continue
-                if isinstance(d, Admit):
-                    phase = self.state.phase.get(d.job, JobState.ADMITTED)
-                    self._write_state(row, phase, now)
-                    row.reason = ""
-                    where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
-                    if d.grown:
-                        job_rows.add_event(session, row.id, now, "Grew", f"{where} ({d.mode})")
-                        continue
-                    message = f"admitted to {d.cluster} as {d.mode}: {where}"
-                    if d.victims:
-                        message += f"; after {', '.join(d.victims)} stop"
-                    job_rows.add_event(session, row.id, now, JobState.ADMITTED.value, message)
-                    intent = job_rows.add_intent(session, row.id, "create", d.cluster, now)
-                    planned.append((intent, d, row))
-                elif d.unit:
-                    run = self.state.running.get(d.job)
-                    if run is not None:
-                        row.units = [snapshot.unit_to_plain(u) for u in run.units]
-                    job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
-                else:
-                    self._write_state(row, JobState.PREEMPTED, now)
-                    row.reason = d.reason
-                    job_rows.add_event(
-                        session, row.id, now, JobState.PREEMPTED.value, d.reason, warning=True
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        planned: list[tuple[int, Admit | Preempt]] = []  # (row id, decision) with an intent
+        for d in decisions:
+            if not isinstance(d, Admit | Preempt):
+                continue
+            row_id = self._ids.get(d.job)
+            if row_id is None:
+                continue
+            if isinstance(d, Admit):
+                phase = self.state.phase.get(d.job, JobState.ADMITTED)
+                updates.append({**self._state_columns(row_id, d.job, phase, now), "reason": ""})
+                where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
+                if d.grown:
+                    log_entries.append(
+                        job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
                     )
-                    intent = job_rows.add_intent(session, row.id, "delete", d.cluster, now)
-                    planned.append((intent, d, row))
-            await session.flush()
+                    continue
+                message = f"admitted to {d.cluster} as {d.mode}: {where}"
+                if d.victims:
+                    message += f"; after {', '.join(d.victims)} stop"
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, JobState.ADMITTED.value, message)
+                )
+                planned.append((row_id, d))
+            elif d.unit:
+                run = self.state.running.get(d.job)
+                if run is not None:
+                    units = [snapshot.unit_to_plain(u) for u in run.units]
+                    updates.append({"id": row_id, "units": units})
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
+                )
+            else:
+                columns = self._state_columns(row_id, d.job, JobState.PREEMPTED, now)
+                updates.append({**columns, "reason": d.reason})
+                log_entries.append(
+                    job_rows.EventValues(
+                        row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                    )
+                )
+                planned.append((row_id, d))
+        if not updates and not log_entries:
+            return []
+        async with self.db.write() as session:
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            heads = await job_rows.dispatch_heads(
+                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
+            )
         return [
-            _Create(intent.id, row)
+            _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
-            else _Delete(intent.id, d.job, d.cluster)
-            for intent, d, row in planned
+            else _Delete(intent, d.job, d.cluster)
+            for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
 
     # Acting on members ---------------------------------------------------------------------
@@ -484,13 +511,13 @@ class SchedulerLoop:
         done: list[int] = []  # intents carried out
         for action in actions:
             if isinstance(action, _Create):
-                row = action.row
-                key = f"{row.namespace}/{row.name}"
+                head = action.head
+                key = f"{head.namespace}/{head.name}"
                 run = self.state.running.get(key)
-                member = self.members.get(row.cluster or "")
+                member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(row, run.units, run.cluster))
+                        await member.create(_dispatched(head, action.manifest, run))
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
@@ -578,10 +605,11 @@ class SchedulerLoop:
 
 @dataclass(frozen=True, slots=True)
 class _Create:
-    """Create the job of ``row`` in its member (``intent``: the intent it carries out)."""
+    """Create job ``head`` in its member (``intent``: the intent it carries out)."""
 
     intent: int | None
-    row: JobRow
+    head: job_rows.JobHead
+    manifest: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,13 +629,12 @@ def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
     return [o for o in outcomes if isinstance(o, Transition)]
 
 
-def _dispatched(row: JobRow, units: Sequence[Unit], cluster: str) -> DispatchedJob:
-    pods = tuple(p for u in units for p in u.pods)
+def _dispatched(head: job_rows.JobHead, manifest: dict[str, Any], run: Running) -> DispatchedJob:
     return DispatchedJob(
-        key=f"{row.namespace}/{row.name}",
-        uid=row.uid,
-        cluster=cluster,
-        queue=row.queue,
-        pods=pods,
-        manifest=row.manifest,
+        key=f"{head.namespace}/{head.name}",
+        uid=head.uid,
+        cluster=run.cluster,
+        queue=head.queue,
+        pods=tuple(p for u in run.units for p in u.pods),
+        manifest=manifest,
     )

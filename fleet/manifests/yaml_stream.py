@@ -29,7 +29,18 @@ undefined and duplicate anchors), while counting:
 A bound that is passed raises :class:`YamlLimitError` at the event that passed
 it, before anything bigger is built; the composed node is handed to the
 loader's constructor (``construct_document``), which builds the same plain
-data ``yaml.load_all`` would.  Syntax errors are the parser's
+data ``yaml.load_all`` would.
+
+**The quick path.**  Most streams (every ordinary manifest) hold no alias or
+anchor and nest shallowly, which a glance at the text can prove: without
+``*`` and ``&`` nothing can expand, and the nesting of lists and mappings is
+bounded by the number of lines and indicators and by the widest line.  When
+that bound is small, the loader's own composer (libyaml's, in C) reads the
+stream at once, and the nesting and the number of documents are checked on
+the data.  Whatever that finds wrong, and any error it raises, sends the
+stream down the bounded path above, which raises the error it would have
+raised anyway, with its line and column; so the quick path changes the speed
+and nothing else.  Syntax errors are the parser's
 ``yaml.YAMLError``; a scalar the constructor cannot build is a ``ValueError``
 (the constructor's own, or one made of the ``IndexError`` and the like that
 some malformed scalars raise in it, such as an empty ``!!float``).
@@ -37,7 +48,7 @@ some malformed scalars raise in it, such as an empty ``!!float``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -251,6 +262,59 @@ def _duplicate(anchor: str, first: Node, start: Any) -> None:
     )
 
 
+#: Nesting below which libyaml's recursive composer may read a stream directly.
+_QUICK_NESTING: Final = 1_000
+
+
+def _nesting_bound(text: str) -> int:
+    """A bound on how deep lists and mappings can nest in ``text`` (no aliases).
+
+    Every level starts on a new line or at an indicator (``[ { - ? :``); in
+    block style every second level is also indented further, so the widest
+    line bounds the block levels, and flow levels each need a bracket.
+    """
+    flow = text.count("[") + text.count("{")
+    indicators = flow + text.count("-") + text.count("?") + text.count(":")
+    by_lines = text.count("\n") + 1 + indicators
+    widest = max(map(len, text.split("\n")))
+    return min(by_lines, 2 * (widest + 1) + flow)
+
+
+def _depth(data: object) -> int:
+    """How many lists and mappings ``data`` nests inside each other (iteratively)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict):
+            children: Iterable[object] = (*value.keys(), *value.values())
+        elif isinstance(value, list | tuple | set | frozenset):  # tuples: keys, !!omap pairs
+            children = value
+        else:
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        stack.extend((child, level) for child in children)
+    return deepest
+
+
+def _read_quickly(
+    text: str, loader_class: SafeLoaderType, limits: YamlLimits
+) -> list[object] | None:
+    """The documents of a stream the quick path may read, or None (see the module docstring)."""
+    if "*" in text or "&" in text or _nesting_bound(text) > _QUICK_NESTING:
+        return None
+    try:
+        found = list(yaml.load_all(text, Loader=loader_class))
+    except Exception:  # the bounded path raises the error, with its place
+        return None
+    if limits.max_documents is not None and len(found) > limits.max_documents:
+        return None
+    if limits.max_depth is not None and any(_depth(d) > limits.max_depth for d in found):
+        return None
+    return found
+
+
 def read_documents(
     text: str, loader_class: SafeLoaderType, limits: YamlLimits = DEFAULT_LIMITS
 ) -> Iterator[object]:
@@ -259,6 +323,10 @@ def read_documents(
     Raises ``yaml.YAMLError`` (syntax), ``ValueError`` (a scalar that cannot be
     built) or :class:`YamlLimitError` at the document where it happens.
     """
+    quick = _read_quickly(text, loader_class, limits)
+    if quick is not None:
+        yield from quick
+        return
     loader = loader_class(text)
     budget = _Budget(limits)
     try:

@@ -13,10 +13,8 @@ from tests.service.helpers import new_jobs, pytorchjob, settings
 
 
 async def submit(svc: Service, text: str) -> list[int]:
-    accepted = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), svc.clock.now())
-    ids = [a.row.id for a in accepted if a.created]
-    svc.loop.submitted(ids)
-    return ids
+    accepted = await svc.intake.accept(new_jobs(text, svc.tree, svc.clusters))
+    return [a.head.id for a in accepted if a.created]
 
 
 async def settle(svc: Service, clock: VirtualClock, seconds: float = 0.0) -> None:
@@ -100,7 +98,7 @@ async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database
         again = await intake.accept(
             svc.db, new_jobs(pytorchjob("same", gpus=1), svc.tree, svc.clusters), clock.now()
         )
-        assert [(a.row.id, a.created) for a in again] == [(first[0], False)]
+        assert [(a.head.id, a.created) for a in again] == [(first[0], False)]
         with pytest.raises(intake.NameTaken, match="team-a/same"):
             await intake.accept(
                 svc.db, new_jobs(pytorchjob("same", gpus=2), svc.tree, svc.clusters), clock.now()
