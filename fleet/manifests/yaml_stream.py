@@ -48,7 +48,7 @@ some malformed scalars raise in it, such as an empty ``!!float``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -280,22 +280,24 @@ def _nesting_bound(text: str) -> int:
     return min(by_lines, 2 * (widest + 1) + flow)
 
 
+_COLLECTIONS: Final = (dict, list, tuple, set, frozenset)  # tuples: keys, !!omap pairs
+
+
 def _depth(data: object) -> int:
-    """How many lists and mappings ``data`` nests inside each other (iteratively)."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(data, 0)]
-    while stack:
-        value, level = stack.pop()
-        if isinstance(value, dict):
-            children: Iterable[object] = (*value.keys(), *value.values())
-        elif isinstance(value, list | tuple | set | frozenset):  # tuples: keys, !!omap pairs
-            children = value
-        else:
-            continue
-        level += 1
-        deepest = max(deepest, level)
-        stack.extend((child, level) for child in children)
-    return deepest
+    """How many lists and mappings ``data`` nests inside each other (level by level)."""
+    depth = 0
+    level = [data] if isinstance(data, _COLLECTIONS) else []
+    while level:
+        depth += 1
+        below: list[object] = []
+        for value in level:
+            if isinstance(value, dict):
+                below += value
+                below += value.values()
+            else:
+                below += value
+        level = [v for v in below if isinstance(v, _COLLECTIONS)]
+    return depth
 
 
 def _read_quickly(
