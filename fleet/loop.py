@@ -30,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -57,6 +57,11 @@ from fleet.store import jobs as job_rows
 from fleet.store.database import Database
 
 log = logging.getLogger("fleet.loop")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+#: Member actions taken between two turns of the event loop.
+_ACTIONS_PER_TURN = 64
 
 HOLDING = frozenset({JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING})
 
@@ -250,16 +255,23 @@ class SchedulerLoop:
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
-        if self.threaded:
-            decisions = await asyncio.to_thread(cycle, self.state)
-        else:
-            decisions = cycle(self.state)
+        decisions = await self._off_loop(cycle, self.state)
         actions = await self._persist(decisions)
         await self._act(actions)
-        self._remember_reasons(decisions)
-        self._publish()
+        await self._off_loop(self._remember_and_publish, decisions)
         self.iterations += 1
         return decisions
+
+    async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
+
+        The state has one writer, this loop, which waits for the work to end;
+        meanwhile the event loop keeps answering the API (which reads only
+        the published view).
+        """
+        if self.threaded:
+            return await asyncio.to_thread(work, *args, **kw)
+        return work(*args, **kw)
 
     # Start-up --------------------------------------------------------------------------
     async def _rebuild(self) -> None:
@@ -439,6 +451,34 @@ class SchedulerLoop:
 
     async def _persist(self, decisions: Sequence[Decision]) -> list[_Action]:
         """Write the cycle's decisions in one transaction; the actions they call for."""
+        writes = await self._off_loop(self._decision_writes, decisions)
+        if writes is None:
+            return []
+        updates, log_entries, planned = writes
+        now = self.state.now
+        async with self.db.write() as session:
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            heads = await job_rows.dispatch_heads(
+                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
+            )
+        return [
+            _Create(intent, *heads[row_id])
+            if isinstance(d, Admit)
+            else _Delete(intent, d.job, d.cluster)
+            for intent, (row_id, d) in zip(intents, planned, strict=True)
+        ]
+
+    def _decision_writes(self, decisions: Sequence[Decision]) -> _DecisionWrites | None:
+        """The rows, events and intents the decisions call for (None: nothing to write)."""
         now = self.state.now
         updates: list[dict[str, Any]] = []
         log_entries: list[job_rows.EventValues] = []
@@ -483,33 +523,16 @@ class SchedulerLoop:
                 )
                 planned.append((row_id, d))
         if not updates and not log_entries:
-            return []
-        async with self.db.write() as session:
-            await job_rows.update_jobs(session, updates)
-            await job_rows.insert_events(session, log_entries)
-            intents = await job_rows.insert_intents(
-                session,
-                [
-                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
-                    for row_id, d in planned
-                ],
-                now,
-            )
-            heads = await job_rows.dispatch_heads(
-                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
-            )
-        return [
-            _Create(intent, *heads[row_id])
-            if isinstance(d, Admit)
-            else _Delete(intent, d.job, d.cluster)
-            for intent, (row_id, d) in zip(intents, planned, strict=True)
-        ]
+            return None
+        return updates, log_entries, planned
 
     # Acting on members ---------------------------------------------------------------------
     async def _act(self, actions: Sequence[_Action]) -> None:
         changes: list[Transition] = []
         done: list[int] = []  # intents carried out
-        for action in actions:
+        for number, action in enumerate(actions, 1):
+            if number % _ACTIONS_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the API answer between long runs of actions
             if isinstance(action, _Create):
                 head = action.head
                 key = f"{head.namespace}/{head.name}"
@@ -538,6 +561,10 @@ class SchedulerLoop:
         await self._record(changes, self.clock.now(), done=done)
 
     # Publishing ---------------------------------------------------------------------------
+    def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
+        self._remember_reasons(decisions)
+        self._publish()
+
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, Wait):
@@ -622,6 +649,10 @@ class _Delete:
 
 
 _Action = _Create | _Delete
+#: Job column changes, event log entries, and the decisions that need an intent (with row ids).
+_DecisionWrites = tuple[
+    list[dict[str, Any]], list[job_rows.EventValues], list[tuple[int, Admit | Preempt]]
+]
 
 
 def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
