@@ -133,6 +133,7 @@ class _Submitted:
 class _Cancel:
     key: str
     reason: str
+    intent: int | None = None  # the stored request, marked done once handled
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +205,17 @@ class SchedulerLoop:
         """Jobs stored as Queued (their ``seq`` is their row id)."""
         self._post(_Submitted(tuple(jobs)))
 
-    def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
-        self._post(_Cancel(key, reason))
+    async def cancel(self, job_id: int, key: str, reason: str = "cancelled by the user") -> None:
+        """Store the request to cancel job ``key`` (row ``job_id``), then hand it to the loop.
+
+        The request is a ``cancel`` intent: once this returns, a crash does not
+        lose it (the next start carries it out).
+        """
+        async with self.db.write() as session:
+            (intent,) = await job_rows.insert_intents(
+                session, [(job_id, "cancel", "")], self.clock.now()
+            )
+        self._post(_Cancel(key, reason, intent))
 
     def _post(self, item: _Item) -> None:
         self._inbox.append(item)
@@ -318,7 +328,7 @@ class SchedulerLoop:
             deleting = {
                 r.id: r
                 for r in await job_rows.by_ids(
-                    session, sorted({i.job_id for i in intents if i.kind == "delete"})
+                    session, sorted({i.job_id for i in intents if i.kind in ("delete", "cancel")})
                 )
             }
         actions: list[_Action] = [
@@ -330,9 +340,14 @@ class SchedulerLoop:
             for r in holding
         ]
         for intent in intents:
-            row = deleting.get(intent.job_id) if intent.kind == "delete" else None
-            if row is not None:
-                actions.append(_Delete(intent.id, f"{row.namespace}/{row.name}", intent.cluster))
+            row = deleting.get(intent.job_id)
+            if row is None:
+                continue
+            key = f"{row.namespace}/{row.name}"
+            if intent.kind == "delete":
+                actions.append(_Delete(intent.id, key, intent.cluster))
+            elif intent.kind == "cancel":  # requested before the previous run stopped
+                self._post(_Cancel(key, "cancelled by the user", intent.id))
         await self._act(actions)
         # Every holding job was created again above; open create intents are done.
         creates = [i.id for i in intents if i.kind == "create"]
@@ -354,8 +369,11 @@ class SchedulerLoop:
                 continue
             self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+        done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
+                if item.intent is not None:
+                    done.append(item.intent)
                 run = self.state.running.get(item.key)
                 try:
                     out = events.apply(self.state, events.Cancelled(item.key, item.reason))
@@ -366,7 +384,7 @@ class SchedulerLoop:
                 changes += _moves(out)
             elif isinstance(item, _FromMember):
                 changes += self._from_member(item)
-        intents = await self._record(changes, now, deletes=deletes)
+        intents = await self._record(changes, now, deletes=deletes, done=done)
         await self._act(
             [
                 _Delete(intent, key, cluster)

@@ -196,7 +196,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     row = await _job_row(request)
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
-    svc.loop.cancel(f"{row.namespace}/{row.name}")
+    await svc.loop.cancel(row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
 
 

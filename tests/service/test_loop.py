@@ -8,6 +8,7 @@ from fleet import intake, service
 from fleet.clock import VirtualClock
 from fleet.service import Service
 from fleet.store import jobs as job_rows
+from fleet.store.database import open_database
 from tests.service import helpers
 from tests.service.helpers import new_jobs, pytorchjob, settings
 
@@ -37,6 +38,17 @@ async def states(svc: Service) -> dict[str, str]:
             ],
         )
     return {f"{r.namespace}/{r.name}": r.state for r in rows}
+
+
+async def states_of(database_url: str) -> dict[str, str]:
+    """The stored states, read with no service running."""
+    db = await open_database(database_url)
+    try:
+        async with db.read() as session:
+            rows = await job_rows.in_states(session, ["Queued", "Running", "Cancelled"])
+        return {f"{r.namespace}/{r.name}": r.state for r in rows}
+    finally:
+        await db.close()
 
 
 async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
@@ -85,6 +97,37 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         await settle(svc, clock, 3601)
         after = await states(svc)
         assert after["team-a/long"] == "Succeeded"
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_restart(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        (running,) = await submit(svc, pytorchjob("running", workers=2, gpus=8, duration="1h"))
+        (queued,) = await submit(svc, pytorchjob("queued", workers=3, gpus=8, duration="1h"))
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/running": "Running", "team-a/queued": "Queued"}
+        # acknowledged, but the loop stops before it gets to them
+        await svc.loop.cancel(running, "team-a/running")
+        await svc.loop.cancel(queued, "team-a/queued")
+    finally:
+        await service.stop(svc)
+    assert await states_of(database_url) == {
+        "team-a/running": "Running",
+        "team-a/queued": "Queued",
+    }
+
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/running": "Cancelled", "team-a/queued": "Cancelled"}
+        assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
+        async with svc.db.read() as session:
+            assert await job_rows.open_intents(session) == []
     finally:
         await service.stop(svc)
 
