@@ -320,11 +320,16 @@ class SchedulerLoop:
         Both are idempotent in a member (the same uid is a no-op), so this is
         safe whether or not the previous run got to act: a crash between
         "decided" and "created" neither loses nor doubles a job, and members
-        that live in this process (simulated ones) get their jobs back.
+        that live in this process (simulated ones) get their jobs back, still
+        counted from when they started.  Cancellations users asked for that
+        the previous run did not carry out go to the inbox.
         """
         async with self.db.read() as session:
             intents = await job_rows.open_intents(session)
             holding = await job_rows.in_states(session, [s.value for s in HOLDING])
+            started = await job_rows.last_event_times(
+                session, [r.id for r in holding], JobState.RUNNING.value
+            )
             deleting = {
                 r.id: r
                 for r in await job_rows.by_ids(
@@ -336,6 +341,7 @@ class SchedulerLoop:
                 None,
                 job_rows.JobHead(r.id, r.uid, r.namespace, r.name, r.queue, r.spec_hash, r.state),
                 r.manifest,
+                started.get(r.id),
             )
             for r in holding
         ]
@@ -558,7 +564,7 @@ class SchedulerLoop:
                 member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(head, action.manifest, run))
+                        await member.create(_dispatched(head, action.manifest, run, action.started))
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
@@ -655,6 +661,7 @@ class _Create:
     intent: int | None
     head: job_rows.JobHead
     manifest: dict[str, Any]
+    started: float | None = None  # when it started running, before a restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -678,7 +685,9 @@ def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
     return [o for o in outcomes if isinstance(o, Transition)]
 
 
-def _dispatched(head: job_rows.JobHead, manifest: dict[str, Any], run: Running) -> DispatchedJob:
+def _dispatched(
+    head: job_rows.JobHead, manifest: dict[str, Any], run: Running, started: float | None
+) -> DispatchedJob:
     return DispatchedJob(
         key=f"{head.namespace}/{head.name}",
         uid=head.uid,
@@ -686,4 +695,5 @@ def _dispatched(head: job_rows.JobHead, manifest: dict[str, Any], run: Running) 
         queue=head.queue,
         pods=tuple(p for u in run.units for p in u.pods),
         manifest=manifest,
+        started=started,
     )

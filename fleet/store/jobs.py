@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select, tuple_, update
+from sqlalchemy import Table, bindparam, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -171,6 +171,20 @@ async def dispatch_heads(
         return {}
     rows = await session.execute(select(*_HEAD, _JOBS.c.manifest).where(_JOBS.c.id.in_(ids)))
     return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
+
+
+async def last_event_times(
+    session: AsyncSession, ids: Sequence[int], reason: str
+) -> dict[int, float]:
+    """Job id -> the time of its latest event with ``reason`` (jobs that have one)."""
+    if not ids:
+        return {}
+    rows = await session.execute(
+        select(_EVENTS.c.job_id, func.max(_EVENTS.c.time))
+        .where(_EVENTS.c.job_id.in_(ids), _EVENTS.c.reason == reason)
+        .group_by(_EVENTS.c.job_id)
+    )
+    return {row[0]: row[1] for row in rows}
 
 
 async def by_name(session: AsyncSession, namespace: str, name: str) -> JobRow | None:

@@ -101,6 +101,28 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         await service.stop(svc)
 
 
+async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await submit(svc, pytorchjob("hour", gpus=1, duration="1h"))
+        await settle(svc, clock)  # it starts at 0
+        await settle(svc, clock, 1800)
+    finally:
+        await service.stop(svc)
+
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await settle(svc, clock, 1799)
+        assert await states(svc) == {"team-a/hour": "Running"}
+        await settle(svc, clock, 2)  # an hour after it started, not after the restart
+        assert await states(svc) == {"team-a/hour": "Succeeded"}
+    finally:
+        await service.stop(svc)
+
+
 async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_restart(
     database_url: str,
 ) -> None:
