@@ -45,6 +45,10 @@ SAMPLES = [
     "- &s x\n- *s\n- !!str 3\n- ! 4\n- '5'\n- 0x10\n- .nan\n- ~\n",
     "? a\n? b\n",
     "%YAML 1.1\n---\nkey: value\n...\n",
+    # no anchor: the quick path reads these
+    "a: 0x10\nb: 1_000\nc: .inf\nd: yes\ne: ~\nf: 1.5e3\ng: '5'\nh: !!str 3\ni: 0o17\n",
+    "- [1, {b: false, 2: null}]\n- !!binary aGVsbG8=\n- 2020-01-01\n- !!set {a}\n",
+    "<<: {a: 1}\nb: 2\n",
 ]
 
 
