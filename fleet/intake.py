@@ -7,7 +7,10 @@ resubmission, not a new job); with another hash the whole submission is
 refused with :class:`NameTaken` and nothing of it is written.  New jobs get a
 row (state ``Queued``), whose id is their submission order (the core job's
 ``seq``), a uid, and a first event.  Only after the commit is the loop told
-of them, so the loop never sees a job the database does not hold.
+of them, so the loop never sees a job the database does not hold.  A job
+submitted again while it is still Queued is handed to the loop again (the
+loop ignores jobs it knows): when a commit's answer is lost, the client's
+retry is what tells the loop.
 
 **Group commit.**  :class:`Intake` stores the submissions that arrive while
 a transaction is running together, in the next one: one query for the names
@@ -66,7 +69,8 @@ class Accepted:
 
     head: job_rows.JobHead
     created: bool
-    #: the core job (``seq`` = row id) of a new job; None for a resubmission
+    #: the core job (``seq`` = row id) of a new job, or of a resubmitted one that
+    #: is still Queued; None for the others
     job: Job | None = None
 
 
@@ -142,9 +146,9 @@ class Intake:
             return False
         self.batches += 1
         self.submissions += len(batch)
-        created = [a.job for o in outcomes if isinstance(o, list) for a in o if a.job is not None]
-        if created:
-            self.notify(created)
+        told = [a.job for o in outcomes if isinstance(o, list) for a in o if a.job is not None]
+        if told:
+            self.notify(sorted(told, key=lambda job: job.seq))
         for waiting, outcome in zip(batch, outcomes, strict=True):
             _settle(waiting.result, outcome)
         return True
@@ -171,6 +175,12 @@ async def _store(
     """Decide and write each submission in order; what became of each."""
     names = [(n.namespace, n.name) for new in submissions for n in new]
     stored = await job_rows.heads_by_names(session, names)
+    # A resubmitted job that is still Queued is handed to the loop again (which
+    # ignores jobs it knows): its first submission may have been stored by a
+    # commit whose answer was lost, before the loop was told.
+    queued = await job_rows.records(
+        session, [h.id for h in stored.values() if h.state == JobState.QUEUED.value]
+    )
     #: jobs this batch creates: key -> (spec hash, index into ``rows``)
     claimed: dict[str, tuple[str, int]] = {}
     rows: list[dict[str, Any]] = []
@@ -213,7 +223,9 @@ async def _store(
         accepted: list[Accepted] = []
         for item, where in decided:
             if isinstance(where, job_rows.JobHead):
-                accepted.append(Accepted(where, created=False))
+                record = queued.get(where.id)
+                again = None if record is None else snapshot.job_from_plain(record, seq=where.id)
+                accepted.append(Accepted(where, created=False, job=again))
                 continue
             index = where if where >= 0 else -1 - where
             row = rows[index]

@@ -173,6 +173,14 @@ async def dispatch_heads(
     return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
 
 
+async def records(session: AsyncSession, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Job id -> its core record (jobs that exist)."""
+    if not ids:
+        return {}
+    rows = await session.execute(select(_JOBS.c.id, _JOBS.c.record).where(_JOBS.c.id.in_(ids)))
+    return {row[0]: row[1] for row in rows}
+
+
 async def last_event_times(
     session: AsyncSession, ids: Sequence[int], reason: str
 ) -> dict[int, float]:

@@ -173,6 +173,25 @@ async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database
         await service.stop(svc)
 
 
+async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submitted_again(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        text = pytorchjob("lost-answer", gpus=1)
+        # stored by a commit whose answer never came back: nobody told the loop
+        (stored,) = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), 0.0)
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/lost-answer": "Queued"}
+        (again,) = await svc.intake.accept(new_jobs(text, svc.tree, svc.clusters))
+        assert (again.head.id, again.created) == (stored.head.id, False)
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/lost-answer": "Running"}
+    finally:
+        await service.stop(svc)
+
+
 async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_url: str) -> None:
     clock = VirtualClock(0.0)
     svc = await service.start(settings(database_url), clock, threaded=False)
