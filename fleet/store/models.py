@@ -16,7 +16,8 @@ virtual time is recorded as it is.
 * ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
 * ``clusters``: the member clusters (MemberCluster documents).
 * ``intents``: what the loop decided to do to a member cluster and has not
-  yet confirmed (create, delete); redone after a crash, idempotently.
+  yet confirmed (create, delete), and cancellations users asked for that the
+  loop has not yet carried out (cancel); redone after a crash, idempotently.
 * ``audit``: every write through the API (who, when, which route, outcome).
 * ``node_health``: nodes marked bad (or healthy again) by an administrator.
 * ``quota_cuts``: when a tree change left a node over its limits (the
@@ -122,7 +123,7 @@ class IntentRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # create | delete
+    kind: Mapped[str] = mapped_column(String(16))  # create | delete | cancel
     cluster: Mapped[str] = mapped_column(String(253))
     created_at: Mapped[float] = mapped_column(Float)
     done_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
