@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-kube plan serve
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-kube plan serve
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,10 @@ bench: install
 # fleet serve on PostgreSQL and SQLite under 32 HTTP clients (BENCH_API_ARGS="--jobs 2000").
 bench-api: install
 	$(PY) bench/bench_api.py $(BENCH_API_ARGS)
+
+# schemathesis against fleet serve on SQLite (BENCH_FUZZ_ARGS="--examples 500").
+bench-fuzz: install
+	$(PY) bench/bench_fuzz.py $(BENCH_FUZZ_ARGS)
 
 # Dispatch to a real member (kube-apiserver from scripts/kube-binaries): BENCH_KUBE_ARGS="--jobs 200".
 bench-kube: install

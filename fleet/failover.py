@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.clusters.base import (
     ClusterError,
@@ -166,7 +167,7 @@ class Failover:
                 self.not_ready.pop(cluster, None)
             else:
                 self.not_ready[cluster] = event.reason
-            return False
+            return True  # the core admits nothing new to a member that is not ready
         if isinstance(event, NodeHealth):
             bad = self.bad_nodes.setdefault(cluster, set())
             (bad.discard if event.healthy else bad.add)(event.node)
@@ -293,26 +294,31 @@ class Failover:
 
     # Purges ---------------------------------------------------------------------------
 
-    async def record(
-        self, done: Sequence[Due], state: SchedulerState, ids: Mapping[str, int], now: float
+    async def write(
+        self,
+        session: AsyncSession,
+        done: Sequence[Due],
+        state: SchedulerState,
+        ids: Mapping[str, int],
+        now: float,
     ) -> None:
-        """Store the failed-over jobs' new allowed clusters and their purge intents."""
-        async with self.db.write() as session:
-            rows = {
-                r.id: r
-                for r in await job_rows.by_ids(session, [ids[d.key] for d in done if d.key in ids])
-            }
-            for d in done:
-                row = rows.get(ids.get(d.key, -1))
-                if row is None:
-                    continue
-                job = _pending_job(state, d.key)
-                if job is not None:
-                    row.record = snapshot.job_to_plain(job)
-                if d.purge is not None:
-                    intent = job_rows.add_intent(session, row.id, d.purge, d.cluster, now)
-                    await session.flush()
-                    self.purges.append(_Purge(intent.id, d.key, d.cluster, d.purge))
+        """Store the failed-over jobs' new allowed clusters and their purge intents
+        (in the caller's transaction, with the jobs' transitions)."""
+        rows = {
+            r.id: r
+            for r in await job_rows.by_ids(session, [ids[d.key] for d in done if d.key in ids])
+        }
+        for d in done:
+            row = rows.get(ids.get(d.key, -1))
+            if row is None:
+                continue
+            job = _pending_job(state, d.key)
+            if job is not None:
+                row.record = snapshot.job_to_plain(job)
+            if d.purge is not None:
+                intent = job_rows.add_intent(session, row.id, d.purge, d.cluster, now)
+                await session.flush()
+                self.purges.append(_Purge(intent.id, d.key, d.cluster, d.purge))
 
     async def purge(self, state: SchedulerState, members: Mapping[str, MemberCluster]) -> list[int]:
         """Ask old members to delete old copies whose time has come; the intents done."""

@@ -30,8 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -43,6 +46,7 @@ from fleet.clusters.base import (
     JobStopped,
     MemberCluster,
     MemberEvent,
+    MemberReadiness,
     NodeHealth,
 )
 from fleet.core import events, snapshot
@@ -52,13 +56,17 @@ from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import SchedulerState, Transition, Unit
+from fleet.core.state import Running, SchedulerState, Transition
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
-from fleet.store.models import IntentRow, JobRow
 
 log = logging.getLogger("fleet.loop")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+#: Member actions taken between two turns of the event loop.
+_ACTIONS_PER_TURN = 64
 
 HOLDING = frozenset({JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING})
 
@@ -112,6 +120,8 @@ class LoopView:
     pending: Mapping[str, tuple[PendingView, ...]] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
+    #: cluster -> virtual cluster -> its virtual cells that bad nodes leave no cell for
+    doomed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -123,13 +133,14 @@ def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Submitted:
-    ids: tuple[int, ...]
+    jobs: tuple[Job, ...]  # stored; ``seq`` is the row id
 
 
 @dataclass(frozen=True, slots=True)
 class _Cancel:
     key: str
     reason: str
+    intent: int | None = None  # the stored request, marked done once handled
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +149,17 @@ class _FromMember:
     event: MemberEvent
 
 
-_Item = _Submitted | _Cancel | _FromMember
+@dataclass(frozen=True, slots=True)
+class _Exclusive:
+    """Work that needs the loop's state to itself (administration, :mod:`fleet.admin`)."""
+
+    work: Callable[[SchedulerLoop], Awaitable[Any]]
+    done: asyncio.Future[Any]
+
+
+_Item = _Submitted | _Cancel | _FromMember | _Exclusive
+#: Extra writes for the transaction of :meth:`SchedulerLoop._record`.
+Also = Callable[[AsyncSession], Awaitable[None]]
 
 
 class SchedulerLoop:
@@ -176,12 +197,21 @@ class SchedulerLoop:
         self._ids: dict[str, int] = {}  # job key -> row id
         self.failover = Failover(db)
         self.iterations = 0
+        #: the quota tree in force as its YAML document (the service sets it)
+        self.tree_document = ""
+        #: run at the end of every iteration (the service's administration, fleet.admin)
+        self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
 
     # Lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Rebuild the state from the database, redo open intents, start the loop."""
+    async def start(
+        self, prepare: Callable[[SchedulerLoop], Awaitable[None]] | None = None
+    ) -> None:
+        """Rebuild the state from the database (then ``prepare`` it), redo open intents,
+        start the loop."""
         await self._rebuild()
         await self.failover.load(self._ids, self.clock.now())
+        if prepare is not None:
+            await prepare(self)
         for name, member in self.members.items():
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
@@ -199,15 +229,41 @@ class SchedulerLoop:
         self._watchers.clear()
 
     # What the API and the members tell the loop ----------------------------------------
-    def submitted(self, ids: Iterable[int]) -> None:
-        self._post(_Submitted(tuple(ids)))
+    def submitted(self, jobs: Iterable[Job]) -> None:
+        """Jobs stored as Queued (their ``seq`` is their row id)."""
+        self._post(_Submitted(tuple(jobs)))
 
-    def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
-        self._post(_Cancel(key, reason))
+    async def cancel(self, job_id: int, key: str, reason: str = "cancelled by the user") -> None:
+        """Store the request to cancel job ``key`` (row ``job_id``), then hand it to the loop.
+
+        The request is a ``cancel`` intent: once this returns, a crash does not
+        lose it (the next start carries it out).
+        """
+        async with self.db.write() as session:
+            (intent,) = await job_rows.insert_intents(
+                session, [(job_id, "cancel", "")], self.clock.now()
+            )
+        self._post(_Cancel(key, reason, intent))
+
+    async def exclusive(self, work: Callable[[SchedulerLoop], Awaitable[Any]]) -> Any:
+        """Run ``work(loop)`` in the loop's next iteration, in order with the inbox; its result.
+
+        ``work`` has the state to itself (no cycle runs meanwhile) and changes
+        it only through :func:`fleet.core.events.apply`; what it raises is
+        raised here.
+        """
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._post(_Exclusive(work, done))
+        return await done
 
     def _post(self, item: _Item) -> None:
         self._inbox.append(item)
         self._wake.set()
+
+    def add_member(self, name: str, member: MemberCluster) -> None:
+        """Act on and watch a member added while running (its placer comes by event)."""
+        self.members[name] = member
+        self._watchers.append(asyncio.create_task(self._watch(name, member)))
 
     async def _watch(self, name: str, member: MemberCluster) -> None:
         async for event in member.watch():
@@ -254,16 +310,25 @@ class SchedulerLoop:
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
         await self._fail_over()
-        if self.threaded:
-            decisions = await asyncio.to_thread(cycle, self.state)
-        else:
-            decisions = cycle(self.state)
+        decisions = await self._off_loop(cycle, self.state)
         actions = await self._persist(decisions)
         await self._act(actions)
-        self._remember_reasons(decisions)
-        self._publish()
+        if self.after_iteration is not None:
+            await self.after_iteration(self)
+        await self._off_loop(self._remember_and_publish, decisions)
         self.iterations += 1
         return decisions
+
+    async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
+
+        The state has one writer, this loop, which waits for the work to end;
+        meanwhile the event loop keeps answering the API (which reads only
+        the published view).
+        """
+        if self.threaded:
+            return await asyncio.to_thread(work, *args, **kw)
+        return work(*args, **kw)
 
     # Start-up --------------------------------------------------------------------------
     async def _rebuild(self) -> None:
@@ -276,7 +341,7 @@ class SchedulerLoop:
         stopping: list[Job] = []
         pending: list[Job] = []
         for row in rows:
-            job = snapshot.job_from_plain(row.record)
+            job = snapshot.job_from_plain(row.record, seq=row.id)
             self._ids[job.key] = row.id
             if row.state in holding and row.cluster is not None:
                 units = tuple(snapshot.unit_from_plain(job, u) for u in row.units)
@@ -302,22 +367,40 @@ class SchedulerLoop:
         Both are idempotent in a member (the same uid is a no-op), so this is
         safe whether or not the previous run got to act: a crash between
         "decided" and "created" neither loses nor doubles a job, and members
-        that live in this process (simulated ones) get their jobs back.
+        that live in this process (simulated ones) get their jobs back, still
+        counted from when they started.  Cancellations users asked for that
+        the previous run did not carry out go to the inbox.
         """
         async with self.db.read() as session:
             intents = await job_rows.open_intents(session)
             holding = await job_rows.in_states(session, [s.value for s in HOLDING])
+            started = await job_rows.last_event_times(
+                session, [r.id for r in holding], JobState.RUNNING.value
+            )
             deleting = {
                 r.id: r
                 for r in await job_rows.by_ids(
-                    session, sorted({i.job_id for i in intents if i.kind == "delete"})
+                    session, sorted({i.job_id for i in intents if i.kind in ("delete", "cancel")})
                 )
             }
-        actions: list[_Action] = [_Create(None, row) for row in holding]
+        actions: list[_Action] = [
+            _Create(
+                None,
+                job_rows.JobHead(r.id, r.uid, r.namespace, r.name, r.queue, r.spec_hash, r.state),
+                r.manifest,
+                started.get(r.id),
+            )
+            for r in holding
+        ]
         for intent in intents:
-            row = deleting.get(intent.job_id) if intent.kind == "delete" else None
-            if row is not None:
-                actions.append(_Delete(intent.id, f"{row.namespace}/{row.name}", intent.cluster))
+            row = deleting.get(intent.job_id)
+            if row is None:
+                continue
+            key = f"{row.namespace}/{row.name}"
+            if intent.kind == "delete":
+                actions.append(_Delete(intent.id, key, intent.cluster))
+            elif intent.kind == "cancel":  # requested before the previous run stopped
+                self._post(_Cancel(key, "cancelled by the user", intent.id))
         await self._act(actions)
         # Every holding job was created again above; open create intents are done.
         creates = [i.id for i in intents if i.kind == "create"]
@@ -330,17 +413,20 @@ class SchedulerLoop:
         now = self.clock.now()
         changes: list[Transition] = []
         deletes: list[tuple[str, str]] = []
-        new_ids = [i for item in items if isinstance(item, _Submitted) for i in item.ids]
-        async with self.db.read() as session:
-            new_rows = await job_rows.by_ids(session, new_ids)
-        for row in new_rows:
-            job = snapshot.job_from_plain(row.record)
-            if row.state != JobState.QUEUED.value or job.key in self.state.phase:
+        new = sorted(
+            (job for item in items if isinstance(item, _Submitted) for job in item.jobs),
+            key=lambda job: job.seq,
+        )
+        for job in new:
+            if job.key in self.state.phase:
                 continue
-            self._ids[job.key] = row.id
+            self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+        done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
+                if item.intent is not None:
+                    done.append(item.intent)
                 run = self.state.running.get(item.key)
                 try:
                     out = events.apply(self.state, events.Cancelled(item.key, item.reason))
@@ -350,20 +436,37 @@ class SchedulerLoop:
                     deletes.append((item.key, run.cluster))
                 changes += _moves(out)
             elif isinstance(item, _FromMember):
-                changes += self._from_member(item)
-        intents = await self._record(changes, now, deletes=deletes)
+                held = {k: r.cluster for k, r in self.state.running.items()}
+                moved = self._from_member(item)
+                changes += moved
+                deletes += [
+                    (t.job, held[t.job])
+                    for t in moved
+                    if t.new is JobState.PREEMPTED and t.job in held
+                ]
+        intents = await self._record(changes, now, deletes=deletes, done=done)
         await self._act(
             [
                 _Delete(intent, key, cluster)
                 for intent, (key, cluster) in zip(intents, deletes, strict=True)
             ]
         )
+        for item in items:
+            if isinstance(item, _Exclusive) and not item.done.done():
+                try:
+                    result = await item.work(self)
+                except Exception as e:  # the caller gets it
+                    if not item.done.done():
+                        item.done.set_exception(e)
+                else:
+                    if not item.done.done():
+                        item.done.set_result(result)
 
     def _from_member(self, item: _FromMember) -> list[Transition]:
         event = item.event
         state = self.state
         if not self.failover.observe(item.cluster, event, state):
-            return []  # failover's business (readiness, restarts, old copies)
+            return []  # failover's business (restarts, old copies)
         try:
             if isinstance(event, JobStarted):
                 if state.phase.get(event.key) is JobState.DISPATCHED:
@@ -378,9 +481,10 @@ class SchedulerLoop:
                 if event.key in state.stopping:
                     return _moves(events.apply(state, events.Stopped(event.key)))
             elif isinstance(event, NodeHealth):
-                events.apply(
-                    state, events.NodeHealthChanged(item.cluster, event.node, event.healthy)
-                )
+                health = events.NodeHealthChanged(item.cluster, event.node, event.healthy)
+                return _moves(events.apply(state, health))
+            elif isinstance(event, MemberReadiness):
+                events.apply(state, events.ClusterReadiness(item.cluster, event.ready))
         except (KeyError, ValueError) as e:
             log.warning("ignored %s from %s: %s", event, item.cluster, e)
         return []
@@ -394,11 +498,18 @@ class SchedulerLoop:
             log.warning("%s: %s", d.key, d.reason)
             changes += _moves(events.apply(self.state, events.FailedOver(d.key, d.reason)))
         if due:
-            await self._record(changes, now)
-            await self.failover.record(due, self.state, self._ids, now)
+            await self._record(changes, now, also=[self._failover_write(due, now)])
         done = await self.failover.purge(self.state, self.members)
         if done:
             await self._record([], now, done=done)
+
+    def _failover_write(self, due: Sequence[Due], now: float) -> Also:
+        """The failed-over jobs' narrowed records and purge intents, for :meth:`_record`."""
+
+        async def write(session: AsyncSession) -> None:
+            await self.failover.write(session, due, self.state, self._ids, now)
+
+        return write
 
     # Persisting decisions ----------------------------------------------------------------
     async def _record(
@@ -408,112 +519,146 @@ class SchedulerLoop:
         *,
         deletes: Sequence[tuple[str, str]] = (),
         done: Sequence[int] = (),
+        also: Sequence[Also] = (),
     ) -> list[int | None]:
-        """Write job transitions (state, units, events), deletion intents and the
-        intents carried out, in one transaction; the ids of the new intents."""
-        if not changes and not deletes and not done:
+        """Write job transitions (state, units, events), deletion intents, the
+        intents carried out and ``also``'s writes, in one transaction; the ids of
+        the new intents."""
+        if not changes and not deletes and not done and not also:
             return []
-        intents: list[IntentRow | None] = []
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        for t in changes:
+            row_id = self._ids.get(t.job)
+            if row_id is None:
+                continue
+            updates.append(self._state_columns(row_id, t.job, t.new, now))
+            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
+        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
         async with self.db.write() as session:
-            ids = [self._ids[t.job] for t in changes if t.job in self._ids]
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for t in changes:
-                row = rows.get(self._ids.get(t.job, -1))
-                if row is None:
-                    continue
-                self._write_state(row, t.new, now)
-                job_rows.add_event(session, row.id, now, t.new.value, t.reason)
-            for key, cluster in deletes:
-                row_id = self._ids.get(key)
-                intents.append(
-                    None
-                    if row_id is None
-                    else job_rows.add_intent(session, row_id, "delete", cluster, now)
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            made = iter(
+                await job_rows.insert_intents(
+                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
                 )
+            )
             await job_rows.finish_intents(session, done, now)
-            await session.flush()
+            for write in also:
+                await write(session)
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
-        return [None if i is None else i.id for i in intents]
+        return [None if i is None else next(made) for i, _ in wanted]
 
-    def _write_state(self, row: JobRow, new: JobState, now: float) -> None:
-        row.state = new.value
-        row.updated_at = now
-        run = self.state.running.get(f"{row.namespace}/{row.name}")
+    def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
+        """The columns of job ``key`` that change when it moves to ``new``."""
+        columns: dict[str, Any] = {"id": row_id, "state": new.value, "updated_at": now}
+        run = self.state.running.get(key)
         if new in HOLDING and run is not None:
-            row.cluster = run.cluster
-            row.mode = run.mode.value
-            row.units = [snapshot.unit_to_plain(u) for u in run.units]
+            columns["cluster"] = run.cluster
+            columns["mode"] = run.mode.value
+            columns["units"] = [snapshot.unit_to_plain(u) for u in run.units]
         elif new not in HOLDING:
-            row.units = []
+            columns["units"] = []
             if new is JobState.QUEUED:
-                row.cluster = None
-                row.mode = None
+                columns["cluster"] = None
+                columns["mode"] = None
+        return columns
 
     async def _persist(self, decisions: Sequence[Decision]) -> list[_Action]:
         """Write the cycle's decisions in one transaction; the actions they call for."""
-        now = self.state.now
-        touched = [d for d in decisions if isinstance(d, Admit | Preempt)]
-        if not touched:
+        writes = await self._off_loop(self._decision_writes, decisions)
+        if writes is None:
             return []
-        planned: list[tuple[IntentRow, Admit | Preempt, JobRow]] = []
+        updates, log_entries, planned = writes
+        now = self.state.now
         async with self.db.write() as session:
-            ids = sorted({self._ids[d.job] for d in touched if d.job in self._ids})
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for d in touched:
-                row = rows.get(self._ids.get(d.job, -1))
-                if row is None:
-                    continue
-                if isinstance(d, Admit):
-                    phase = self.state.phase.get(d.job, JobState.ADMITTED)
-                    self._write_state(row, phase, now)
-                    row.reason = ""
-                    where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
-                    if d.grown:
-                        job_rows.add_event(session, row.id, now, "Grew", f"{where} ({d.mode})")
-                        continue
-                    message = f"admitted to {d.cluster} as {d.mode}: {where}"
-                    if d.victims:
-                        message += f"; after {', '.join(d.victims)} stop"
-                    job_rows.add_event(session, row.id, now, JobState.ADMITTED.value, message)
-                    intent = job_rows.add_intent(session, row.id, "create", d.cluster, now)
-                    planned.append((intent, d, row))
-                elif d.unit:
-                    run = self.state.running.get(d.job)
-                    if run is not None:
-                        row.units = [snapshot.unit_to_plain(u) for u in run.units]
-                    job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
-                else:
-                    self._write_state(row, JobState.PREEMPTED, now)
-                    row.reason = d.reason
-                    job_rows.add_event(
-                        session, row.id, now, JobState.PREEMPTED.value, d.reason, warning=True
-                    )
-                    intent = job_rows.add_intent(session, row.id, "delete", d.cluster, now)
-                    planned.append((intent, d, row))
-            await session.flush()
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            heads = await job_rows.dispatch_heads(
+                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
+            )
         return [
-            _Create(intent.id, row)
+            _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
-            else _Delete(intent.id, d.job, d.cluster)
-            for intent, d, row in planned
+            else _Delete(intent, d.job, d.cluster)
+            for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
+
+    def _decision_writes(self, decisions: Sequence[Decision]) -> _DecisionWrites | None:
+        """The rows, events and intents the decisions call for (None: nothing to write)."""
+        now = self.state.now
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        planned: list[tuple[int, Admit | Preempt]] = []  # (row id, decision) with an intent
+        for d in decisions:
+            if not isinstance(d, Admit | Preempt):
+                continue
+            row_id = self._ids.get(d.job)
+            if row_id is None:
+                continue
+            if isinstance(d, Admit):
+                phase = self.state.phase.get(d.job, JobState.ADMITTED)
+                updates.append({**self._state_columns(row_id, d.job, phase, now), "reason": ""})
+                where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
+                if d.grown:
+                    log_entries.append(
+                        job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
+                    )
+                    continue
+                message = f"admitted to {d.cluster} as {d.mode}: {where}"
+                if d.victims:
+                    message += f"; after {', '.join(d.victims)} stop"
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, JobState.ADMITTED.value, message)
+                )
+                planned.append((row_id, d))
+            elif d.unit:
+                run = self.state.running.get(d.job)
+                if run is not None:
+                    units = [snapshot.unit_to_plain(u) for u in run.units]
+                    updates.append({"id": row_id, "units": units})
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
+                )
+            else:
+                columns = self._state_columns(row_id, d.job, JobState.PREEMPTED, now)
+                updates.append({**columns, "reason": d.reason})
+                log_entries.append(
+                    job_rows.EventValues(
+                        row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                    )
+                )
+                planned.append((row_id, d))
+        if not updates and not log_entries:
+            return None
+        return updates, log_entries, planned
 
     # Acting on members ---------------------------------------------------------------------
     async def _act(self, actions: Sequence[_Action]) -> None:
         changes: list[Transition] = []
         done: list[int] = []  # intents carried out
         conflicts: list[Due] = []
-        for action in actions:
+        for number, action in enumerate(actions, 1):
+            if number % _ACTIONS_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the API answer between long runs of actions
             if isinstance(action, _Create):
-                row = action.row
-                key = f"{row.namespace}/{row.name}"
+                head = action.head
+                key = f"{head.namespace}/{head.name}"
                 run = self.state.running.get(key)
-                member = self.members.get(row.cluster or "")
+                member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(row, run.units, run.cluster))
+                        await member.create(_dispatched(head, action.manifest, run, action.started))
                     except ClusterConflict as e:
                         # Another object holds the name there: never overwrite it, go elsewhere.
                         why = f"not created in {run.cluster}: {e.message}"
@@ -536,11 +681,15 @@ class SchedulerLoop:
                         continue  # the intent stays open and is redone at start
             if action.intent is not None:
                 done.append(action.intent)
-        await self._record(changes, self.clock.now(), done=done)
-        if conflicts:
-            await self.failover.record(conflicts, self.state, self._ids, self.clock.now())
+        now = self.clock.now()
+        also = [self._failover_write(conflicts, now)] if conflicts else []
+        await self._record(changes, now, done=done, also=also)
 
     # Publishing ---------------------------------------------------------------------------
+    def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
+        self._remember_reasons(decisions)
+        self._publish()
+
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, Wait):
@@ -603,15 +752,24 @@ class SchedulerLoop:
             )
             for name, placer in state.placers.items()
         }
-        self.view = LoopView(True, state.now, queues, pending, dict(self._reasons), clusters)
+        doomed = {
+            name: placer.doomed_cells()
+            for name, placer in state.placers.items()
+            if hasattr(placer, "doomed_cells")
+        }
+        self.view = LoopView(
+            True, state.now, queues, pending, dict(self._reasons), clusters, doomed
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class _Create:
-    """Create the job of ``row`` in its member (``intent``: the intent it carries out)."""
+    """Create job ``head`` in its member (``intent``: the intent it carries out)."""
 
     intent: int | None
-    row: JobRow
+    head: job_rows.JobHead
+    manifest: dict[str, Any]
+    started: float | None = None  # when it started running, before a restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,6 +782,10 @@ class _Delete:
 
 
 _Action = _Create | _Delete
+#: Job column changes, event log entries, and the decisions that need an intent (with row ids).
+_DecisionWrites = tuple[
+    list[dict[str, Any]], list[job_rows.EventValues], list[tuple[int, Admit | Preempt]]
+]
 
 
 def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
@@ -631,13 +793,15 @@ def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
     return [o for o in outcomes if isinstance(o, Transition)]
 
 
-def _dispatched(row: JobRow, units: Sequence[Unit], cluster: str) -> DispatchedJob:
-    pods = tuple(p for u in units for p in u.pods)
+def _dispatched(
+    head: job_rows.JobHead, manifest: dict[str, Any], run: Running, started: float | None
+) -> DispatchedJob:
     return DispatchedJob(
-        key=f"{row.namespace}/{row.name}",
-        uid=row.uid,
-        cluster=cluster,
-        queue=row.queue,
-        pods=pods,
-        manifest=row.manifest,
+        key=f"{head.namespace}/{head.name}",
+        uid=head.uid,
+        cluster=run.cluster,
+        queue=head.queue,
+        pods=tuple(p for u in run.units for p in u.pods),
+        manifest=manifest,
+        started=started,
     )

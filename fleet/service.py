@@ -11,6 +11,7 @@ undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet import admin
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.kube.cluster import KubeCluster
@@ -25,6 +27,7 @@ from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
+from fleet.intake import Intake
 from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
@@ -50,6 +53,7 @@ class Service:
     tree_document: str
     clusters: list[MemberClusterModel]
     loop: SchedulerLoop
+    intake: Intake
 
 
 async def _configuration(db: Database, settings: Settings, clock: Clock) -> tuple[str, str]:
@@ -128,8 +132,19 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         for member in members.values():
             if isinstance(member, KubeCluster):
                 await member.start()
-        loop = SchedulerLoop(db, clock, tree, placers, members, interval=settings.schedule_interval)
-        await loop.start()
+        loop = SchedulerLoop(
+            db,
+            clock,
+            tree,
+            placers,
+            members,
+            interval=settings.schedule_interval,
+            threaded=threaded,
+            vc_sizes={c.name: vc_gpus(c) for c in clusters},
+        )
+        loop.tree_document = tree_text
+        await loop.start(functools.partial(admin.restore, grace=settings.quota_cut_grace))
+        submissions = Intake(db, clock, loop.submitted)
     except BaseException:
         for member in members.values():
             await member.close()
@@ -141,10 +156,11 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         len(clusters),
         ", ".join(c.name for c in clusters),
     )
-    return Service(settings, clock, db, tree, tree_text, clusters, loop)
+    return Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
 
 
 async def stop(service: Service) -> None:
+    await service.intake.close()
     await service.loop.stop()
     for member in service.loop.members.values():
         await member.close()

@@ -11,11 +11,12 @@ quota tree and simulated clusters shipped in ``policies/``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Final
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The examples shipped with Fleet, used when the database holds no tree or clusters yet.
@@ -55,4 +56,44 @@ class Settings(BaseSettings):
     max_documents: int = Field(
         1000, gt=0, description="Most YAML documents accepted in one submission."
     )
+    max_yaml_depth: int = Field(
+        100,
+        gt=0,
+        le=1000,
+        description="Most nested YAML lists and mappings in a request body (422 above).",
+    )
+    max_yaml_alias_nodes: int = Field(
+        100_000,
+        gt=0,
+        description="Most YAML nodes that aliases may stand for in one request body (422 above).",
+    )
     log_level: str = Field("INFO", description="Python logging level name.")
+    tokens_file: Path | None = Field(
+        None,
+        description="YAML file of bearer tokens (name, role, queues, sha256); none: every "
+        "caller is admin and only a loopback host is allowed.",
+    )
+    quota_cut_grace: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds after a quota cut before the newest over-limit jobs are "
+        "preempted; none: never.",
+    )
+
+    @model_validator(mode="after")
+    def _no_tokens_means_loopback(self) -> Settings:
+        if self.tokens_file is None and not _loopback(self.host):
+            raise ValueError(
+                f"host {self.host!r} is not a loopback address: without --tokens-file every "
+                "caller is admin, so Fleet listens only on 127.0.0.1, ::1 or localhost"
+            )
+        return self
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -8,7 +8,8 @@ start it the same way.  Handlers live in :mod:`fleet.api.routes` and reach
 the service through the typed keys of :mod:`fleet.api.keys`; every error is
 answered as ``application/problem+json`` by one middleware
 (:func:`fleet.api.problems.problem_middleware`), and any exception a handler
-did not expect becomes a logged 500 problem that leaks nothing.
+did not expect becomes a logged 500 problem that leaks nothing, except that
+a database that cannot be reached is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import keys, routes
+from fleet.api import auth, keys, routes
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
+from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
+from fleet.store.database import unavailable
 
 log = logging.getLogger("fleet.api")
 
@@ -34,7 +37,16 @@ async def last_resort(request: web.Request, handler: routes.Handler) -> web.Stre
         return await handler(request)
     except (web.HTTPException, ProblemError):
         raise
-    except Exception:
+    except Exception as e:
+        if unavailable(e):
+            log.warning("database unavailable answering %s %s: %s", request.method, request.path, e)
+            detail = (
+                "the database cannot be reached right now; retry later "
+                "(a submission sent again is not stored twice)"
+            )
+            response = problem_response(http_problem(503, detail, instance=request.path))
+            response.headers["Retry-After"] = "1"
+            return response
         log.exception("unexpected error answering %s %s", request.method, request.path)
         return problem_response(http_problem(500, None, instance=request.path))
 
@@ -44,10 +56,21 @@ def create_app(
 ) -> web.Application:
     """The Fleet API application; the service starts with it (see the module docstring)."""
     app = web.Application(
-        middlewares=[problem_middleware, last_resort],
+        middlewares=[problem_middleware, auth.access_middleware, last_resort],
         client_max_size=settings.max_body_bytes,
     )
     app[keys.SETTINGS] = settings
+    app[keys.TOKENS] = TokenStore(settings.tokens_file)
+    if settings.tokens_file is None:
+        log.warning(
+            "no --tokens-file: every caller is treated as admin; listening on loopback only"
+        )
+    else:
+        log.info(
+            "bearer tokens from %s: %s",
+            settings.tokens_file,
+            ", ".join(app[keys.TOKENS].names()) or "none",
+        )
 
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)

@@ -1,4 +1,4 @@
-"""The application's typed keys: what handlers may find on ``request.app``."""
+"""The typed keys: what handlers may find on ``request.app`` and ``request``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,16 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from fleet.api.openapi import Route
+from fleet.api.tokens import Caller, TokenStore
 from fleet.service import Service
 from fleet.settings import Settings
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 SERVICE: Final = web.AppKey("service", Service)
 OPENAPI: Final = web.AppKey("openapi", dict[str, Any])
+TOKENS: Final = web.AppKey("tokens", TokenStore)
+#: operation id -> its route (fleet.api.openapi.ROUTES)
+ROUTE_TABLE: Final = web.AppKey("routes", dict[str, Route])
+#: the authenticated caller of a request
+CALLER_KEY: Final = web.RequestKey("caller", Caller)

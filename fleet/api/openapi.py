@@ -17,6 +17,9 @@ from a ``TypeAdapter``.  JSON Schema 2020-12, which pydantic writes, is
 OpenAPI 3.1's own dialect.  Routes under ``/api/v1`` take a bearer token
 (reading is open to every token; a team token submits and cancels only in
 its queues), so they list 401 and, when they change something, 403.
+Each route names the least role it needs (``access``) and, when it changes
+something, the kind of its audit records (``audit``); :mod:`fleet.api.auth`
+enforces both.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from fleet.api import schemas
+from fleet.api import admin_schemas, schemas
 from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.api.submissions import YAML_MEDIA_TYPES
 from fleet.core.lifecycle import JobState
@@ -40,12 +43,13 @@ from fleet.manifests.models import ElasticQuotaTreeModel
 REF_TEMPLATE: Final = "#/components/schemas/{model}"
 OPENAPI_VERSION: Final = "3.1.0"
 BEARER: Final = "bearer"
-#: Whether the service checks bearer tokens.  Until it does, the document
-#: promises neither tokens nor 401/403 answers (the routes' ``auth`` and those
-#: replies are kept in the table for the day it does).
-ACCESS_CONTROL: Final = False
+#: Whether the service checks bearer tokens (it does: fleet.api.auth).
+ACCESS_CONTROL: Final = True
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+#: The least a caller must be: anyone (``open``), any valid token (``read``),
+#: a team or admin token (``team``; the handler checks the job's queue), an admin.
+Access = Literal["open", "read", "team", "admin"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -95,8 +99,15 @@ class Route:
     parameters: tuple[Parameter, ...] = ()
     body: RequestBody | None = None
     description: str = ""
-    #: Takes a bearer token.
-    auth: bool = True
+    #: Who may call it (see :data:`Access`).
+    access: Access = "read"
+    #: The kind of audit record every call writes (None: not recorded, it reads).
+    audit: str | None = None
+
+    @property
+    def auth(self) -> bool:
+        """Takes a bearer token."""
+        return self.access != "open"
 
 
 def _problem(status: int, description: str) -> Reply:
@@ -109,6 +120,17 @@ def _path(name: str, description: str) -> Parameter:
 
 UNAUTHORIZED: Final = _problem(401, "No valid bearer token.")
 FORBIDDEN: Final = _problem(403, "The token may not do this (a team token outside its queues).")
+ADMIN_ONLY: Final = _problem(403, "Only an admin token may do this.")
+DRY_RUN: Final = Parameter(
+    "dryRun",
+    "query",
+    "All: answer what the change would do now, and change nothing (Kubernetes' dryRun).",
+    Literal["All"],
+)
+LIMIT: Final = Parameter(
+    "limit", "query", "Items per page.", Annotated[int, Field(ge=1, le=1000)], default=100
+)
+CONTINUE: Final = Parameter("continue", "query", "The continue token of the previous page.")
 JOB_PATH: Final = (
     _path("namespace", "The PyTorchJob's namespace."),
     _path("name", "The PyTorchJob's name."),
@@ -121,6 +143,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/api/v1/submissions",
         "Submit PropagationPolicies and the PyTorchJobs they select",
         "jobs",
+        access="team",
+        audit="submission",
         body=RequestBody(
             YAML_MEDIA_TYPES,
             "A multi-document YAML stream: PropagationPolicy and PyTorchJob documents. "
@@ -189,6 +213,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/api/v1/jobs/{namespace}/{name}",
         "Cancel a job and remove it from its member cluster",
         "jobs",
+        access="team",
+        audit="cancel",
         parameters=JOB_PATH,
         description="The cancellation is recorded at once and carried out by the scheduler; "
         "the answer shows the job as recorded.",
@@ -234,6 +260,159 @@ ROUTES: Final[tuple[Route, ...]] = (
         ),
     ),
     Route(
+        "replaceQuotaTree",
+        "PUT",
+        "/api/v1/quota-tree",
+        "Replace the whole ElasticQuotaTree",
+        "queues",
+        access="admin",
+        audit="quota-tree",
+        parameters=(DRY_RUN,),
+        body=RequestBody(("application/yaml",), "One ElasticQuotaTree document."),
+        description="The tree is validated in full first: every broken rule is listed in one "
+        "422 answer and nothing changes. Running jobs keep running; a queue left over a limit "
+        "admits nothing new until it is within it, and its newest jobs are the first reclaim "
+        "victims. Every accepted change is a new version with its author and diff.",
+        replies=(
+            Reply(200, "The change (or, with dryRun, what it would do).", admin_schemas.TreeChange),
+            _problem(400, "The body is not UTF-8, or dryRun is not All."),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is not YAML."),
+            _problem(422, "The tree is not acceptable; every error has its field path."),
+        ),
+    ),
+    Route(
+        "patchQuotaNode",
+        "PATCH",
+        "/api/v1/quota-tree/nodes/{name}",
+        "Change one node's min, max or namespaces",
+        "queues",
+        access="admin",
+        audit="quota-tree",
+        parameters=(_path("name", "The node's name."), DRY_RUN),
+        body=RequestBody(
+            ("application/merge-patch+json", "application/json", "application/yaml"),
+            "A JSON merge patch (RFC 7386) of the node: min, max (null: unlimited), namespaces.",
+            admin_schemas.NodePatch,
+        ),
+        description="The patched tree is validated in full like a PUT.",
+        replies=(
+            Reply(200, "The change (or, with dryRun, what it would do).", admin_schemas.TreeChange),
+            _problem(400, "The body cannot be read, or dryRun is not All."),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+            _problem(404, "No such node, or no tree is loaded yet."),
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is neither JSON nor YAML."),
+            _problem(422, "The patch or the patched tree is not acceptable."),
+        ),
+    ),
+    Route(
+        "quotaTreeHistory",
+        "GET",
+        "/api/v1/quota-tree/history",
+        "Every version of the quota tree, newest first: author, time, diff",
+        "queues",
+        parameters=(LIMIT, CONTINUE),
+        replies=(
+            Reply(200, "A page of versions.", admin_schemas.TreeHistory),
+            _problem(400, "A parameter is malformed, or the continue token is not valid."),
+            UNAUTHORIZED,
+        ),
+    ),
+    Route(
+        "putCluster",
+        "PUT",
+        "/api/v1/clusters/{name}",
+        "Add a member cluster or replace its config",
+        "clusters",
+        access="admin",
+        audit="cluster",
+        parameters=(_path("name", "The member cluster; the document's metadata.name."),),
+        body=RequestBody(YAML_MEDIA_TYPES, "One MemberCluster document."),
+        description="The cell config is validated in full. Replacing it while jobs run there "
+        "is refused (409, naming them) unless every running placement exists in the new "
+        "config. A PUT also puts a draining cluster back in service.",
+        replies=(
+            Reply(201, "The member cluster was added.", admin_schemas.ClusterChange),
+            Reply(200, "The member cluster's config was replaced.", admin_schemas.ClusterChange),
+            _problem(400, "The body is not UTF-8 text."),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+            _problem(409, "Running jobs would lose their cells; the detail names them."),
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is not YAML."),
+            _problem(422, "The document is not acceptable; every error has its field path."),
+        ),
+    ),
+    Route(
+        "deleteCluster",
+        "DELETE",
+        "/api/v1/clusters/{name}",
+        "Drain a member cluster: nothing new is admitted, then it is removed",
+        "clusters",
+        access="admin",
+        audit="cluster",
+        parameters=(_path("name", "The member cluster."),),
+        description="Jobs running there finish (or fail over); once none is left the "
+        "cluster is removed.",
+        replies=(
+            Reply(202, "The cluster is draining.", admin_schemas.ClusterChange),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+            _problem(404, "No such member cluster."),
+        ),
+    ),
+    Route(
+        "setNodeHealth",
+        "PUT",
+        "/api/v1/clusters/{name}/nodes/{node}/health",
+        "Mark a node of a member cluster bad or healthy",
+        "clusters",
+        access="admin",
+        audit="node-health",
+        parameters=(_path("name", "The member cluster."), _path("node", "The node.")),
+        body=RequestBody(
+            ("application/json",),
+            '{"healthy": false, "reason": "..."}',
+            admin_schemas.NodeHealthChange,
+        ),
+        description="A bad node's cells are taken out of allocation and the jobs running on "
+        "it are preempted and queued again with the reason.",
+        replies=(
+            Reply(200, "The node's health as recorded.", admin_schemas.NodeHealthResult),
+            _problem(400, "The body is not JSON."),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+            _problem(404, "No such cluster or node."),
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is not JSON."),
+            _problem(422, "The body is not acceptable."),
+        ),
+    ),
+    Route(
+        "listAudit",
+        "GET",
+        "/api/v1/audit",
+        "The audit log: every write through the API, newest first",
+        "service",
+        access="admin",
+        parameters=(
+            Parameter("actor", "query", "Only records of this token name."),
+            Parameter("kind", "query", "Only records of this kind.", admin_schemas.AuditKind),
+            LIMIT,
+            CONTINUE,
+        ),
+        replies=(
+            Reply(200, "A page of audit records.", admin_schemas.AuditList),
+            _problem(400, "A parameter is malformed, or the continue token is not valid."),
+            UNAUTHORIZED,
+            ADMIN_ONLY,
+        ),
+    ),
+    Route(
         "listClusters",
         "GET",
         "/api/v1/clusters",
@@ -247,7 +426,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/healthz",
         "Liveness: the process answers",
         "service",
-        auth=False,
+        access="open",
         replies=(Reply(200, "Alive.", schemas.Liveness),),
     ),
     Route(
@@ -256,7 +435,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/readyz",
         "Readiness: the service can take requests",
         "service",
-        auth=False,
+        access="open",
         replies=(
             Reply(200, "Ready.", schemas.Readiness),
             Reply(503, "Not ready; the checks say why.", schemas.Readiness),
@@ -268,7 +447,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/api/v1/openapi.json",
         "This OpenAPI document",
         "service",
-        auth=False,
+        access="open",
         replies=(Reply(200, "The OpenAPI 3.1 document.", dict[str, Any]),),
     ),
 )

@@ -2,7 +2,8 @@
 
 Theory of operation: handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.parse_submission`), stored
-(:func:`fleet.intake.accept`), and only then handed to the scheduler loop.
+(:class:`fleet.intake.Intake`, which hands new jobs to the scheduler loop after
+the commit).
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
 no handler ever touches the core's state.  Every error is a
@@ -18,7 +19,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet import intake
-from fleet.api import keys, openapi, schemas
+from fleet.api import admin_routes, auth, keys, openapi, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -32,6 +33,7 @@ from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.loop import QueueView
 from fleet.service import Service
+from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 from fleet.store.models import JobEventRow, JobRow
 
@@ -60,31 +62,33 @@ async def submit_jobs(request: web.Request) -> web.Response:
     body = await request.read()
     settings = svc.settings
     limits = SubmissionLimits(
-        max_bytes=settings.max_body_bytes, max_documents=settings.max_documents
+        max_bytes=settings.max_body_bytes,
+        max_documents=settings.max_documents,
+        max_depth=settings.max_yaml_depth,
+        max_alias_nodes=settings.max_yaml_alias_nodes,
     )
     submitted = parse_submission(
         body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
     )
+    auth.require_queues(request, [(s.job.key, s.job.queue) for s in submitted])
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     try:
-        accepted = await intake.accept(svc.db, new, svc.clock.now())
+        accepted = await svc.intake.accept(new)
     except intake.NameTaken as e:
         raise ProblemError(conflict(str(e))) from None
-    created = [a.row.id for a in accepted if a.created]
-    if created:
-        svc.loop.submitted(created)
     result = schemas.SubmissionResult(
         jobs=[
             schemas.SubmittedJob(
-                namespace=a.row.namespace,
-                name=a.row.name,
-                uid=a.row.uid,
-                queue=a.row.queue,
-                state=JobState(a.row.state),
+                namespace=a.head.namespace,
+                name=a.head.name,
+                uid=a.head.uid,
+                queue=a.head.queue,
+                state=JobState(a.head.state),
             )
             for a in accepted
         ]
     )
+    created = any(a.created for a in accepted)
     return schemas.json_response(result, status=201 if created else 200)
 
 
@@ -178,7 +182,7 @@ async def get_job(request: web.Request) -> web.Response:
     row = await _job_row(request)
     async with svc.db.read() as session:
         events = await job_rows.events_of(session, row.id)
-    job = snapshot.job_from_plain(row.record)
+    job = snapshot.job_from_plain(row.record, seq=row.id)
     detail = schemas.JobDetail(
         **_summary(row).model_dump(),
         preemptible=job.preemptible,
@@ -186,7 +190,8 @@ async def get_job(request: web.Request) -> web.Response:
         placement=_placement(row),
         reason=_reason(svc, row),
         suspended=row.suspended,
-        events=[_event(e) for e in events],
+        # A team token sees the events of its own queues' jobs only.
+        events=[_event(e) for e in events] if auth.caller(request).may_act_in(row.queue) else [],
     )
     return schemas.json_response(detail)
 
@@ -195,9 +200,10 @@ async def cancel_job(request: web.Request) -> web.Response:
     """``DELETE /api/v1/jobs/{namespace}/{name}``: cancel (and remove from its member)."""
     svc = _svc(request)
     row = await _job_row(request)
+    auth.require_queues(request, [(f"job {row.namespace}/{row.name}", row.queue)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
-    svc.loop.cancel(f"{row.namespace}/{row.name}")
+    await svc.loop.cancel(row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
 
 
@@ -252,7 +258,11 @@ async def list_clusters(request: web.Request) -> web.Response:
     svc = _svc(request)
     view = svc.loop.view
     items = []
+    async with svc.db.read() as session:
+        bad = await admin_rows.bad_nodes(session)
     for cluster in svc.clusters:
+        if cluster.name not in svc.loop.members:
+            continue  # drained and removed
         member = svc.loop.members.get(cluster.name)
         health = await member.health() if member is not None else None
         reachable = health is not None and health.reachable
@@ -268,11 +278,14 @@ async def list_clusters(request: web.Request) -> web.Response:
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
                 message=health.message if health is not None else "no member backend",
+                bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
+                draining=cluster.name in svc.loop.state.draining,
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
                 virtual_clusters=[
                     schemas.VirtualClusterGpus(
                         name=vc,
                         gpus=schemas.GpuCounts(total=size, used=u, free=max(0, size - u)),
+                        doomed_cells=view.doomed.get(cluster.name, {}).get(vc, 0),
                     )
                     for vc, (size, u) in sorted(vcs.items())
                 ],
@@ -319,10 +332,12 @@ HANDLERS: Final[dict[str, Handler]] = {
     "liveness": liveness,
     "readiness": readiness,
     "openapi": openapi_json,
+    **admin_routes.HANDLERS,
 }
 
 
 def add_routes(app: web.Application) -> None:
     """Every route of the table in :mod:`fleet.api.openapi`, and its OpenAPI document."""
     app[keys.OPENAPI] = openapi.openapi_document()
+    app[keys.ROUTE_TABLE] = {r.operation_id: r for r in openapi.ROUTES}
     openapi.add_routes(app.router, HANDLERS)

@@ -248,6 +248,9 @@ class VirtualClusterGpus(Schema):
 
     name: str = Field(description="The virtual cluster, i.e. the leaf queue.")
     gpus: GpuCounts = Field(description="Its guaranteed GPUs, in use and free.")
+    doomed_cells: Count = Field(
+        default=0, description="Its virtual cells that bad nodes leave no physical cell for."
+    )
 
 
 class ClusterSummary(Schema):
@@ -264,6 +267,9 @@ class ClusterSummary(Schema):
         description="What the member backend says: why it is not ready, or how it is doing.",
     )
     bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
+    draining: bool = Field(
+        default=False, description="Nothing new is admitted; removed once its jobs ended."
+    )
     gpus: GpuCounts = Field(description="All GPUs of the cluster.")
     virtual_clusters: list[VirtualClusterGpus] = Field(
         default_factory=list, description="Per virtual cluster, in config order."

@@ -2,7 +2,10 @@
 
 Theory of operation: each command is one or a few HTTP requests (standard
 library ``urllib``, no event loop) to the server named by ``--server`` or
-``FLEET_SERVER`` (default ``http://127.0.0.1:8080``).  Answers are printed as
+``FLEET_SERVER`` (default ``http://127.0.0.1:8080``), with the bearer token
+of ``--token`` or ``FLEET_TOKEN`` when one is given.  ``apply -f`` sends an
+ElasticQuotaTree to ``PUT /api/v1/quota-tree`` and anything else as a
+submission; ``edit quota NODE`` patches one node of the tree.  Answers are printed as
 kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
 (``-o yaml``).  A problem the server answers (RFC 9457) is printed readably:
 its title, its detail, and every field error with document, kind, name and
@@ -22,7 +25,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8080"
 TIMEOUT: Final = 30.0
@@ -32,9 +35,17 @@ class RemoteError(Exception):
     """The server could not be reached, or answered with a problem (already formatted)."""
 
 
-def _server(args: argparse.Namespace) -> str:
-    server: str = args.server or os.environ.get("FLEET_SERVER") or DEFAULT_SERVER
-    return server.rstrip("/")
+class Server(NamedTuple):
+    """Where to send requests, and the bearer token to send (None: none)."""
+
+    url: str
+    token: str | None = None
+
+
+def _server(args: argparse.Namespace) -> Server:
+    url: str = args.server or os.environ.get("FLEET_SERVER") or DEFAULT_SERVER
+    token = getattr(args, "token", None) or os.environ.get("FLEET_TOKEN") or None
+    return Server(url.rstrip("/"), token)
 
 
 def _format_problem(status: int, body: bytes) -> str:
@@ -60,12 +71,20 @@ def _format_problem(status: int, body: bytes) -> str:
 
 
 def request(
-    server: str, method: str, path: str, body: bytes | None = None, content_type: str = ""
+    server: Server | str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    content_type: str = "",
 ) -> tuple[int, Any]:
     """One HTTP request; the status and the decoded JSON (or text) body."""
-    req = urllib.request.Request(server + path, data=body, method=method)
+    if isinstance(server, str):
+        server = Server(server)
+    req = urllib.request.Request(server.url + path, data=body, method=method)
     if content_type:
         req.add_header("Content-Type", content_type)
+    if server.token:
+        req.add_header("Authorization", f"Bearer {server.token}")
     req.add_header("Accept", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
@@ -76,7 +95,7 @@ def request(
         raise RemoteError(_format_problem(e.code, e.read())) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise RemoteError(f"cannot reach the Fleet server at {server}: {reason}") from None
+        raise RemoteError(f"cannot reach the Fleet server at {server.url}: {reason}") from None
     if ctype.endswith("json"):
         return status, json.loads(raw)
     return status, raw.decode("utf-8", "replace")
@@ -129,10 +148,80 @@ def _apply(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"error: {args.file}: {e.strerror}", file=sys.stderr)
         return 1
+    if _is_quota_tree(body):
+        path = "/api/v1/quota-tree" + ("?dryRun=All" if args.dry_run else "")
+        _, change = request(_server(args), "PUT", path, body, "application/yaml")
+        _print_change(change)
+        return 0
     status, answer = request(_server(args), "POST", "/api/v1/submissions", body, "application/yaml")
     for job in answer.get("jobs", []):
         verb = "created" if status == 201 else "unchanged"
         print(f"job {job['namespace']}/{job['name']} {verb} (queue {job['queue']}, {job['state']})")
+    return 0
+
+
+def _is_quota_tree(body: bytes) -> bool:
+    """Whether a file to apply is one ElasticQuotaTree (read within the usual YAML bounds)."""
+    from fleet.manifests.documents import YAML_LOADER
+    from fleet.manifests.yaml_stream import read_documents
+
+    try:
+        docs = [d for d in read_documents(body.decode("utf-8"), YAML_LOADER) if d is not None]
+    except Exception:  # not readable YAML: the server says what is wrong with it
+        return False
+    return (
+        len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "ElasticQuotaTree"
+    )
+
+
+def _print_change(change: dict[str, Any]) -> None:
+    if change.get("dryRun"):
+        print("quota tree: dry run, nothing changed")
+    else:
+        print(f"quota tree version {change['version']} in force")
+    for warning in change.get("warnings", []):
+        print(f"warning: {warning}")
+    for over in change.get("overLimit", []):
+        jobs = ", ".join(over["reclaimable"]) or "-"
+        print(
+            f"{over['node']}: over its {over['limit']} on {over['resource']} "
+            f"({over['used']}/{over['allowed']}); reclaimable first: {jobs}"
+        )
+    for moved in change.get("moved", []):
+        print(f"job {moved['job']} moves from {moved['fromQueue']} to {moved['toQueue']}")
+    for failed in change.get("failed", []):
+        print(f"job {failed['job']} fails: {failed['reason']}")
+
+
+def _resources(values: Sequence[str], option: str) -> dict[str, str | None]:
+    """``r=q`` pairs (``r=`` removes ``r``)."""
+    out: dict[str, str | None] = {}
+    for item in values:
+        name, sep, amount = item.partition("=")
+        if not sep or not name:
+            raise RemoteError(f"{option} takes RESOURCE=QUANTITY, not {item!r}")
+        out[name] = amount or None
+    return out
+
+
+def _edit(args: argparse.Namespace) -> int:
+    patch: dict[str, Any] = {}
+    if args.min:
+        patch["min"] = _resources(args.min, "--min")
+    if args.max:
+        patch["max"] = _resources(args.max, "--max")
+    if args.unlimited:
+        patch["max"] = None
+    if args.namespaces is not None:
+        patch["namespaces"] = [n for n in args.namespaces.split(",") if n]
+    if not patch:
+        raise RemoteError("nothing to change: give --min, --max, --unlimited or --namespaces")
+    path = f"/api/v1/quota-tree/nodes/{urllib.parse.quote(args.node, safe='')}"
+    if args.dry_run:
+        path += "?dryRun=All"
+    body = json.dumps(patch).encode()
+    _, change = request(_server(args), "PATCH", path, body, "application/merge-patch+json")
+    _print_change(change)
     return 0
 
 
@@ -188,7 +277,7 @@ def _get(args: argparse.Namespace) -> int:
         print()
 
 
-def _print_jobs(server: str, args: argparse.Namespace) -> None:
+def _print_jobs(server: Server, args: argparse.Namespace) -> None:
     query = {k: v for k in ("queue", "state", "namespace", "cluster") if (v := getattr(args, k))}
     items: list[dict[str, Any]] = []
     token: str | None = None
@@ -283,6 +372,10 @@ def add_parsers(sub: Any) -> None:
         "--server",
         help=f"Fleet server URL (default: $FLEET_SERVER, else {DEFAULT_SERVER})",
     )
+    server.add_argument(
+        "--token",
+        help="bearer token to send (default: $FLEET_TOKEN; none when neither is set)",
+    )
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "-o",
@@ -296,9 +389,40 @@ def add_parsers(sub: Any) -> None:
         "apply", help="submit PyTorchJobs with their PropagationPolicy", parents=[server]
     )
     a.add_argument(
-        "-f", "--file", required=True, metavar="FILE", help="YAML file to submit (- for stdin)"
+        "-f",
+        "--file",
+        required=True,
+        metavar="FILE",
+        help="YAML file to submit (- for stdin); one ElasticQuotaTree replaces the quota tree",
+    )
+    a.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="quota tree: print what the change would do now and change nothing",
     )
     a.set_defaults(handler=_guard(_apply))
+
+    e = sub.add_parser("edit", help="change one node of the quota tree (admin)", parents=[server])
+    e.add_argument("kind", choices=("quota",), help="what to edit")
+    e.add_argument("node", metavar="NODE", help="the node of the quota tree")
+    e.add_argument(
+        "--min",
+        action="append",
+        metavar="RESOURCE=QUANTITY",
+        help="set (or with no quantity, remove) one resource of min; repeatable",
+    )
+    e.add_argument(
+        "--max",
+        action="append",
+        metavar="RESOURCE=QUANTITY",
+        help="set (or with no quantity, remove) one resource of max; repeatable",
+    )
+    e.add_argument("--unlimited", action="store_true", help="remove the node's max altogether")
+    e.add_argument("--namespaces", metavar="NS,NS", help="the leaf's namespaces (replaces them)")
+    e.add_argument(
+        "--dry-run", action="store_true", help="print what the change would do; change nothing"
+    )
+    e.set_defaults(handler=_guard(_edit))
 
     g = sub.add_parser("get", help="list queues, jobs or clusters", parents=[server, output])
     g.add_argument("what", choices=("queues", "jobs", "clusters"), help="what to list")

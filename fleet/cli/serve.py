@@ -49,6 +49,18 @@ def add_parser(sub: Any) -> None:
         help="seconds between scheduling cycles; a cycle also runs after changes (default 5)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    p.add_argument(
+        "--tokens-file",
+        metavar="FILE",
+        help="YAML file of bearer tokens (fleet token create writes it); without one every "
+        "caller is admin and only a loopback --host is allowed",
+    )
+    p.add_argument(
+        "--quota-cut-grace",
+        metavar="DURATION",
+        help="after a quota cut leaves a queue over its limits, preempt its newest over-limit "
+        "jobs once this long has passed (e.g. 10m; default: never)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -69,16 +81,36 @@ def run(args: argparse.Namespace) -> int:
             "quota",
             "schedule_interval",
             "log_level",
+            "tokens_file",
         )
         if (value := getattr(args, name, None)) is not None
     }
+    if getattr(args, "quota_cut_grace", None) is not None:
+        from fleet.manifests.models import parse_duration
+
+        try:
+            given["quota_cut_grace"] = parse_duration(args.quota_cut_grace)
+        except ValueError as e:
+            print(f"error: --quota-cut-grace: {e}", file=sys.stderr)
+            return 1
     try:
-        settings = Settings(**given)
+        settings = Settings(**given)  # also reads the tokens file's path and checks the host
     except ValidationError as e:
         for error in e.errors():
+            if not error["loc"]:
+                print(f"error: {error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+                continue
             where = ".".join(str(p) for p in error["loc"])
             print(f"error: {where}: {error['msg']}", file=sys.stderr)
         return 1
+    if settings.tokens_file is not None:
+        from fleet.api.tokens import TokensFileError, read_tokens
+
+        try:
+            read_tokens(settings.tokens_file)
+        except TokensFileError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

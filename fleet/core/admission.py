@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.core import cluster_choice
+from fleet.core import cluster_choice, quota_victims, timestamps
 from fleet.core.charges import Charge, charge_for
 from fleet.core.cycle_context import CycleRun, Pass
 from fleet.core.cycle_memory import Remembered
@@ -181,16 +181,20 @@ def plan_with_victims(
         return block.reason
     memo = (job.queue, block.node, block.resource)
     shortfall = block.used + block.request - block.limit
+    # Minimum runtimes count only when a node sets one (the usual tree sets none).
+    now = run.now if tree.protects() else None
     victims: list[str] | None = None
     if not run.reclaims.known_to_fail(memo, shortfall):
-        victims = tree.reclaim_victims(job.queue, request)
+        victims = tree.reclaim_victims(job.queue, request, now)
         if victims is None:
             run.reclaims.record(memo, shortfall)
     if not victims:
-        victims = tree.queue_victims(job.queue, request, job.priority)
+        victims = tree.queue_victims(job.queue, request, job.priority, now)
     if not victims:
-        run.last_block = block
-        return block.reason
+        note = "" if now is None else _protection_note(run, job, request)
+        if not note:
+            run.last_block = block
+        return block.reason + note
     removed: list[Charge] = []
     try:
         for key in victims:
@@ -209,6 +213,22 @@ def plan_with_victims(
     finally:
         for charge in reversed(removed):
             tree.admit(charge)
+
+
+def _protection_note(run: CycleRun, job: Job, request: Resources) -> str:
+    """Why victims that would make room are not taken: a minimum runtime, until when."""
+    tree = run.state.tree
+    found = tree.reclaim_victims(job.queue, request)
+    which, knob = quota_victims.RECLAIM, "reclaimMinRuntime"
+    if not found:
+        found = tree.queue_victims(job.queue, request, job.priority)
+        which, knob = quota_victims.PREEMPT, "preemptMinRuntime"
+    if not found:
+        return ""
+    end = tree.protection_ends(found, which)
+    if end is None or end <= run.now:
+        return ""
+    return f"; the jobs that would make room are protected by {knob} until {timestamps.utc(end)}"
 
 
 @dataclass(slots=True)
@@ -231,7 +251,7 @@ def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
         if stop.whole:
             del state.running[stop.owner.job.key]
     placer = state.placers[plan.fit.cluster]
-    charge = charge_for(job, plan.mode, job.request_of(plan.pods))
+    charge = charge_for(job, plan.mode, job.request_of(plan.pods), since=run.now)
     fit: Fit = plan.fit
     try:
         placer.bind(job, charge, fit)

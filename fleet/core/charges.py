@@ -34,6 +34,8 @@ class Charge:
     preemptible: bool
     mode: Mode
     request: Resources
+    #: when the unit was admitted (the core's clock); minimum runtimes count from it
+    since: float = 0.0
 
     @property
     def is_growth(self) -> bool:
@@ -46,8 +48,11 @@ def unit_key(job: str, step: int) -> str:
     return job if step <= 1 else f"{job}{STEP_SEPARATOR}{step}"
 
 
-def charge_for(job: Job, mode: Mode, request: Resources | None = None, step: int = 1) -> Charge:
-    """The record of ``job``'s unit ``step`` charged ``request`` (default: all its pods)."""
+def charge_for(
+    job: Job, mode: Mode, request: Resources | None = None, step: int = 1, *, since: float = 0.0
+) -> Charge:
+    """The record of ``job``'s unit ``step`` charged ``request`` (default: all its pods),
+    admitted at ``since``."""
     return Charge(
         unit_key(job.key, step),
         job.key,
@@ -57,6 +62,7 @@ def charge_for(job: Job, mode: Mode, request: Resources | None = None, step: int
         job.preemptible,
         mode,
         job.request if request is None else request,
+        since,
     )
 
 

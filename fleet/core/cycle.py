@@ -8,6 +8,8 @@ quota and cells that earlier admissions took.
 
 Theory of operation:
 
+0. **Quota cuts** past ``--quota-cut-grace`` preempt their newest
+   over-limit jobs first (:func:`fleet.core.quota_change.expire_cuts`).
 1. **Three passes** (:class:`~fleet.core.cycle_context.Pass`).  First every
    queue's work that fits within its ``min`` (guaranteed), then borrowing,
    then opportunistic jobs on what is left: a queue does not borrow what
@@ -43,7 +45,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from fleet.core import admission, growth
+from fleet.core import admission, growth, quota_change
 from fleet.core.cycle_context import CycleRun, Pass
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
@@ -62,6 +64,7 @@ def cycle(
 ) -> list[Decision]:
     """Run one scheduling cycle over ``state`` and return its decisions."""
     run = CycleRun(state, state.now if now is None else now, shortcuts)
+    run.decisions.extend(quota_change.expire_cuts(state, run.now))
     guaranteed: dict[str, list[Job]] = {}
     opportunistic: dict[str, list[Job]] = {}
     for name, queue in state.queues.items():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fleet.core import lifecycle
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
-from fleet.core.placement import Placer, RestoreError
+from fleet.core.placement import Placer, RestoreError, restore_order
 from fleet.core.quota import UNCHANGED, QuotaNodeSpec, QuotaTree, _Unchanged
 from fleet.core.resources import Resources
 from fleet.core.state import Running, SchedulerState, Transition, Unit, UnknownJob
@@ -93,11 +93,12 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class NodeHealthChanged:
-    """A node of a member cluster went bad, or is healthy again."""
+    """A node of a member cluster went bad, or is healthy again (``reason``: why)."""
 
     cluster: str
     node: str
     healthy: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,44 @@ class ClusterAdded:
     """A new member cluster, with its (empty) placer."""
 
     placer: Placer
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterReplaced:
+    """A member cluster's cell config changed: its new (empty) placer.
+
+    Refused (:class:`ClusterInUse`, nothing changes) unless every unit
+    running there is held again at the same cells by the new placer.
+    """
+
+    placer: Placer
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDraining:
+    """Admit nothing new to a member cluster; its running jobs finish there."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterReadiness:
+    """A member cluster is ready, or not (unreachable, refusing Fleet, no CRD).
+
+    Nothing new is admitted to a member that is not ready; its running jobs
+    stay (failover, in the shell, decides when they go elsewhere).
+    """
+
+    name: str
+    ready: bool
+
+
+class ClusterInUse(ValueError):
+    """A cluster change that running jobs forbid; ``jobs`` names them."""
+
+    def __init__(self, message: str, jobs: list[str]) -> None:
+        super().__init__(message)
+        self.jobs = jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +190,9 @@ Event = (
     | QuotaTreeReplaced
     | QuotaNodePatched
     | ClusterAdded
+    | ClusterReplaced
+    | ClusterDraining
+    | ClusterReadiness
     | ClusterRemoved
     | ClockAdvanced
 )
@@ -194,6 +236,12 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _node_patched(state, event)
         case ClusterAdded():
             return _cluster_added(state, event)
+        case ClusterReplaced():
+            return _cluster_replaced(state, event)
+        case ClusterDraining():
+            return _cluster_draining(state, event)
+        case ClusterReadiness():
+            return _cluster_readiness(state, event)
         case ClusterRemoved():
             return _cluster_removed(state, event)
         case ClockAdvanced():
@@ -271,13 +319,26 @@ def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
 
 
 def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcome]:
+    """Take the node's cells out of (or back into) allocation; preempt the jobs on a bad node.
+
+    Each running job with a pod on a node gone bad is preempted at once (it
+    holds nothing any more and waits for its pods to stop, then is queued
+    again), whatever its priority, mode or protection: its cells are gone.
+    """
     placer = state.placers.get(event.cluster)
     if placer is None:
         raise KeyError(f"no member cluster named {event.cluster!r}")
     units = placer.set_node_health(event.node, event.healthy)
     jobs = dict.fromkeys(state.units[u].job.key for u in units if u in state.units)
     why = f"node {event.node} of {event.cluster} went bad"
-    return [Notice(job, why) for job in jobs]
+    if event.reason:
+        why += f": {event.reason}"
+    out: list[Outcome] = []
+    for key in jobs:
+        job = state.release(key).job
+        state.stopping[key] = job
+        out.append(state.move(key, JobState.PREEMPTED, why))
+    return out
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
@@ -288,9 +349,61 @@ def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
     return []
 
 
+def _cluster_replaced(state: SchedulerState, event: ClusterReplaced) -> list[Outcome]:
+    placer = event.placer
+    name = placer.cluster
+    if name not in state.placers:
+        raise KeyError(f"no member cluster named {name!r}")
+    units = sorted(
+        (
+            (run, unit)
+            for run in state.running.values()
+            if run.cluster == name
+            for unit in run.units
+        ),
+        key=lambda ru: (restore_order(ru[0].job), ru[1].charge.key),
+    )
+    lost: list[str] = []
+    why: list[str] = []
+    for run, unit in units:
+        try:
+            placer.restore(run.job_for(unit), unit.charge, unit.pods)
+        except RestoreError as e:
+            if run.job.key not in lost:
+                lost.append(run.job.key)
+                why.append(f"{run.job.key}: {e}")
+    if lost:
+        raise ClusterInUse(
+            f"the new cell config of {name} does not hold running jobs: " + "; ".join(why[:10]),
+            lost,
+        )
+    state.placers[name] = placer
+    state.draining.discard(name)  # a new config puts a drained cluster back in service
+    return []
+
+
+def _cluster_draining(state: SchedulerState, event: ClusterDraining) -> list[Outcome]:
+    if event.name not in state.placers:
+        raise KeyError(f"no member cluster named {event.name!r}")
+    state.draining.add(event.name)
+    return []
+
+
+def _cluster_readiness(state: SchedulerState, event: ClusterReadiness) -> list[Outcome]:
+    if event.name not in state.placers:
+        raise KeyError(f"no member cluster named {event.name!r}")
+    if event.ready:
+        state.unready.discard(event.name)
+    else:
+        state.unready.add(event.name)
+    return []
+
+
 def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outcome]:
     if event.name not in state.placers:
         raise KeyError(f"no member cluster named {event.name!r}")
+    state.draining.discard(event.name)
+    state.unready.discard(event.name)
     out: list[Outcome] = []
     why = f"member cluster {event.name} was removed"
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:
@@ -305,6 +418,9 @@ def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
     if event.now < state.now:
         raise ValueError(f"the clock cannot go back from {state.now} to {event.now}")
     state.now = event.now
+    if state.cut_since:
+        still = {b.node for b in state.tree.over_limits()}
+        state.cut_since = {n: t for n, t in state.cut_since.items() if n in still}
     return []
 
 
@@ -371,6 +487,8 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
         out.append(state.move(key, JobState.FAILED, why))
     del old  # its usage is not carried: every kept unit was charged to ``tree``
     tree.grandfather()
+    # A node still over since an earlier change keeps that change's time.
+    state.cut_since = {b.node: state.cut_since.get(b.node, state.now) for b in tree.over_limits()}
     pending = state.pending()
     for job in pending:
         state.unqueue(job.key)

@@ -81,7 +81,7 @@ def _try(run: CycleRun, owner: Running, unit_job: Job, pods: tuple[Pod, ...]) ->
         return False
     request = unit_job.request_of(pods) - ONE_JOB
     step = charges.step_of(unit_job.key)
-    charge = charges.charge_for(owner.job, mode, request, step)
+    charge = charges.charge_for(owner.job, mode, request, step, since=run.now)
     placer.bind(unit_job, charge, fit)
     state.hold(owner, charge, fit.pods)
     run.places.bound(owner.cluster)

@@ -36,10 +36,17 @@ from fleet.core.quota_structure import UNCHANGED as UNCHANGED
 from fleet.core.quota_structure import _Unchanged as _Unchanged
 from fleet.core.quota_usage import MAX as MAX
 from fleet.core.quota_usage import NON_PREEMPTIBLE_MIN as NON_PREEMPTIBLE_MIN
+from fleet.core.quota_usage import OVER_MAX as OVER_MAX
+from fleet.core.quota_usage import OVER_MIN as OVER_MIN
 from fleet.core.quota_usage import BlockKind as BlockKind
 from fleet.core.quota_usage import QuotaBlock as QuotaBlock
 from fleet.core.quota_usage import QuotaUsage
-from fleet.core.quota_victims import queue_victims, reclaim_victims
+from fleet.core.quota_victims import (
+    over_limit_victims,
+    protected_until,
+    queue_victims,
+    reclaim_victims,
+)
 from fleet.core.resources import Resources
 
 
@@ -61,18 +68,41 @@ class QuotaTree(QuotaUsage):
         self._copy_usage_to(other)
         return other
 
-    def reclaim_victims(self, queue: str, request: Resources) -> list[str] | None:
+    def reclaim_victims(
+        self, queue: str, request: Resources, now: float | None = None
+    ) -> list[str] | None:
         """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
 
-        ``[]`` when it fits already; None when it cannot be made to fit.  See
+        ``[]`` when it fits already; None when it cannot be made to fit; with
+        ``now``, jobs within their ``reclaimMinRuntime`` are spared.  See
         :func:`fleet.core.quota_victims.reclaim_victims`.
         """
-        return reclaim_victims(self, queue, request)
+        return reclaim_victims(self, queue, request, now)
 
-    def queue_victims(self, queue: str, request: Resources, priority: int) -> list[str] | None:
+    def protection_ends(self, keys: list[str], which: int) -> float | None:
+        """The latest time a minimum runtime (0: preempt, 1: reclaim) protects one of
+        ``keys`` (None: none of them is protected by it)."""
+        ends = [
+            protected_until(self, self._jobs[k], which)
+            for k in keys
+            if k in self._jobs and self._runtime[self._jobs[k].leaf][which] > 0
+        ]
+        return max(ends, default=None)
+
+    def over_limit_victims(self, node: str) -> list[str]:
+        """The newest jobs that keep ``node`` over its limits since a tree change.
+
+        See :func:`fleet.core.quota_victims.over_limit_victims`.
+        """
+        return over_limit_victims(self, node)
+
+    def queue_victims(
+        self, queue: str, request: Resources, priority: int, now: float | None = None
+    ) -> list[str] | None:
         """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.
 
-        ``[]`` when it fits already; None when it cannot be made to fit.  See
+        ``[]`` when it fits already; None when it cannot be made to fit; with
+        ``now``, jobs within their ``preemptMinRuntime`` are spared.  See
         :func:`fleet.core.quota_victims.queue_victims`.
         """
-        return queue_victims(self, queue, request, priority)
+        return queue_victims(self, queue, request, priority, now)

@@ -24,6 +24,10 @@ class QuotaNodeSpec:
     ``max`` of None means the node sets no limit of its own; a ``max`` that
     names some resources limits only those.  ``path`` is the field path of the
     node in its document (``spec.root.children[0]``) for error messages.
+    ``preempt_min_runtime`` and ``reclaim_min_runtime`` (seconds; None:
+    inherited from the parent, or none at the root) protect a job that has
+    run for less than that from in-queue priority preemption and from
+    reclaim respectively.
     """
 
     name: str
@@ -32,6 +36,8 @@ class QuotaNodeSpec:
     namespaces: tuple[str, ...] = ()
     children: tuple[QuotaNodeSpec, ...] = ()
     path: str = "spec.root"
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
 
 
 class QuotaError(ValueError):
@@ -99,6 +105,16 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                             path=f"{node.path}.{field}",
                         )
                     )
+        for field, seconds in (
+            ("preemptMinRuntime", node.preempt_min_runtime),
+            ("reclaimMinRuntime", node.reclaim_min_runtime),
+        ):
+            if seconds is not None and not 0 <= seconds < float("inf"):
+                problems.append(
+                    QuotaError(
+                        name, f"{field} must be a finite duration", path=f"{node.path}.{field}"
+                    )
+                )
         if node.max is not None:
             for r, cap in node.max.items():
                 if node.min[r] > cap:

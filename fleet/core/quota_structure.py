@@ -70,6 +70,9 @@ class QuotaStructure:
     _max_d: list[dict[str, int] | None]
     _namespaces: list[tuple[str, ...]]
     _ns_map: dict[str, int]
+    _own_runtime: list[tuple[float | None, float | None]]  # as written: preempt, reclaim
+    #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
+    _runtime: list[tuple[float, float]]
 
     # Construction -------------------------------------------------------------
     def _init_structure(self, root: QuotaNodeSpec) -> None:
@@ -83,6 +86,7 @@ class QuotaStructure:
         self._min = []
         self._max = []
         self._namespaces = []
+        self._own_runtime = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -94,6 +98,7 @@ class QuotaStructure:
             self._min.append(node.min)
             self._max.append(node.max)
             self._namespaces.append(tuple(node.namespaces))
+            self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -118,6 +123,17 @@ class QuotaStructure:
         self._min_d = [dict(m) for m in self._min]
         self._max_d = [None if m is None else dict(m) for m in self._max]
         self._ns_map = {ns: i for i in range(n) for ns in self._namespaces[i]}
+        runtime: list[tuple[float, float]] = []
+        for i in range(n):  # parents come before their children
+            parent = runtime[self._parent[i]] if self._parent[i] >= 0 else (0.0, 0.0)
+            own = self._own_runtime[i]
+            runtime.append(
+                (
+                    parent[0] if own[0] is None else own[0],
+                    parent[1] if own[1] is None else own[1],
+                )
+            )
+        self._runtime = runtime
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -130,6 +146,8 @@ class QuotaStructure:
         other._spec_path = self._spec_path
         other._paths = self._paths
         other._leaves_under = self._leaves_under
+        other._own_runtime = self._own_runtime
+        other._runtime = self._runtime
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -187,6 +205,14 @@ class QuotaStructure:
         """The node's own ``max``; None means it sets no limit."""
         return self._max[self._node(name)]
 
+    def min_runtimes(self, name: str) -> tuple[float, float]:
+        """(preemptMinRuntime, reclaimMinRuntime) in force at the node, in seconds (0: none)."""
+        return self._runtime[self._node(name)]
+
+    def protects(self) -> bool:
+        """Whether any node sets a minimum runtime."""
+        return any(p or r for p, r in self._runtime)
+
     def namespaces_of(self, name: str) -> tuple[str, ...]:
         return self._namespaces[self._node(name)]
 
@@ -221,6 +247,8 @@ class QuotaStructure:
                 namespaces=ns,
                 children=tuple(make(c) for c in self._children[i]),
                 path=self._spec_path[i],
+                preempt_min_runtime=self._own_runtime[i][0],
+                reclaim_min_runtime=self._own_runtime[i][1],
             )
 
         return make(0)

@@ -58,11 +58,17 @@ class BlockKind(StrEnum):
     MAX = "max"
     #: A non-preemptible job does not fit its queue's ``min``.
     NON_PREEMPTIBLE_MIN = "non-preemptible-min"
+    #: A tree change left a node of the path using more than its ``max``.
+    OVER_MAX = "over-max"
+    #: A tree change left a node of the path with more guaranteed usage than its ``min``.
+    OVER_MIN = "over-min"
 
 
 #: The members of :class:`BlockKind`, importable by name.
 MAX: Final = BlockKind.MAX
 NON_PREEMPTIBLE_MIN: Final = BlockKind.NON_PREEMPTIBLE_MIN
+OVER_MAX: Final = BlockKind.OVER_MAX
+OVER_MIN: Final = BlockKind.OVER_MIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +95,18 @@ class QuotaBlock:
         used = format_quantity(r, self.used)
         limit = format_quantity(r, self.limit)
         need = format_quantity(r, self.request)
+        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        if self.kind in (OVER_MAX, OVER_MIN):
+            what = "max" if self.kind == OVER_MAX else "min (guaranteed usage)"
+            return (
+                f"{where} is over its {what} since a quota change: {r} {used}/{limit}; "
+                "it admits nothing new until it is within its limits"
+            )
         if self.kind == NON_PREEMPTIBLE_MIN:
             return (
                 f"non-preemptible job needs to fit within min of queue {self.node}: "
                 f"{r} {used}/{limit} guaranteed in use (needs {need} more)"
             )
-        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
         return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
 
 
@@ -166,6 +178,7 @@ class QuotaUsage(QuotaStructure):
     _borr: list[dict[str, int]]
     _count: list[int]
     _over: list[dict[str, int]]  # usage grandfathered above a max set_node lowered
+    _cut: set[int]  # nodes a tree change left over a limit (a superset of those still over)
     _jobs: dict[str, Admitted]
     _leaf_jobs: list[dict[str, Admitted]]
     _leaf_borrowed: list[dict[str, Admitted]]  # reclaimable: borrowed, preemptible
@@ -180,6 +193,7 @@ class QuotaUsage(QuotaStructure):
         self._borr = [{} for _ in range(n)]
         self._count = [0] * n
         self._over = [{} for _ in range(n)]
+        self._cut = set()
         self._jobs = {}
         self._leaf_jobs = [{} for _ in range(n)]
         self._leaf_borrowed = [{} for _ in range(n)]
@@ -192,6 +206,7 @@ class QuotaUsage(QuotaStructure):
         other._borr = [dict(d) for d in self._borr]
         other._count = list(self._count)
         other._over = [dict(d) for d in self._over]
+        other._cut = set(self._cut)
         other._jobs = dict(self._jobs)
         other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
         other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
@@ -284,6 +299,12 @@ class QuotaUsage(QuotaStructure):
                 if block is not None:
                     return block
             return Mode.OPPORTUNISTIC
+        if self._cut:
+            for n in path:
+                if n in self._cut:
+                    over = self.over_limit(n)
+                    if over is not None:
+                        return over
         fit = self._fits_min(leaf, request)
         if fit.fits:
             mode = Mode.GUARANTEED
@@ -361,12 +382,43 @@ class QuotaUsage(QuotaStructure):
             i = self._index[name]
             used = self._used[i]
             self._over[i] = {r: used[r] for r, cap in (max or {}).items() if used.get(r, 0) > cap}
+        self._cut |= {i for i in range(len(self._names)) if self.over_limit(i) is not None}
 
     def grandfather(self) -> None:
-        """Accept the current usage above every ``max`` (after a tree change)."""
+        """Accept the current usage above every ``max`` (after a tree change).
+
+        The nodes left over a limit (usage above ``max``, or guaranteed usage
+        above ``min``) are remembered: until they are back within their
+        limits, :meth:`classify` admits nothing new under them.
+        """
         for i, mx in enumerate(self._max_d):
             used = self._used[i]
             self._over[i] = {r: used[r] for r, cap in (mx or {}).items() if used.get(r, 0) > cap}
+        self._cut = {i for i in range(len(self._names)) if self.over_limit(i) is not None}
+
+    def over_limit(self, n: int) -> QuotaBlock | None:
+        """The first limit node ``n`` is over now: usage above its max, or (a leaf)
+        guaranteed usage above its min."""
+        used = self._used[n]
+        for r, cap in (self._max_d[n] or {}).items():
+            if used.get(r, 0) > cap:
+                return QuotaBlock(
+                    self._names[n], r, used[r], 0, cap, OVER_MAX, leaf=not self._children[n]
+                )
+        if self._children[n]:
+            return None  # a guarantee is decided by the leaf's min only
+        guar = self._guar[n]
+        for r, cap in self._min_d[n].items():
+            if guar.get(r, 0) > cap:
+                return QuotaBlock(
+                    self._names[n], r, guar[r], 0, cap, OVER_MIN, leaf=not self._children[n]
+                )
+        return None
+
+    def over_limits(self) -> list[QuotaBlock]:
+        """Every node over a limit since a tree change, in tree order."""
+        found = (self.over_limit(n) for n in sorted(self._cut))
+        return [block for block in found if block is not None]
 
     # Invariants ---------------------------------------------------------------
     def check_invariants(self) -> None:
@@ -439,4 +491,7 @@ class QuotaUsage(QuotaStructure):
                         f"{self._names[m]}: {fmt(r, used[m].get(r, 0))} used is above max "
                         f"{format_quantity(r, allowed)}"
                     )
+        for m in range(n):
+            if m not in self._cut and self.over_limit(m) is not None:
+                raise InvariantError(f"{self._names[m]} is over a limit but not marked as cut")
         super().check_invariants()

@@ -38,8 +38,27 @@ from __future__ import annotations
 
 import heapq
 
+from fleet.core.jobs import Mode
 from fleet.core.quota_usage import Admitted, QuotaUsage, add_to, cheapest_first
-from fleet.core.resources import Resources
+from fleet.core.resources import MAX_JOBS, Resources
+
+
+def protected(tree: QuotaUsage, rec: Admitted, now: float | None, which: int) -> bool:
+    """Whether ``rec`` has run for less than its queue's minimum runtime ``which``
+    (0: preemptMinRuntime, 1: reclaimMinRuntime) at ``now`` (None: never)."""
+    if now is None:
+        return False
+    least = tree._runtime[rec.leaf][which]
+    return least > 0 and now - rec.charge.since < least
+
+
+def protected_until(tree: QuotaUsage, rec: Admitted, which: int) -> float:
+    """When ``rec``'s minimum runtime ``which`` ends."""
+    return rec.charge.since + tree._runtime[rec.leaf][which]
+
+
+PREEMPT: int = 0
+RECLAIM: int = 1
 
 
 def _deficits(
@@ -97,7 +116,9 @@ def _sorted_borrowed(tree: QuotaUsage, leaf: int) -> list[Admitted]:
     return ordered
 
 
-def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[str] | None:
+def reclaim_victims(
+    tree: QuotaUsage, queue: str, request: Resources, now: float | None = None
+) -> list[str] | None:
     """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
 
     ``[]`` when it fits already; None when the request is not within the
@@ -105,7 +126,9 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     are preemptible borrowed jobs of other queues under a blocking node,
     from queues (and subtrees) still above their own min.  Order: lowest
     priority, then the queue borrowing most of the blocking resource
-    (recomputed after each pick), then newest.  A pure query.
+    (recomputed after each pick), then newest.  With ``now``, jobs that have
+    run for less than their queue's ``reclaimMinRuntime`` are not taken.  A
+    pure query.
     """
     leaf = tree._leaf(queue)
     if not tree._fits_min(leaf, request).fits:
@@ -118,13 +141,19 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     if any(n == leaf for n, _ in deficits):
         return None  # only the queue's own jobs are charged there
     on_path = set(path)
+    # First the jobs that keep a node over its limits since a tree change.
+    picked = _over_limit_picks(tree, leaf, path, request, removed, now)
+    deficits = _deficits(tree, path, request, removed)
+    if not deficits:
+        return _prune(tree, path, request, picked)
+    taken = {rec.key for rec in picked}
     for n, r in deficits:
         # Cheap upper bound on what can go: borrowed usage in the subtrees
         # hanging off the path below ``n`` whose root is above its min
         # (a victim's whole chain off the path must be above its min).
         mx = tree._max_d[n]
         assert mx is not None
-        need = tree._used[n].get(r, 0) + request.get(r, 0) - mx[r]
+        need = tree._used[n].get(r, 0) - removed.get(n, {}).get(r, 0) + request.get(r, 0) - mx[r]
         bound = 0
         for m in path:
             for c in tree._children[m]:
@@ -167,7 +196,6 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
     blocking = deficits[0][1]
     heap = [(lower_key(o, blocking), o) for o in orders]
     heapq.heapify(heap)
-    picked: list[Admitted] = []
     while deficits:
         if deficits[0][1] != blocking:
             blocking = deficits[0][1]
@@ -179,7 +207,11 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         givable = _givable(tree, other, chains[other], deficits, removed)
         recs = orders[other]
         i = pos[other]
-        while i < len(recs) and not any(recs[i].request.get(r, 0) > 0 for r in givable):
+        while i < len(recs) and (
+            recs[i].key in taken
+            or not any(recs[i].request.get(r, 0) > 0 for r in givable)
+            or protected(tree, recs[i], now, RECLAIM)
+        ):
             i += 1
         if not givable or i >= len(recs):
             pos[other] = len(recs)  # nothing more from this leaf
@@ -197,6 +229,38 @@ def reclaim_victims(tree: QuotaUsage, queue: str, request: Resources) -> list[st
         if pos[other] < len(recs):
             heapq.heappush(heap, (lower_key(other, blocking), other))
     return _prune(tree, path, request, picked)
+
+
+def _over_limit_picks(
+    tree: QuotaUsage,
+    leaf: int,
+    path: tuple[int, ...],
+    request: Resources,
+    removed: dict[int, dict[str, int]],
+    now: float | None,
+) -> list[Admitted]:
+    """Over-limit jobs of other queues (newest first per cut node, nodes in tree
+    order) that reduce a deficit of ``path``; counted in ``removed``."""
+    picked: list[Admitted] = []
+    if not tree._cut:
+        return picked
+    for n in sorted(tree._cut):
+        if tree.over_limit(n) is None or leaf in tree._leaves_under[n]:
+            continue
+        for key in over_limit_victims(tree, tree._names[n]):
+            rec = tree._jobs[key]
+            if not rec.preemptible or rec.mode is Mode.OPPORTUNISTIC:
+                continue
+            if protected(tree, rec, now, RECLAIM):
+                continue
+            deficits = _deficits(tree, path, request, removed)
+            if not deficits:
+                return picked
+            rpath = tree._paths[rec.leaf]
+            if any(m in rpath and rec.request.get(r, 0) > 0 for m, r in deficits):
+                picked.append(rec)
+                _remove(tree, removed, rec, 1)
+    return picked
 
 
 def _givable(
@@ -221,15 +285,17 @@ def _givable(
 
 
 def queue_victims(
-    tree: QuotaUsage, queue: str, request: Resources, priority: int
+    tree: QuotaUsage, queue: str, request: Resources, priority: int, now: float | None = None
 ) -> list[str] | None:
     """Lower-priority jobs of the same queue to preempt so ``request`` fits every max.
 
     Candidates: the queue's own charged (non-negative priority), preemptible
     jobs with priority strictly below ``priority``, taken lowest priority
     then newest first, skipping those that free nothing still needed; then
-    picks made unnecessary by later ones are dropped.  ``[]`` when it fits
-    already, None when it cannot be made to fit.  A pure query.
+    picks made unnecessary by later ones are dropped.  With ``now``, jobs that
+    have run for less than the queue's ``preemptMinRuntime`` are not taken.
+    ``[]`` when it fits already, None when it cannot be made to fit.  A pure
+    query.
     """
     leaf = tree._leaf(queue)
     path = tree._paths[leaf]
@@ -241,7 +307,9 @@ def queue_victims(
         (
             rec
             for rec in tree._leaf_jobs[leaf].values()
-            if rec.preemptible and 0 <= rec.priority < priority
+            if rec.preemptible
+            and 0 <= rec.priority < priority
+            and not protected(tree, rec, now, PREEMPT)
         ),
         key=cheapest_first,
     )
@@ -255,3 +323,54 @@ def queue_victims(
         if not deficits:
             return _prune(tree, path, request, picked)
     return None
+
+
+def over_limit_victims(tree: QuotaUsage, node: str) -> list[str]:
+    """The jobs that keep ``node`` over its limits since a tree change: newest first.
+
+    Walks the jobs charged at or below ``node`` from the newest and takes each
+    one that reduces a still positive excess (usage above ``max``; for a
+    leaf, guaranteed usage above ``min``, which only guaranteed jobs reduce)
+    until none is left.  ``[]`` when the node is within its limits.  A pure
+    query: these are the jobs a reclaim takes first and the
+    ``--quota-cut-grace`` preemption stops.
+    """
+    n = tree._index[node]
+    excess: dict[str, int] = {}
+    used = tree._used[n]
+    for r, cap in (tree._max_d[n] or {}).items():
+        if used.get(r, 0) > cap:
+            excess[r] = used[r] - cap
+    guar_excess: dict[str, int] = {}
+    if not tree._children[n]:
+        guar = tree._guar[n]
+        for r, cap in tree._min_d[n].items():
+            if guar.get(r, 0) > cap:
+                guar_excess[r] = guar[r] - cap
+    if not excess and not guar_excess:
+        return []
+    recs = sorted(
+        (rec for leaf in tree._leaves_under[n] for rec in tree._leaf_jobs[leaf].values()),
+        key=lambda rec: -rec.seq,
+    )
+    picked: list[str] = []
+    for rec in recs:
+        if not any(v > 0 for v in excess.values()) and not any(v > 0 for v in guar_excess.values()):
+            break
+        charged = rec.request if rec.mode is not Mode.OPPORTUNISTIC else _jobs_only(rec.request)
+        helps = any(charged.get(r, 0) > 0 and v > 0 for r, v in excess.items())
+        if rec.mode is Mode.GUARANTEED:
+            helps = helps or any(charged.get(r, 0) > 0 and v > 0 for r, v in guar_excess.items())
+        if not helps:
+            continue
+        picked.append(rec.key)
+        for r in excess:
+            excess[r] -= charged.get(r, 0)
+        if rec.mode is Mode.GUARANTEED:
+            for r in guar_excess:
+                guar_excess[r] -= charged.get(r, 0)
+    return picked
+
+
+def _jobs_only(request: Resources) -> Resources:
+    return Resources({MAX_JOBS: request.get(MAX_JOBS, 0)})

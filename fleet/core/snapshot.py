@@ -139,13 +139,13 @@ def job_to_plain(job: Job) -> dict[str, Any]:
     }
 
 
-def job_from_plain(d: Mapping[str, Any]) -> Job:
-    """The job :func:`job_to_plain` described."""
+def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
+    """The job :func:`job_to_plain` described (with submission order ``seq``, if given)."""
     return Job(
         key=d["key"],
         queue=d["queue"],
         priority=d["priority"],
-        seq=d["seq"],
+        seq=d["seq"] if seq is None else seq,
         groups=tuple(ReplicaGroup(r, c, Resources(p)) for r, c, p in d["groups"]),
         min_members=d["min_members"],
         gang=d["gang"],
@@ -167,6 +167,7 @@ def unit_to_plain(unit: Unit) -> dict[str, Any]:
         "mode": c.mode.value,
         "request": dict(c.request),
         "pods": [[p.pod, p.node, list(p.gpus)] for p in unit.pods],
+        "since": c.since,
     }
 
 
@@ -181,6 +182,7 @@ def unit_from_plain(job: Job, d: Mapping[str, Any]) -> Unit:
         job.preemptible,
         Mode(d["mode"]),
         Resources(d["request"]),
+        float(d.get("since", 0.0)),  # records written before minimum runtimes: unprotected
     )
     return Unit(charge, tuple(PodPlacement(p, n, tuple(g)) for p, n, g in d["pods"]))
 

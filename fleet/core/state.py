@@ -126,6 +126,14 @@ class SchedulerState:
         self.phase: dict[str, JobState] = {}
         self._pending_keys: dict[str, str] = {}  # job key -> queue
         self.now = now
+        #: node -> when a tree change left it over its limits (only nodes still over)
+        self.cut_since: dict[str, float] = {}
+        #: seconds after a cut before its newest over-limit jobs are preempted (None: never)
+        self.cut_grace: float | None = None
+        #: member clusters being drained: nothing new is admitted there
+        self.draining: set[str] = set()
+        #: member clusters that are not ready (as their members say): nothing new is admitted
+        self.unready: set[str] = set()
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

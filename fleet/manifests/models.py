@@ -113,7 +113,15 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
 
 
+def _duration(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a duration is text such as 90s, 5m or 1h30m, not {quote(value)}")
+    parse_duration(value)
+    return value
+
+
 Name = Annotated[str, PlainValidator(_object_name)]
+Duration = Annotated[str, PlainValidator(_duration)]
 NamespaceName = Annotated[str, PlainValidator(_namespace_name)]
 Quantity = Annotated[int | float | str, PlainValidator(_quantity)]
 QuantityMap = dict[str, Quantity]
@@ -203,6 +211,9 @@ class QuotaNodeModel(_Owned):
     max: QuantityMap | None = None
     namespaces: list[NamespaceName] = Field(default_factory=list)
     children: list[QuotaNodeModel] = Field(default_factory=list)
+    #: Fleet's own fields (durations such as ``10m``), inherited by children unless set.
+    preempt_min_runtime: Duration | None = None
+    reclaim_min_runtime: Duration | None = None
 
     def to_spec(self, path: str, problems: list[Problem]) -> QuotaNodeSpec:
         """The exact core node (``path`` names it); quantity problems are appended."""
@@ -223,6 +234,12 @@ class QuotaNodeModel(_Owned):
             namespaces=tuple(self.namespaces),
             children=children,
             path=path,
+            preempt_min_runtime=None
+            if self.preempt_min_runtime is None
+            else parse_duration(self.preempt_min_runtime),
+            reclaim_min_runtime=None
+            if self.reclaim_min_runtime is None
+            else parse_duration(self.reclaim_min_runtime),
         )
 
 

@@ -22,11 +22,15 @@ async def current_tree(session: AsyncSession) -> QuotaTreeRow | None:
     return found.scalar_one_or_none()
 
 
-async def save_tree(session: AsyncSession, document: str, time: float, author: str = "") -> int:
-    """Store ``document`` as the next version; its version number."""
+async def save_tree(
+    session: AsyncSession, document: str, time: float, author: str = "", diff: str = ""
+) -> int:
+    """Store ``document`` as the next version (``diff``: from the previous one); its number."""
     latest = (await session.execute(select(func.max(QuotaTreeRow.version)))).scalar()
     version = (latest or 0) + 1
-    session.add(QuotaTreeRow(version=version, document=document, created_at=time, author=author))
+    session.add(
+        QuotaTreeRow(version=version, document=document, created_at=time, author=author, diff=diff)
+    )
     return version
 
 
@@ -44,3 +48,22 @@ async def put_cluster(session: AsyncSession, name: str, document: str, time: flo
     else:
         row.document = document
         row.updated_at = time
+        row.draining = False
+
+
+async def delete_cluster(session: AsyncSession, name: str) -> bool:
+    """Forget member cluster ``name``; whether it was there."""
+    row = await session.get(ClusterRow, name)
+    if row is None:
+        return False
+    await session.delete(row)
+    return True
+
+
+async def set_draining(session: AsyncSession, name: str) -> bool:
+    """Mark member cluster ``name`` as draining; whether it exists."""
+    row = await session.get(ClusterRow, name)
+    if row is None:
+        return False
+    row.draining = True
+    return True

@@ -18,7 +18,12 @@ virtual time is recorded as it is.
 * ``unhealthy_jobs``: since when a running job has been unhealthy in its member
   (the failover clock, kept across restarts).
 * ``intents``: what the loop decided to do to a member cluster and has not
-  yet confirmed (create, delete); redone after a crash, idempotently.
+  yet confirmed (create, delete), and cancellations users asked for that the
+  loop has not yet carried out (cancel); redone after a crash, idempotently.
+* ``audit``: every write through the API (who, when, which route, outcome).
+* ``node_health``: nodes marked bad (or healthy again) by an administrator.
+* ``quota_cuts``: when a tree change left a node over its limits (the
+  ``--quota-cut-grace`` clock survives a restart).
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ class QuotaTreeRow(Base):
     document: Mapped[str] = mapped_column(Text)  # the ElasticQuotaTree as YAML
     created_at: Mapped[float] = mapped_column(Float)
     author: Mapped[str] = mapped_column(String(253), default="")
+    #: unified diff from the previous version's document ("" for the first)
+    diff: Mapped[str] = mapped_column(Text, default="")
 
 
 class ClusterRow(Base):
@@ -109,6 +116,8 @@ class ClusterRow(Base):
     document: Mapped[str] = mapped_column(Text)  # the MemberCluster as YAML
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: being drained (DELETE): nothing new is admitted; removed once its jobs ended
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class IntentRow(Base):
@@ -116,10 +125,42 @@ class IntentRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # create | delete
+    kind: Mapped[str] = mapped_column(String(16))  # create | delete | cancel
     cluster: Mapped[str] = mapped_column(String(253))
     created_at: Mapped[float] = mapped_column(Float)
     done_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+
+
+class AuditRow(Base):
+    __tablename__ = "audit"
+    __table_args__ = (Index(None, "actor", "id"), Index(None, "kind", "id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(253))  # the token's name
+    kind: Mapped[str] = mapped_column(String(32))  # submission | cancel | quota-tree | ...
+    operation: Mapped[str] = mapped_column(String(64))  # the route's operation id
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)
+    status: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class NodeHealthRow(Base):
+    __tablename__ = "node_health"
+
+    cluster: Mapped[str] = mapped_column(String(253), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    healthy: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class QuotaCutRow(Base):
+    __tablename__ = "quota_cuts"
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    since: Mapped[float] = mapped_column(Float)
 
 
 class UnhealthyJobRow(Base):

@@ -17,9 +17,16 @@ from fleet.api.openapi import REF_TEMPLATE, ROUTES, add_routes, openapi_document
 from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.core.lifecycle import JobState
 
-#: DESIGN.md section 4, less what this service does not serve (quota tree and
-#: cluster changes, node health).
+#: DESIGN.md section 4 and the administration routes, less what this service
+#: does not serve (metrics).
 DESIGN_ROUTES = {
+    ("PUT", "/api/v1/quota-tree"),
+    ("PATCH", "/api/v1/quota-tree/nodes/{name}"),
+    ("GET", "/api/v1/quota-tree/history"),
+    ("PUT", "/api/v1/clusters/{name}/nodes/{node}/health"),
+    ("PUT", "/api/v1/clusters/{name}"),
+    ("DELETE", "/api/v1/clusters/{name}"),
+    ("GET", "/api/v1/audit"),
     ("POST", "/api/v1/submissions"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/{namespace}/{name}"),
@@ -32,13 +39,7 @@ DESIGN_ROUTES = {
     ("GET", "/readyz"),
     ("GET", "/api/v1/openapi.json"),
 }
-NOT_SERVED = {
-    ("GET", "/metrics"),
-    ("PUT", "/api/v1/quota-tree"),
-    ("PATCH", "/api/v1/quota-tree/nodes/{name}"),
-    ("PUT", "/api/v1/clusters/{name}"),
-    ("PUT", "/api/v1/clusters/{name}/nodes/{node}/health"),
-}
+NOT_SERVED = {("GET", "/metrics")}
 
 
 @pytest.fixture(scope="module")
@@ -110,16 +111,25 @@ def test_the_component_schemas_are_the_models_own(document: dict[str, Any]) -> N
             assert components[name] == schema, name
 
 
-def test_errors_are_problem_details_and_no_token_is_promised_yet(document: dict[str, Any]) -> None:
+def test_errors_are_problem_details_and_api_routes_take_a_bearer_token(
+    document: dict[str, Any],
+) -> None:
     for method, path, op in operations(document):
         for status, answer in op["responses"].items():
             if int(status) >= 400 and status != "503":
                 assert answer["content"] == {
                     PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}
                 }, (method, path, status)
-        # No token is checked yet: the document promises none.
-        assert op["security"] == []
-        assert "401" not in op["responses"] and "403" not in op["responses"], (method, path)
+        r = route(op["operationId"])
+        if r.access == "open":
+            assert op["security"] == [] and "401" not in op["responses"], (method, path)
+        else:
+            assert op["security"] == [{"bearer": []}], (method, path)
+            assert "401" in op["responses"], (method, path)
+        # 403 is documented exactly where a valid token can be refused.
+        assert ("403" in op["responses"]) == (r.access in ("team", "admin")), (method, path)
+    schemes = document["components"]["securitySchemes"]
+    assert schemes == {"bearer": {"type": "http", "scheme": "bearer"}}
 
 
 def test_the_submission_route_reads_yaml_and_lists_its_problems(

@@ -160,7 +160,7 @@ def test_clusters_with_gpus_per_virtual_cluster() -> None:
     assert data["items"][0]["badNodes"] == ["east-node-2"]
     assert data["items"][0]["health"] == "Degraded"
     assert data["items"][0]["virtualClusters"] == [
-        {"name": "team-a", "gpus": {"total": 24, "used": 8, "free": 16}}
+        {"name": "team-a", "gpus": {"total": 24, "used": 8, "free": 16}, "doomedCells": 0}
     ]
 
 

@@ -70,6 +70,9 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet get",
         "fleet describe",
         "fleet delete",
+        "fleet edit",
+        "fleet token",
+        "fleet token create",
     }
 
 

@@ -75,6 +75,8 @@ def make_node(spec: Mapping[str, Any], path: str = "spec.root") -> QuotaNodeSpec
         namespaces=tuple(spec.get("namespaces", ())),
         children=children,
         path=path,
+        preempt_min_runtime=spec.get("preemptMinRuntime"),
+        reclaim_min_runtime=spec.get("reclaimMinRuntime"),
     )
 
 

@@ -93,6 +93,7 @@ class CycleMachine(RuleBasedStateMachine):
     @rule()
     def run_cycle(self) -> None:
         before = {u.charge.key: u.charge.mode for r in self.state.running.values() for u in r.units}
+        cut = {b.node for b in self.state.tree.over_limits()}
         decisions = cycle(self.state, float(self.count))
         self.state.check_invariants()
         confirm_stops(self.state, decisions)
@@ -100,7 +101,10 @@ class CycleMachine(RuleBasedStateMachine):
             if isinstance(d, Preempt):
                 mode = before[d.unit or d.job]
                 if "reclaimed" in d.reason:
-                    assert mode is Mode.BORROWED, f"reclaim took {mode} job {d.job}"
+                    # Borrowed jobs only, except that a queue a quota change left over
+                    # its limits gives up its over-limit jobs first, whatever their mode.
+                    over = cut & set(self.state.tree.path_to_root(d.queue))
+                    assert mode is Mode.BORROWED or over, f"reclaim took {mode} job {d.job}"
                 if mode is Mode.GUARANTEED:
                     assert "preempted by" in d.reason
             if isinstance(d, Admit) and not d.grown:

@@ -8,7 +8,7 @@ import pytest
 
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cycle import Admit, Preempt, cycle
+from fleet.core.cycle import Admit, Preempt, Wait, cycle
 from fleet.core.lifecycle import IllegalTransition, JobState
 from fleet.core.resources import Resources
 from fleet.core.state import DuplicateJob, SchedulerState, Transition, UnknownJob
@@ -128,12 +128,20 @@ def test_cancel_frees_what_the_job_holds_wherever_it_is(where: str) -> None:
     state.check_invariants()
 
 
-def test_a_bad_node_takes_no_new_work_and_its_jobs_are_reported() -> None:
+def test_a_bad_node_takes_no_new_work_and_its_jobs_are_preempted() -> None:
     state = fresh()
     admit(state, make_job("a", gpus=8))
     node = state.running["default/a"].pods[0].node
-    out = events.apply(state, events.NodeHealthChanged("c1", node, healthy=False))
-    assert [(n.job, "went bad" in n.reason) for n in out] == [("default/a", True)]
+    out = events.apply(state, events.NodeHealthChanged("c1", node, False, "ECC errors"))
+    assert [(t.job, t.new) for t in out if isinstance(t, Transition)] == [
+        ("default/a", JobState.PREEMPTED)
+    ]
+    assert [t.reason for t in out if isinstance(t, Transition)] == [
+        f"node {node} of c1 went bad: ECC errors"
+    ]
+    assert "default/a" in state.stopping and "default/a" not in state.running
+    events.apply(state, events.Stopped("default/a"))
+    assert state.is_pending("default/a")
     decisions = admit(state, make_job("b", gpus=8))
     assert [d.pods[0].node for d in decisions if isinstance(d, Admit)] != [node]
     assert not [d for d in admit(state, make_job("c", gpus=8)) if isinstance(d, Admit)]
@@ -231,4 +239,71 @@ def test_a_lowered_max_keeps_running_work_and_admits_nothing_more() -> None:
     state.check_invariants()  # usage above the new max is grandfathered
     decisions = admit(state, make_job("c", gpus=1))
     assert not [d for d in decisions if isinstance(d, Admit)]
+    state.check_invariants()
+
+
+def test_a_replaced_cluster_keeps_its_running_jobs_at_their_cells_or_changes_nothing() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=8))
+    node = state.running["default/a"].pods[0].node
+    old = state.placers["c1"]
+    smaller = CapacityPlacer("c1", {n: r for n, r in make_nodes(2, gpus=8).items() if n != node})
+    with pytest.raises(events.ClusterInUse) as info:
+        events.apply(state, events.ClusterReplaced(smaller))
+    assert info.value.jobs == ["default/a"]
+    assert state.placers["c1"] is old
+    same = CapacityPlacer("c1", make_nodes(2, gpus=8))
+    assert events.apply(state, events.ClusterReplaced(same)) == []
+    assert state.placers["c1"] is same and same.holds("default/a")
+    state.check_invariants()
+
+
+def test_a_draining_cluster_admits_nothing_new_and_its_jobs_keep_running() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=8, clusters=frozenset({"c1"})))
+    events.apply(state, events.ClusterDraining("c1"))
+    decisions = admit(state, make_job("b", gpus=8))
+    assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
+    assert "default/a" in state.running
+    with pytest.raises(KeyError):
+        events.apply(state, events.ClusterDraining("nope"))
+    state.check_invariants()
+
+
+def test_a_member_that_is_not_ready_admits_nothing_new_until_it_is_ready_again() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=4, clusters=frozenset({"c1"})))
+    events.apply(state, events.ClusterReadiness("c1", False))
+    decisions = admit(state, make_job("b", gpus=4))
+    assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
+    assert "default/a" in state.running  # its jobs stay: failover decides
+    waits = admit(state, make_job("c", gpus=4, clusters=frozenset({"c1"})))
+    assert [d.reason for d in waits if isinstance(d, Wait)] == [
+        "no allowed member cluster takes new jobs: c1 is not ready"
+    ]
+    events.apply(state, events.ClusterReadiness("c1", True))
+    decisions = admit(state, make_job("d", gpus=4, clusters=frozenset({"c1"})))
+    assert [(d.job, d.cluster) for d in decisions if isinstance(d, Admit)] == [
+        ("default/c", "c1"),
+        ("default/d", "c1"),
+    ]
+    with pytest.raises(KeyError):
+        events.apply(state, events.ClusterReadiness("nope", True))
+    state.check_invariants()
+
+
+def test_a_failed_over_job_is_queued_again_without_its_member() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=8, clusters=frozenset({"c1", "c2"})))
+    first = state.running["default/a"].cluster
+    out = events.apply(state, events.FailedOver("default/a", "member unreachable"))
+    assert [(t.old, t.new) for t in out if isinstance(t, Transition)] == [
+        (JobState.ADMITTED, JobState.QUEUED)
+    ]
+    decisions = cycle(state)
+    again = [d for d in decisions if isinstance(d, Admit)]
+    assert [d.cluster for d in again] == [next(c for c in ("c1", "c2") if c != first)]
     state.check_invariants()

@@ -783,14 +783,70 @@ def test_block_is_a_frozen_value() -> None:
         block.used = 3  # type: ignore[misc]
 
 
-def test_usage_above_a_lowered_max_does_not_block_jobs_without_that_resource(
+def test_a_queue_over_a_lowered_max_admits_nothing_new_until_within_it(
     ledger_for: MakeLedger,
 ) -> None:
     ledger = ledger_for(team(max={GPU: 16}))
-    ledger.admit("team-a", req({GPU: 16}))
+    first = ledger.admit("team-a", req({GPU: 8}))
+    ledger.admit("team-a", req({GPU: 8}))
     ledger.tree.set_node("team-a", max=res({GPU: 8}))
+    cpu_only = blocked(ledger.tree, "team-a", req(cpu=1))
+    assert (cpu_only.kind, cpu_only.node, cpu_only.resource) == ("over-max", "team-a", GPU)
+    assert cpu_only.reason == (
+        "queue team-a is over its max since a quota change: nvidia.com/gpu 16/8; "
+        "it admits nothing new until it is within its limits"
+    )
+    assert [b.node for b in ledger.tree.over_limits()] == ["team-a"]
+    ledger.release(first)  # 8/8: within the max again
+    assert ledger.tree.over_limits() == []
     ledger.admit("team-a", req(cpu=1), expect=Mode.BORROWED)
-    assert blocked(ledger.tree, "team-a", req({GPU: 1})).resource == GPU
+    assert blocked(ledger.tree, "team-a", req({GPU: 1})).kind == "max"
+
+
+def test_a_queue_whose_guaranteed_work_exceeds_a_lowered_min_admits_nothing_new(
+    ledger_for: MakeLedger,
+) -> None:
+    ledger = ledger_for(team(min={GPU: 16}))
+    job = ledger.admit("team-a", req({GPU: 16}), expect=Mode.GUARANTEED)
+    ledger.tree.set_node("team-a", min=res({GPU: 8}))
+    block = blocked(ledger.tree, "team-a", req({GPU: 1}))
+    assert (block.kind, block.used, block.limit) == ("over-min", 16, 8)
+    assert "team-b" not in {b.node for b in ledger.tree.over_limits()}
+    ledger.admit("team-b", req({GPU: 1}))  # the sibling is not affected
+    ledger.release(job)
+    ledger.admit("team-a", req({GPU: 8}), expect=Mode.GUARANTEED)
+
+
+def test_an_inner_node_over_its_max_blocks_every_queue_under_it(ledger_for: MakeLedger) -> None:
+    t = tree(
+        node(
+            "root",
+            node("org", node("a", namespaces=("a",)), node("b", namespaces=("b",)), max={GPU: 16}),
+            node("c", namespaces=("c",)),
+        )
+    )
+    ledger = ledger_for(t)
+    ledger.admit("a", req({GPU: 16}))
+    t.set_node("org", max=res({GPU: 8}))
+    assert blocked(t, "b", req(cpu=1)).node == "org"
+    ledger.admit("c", req({GPU: 4}))
+
+
+def test_a_copied_tree_keeps_its_cut_nodes() -> None:
+    t = team(max={GPU: 16})
+    Ledger(t).admit("team-a", req({GPU: 16}))
+    t.set_node("team-a", max=res({GPU: 8}))
+    assert [b.node for b in t.copy().over_limits()] == ["team-a"]
+
+
+@pytest.mark.corrupts_state
+def test_check_invariants_detects_an_over_limit_node_not_marked_as_cut() -> None:
+    t = team(max={GPU: 16})
+    Ledger(t).admit("team-a", req({GPU: 16}))
+    t.set_node("team-a", max=res({GPU: 8}))
+    t._cut.clear()
+    with pytest.raises(InvariantError, match="team-a is over a limit but not marked as cut"):
+        t.check_invariants()
 
 
 def test_every_broken_rule_is_reported_at_once() -> None:

@@ -36,7 +36,7 @@ def test_the_tree_is_its_usage_over_its_structure() -> None:
 
 
 def test_block_kinds_read_as_their_text() -> None:
-    assert [str(k) for k in BlockKind] == ["max", "non-preemptible-min"]
+    assert [str(k) for k in BlockKind] == ["max", "non-preemptible-min", "over-max", "over-min"]
     assert BlockKind("max") is BlockKind.MAX
     assert f"{BlockKind.NON_PREEMPTIBLE_MIN}" == "non-preemptible-min"
 

@@ -249,7 +249,7 @@ class Fleet:
             self.database_url,
             self.port,
             self.log,
-            args=["--clusters", str(self.clusters), "--quota", str(self.quota)],
+            extra=["--clusters", str(self.clusters), "--quota", str(self.quota)],
         )
         return self
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fleet.clusters.base import member_object_name
-from tests.kube.conftest import NAMESPACE, NODES, Fleet, pytorchjobs, submission
+from tests.kube.conftest import NAMESPACE, NODES, Fleet, pods_of, pytorchjobs, submission
 from tests.kube.controlplane import ControlPlane, wait_for
 from tests.kube.operator import Operator
 
@@ -127,19 +127,25 @@ def test_a_job_that_keeps_restarting_fails_over_to_the_other_member(
     assert len([e for e in job["events"] if "failed over" in e["message"]]) == 1
 
 
-def test_a_job_on_a_node_gone_bad_fails_over_after_its_toleration(
+def test_a_job_on_a_node_gone_bad_is_preempted_and_runs_again_on_healthy_nodes(
     fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
 ) -> None:
     fleet: Fleet = fleet_factory()
-    fleet.submit(submission("stranded", workers=1, gpus=4, toleration=2))
+    fleet.submit(submission("stranded", workers=1, gpus=4))
     first = fleet.wait_state("stranded", "Running")
     node = first["placement"][0]["node"]
     assert node in NODES[first["cluster"]]
-    members[first["cluster"]].set_node_ready(node, False)
-    wait_for(
-        lambda: fleet.job("stranded")["cluster"] not in (None, first["cluster"]),
-        "the job moved",
-        30,
-    )
-    moved = fleet.wait_state("stranded", "Running")
-    assert any(f"node {node} of {first['cluster']} is bad" in e["message"] for e in moved["events"])
+    plane = members[first["cluster"]]
+    plane.set_node_ready(node, False)
+
+    def elsewhere() -> dict[str, Any] | None:
+        job = fleet.job("stranded")
+        placed = [p["node"] for p in job["placement"]]
+        return job if job["state"] == "Running" and placed and node not in placed else None
+
+    moved = wait_for(elsewhere, "the job running on a healthy node", 30)
+    reasons = [(e["reason"], e["message"]) for e in moved["events"]]
+    assert ("Preempted", f"node {node} of {first['cluster']} went bad") in reasons
+    # The pods on the bad node were deleted before the job was queued again.
+    old = [p for p in pods_of(plane, first["uid"]) if p["spec"].get("nodeName") == node]
+    assert old == []

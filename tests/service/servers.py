@@ -25,13 +25,12 @@ def start(
     log: Path,
     *,
     cwd: Path | None = None,
-    args: Sequence[str] = (),
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
 
-    ``args`` are more options of ``fleet serve``.  Its output is appended
-    to ``log``; AssertionError with that log if it exits or is not ready
-    within 30 s.
+    Its output is appended to ``log``; AssertionError with that log if it exits
+    or is not ready within 30 s.
     """
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -46,7 +45,7 @@ def start(
                 database_url,
                 "--schedule-interval",
                 "0.2",
-                *args,
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -9,10 +9,13 @@ from fleet.store.database import alembic_config, downgrade, open_database, upgra
 
 TABLES = {
     "alembic_version",
+    "audit",
     "clusters",
     "intents",
     "job_events",
     "jobs",
+    "node_health",
+    "quota_cuts",
     "quota_trees",
     "unhealthy_jobs",
 }

@@ -30,10 +30,11 @@ label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
   Deletions that fail are retried with backoff.
 * **Health.**  The member is *ready* when it answers, accepts Fleet's
   credentials, serves the PyTorchJob CRD, and every watch works; a change
-  is reported as :class:`~fleet.clusters.base.MemberReadiness`.  While it is
-  not ready every node of its cell config is reported bad, so nothing is
-  placed there; when ready, a node of the cell config is healthy when its
-  Node exists, is Ready and is not cordoned.
+  is reported as :class:`~fleet.clusters.base.MemberReadiness` (the core
+  then admits nothing new there).  A node of the cell config is healthy
+  when its Node exists, is Ready and is not cordoned; a change is reported
+  as :class:`~fleet.clusters.base.NodeHealth` (nothing while the member is
+  not ready).
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 Theory of operation: :class:`NodeTracker` holds the Nodes the watch lists,
 and remembers the health it last reported for every node of the cell config
 (all healthy at first, as the allocator starts).  :meth:`NodeTracker.changes`
-says which of those nodes changed: while the member is not ready every one
-is bad; when it is ready, a node is healthy when its Node exists, is Ready
-and is not cordoned.  Before the first list of a ready member nothing is
-said, so a start does not flap every node.
+says which of those nodes changed: a node is healthy when its Node exists,
+is Ready and is not cordoned.  While the member is not ready, and before
+its first list, nothing is said: what Fleet does not see it does not change
+(the member's readiness keeps new jobs away, and failover moves the
+running ones).
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ class NodeTracker:
         self._nodes.pop(str(objects.meta(obj).get("name")), None)
 
     def changes(self, ready: bool) -> list[tuple[str, bool]]:
-        """``(node, healthy)`` for every node of the config whose health changed."""
-        if ready and not self._listed:
+        """``(node, healthy)`` for every node of the config whose health changed
+        (nothing while the member is not ``ready``)."""
+        if not ready or not self._listed:
             return []
         out: list[tuple[str, bool]] = []
         for node in self.config_nodes:
             obj = self._nodes.get(node)
-            ok = ready and obj is not None and objects.node_health(obj)[0]
+            ok = obj is not None and objects.node_health(obj)[0]
             if self._reported.get(node) != ok:
                 self._reported[node] = ok
                 out.append((node, ok))

@@ -1,0 +1,418 @@
+"""The administration routes: the quota tree (replace, patch, history), node health, audit.
+
+Theory of operation: a handler reads and validates the whole request first
+(the tree in full, with every broken rule listed, as ``fleet check quota``
+does); anything wrong is a problem and nothing changes.  The change itself
+is handed to the scheduler loop (:mod:`fleet.admin`), which applies it to
+the core and stores it in one transaction; the handler then answers with
+what happened.  ``?dryRun=All`` answers what a tree change would do now and
+changes nothing.  Who may call which route is checked before the handler
+runs (:mod:`fleet.api.auth`); every call of a route that writes is audited.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any, Final
+
+import yaml
+from aiohttp import web
+from pydantic import ValidationError
+
+from fleet import admin, service
+from fleet.api import admin_schemas, auth, keys
+from fleet.api.admin_schemas import (
+    AuditKind,
+    FailedJob,
+    MovedJob,
+    NodeHealthChange,
+    OverLimitNode,
+    TreeChange,
+)
+from fleet.api.problems import (
+    FieldError,
+    ProblemError,
+    bad_request,
+    conflict,
+    field_error,
+    from_spec_error,
+    invalid,
+    not_found,
+    unsupported_media_type,
+)
+from fleet.api.schemas import json_response
+from fleet.api.submissions import YAML_MEDIA_TYPES
+from fleet.clusters.sim import SimulatedCluster
+from fleet.core.quota import OVER_MAX, QuotaTree
+from fleet.core.resources import format_quantity
+from fleet.manifests import convert
+from fleet.manifests.documents import YAML_LOADER
+from fleet.manifests.errors import SpecError
+from fleet.manifests.yaml_stream import YamlLimitError, YamlLimits, read_documents
+from fleet.service import Service
+from fleet.store import admin as admin_rows
+
+JSON_TYPES: Final = ("application/merge-patch+json", "application/json")
+PATCHABLE: Final = ("min", "max", "namespaces", "preemptMinRuntime", "reclaimMinRuntime")
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+
+
+def _svc(request: web.Request) -> Service:
+    return request.app[keys.SERVICE]
+
+
+def _time(seconds: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+
+
+def _dry_run(request: web.Request) -> bool:
+    values = request.query.getall("dryRun", [])
+    if not values:
+        return False
+    if values != ["All"]:
+        raise ProblemError(bad_request("dryRun must be All (Kubernetes' only dry-run value)"))
+    return True
+
+
+def _int_param(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ProblemError(
+            bad_request(f"query parameter {name} must be an integer from {low} to {high}")
+        )
+    return int(raw)
+
+
+def _text(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"the request body is not UTF-8 text (byte 0x{body[e.start]:02x} at offset {e.start})"
+        raise ProblemError(bad_request(msg)) from None
+
+
+def _load_tree(text: str) -> tuple[QuotaTree, list[str]]:
+    try:
+        return convert.load_quota(text)
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e)) from None
+
+
+def _answer(svc: Service, result: admin.TreeChangeResult, warnings: list[str]) -> web.Response:
+    effect = result.effect
+    over = [
+        OverLimitNode(
+            node=b.node,
+            leaf=b.leaf,
+            limit="max" if b.kind == OVER_MAX else "min",
+            resource=b.resource,
+            used=format_quantity(b.resource, b.used),
+            allowed=format_quantity(b.resource, b.limit),
+            reclaimable=list(effect.reclaimable.get(b.node, ())),
+        )
+        for b in effect.over_limit
+    ]
+    body = TreeChange(
+        dry_run=result.version is None,
+        version=result.version,
+        over_limit=over,
+        moved=[MovedJob(job=m.job, from_queue=m.old, to_queue=m.new) for m in effect.moved],
+        failed=[FailedJob(job=f.job, reason=f.reason) for f in effect.failed],
+        warnings=warnings,
+    )
+    return json_response(body)
+
+
+async def _change(request: web.Request, document: str) -> web.Response:
+    """Validate ``document`` in full, then apply it (or preview it)."""
+    svc = _svc(request)
+    dry_run = _dry_run(request)
+    tree, warnings = _load_tree(document)
+    root = tree.to_spec()
+    who = auth.caller(request).name
+    result = await admin.change_tree(svc.loop, root, document, who, dry_run=dry_run)
+    if not dry_run:
+        svc.tree = tree
+        svc.tree_document = document
+    return _answer(svc, result, warnings)
+
+
+async def replace_quota_tree(request: web.Request) -> web.Response:
+    """``PUT /api/v1/quota-tree``: the whole tree, validated in full first."""
+    _dry_run(request)
+    if request.content_type not in YAML_MEDIA_TYPES:
+        raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
+    return await _change(request, _text(await request.read()))
+
+
+# PATCH ----------------------------------------------------------------------------------------
+
+
+def _patch_body(request: web.Request, body: bytes) -> object:
+    text = _text(body)
+    if request.content_type in JSON_TYPES:
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise ProblemError(
+                bad_request(f"the request body is not JSON: {str(e)[:200]}")
+            ) from None
+    settings = request.app[keys.SETTINGS]
+    limits = YamlLimits(
+        max_documents=2,
+        max_depth=min(20, settings.max_yaml_depth),
+        max_alias_nodes=settings.max_yaml_alias_nodes,
+    )
+    try:
+        docs = list(read_documents(text, YAML_LOADER, limits))
+    except (yaml.YAMLError, YamlLimitError, ValueError, RecursionError) as e:
+        raise ProblemError(bad_request(f"the request body is not YAML: {str(e)[:200]}")) from None
+    if len(docs) != 1:
+        raise ProblemError(bad_request("the request body must hold exactly one YAML document"))
+    return docs[0]
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _find(node: Any, name: str) -> dict[str, Any] | None:
+    if not isinstance(node, dict):
+        return None
+    if node.get("name") == name:
+        return node
+    for child in node.get("children") or []:
+        found = _find(child, name)
+        if found is not None:
+            return found
+    return None
+
+
+async def patch_quota_node(request: web.Request) -> web.Response:
+    """``PATCH /api/v1/quota-tree/nodes/{name}``: one node's min, max, namespaces."""
+    svc = _svc(request)
+    _dry_run(request)
+    media = (*JSON_TYPES, *YAML_MEDIA_TYPES)
+    if request.content_type not in media:
+        raise ProblemError(unsupported_media_type(request.content_type, media))
+    patch = _patch_body(request, await request.read())
+    if not isinstance(patch, dict):
+        raise ProblemError(invalid([field_error("the patch must be an object (a mapping)")]))
+    unknown = [str(k) for k in patch if k not in PATCHABLE]
+    if unknown:
+        errors = [
+            field_error(f"only {', '.join(PATCHABLE)} may be patched", path=k[:60]) for k in unknown
+        ]
+        raise ProblemError(invalid(errors))
+    try:
+        admin_schemas.NodePatch.model_validate(patch)
+    except ValidationError as e:
+        errors = [
+            field_error(err["msg"], path=".".join(str(p) for p in err["loc"])) for err in e.errors()
+        ]
+        raise ProblemError(invalid(errors)) from None
+    name = request.match_info["name"]
+    try:
+        document = next(iter(read_documents(svc.tree_document, YAML_LOADER)))
+    except StopIteration:
+        raise ProblemError(not_found("no quota tree is loaded yet")) from None
+    spec = document.get("spec") if isinstance(document, dict) else None
+    node = _find(spec.get("root") if isinstance(spec, dict) else None, name)
+    if node is None:
+        raise ProblemError(not_found(f"no node {name[:60]!r} in the quota tree"))
+    for field in PATCHABLE:
+        if field not in patch:
+            continue
+        if patch[field] is None:
+            node.pop(field, None)
+        elif field in ("min", "max"):
+            node[field] = _merge(node.get(field) or {}, patch[field])
+        else:
+            node[field] = patch[field]
+    text = yaml.safe_dump(document, sort_keys=False)
+    return await _change(request, text)
+
+
+# History ----------------------------------------------------------------------------------
+
+
+async def quota_tree_history(request: web.Request) -> web.Response:
+    """``GET /api/v1/quota-tree/history``: versions newest first."""
+    svc = _svc(request)
+    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    try:
+        async with svc.db.read() as session:
+            rows, token = await admin_rows.tree_page(
+                session, limit=limit, after=request.query.get("continue")
+            )
+    except admin_rows.BadContinueToken as e:
+        raise ProblemError(bad_request(str(e))) from None
+    items = [
+        admin_schemas.TreeVersion(
+            version=r.version, author=r.author, created_at=_time(r.created_at), diff=r.diff
+        )
+        for r in rows
+    ]
+    return json_response(admin_schemas.TreeHistory(items=items, continue_=token))
+
+
+# Member clusters ------------------------------------------------------------------------------
+
+
+async def put_cluster(request: web.Request) -> web.Response:
+    """``PUT /api/v1/clusters/{name}``: add a member cluster or replace its config."""
+    svc = _svc(request)
+    if request.content_type not in YAML_MEDIA_TYPES:
+        raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
+    text = _text(await request.read())
+    name = request.match_info["name"]
+    try:
+        models = convert.load_clusters(text)
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e)) from None
+    errors = []
+    if len(models) != 1:
+        errors.append(field_error("send exactly one MemberCluster", document=1))
+    model = models[0]
+
+    def error(message: str, path: str) -> FieldError:
+        return field_error(message, document=0, kind="MemberCluster", name=model.name, path=path)
+
+    if model.name != name:
+        errors.append(error(f"must be {name[:60]!r}, the name in the path", "metadata.name"))
+    if not model.spec.simulated:
+        errors.append(error("only simulated member clusters are supported so far", "spec"))
+    vc_sizes: dict[str, int] = {}
+    try:
+        vc_sizes = service.vc_gpus(model)
+    except Exception as e:  # a cell config the allocator cannot build
+        errors.append(error(f"cell config: {str(e)[:300]}", "spec.cells"))
+    if errors:
+        raise ProblemError(invalid(errors))
+    document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+    try:
+        change = await admin.put_cluster(
+            svc.loop, model, document, lambda n: SimulatedCluster(n, svc.clock), vc_sizes
+        )
+    except admin.ClusterConflict as e:
+        raise ProblemError(conflict(str(e)[:2000])) from None
+    svc.clusters = [c for c in svc.clusters if c.name != name] + [model]
+    body = admin_schemas.ClusterChange(
+        name=name, created=change.created, draining=change.draining, running=list(change.running)
+    )
+    return json_response(body, status=201 if change.created else 200)
+
+
+async def delete_cluster(request: web.Request) -> web.Response:
+    """``DELETE /api/v1/clusters/{name}``: drain it."""
+    svc = _svc(request)
+    name = request.match_info["name"]
+    try:
+        change = await admin.drain_cluster(svc.loop, name)
+    except admin.UnknownCluster:
+        raise ProblemError(not_found(f"no member cluster {name[:60]!r}")) from None
+    body = admin_schemas.ClusterChange(
+        name=name, created=False, draining=True, running=list(change.running)
+    )
+    return json_response(body, status=202)
+
+
+# Node health ------------------------------------------------------------------------------
+
+
+async def set_node_health(request: web.Request) -> web.Response:
+    """``PUT /api/v1/clusters/{name}/nodes/{node}/health``."""
+    svc = _svc(request)
+    if request.content_type != "application/json":
+        raise ProblemError(unsupported_media_type(request.content_type, ("application/json",)))
+    text = _text(await request.read())
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ProblemError(bad_request(f"the request body is not JSON: {str(e)[:200]}")) from None
+    try:
+        change = NodeHealthChange.model_validate(data)
+    except ValidationError as e:
+        errors = [
+            field_error(err["msg"], path=".".join(str(p) for p in err["loc"])) for err in e.errors()
+        ]
+        raise ProblemError(invalid(errors)) from None
+    cluster, node = request.match_info["name"], request.match_info["node"]
+    if cluster not in svc.loop.members:
+        raise ProblemError(not_found(f"no member cluster {cluster[:60]!r}"))
+    try:
+        preempted = await admin.set_node_health(
+            svc.loop, cluster, node, change.healthy, change.reason
+        )
+    except admin.UnknownNode:
+        raise ProblemError(
+            not_found(f"no node {node[:60]!r} in cluster {cluster[:60]!r}")
+        ) from None
+    body = admin_schemas.NodeHealthResult(
+        cluster=cluster,
+        node=node,
+        healthy=change.healthy,
+        reason=change.reason,
+        preempted=preempted,
+    )
+    return json_response(body)
+
+
+# Audit --------------------------------------------------------------------------------------
+
+
+async def list_audit(request: web.Request) -> web.Response:
+    """``GET /api/v1/audit``: newest first, filtered by actor and kind."""
+    svc = _svc(request)
+    kind = request.query.get("kind")
+    if kind is not None and kind not in {k.value for k in AuditKind}:
+        known = ", ".join(k.value for k in AuditKind)
+        raise ProblemError(bad_request(f"unknown kind {kind[:40]!r}; kinds: {known}"))
+    where = admin_rows.AuditFilter(actor=request.query.get("actor"), kind=kind)
+    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    try:
+        async with svc.db.read() as session:
+            rows, token = await admin_rows.audit_page(
+                session, where, limit=limit, after=request.query.get("continue")
+            )
+    except admin_rows.BadContinueToken as e:
+        raise ProblemError(bad_request(str(e))) from None
+    items = [
+        admin_schemas.AuditRecord(
+            id=r.id,
+            time=_time(r.time),
+            actor=r.actor,
+            kind=AuditKind(r.kind),
+            operation=r.operation,
+            method=r.method,
+            path=r.path,
+            status=r.status,
+            detail=r.detail,
+        )
+        for r in rows
+    ]
+    return json_response(admin_schemas.AuditList(items=items, continue_=token))
+
+
+HANDLERS: Final = {
+    "replaceQuotaTree": replace_quota_tree,
+    "patchQuotaNode": patch_quota_node,
+    "quotaTreeHistory": quota_tree_history,
+    "putCluster": put_cluster,
+    "deleteCluster": delete_cluster,
+    "setNodeHealth": set_node_health,
+    "listAudit": list_audit,
+}

@@ -1,0 +1,181 @@
+"""Who may do what: authentication, roles per route, and the audit record of every write.
+
+Theory of operation (DESIGN.md "Who may do what"; tokens in :mod:`fleet.api.tokens`):
+
+* Each route of :mod:`fleet.api.openapi` names the least role it needs
+  (:data:`~fleet.api.openapi.Access`): ``open`` (health, the document),
+  ``read`` (any valid token), ``team`` (a team or admin token; the handler
+  then checks the job's queue with :func:`require_queues`), ``admin``.
+* **No tokens configured**: every caller is the admin
+  :data:`~fleet.api.tokens.NO_TOKENS_CALLER` (the settings refuse to bind
+  anything but loopback then, and the service says so in its log at start).
+* **Answers**: no ``Authorization`` header, a malformed one or an unknown
+  token is a 401 problem with ``WWW-Authenticate: Bearer``; a valid token
+  whose role is too small is a 403 problem.
+* **Audit**: every request to a route that changes something (a route with
+  an ``audit`` kind) is recorded once it is answered, whatever the outcome:
+  the caller's token name, the time, the route, the status and the problem's
+  detail.  Requests refused with 401 have no caller and are only logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Final
+
+from aiohttp import web
+
+from fleet.api import keys
+from fleet.api.openapi import Access, Handler, Route
+from fleet.api.problems import Problem, ProblemError, problem_response
+from fleet.api.tokens import NO_TOKENS_CALLER, Caller, Role, TokenStore
+from fleet.store import admin as admin_rows
+
+log = logging.getLogger("fleet.api.auth")
+
+#: RFC 6750's ``b64token``.
+_TOKEN_RE: Final = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
+_BEARER_RE: Final = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)$")
+#: Longest token accepted in a header (a longer one is malformed).
+MAX_TOKEN_LENGTH: Final = 512
+REALM: Final = "fleet"
+
+
+# Answers -------------------------------------------------------------------------------
+
+
+def unauthorized(detail: str, error: str, instance: str) -> web.Response:
+    problem = Problem(
+        type="https://fleet.io/problems/unauthorized",
+        title="Unauthorized",
+        status=401,
+        detail=detail,
+        instance=instance,
+    )
+    challenge = f'Bearer realm="{REALM}", error="{error}"'
+    return problem_response(problem, headers={"WWW-Authenticate": challenge})
+
+
+def forbidden(detail: str) -> ProblemError:
+    """403: the caller's token may not do this."""
+    return ProblemError(
+        Problem(
+            type="https://fleet.io/problems/forbidden",
+            title="Forbidden",
+            status=403,
+            detail=detail,
+        )
+    )
+
+
+def caller(request: web.Request) -> Caller:
+    """The caller of ``request`` (set by :func:`access_middleware`)."""
+    found: Caller | None = request.get(keys.CALLER_KEY)
+    return found if found is not None else NO_TOKENS_CALLER
+
+
+def require_queues(request: web.Request, queues: Iterable[tuple[str, str]]) -> None:
+    """403 unless the caller may act in every queue of ``(what, queue)`` pairs."""
+    who = caller(request)
+    if who.admin:
+        return
+    outside = [(what, q) for what, q in queues if not who.may_act_in(q)]
+    if outside:
+        listed = "; ".join(f"{what} is in queue {q}" for what, q in outside[:10])
+        bound = ", ".join(sorted(who.queues))
+        raise forbidden(f"token {who.name} is bound to {bound}: {listed}")
+
+
+_RANK: Final[dict[Access | Role, int]] = {"open": 0, "read": 1, "team": 2, "admin": 3}
+
+
+def _authenticate(request: web.Request, store: TokenStore) -> Caller | web.Response:
+    header = request.headers.get("Authorization")
+    if header is None:
+        return unauthorized("this route needs a bearer token", "invalid_request", request.path)
+    match = _BEARER_RE.match(header.strip())
+    if match is None or len(match[1]) > MAX_TOKEN_LENGTH or not _TOKEN_RE.match(match[1]):
+        return unauthorized(
+            "the Authorization header is not 'Bearer <token>'", "invalid_request", request.path
+        )
+    found = store.lookup(match[1])
+    if found is None:
+        return unauthorized("the bearer token is not valid", "invalid_token", request.path)
+    return found
+
+
+def route_of(request: web.Request, table: dict[str, Route]) -> Route | None:
+    """The route table entry ``request`` matched (None: no route, aiohttp answers)."""
+    name = request.match_info.route.name
+    return None if name is None else table.get(name)
+
+
+def _detail(status: int, problem: Problem | None) -> str:
+    if problem is not None and problem.detail:
+        return problem.detail[:1000]
+    return ""
+
+
+async def _record(
+    request: web.Request, route: Route, who: Caller, status: int, detail: str
+) -> None:
+    svc = request.app.get(keys.SERVICE)
+    if svc is None or route.audit is None:
+        return
+    try:
+        async with svc.db.write() as session:
+            admin_rows.add_audit(
+                session,
+                time=svc.clock.now(),
+                actor=who.name,
+                kind=route.audit,
+                operation=route.operation_id,
+                method=request.method,
+                path=request.path[:2000],
+                status=status,
+                detail=detail,
+            )
+    except Exception:  # the answer stands; the log says the record is missing
+        log.exception(
+            "audit record lost: %s %s by %s answered %d",
+            request.method,
+            request.path[:200],
+            who.name,
+            status,
+        )
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Authenticate, check the route's role, and record every write (see the module docstring)."""
+    route = route_of(request, request.app[keys.ROUTE_TABLE])
+    if route is None or route.access == "open":
+        return await handler(request)
+    store = request.app[keys.TOKENS]
+    who: Caller = NO_TOKENS_CALLER
+    if store.configured:
+        found = _authenticate(request, store)
+        if isinstance(found, web.Response):
+            log.info("401 %s %s", request.method, request.path[:200])
+            return found
+        who = found
+    request[keys.CALLER_KEY] = who
+    status = 500
+    problem: Problem | None = None
+    try:
+        if _RANK[route.access] > _RANK[who.role]:
+            raise forbidden(f"token {who.name} ({who.role}) may not {route.summary.lower()}")
+        response = await handler(request)
+        status = response.status
+        return response
+    except ProblemError as e:
+        status, problem = e.problem.status, e.problem
+        raise
+    except web.HTTPException as e:
+        status = e.status
+        raise
+    finally:
+        if route.audit is not None:
+            await _record(request, route, who, status, _detail(status, problem))

@@ -1,0 +1,165 @@
+"""Administration records: the audit log, node health marks, quota cuts, tree history.
+
+Theory of operation: plain repository functions over one session, like
+:mod:`fleet.store.jobs`.  The audit log is append-only and read newest first,
+one page at a time, with an opaque continue token (the last id shown).  Node
+health marks and quota cuts are small tables rewritten whole by the loop:
+the marks an administrator set (a node marked healthy again is deleted), and
+for every node of the quota tree that a change left over its limits, the
+time of that change.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.store.models import AuditRow, NodeHealthRow, QuotaCutRow, QuotaTreeRow
+
+
+class BadContinueToken(ValueError):
+    """A continue token this service did not hand out."""
+
+
+def _encode(kind: str, last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"{kind}:{last_id}".encode()).decode().rstrip("=")
+
+
+def _decode(kind: str, token: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError) as e:
+        raise BadContinueToken("continue token is not valid") from e
+    found, _, number = raw.partition(":")
+    if found != kind or not number.isdigit() or len(number) > 18:
+        raise BadContinueToken("continue token is not valid")
+    return int(number)
+
+
+# Audit ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """What ``GET /api/v1/audit`` may filter on (None: any)."""
+
+    actor: str | None = None
+    kind: str | None = None
+
+
+def add_audit(
+    session: AsyncSession,
+    *,
+    time: float,
+    actor: str,
+    kind: str,
+    operation: str,
+    method: str,
+    path: str,
+    status: int,
+    detail: str = "",
+) -> AuditRow:
+    row = AuditRow(
+        time=time,
+        actor=actor,
+        kind=kind,
+        operation=operation,
+        method=method,
+        path=path,
+        status=status,
+        detail=detail,
+    )
+    session.add(row)
+    return row
+
+
+async def audit_page(
+    session: AsyncSession, where: AuditFilter, *, limit: int, after: str | None
+) -> tuple[list[AuditRow], str | None]:
+    """One page of audit records, newest first, and the next page's token (None: last)."""
+    query = select(AuditRow)
+    if where.actor is not None:
+        query = query.where(AuditRow.actor == where.actor)
+    if where.kind is not None:
+        query = query.where(AuditRow.kind == where.kind)
+    if after is not None:
+        query = query.where(AuditRow.id < _decode("audit", after))
+    found = await session.execute(query.order_by(AuditRow.id.desc()).limit(limit + 1))
+    rows = list(found.scalars())
+    if len(rows) > limit:
+        return rows[:limit], _encode("audit", rows[limit - 1].id)
+    return rows, None
+
+
+# Quota tree history -------------------------------------------------------------------
+
+
+async def tree_page(
+    session: AsyncSession, *, limit: int, after: str | None
+) -> tuple[list[QuotaTreeRow], str | None]:
+    """One page of quota tree versions, newest first, and the next page's token."""
+    query = select(QuotaTreeRow)
+    if after is not None:
+        query = query.where(QuotaTreeRow.version < _decode("tree", after))
+    found = await session.execute(query.order_by(QuotaTreeRow.version.desc()).limit(limit + 1))
+    rows = list(found.scalars())
+    if len(rows) > limit:
+        return rows[:limit], _encode("tree", rows[limit - 1].version)
+    return rows, None
+
+
+# Node health ------------------------------------------------------------------------------
+
+
+async def bad_nodes(session: AsyncSession) -> list[NodeHealthRow]:
+    """Every node marked bad, by cluster and node."""
+    found = await session.execute(
+        select(NodeHealthRow)
+        .where(NodeHealthRow.healthy.is_(False))
+        .order_by(NodeHealthRow.cluster, NodeHealthRow.node)
+    )
+    return list(found.scalars())
+
+
+async def set_node_health(
+    session: AsyncSession, cluster: str, node: str, healthy: bool, reason: str, time: float
+) -> None:
+    """Mark ``node`` of ``cluster`` bad, or forget its mark when it is healthy again."""
+    row = await session.get(NodeHealthRow, (cluster, node))
+    if healthy:
+        if row is not None:
+            await session.delete(row)
+        return
+    if row is None:
+        session.add(
+            NodeHealthRow(cluster=cluster, node=node, healthy=False, reason=reason, updated_at=time)
+        )
+    else:
+        row.healthy = False
+        row.reason = reason
+        row.updated_at = time
+
+
+async def forget_cluster_nodes(session: AsyncSession, cluster: str) -> None:
+    await session.execute(delete(NodeHealthRow).where(NodeHealthRow.cluster == cluster))
+
+
+# Quota cuts -----------------------------------------------------------------------------------
+
+
+async def quota_cuts(session: AsyncSession) -> dict[str, float]:
+    """Node -> when a tree change left it over its limits."""
+    found = await session.execute(select(QuotaCutRow).order_by(QuotaCutRow.node))
+    return {row.node: row.since for row in found.scalars()}
+
+
+async def replace_quota_cuts(session: AsyncSession, cuts: Mapping[str, float]) -> None:
+    """Store exactly ``cuts`` (node -> since)."""
+    await session.execute(delete(QuotaCutRow))
+    for node, since in sorted(cuts.items()):
+        session.add(QuotaCutRow(node=node, since=since))

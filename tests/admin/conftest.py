@@ -1,0 +1,78 @@
+"""An API with bearer tokens: an admin, a team-a token and a team-b token."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from fleet.api import keys
+from fleet.api.app import create_app
+from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
+from fleet.clock import VirtualClock
+from tests.service import helpers
+
+Client = TestClient[web.Request, web.Application]
+YAML = {"Content-Type": "application/yaml"}
+TOKENS = {
+    "admin": "fleet_admin-secret-token",
+    "team-a": "fleet_team-a-secret-token",
+    "team-b": "fleet_team-b-secret-token",
+}
+
+
+def write_tokens_file(path: Path) -> Path:
+    entries = [
+        TokenEntry(name="ops", role="admin", sha256=hash_token(TOKENS["admin"])),
+        TokenEntry(
+            name="ci-a", role="team", queues=["team-a"], sha256=hash_token(TOKENS["team-a"])
+        ),
+        TokenEntry(
+            name="ci-b", role="team", queues=["team-b"], sha256=hash_token(TOKENS["team-b"])
+        ),
+    ]
+    write_tokens(path, TokensFile(tokens=entries))
+    return path
+
+
+def bearer(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[who]}"}
+
+
+@dataclass
+class Api:
+    client: Client
+    clock: VirtualClock
+
+    async def settle(self, seconds: float = 0.0) -> None:
+        await helpers.settle(self.client.app[keys.SERVICE].loop, self.clock, seconds)
+
+    async def call(
+        self, method: str, path: str, who: str = "admin", *, status: int, **kw: Any
+    ) -> Any:
+        headers = dict(kw.pop("headers", {}))
+        headers.update(bearer(who))
+        resp = await self.client.request(method, path, headers=headers, **kw)
+        text = await resp.text()
+        assert resp.status == status, text
+        if resp.content_type.endswith("json"):
+            return await resp.json()
+        return text
+
+
+@pytest.fixture
+async def api(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    database_url: str,
+    tmp_path: Path,
+) -> AsyncIterator[Api]:
+    clock = VirtualClock(1_000.0)
+    settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
+    app = create_app(settings, clock=clock, threaded=False)
+    client = await aiohttp_client(app)
+    yield Api(client, clock)
