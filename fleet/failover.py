@@ -125,7 +125,7 @@ class Failover:
         self.rules: dict[str, Rule] = {}
         self.purges: list[_Purge] = []
         self.started_at = 0.0
-        self._stored: set[str] = set()  # keys with a row
+        self._stored: dict[str, int] = {}  # key -> job row id, for the keys with a row
         self._notes: list[tuple[str, float, str, str]] = []  # job events to record
 
     # Start ---------------------------------------------------------------------------
@@ -142,11 +142,19 @@ class Failover:
                 r.id: f"{r.namespace}/{r.name}"
                 for r in await job_rows.by_ids(session, sorted({i.job_id for i in purging}))
             }
+        orphans: list[int] = []
         for row in rows:
             key = keys.get(row.job_id)
             if key is not None:
                 self.since[key] = (row.cluster, row.since, row.reason)
-                self._stored.add(key)
+                self._stored[key] = row.job_id
+            else:
+                orphans.append(row.job_id)  # the job ended before its clock was cleared
+        if orphans:
+            async with self.db.write() as session:
+                await session.execute(
+                    delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id.in_(orphans))
+                )
         for intent in purging:
             if intent.job_id in named:
                 self.purges.append(
@@ -275,22 +283,20 @@ class Failover:
                 if key in ids:
                     job_rows.add_event(session, ids[key], at, reason, message, warning=True)
             for key, value in sorted(changed.items()):
-                row_id = ids.get(key)
-                if row_id is None:
-                    continue
-                if key in self._stored:
+                stored = self._stored.pop(key, None)
+                if stored is not None:
                     await session.execute(
-                        delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id == row_id)
+                        delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id == stored)
                     )
-                    self._stored.discard(key)
-                if value is not None:
+                row_id = ids.get(key)
+                if value is not None and row_id is not None:
                     cluster, since, why = value
                     session.add(
                         UnhealthyJobRow(
                             job_id=row_id, cluster=cluster, since=since, reason=why[:2000]
                         )
                     )
-                    self._stored.add(key)
+                    self._stored[key] = row_id
 
     # Purges ---------------------------------------------------------------------------
 

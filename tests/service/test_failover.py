@@ -127,3 +127,24 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
         assert KEY not in sim(svc, first).running()
     finally:
         await service.stop(svc)
+
+
+async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_url: str) -> None:
+    clock = VirtualClock(0.0)
+    text = with_failover(
+        pytorchjob("short", namespace="team-c", workers=1, gpus=8, duration="30s"), 60, "Directly"
+    )
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await submit(svc, text)
+        await settle(svc, clock)
+        first = svc.loop.state.running["team-c/short"].cluster
+        sim(svc, first).set_reachable(False)  # simulated jobs run on
+        await settle(svc, clock, 5)
+        assert [c for c, _ in await stored(svc)] == [first]
+        await settle(svc, clock, 30)
+        assert await states(svc) == {"team-c/short": "Succeeded"}
+        assert await stored(svc) == []
+        assert await open_purges(svc) == []
+    finally:
+        await service.stop(svc)
