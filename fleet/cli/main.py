@@ -25,7 +25,7 @@ import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
-from fleet.cli import remote, serve
+from fleet.cli import remote, serve, simulate
 from fleet.cli.inputs import (
     DEFAULT_MAX_INPUT_SIZE,
     InputError,
@@ -269,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_plan)
     serve.add_parser(sub)
     remote.add_parsers(sub)
+    simulate.add_parser(sub, inputs)
     return parser
 
 
