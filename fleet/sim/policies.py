@@ -10,11 +10,14 @@ cluster; the scheduler loop, the cycle and the members are the same for all.
 * ``capacity``: the same quota tree, and the capacity-only placer
   (:class:`~fleet.core.capacity.CapacityPlacer`) over the same nodes: no
   topology, no virtual clusters; a gang fits wherever enough GPUs are free.
-* ``private``: every leaf's ``max`` is set to its ``min`` (no borrowing), with
-  the cell allocator: each tenant alone on the partition its virtual cluster
-  and ``min`` give it — the world HiveD's paper compares against.  A leaf
-  without ``min`` gets nothing.  Opportunistic jobs are not charged to
-  ``max`` and still run on idle cells, as in HiveD.
+* ``private``: every leaf's ``max`` is lowered to its ``min`` for each
+  resource ``min`` names (no borrowing; limits ``min`` does not name, such as
+  ``kube-queue/max-jobs``, stay), with the cell allocator: each tenant alone
+  on the partition its virtual cluster and ``min`` give it — the world
+  HiveD's paper compares against.  A leaf without ``min`` keeps its ``max``:
+  the tree has no way to say "at most zero" (a zero limit reads as no limit).
+  Opportunistic jobs are not charged to ``max`` and still run on idle
+  cells, as in HiveD.
 """
 
 from __future__ import annotations
@@ -68,7 +71,10 @@ def tree_text(policy: str, text: str) -> str:
 def _cap_leaves(node: dict[str, Any]) -> None:
     children = node.get("children") or []
     if not children:
-        node["max"] = dict(node.get("min") or {"nvidia.com/gpu": 0})
+        floor = node.get("min") or {}
+        if isinstance(floor, dict) and floor:
+            limit = node.get("max")
+            node["max"] = {**(limit if isinstance(limit, dict) else {}), **floor}
         return
     for child in children:
         if isinstance(child, dict):
