@@ -71,7 +71,7 @@ def test_the_shipped_philly_trace_has_every_job_and_twelve_vcs() -> None:
     ],
 )
 def test_a_bad_philly_row_is_named_by_line_and_column(text: str, message: str) -> None:
-    with pytest.raises(TraceError, match="^jobs.csv: ") as e:
+    with pytest.raises(TraceError, match=r"^jobs\.csv: ") as e:
         traces.read_philly(text, "jobs.csv")
     assert message in str(e.value)
 
@@ -132,7 +132,7 @@ def test_armadas_basic_workload_is_ten_jobs_of_queue_a() -> None:
     ],
 )
 def test_a_bad_armada_workload_names_the_field(text: str, message: str) -> None:
-    with pytest.raises(TraceError, match="^w.yaml: ") as e:
+    with pytest.raises(TraceError, match=r"^w\.yaml: ") as e:
         traces.read_armada(text, "w.yaml")
     assert message in str(e.value)
 
