@@ -56,3 +56,9 @@ class Settings(BaseSettings):
         1000, gt=0, description="Most YAML documents accepted in one submission."
     )
     log_level: str = Field("INFO", description="Python logging level name.")
+    estimate_interval: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds between two refreshes of the pending jobs' estimated start "
+        "times (a forecast by the simulator; only when something changed); 0 turns it off.",
+    )

@@ -32,6 +32,7 @@ from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.loop import QueueView
 from fleet.service import Service
+from fleet.sim import forecast
 from fleet.store import jobs as job_rows
 from fleet.store.models import JobEventRow, JobRow
 
@@ -172,6 +173,19 @@ def _reason(svc: Service, row: JobRow) -> str | None:
     return row.reason or None
 
 
+def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
+    """The latest forecast's estimated start of waiting job ``key`` (None: none)."""
+    latest = request.app[keys.ESTIMATOR].latest
+    found = forecast.estimate_of(latest, key)
+    if latest is None or found is None:
+        return None
+    return schemas.EstimatedStart(
+        time=None if found.start is None else _time(found.start),
+        assumes=f"{found.assumes}; {latest.assumes}",
+        computed_at=_time(latest.at),
+    )
+
+
 async def get_job(request: web.Request) -> web.Response:
     """``GET /api/v1/jobs/{namespace}/{name}``: state, placement, reason, events."""
     svc = _svc(request)
@@ -186,6 +200,11 @@ async def get_job(request: web.Request) -> web.Response:
         placement=_placement(row),
         reason=_reason(svc, row),
         suspended=row.suspended,
+        estimated_start=(
+            _estimate(request, f"{row.namespace}/{row.name}")
+            if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
+            else None
+        ),
         events=[_event(e) for e in events],
     )
     return schemas.json_response(detail)
@@ -238,6 +257,7 @@ async def get_queue(request: web.Request) -> web.Response:
             priority_class=p.priority_class,
             request=dict(p.request),
             reason=p.reason,
+            estimated_start=_estimate(request, p.job),
         )
         for i, p in enumerate(view.pending.get(name, ()))
     ]

@@ -158,9 +158,25 @@ class JobDetail(Schema):
         default=False, description="Its PropagationPolicy holds it in the queue."
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    estimated_start: EstimatedStart | None = Field(
+        default=None,
+        description="For a waiting job, when it is expected to start (null: no forecast yet).",
+    )
     events: list[JobEvent] = Field(
         default_factory=list, description="Every recorded event, oldest first."
     )
+
+
+class EstimatedStart(Schema):
+    """When a waiting job is expected to start, by the simulator run forward from now."""
+
+    time: datetime.datetime | None = Field(
+        description="The expected start; null when it is not within the forecast's bounds."
+    )
+    assumes: str = Field(
+        description="What the estimate assumes: this job's run time and the forecast's rules."
+    )
+    computed_at: datetime.datetime = Field(description="When the forecast was made.")
 
 
 class JobList(Schema):
@@ -215,6 +231,9 @@ class PendingJob(Schema):
     priority_class: str = Field(description="The job's priority class.")
     request: Quantities = Field(description="What admitting it would charge the queue.")
     reason: str = Field(description="Why it is not admitted yet.")
+    estimated_start: EstimatedStart | None = Field(
+        default=None, description="When it is expected to start (null: no forecast yet)."
+    )
 
 
 class QueueDetail(_QueueFields):

@@ -115,7 +115,9 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
         "directory per policy, compare.txt and PNG plots)",
     )
     p.set_defaults(handler=run)
-    what = p.add_subparsers(dest="simulate_command", metavar="COMMAND")
+    what = p.add_subparsers(
+        dest="simulate_command", metavar="COMMAND", help="gen-clusters (optional; COMMAND --help)"
+    )
     g = what.add_parser(
         "gen-clusters",
         help="size member clusters and a quota tree from a trace",

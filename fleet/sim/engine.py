@@ -36,18 +36,24 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet import intake, service
 from fleet.clock import VirtualClock
 from fleet.clusters.base import MemberCluster
-from fleet.clusters.sim import DURATION_ANNOTATION, SimulatedCluster
-from fleet.core import resources
+from fleet.clusters.sim import (
+    DEFAULT_DURATION,
+    DURATION_ANNOTATION,
+    SimulatedCluster,
+    parse_duration,
+)
+from fleet.core import resources, snapshot
 from fleet.core.jobs import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_BY_DEFAULT, Job, ReplicaGroup
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
@@ -65,6 +71,8 @@ LOOP_INTERVAL: Final = 100 * 365 * 24 * 3600.0
 SAMPLE_EVERY: Final = 3600.0
 
 Progress = Callable[[int, int, float], None]
+#: Writes jobs into a replay's empty store before its loop starts.
+Seed = Callable[[AsyncSession], Awaitable[None]]
 #: Events that end a job's run in the store's event log.
 _RUN_ENDS: Final = frozenset({"Preempted", "Succeeded", "Failed", "Cancelled"})
 
@@ -238,11 +246,29 @@ def _sample(loop: SchedulerLoop, node_gpus: Mapping[tuple[str, str], int], now: 
     )
 
 
+def _seeded(row: JobRow) -> TraceJob:
+    """A job written into the store by a seed, as a trace job (for its results)."""
+    job = snapshot.job_from_plain(row.record)
+    annotations = (row.manifest.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(DURATION_ANNOTATION)
+    duration = parse_duration(text) if isinstance(text, str) else DEFAULT_DURATION
+    return TraceJob(
+        key=job.key,
+        queue=job.queue,
+        submit=row.created_at,
+        duration=duration,
+        replicas=len(job.pods),
+        gpus=job.request[resources.GPU] // max(1, len(job.pods)),
+        priority_class=job.priority_class,
+    )
+
+
 async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[JobResult]:
     """Every trace job's outcome, from the store's jobs and events."""
     async with db.read() as session:
         rows = {
-            f"{r.namespace}/{r.name}": r for r in (await session.execute(select(JobRow))).scalars()
+            f"{r.namespace}/{r.name}": r
+            for r in (await session.execute(select(JobRow).order_by(JobRow.id))).scalars()
         }
         firsts: dict[int, dict[str, float]] = {}
         lasts: dict[int, dict[str, float]] = {}
@@ -266,10 +292,9 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
         for job_id, at in since.items():  # still running at the end
             ran[job_id] = ran.get(job_id, 0.0) + end - at
     out: list[JobResult] = []
-    for tj in jobs:
-        row = rows.get(tj.key)
-        if row is None:  # submitted after the end of the replay
-            continue
+    by_key = {tj.key: tj for tj in jobs}
+    for key, row in rows.items():
+        tj = by_key.get(key) or _seeded(row)
         first = firsts.get(row.id, {})
         last = lasts.get(row.id, {})
         ended = last.get("Succeeded", last.get("Failed"))
@@ -303,8 +328,19 @@ async def replay(
     sample_every: float = SAMPLE_EVERY,
     progress: Progress | None = None,
     workdir: Path | None = None,
+    start: float = 0.0,
+    seed: Seed | None = None,
+    until_started: bool = False,
+    wall_limit: float | None = None,
 ) -> Replay:
     """Replay ``jobs`` under ``policy``; see the module docstring.
+
+    ``start`` is the virtual time the replay begins at; ``seed`` writes jobs
+    into the empty store before the loop starts (they are restored as the
+    service restores its jobs after a restart: running ones at their recorded
+    cells, waiting ones in order).  With ``until_started`` the replay ends as
+    soon as every job has been submitted and none waits; ``wall_limit``
+    (seconds of real time) ends it early, whatever is left.
 
     Raises :class:`~fleet.sim.traces.TraceError` for a job whose queue is not
     a leaf of the tree, and :class:`~fleet.manifests.errors.SpecError` for a
@@ -317,7 +353,7 @@ async def replay(
     _check_queues(jobs, tree)
     placers = policies.placers(policy, clusters)
     node_gpus = _node_gpus(clusters)
-    clock = VirtualClock(0.0)
+    clock = VirtualClock(start)
     sims = {c.name: SimulatedCluster(c.name, clock) for c in clusters}
     members: dict[str, MemberCluster] = dict(sims)
     with tempfile.TemporaryDirectory(prefix="fleet-sim-", dir=workdir) as tmp:
@@ -335,9 +371,12 @@ async def replay(
         )
         samples: list[Sample] = []
         try:
+            if seed is not None:
+                async with db.write() as session:
+                    await seed(session)
             await loop.start()
             i, n = 0, len(jobs)
-            next_sample = 0.0
+            next_sample = start
             while True:
                 await _settle(loop, clock)
                 now = clock.now()
@@ -356,6 +395,10 @@ async def replay(
                     continue
                 state = loop.state
                 if i >= n and not state.running and not state.stopping:
+                    break
+                if until_started and i >= n and not state.pending_count() and not state.stopping:
+                    break
+                if wall_limit is not None and time.perf_counter() - started > wall_limit:
                     break
                 deadline = clock.next_deadline()
                 candidates = [next_sample]

@@ -70,6 +70,8 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet get",
         "fleet describe",
         "fleet delete",
+        "fleet simulate",
+        "fleet simulate gen-clusters",
     }
 
 

@@ -1,0 +1,152 @@
+"""Start-time estimates: the simulator run forward from a live service's state."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import yaml
+
+from fleet import intake, service
+from fleet.api import keys
+from fleet.api.app import create_app
+from fleet.clock import VirtualClock
+from fleet.service import Service
+from fleet.settings import POLICIES
+from fleet.sim import forecast
+from fleet.store import jobs as job_rows
+from tests.service import helpers
+from tests.service.helpers import new_jobs, pytorchjob
+
+T0 = 1000.0
+YAML = {"Content-Type": "application/yaml"}
+
+
+def job(name: str, *, gpus: int, run: str, expected: str | None = None) -> str:
+    """A lab job of ``gpus`` 1-GPU workers that runs ``run`` and declares ``expected``."""
+    docs = list(
+        yaml.safe_load_all(pytorchjob(name, namespace="lab", workers=gpus, gpus=1, duration=run))
+    )
+    if expected is not None:
+        docs[1]["metadata"]["annotations"]["fleet.io/expected-duration"] = expected
+    return yaml.safe_dump_all(docs)
+
+
+async def start(database_url: str) -> tuple[Service, VirtualClock]:
+    clock = VirtualClock(T0)
+    settings = helpers.settings(
+        database_url,
+        clusters=POLICIES / "clusters" / "lab-2.yaml",
+        quota=POLICIES / "lab" / "quota-one-vc.yaml",
+    )
+    return await service.start(settings, clock, threaded=False), clock
+
+
+async def submit(svc: Service, text: str) -> None:
+    accepted = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), svc.clock.now())
+    svc.loop.submitted([a.row.id for a in accepted if a.created])
+
+
+async def run_until(svc: Service, clock: VirtualClock, t: float) -> None:
+    """Move the clock to ``t`` one deadline at a time, letting the loop settle at each."""
+    while clock.now() < t:
+        deadline = clock.next_deadline()
+        step = t if deadline is None else min(deadline, t)
+        await helpers.settle(svc.loop, clock, step - clock.now())
+
+
+async def started_at(svc: Service, name: str) -> float:
+    async with svc.db.read() as session:
+        row = await job_rows.by_name(session, "lab", name)
+        assert row is not None
+        events = await job_rows.events_of(session, row.id)
+    return next(e.time for e in events if e.reason == "Running")
+
+
+async def test_estimates_match_the_starts_of_a_scenario_worked_out_by_hand(
+    database_url: str,
+) -> None:
+    svc, clock = await start(database_url)
+    try:
+        # Two GPUs.  a (1h) and b (30m) run; the gang c needs both GPUs; d needs one.
+        await submit(svc, job("a", gpus=1, run="1h", expected="1h"))
+        await submit(svc, job("b", gpus=1, run="30m", expected="30m"))
+        await submit(svc, job("c", gpus=2, run="10m", expected="10m"))
+        await submit(svc, job("d", gpus=1, run="20m", expected="20m"))
+        await helpers.settle(svc.loop, clock)
+        tree, clusters = (
+            svc.tree_document,
+            "\n---\n".join(
+                yaml.safe_dump(c.model_dump(mode="json", by_alias=True, exclude_none=True))
+                for c in svc.clusters
+            ),
+        )
+        result = await forecast.forecast(svc.db, tree, clusters, clock.now())
+        # b ends at 30m and d takes its GPU (c does not fit one GPU); a ends at 1h
+        # and d at 50m, so c starts at 1h with both GPUs.
+        assert {k: e.start for k, e in result.estimates.items()} == {
+            "lab/c": T0 + 3600,
+            "lab/d": T0 + 1800,
+        }
+        assert result.estimates["lab/c"].assumes == "runs 10m (fleet.io/expected-duration)"
+        assert result.preempted == {}
+        # The live service then does what the forecast said.
+        await run_until(svc, clock, T0 + 3601)
+        assert await started_at(svc, "d") == T0 + 1800
+        assert await started_at(svc, "c") == T0 + 3600
+    finally:
+        await service.stop(svc)
+
+
+async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
+    database_url: str,
+) -> None:
+    svc, clock = await start(database_url)
+    try:
+        for name in ("h1", "h2", "h3"):
+            await submit(svc, job(name, gpus=2, run="20m"))
+        await helpers.settle(svc.loop, clock)
+        await run_until(svc, clock, T0 + 3 * 1200 + 1)  # all three ran 20m each
+        await submit(svc, job("long", gpus=2, run="2h"))  # no expected-duration: 20m assumed
+        await submit(svc, job("next", gpus=1, run="5m", expected="5m"))
+        await helpers.settle(svc.loop, clock)
+        tree = svc.tree_document
+        clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
+        now = clock.now()
+        result = await forecast.forecast(svc.db, tree, clusters, now)
+        assert result.estimates["lab/next"].start == now + 1200
+        assert result.estimates["lab/next"].assumes == "runs 5m (fleet.io/expected-duration)"
+        nothing = await forecast.forecast(svc.db, tree, clusters, now, horizon=600)
+        assert nothing.estimates["lab/next"].start is None  # beyond the horizon
+    finally:
+        await service.stop(svc)
+
+
+async def test_the_api_shows_estimated_starts_with_their_assumptions(
+    aiohttp_client: Any, database_url: str
+) -> None:
+    clock = VirtualClock(T0)
+    settings = helpers.settings(
+        database_url,
+        clusters=POLICIES / "clusters" / "lab-2.yaml",
+        quota=POLICIES / "lab" / "quota-one-vc.yaml",
+        estimate_interval=0,  # refreshed by hand below
+    )
+    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    svc = client.app[keys.SERVICE]
+    text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
+    resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
+    assert resp.status == 201, await resp.text()
+    await helpers.settle(svc.loop, clock)
+    detail = await (await client.get("/api/v1/jobs/lab/b")).json()
+    assert detail["state"] == "Queued" and detail["estimatedStart"] is None  # no forecast yet
+    await client.app[keys.ESTIMATOR].refresh()
+    detail = await (await client.get("/api/v1/jobs/lab/b")).json()
+    estimate = detail["estimatedStart"]
+    assert datetime.datetime.fromisoformat(estimate["time"]).timestamp() == T0 + 3600
+    assert estimate["assumes"].startswith("runs 1h (no duration declared, no history); ")
+    assert "no new submissions" in estimate["assumes"]
+    queue = await (await client.get("/api/v1/queues/default")).json()
+    assert [p["estimatedStart"]["time"] for p in queue["pending"]] == [estimate["time"]]
+    running = await (await client.get("/api/v1/jobs/lab/a")).json()
+    assert running["state"] == "Running" and running["estimatedStart"] is None
