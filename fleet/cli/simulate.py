@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from fleet.cli import remote
 from fleet.cli.inputs import InputError, read_input
 
 _UNTIL = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|m|h|d)?")
@@ -99,6 +100,20 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
         metavar="N",
         type=_positive,
         help="replay only the first N jobs of the trace (by submission time)",
+    )
+    p.add_argument(
+        "--from-live",
+        metavar="URL",
+        help="instead of a trace: ask the Fleet server at URL what --quota (a proposed "
+        "tree) would do to its live queue and running jobs (POST "
+        "/api/v1/quota-tree?dryRun=Simulate); nothing is applied",
+    )
+    p.add_argument(
+        "--horizon",
+        metavar="SPAN",
+        type=parse_span,
+        default=86400.0,
+        help="with --from-live: simulated time each forecast covers (default 24h)",
     )
     p.add_argument(
         "--sample-every",
@@ -188,9 +203,57 @@ class _Progress:
         self.stream.flush()
 
 
+def _when(value: str | None) -> str:
+    return "-" if value is None else value.replace("T", " ").split(".")[0].split("+")[0]
+
+
+def _wait(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}s"
+
+
+def from_live(args: argparse.Namespace) -> int:
+    """``--from-live URL --quota NEW``: the server's dry run of a proposed tree, as tables."""
+    if args.quota is None:
+        return _error("fleet simulate --from-live needs --quota (the proposed tree)")
+    try:
+        body = read_input(args.quota, args.max_input_size).encode("utf-8")
+    except InputError as e:
+        return _error(str(e))
+    path = f"/api/v1/quota-tree?dryRun=Simulate&horizon={max(60, round(args.horizon))}"
+    try:
+        _, result = remote.request(
+            args.from_live.rstrip("/"), "POST", path, body, "application/yaml"
+        )
+    except remote.RemoteError as e:
+        return _error(str(e))
+    if args.output:
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "what-if.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    rows: list[tuple[object, ...]] = [
+        (j["job"], j["queue"], _when(j["current"]), _when(j["proposed"]), j["change"])
+        for j in result["jobs"]
+    ]
+    print(f"Waiting jobs (estimated starts; {result['assumes']})")
+    print(remote.table(("JOB", "QUEUE", "NOW", "PROPOSED", "CHANGE"), rows))
+    if result["preempted"]:
+        rows = [(p["job"], p["current"], p["proposed"]) for p in result["preempted"]]
+        print("\nRunning jobs preempted")
+        print(remote.table(("JOB", "NOW", "PROPOSED"), rows))
+    rows = [
+        (q["name"], _wait(q["currentWaitSeconds"]), _wait(q["proposedWaitSeconds"]))
+        for q in result["queues"]
+    ]
+    print("\nExpected wait per queue")
+    print(remote.table(("QUEUE", "NOW", "PROPOSED"), rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate_command is not None:  # pragma: no cover - argparse dispatches
         return int(args.handler(args))
+    if args.from_live is not None:
+        return from_live(args)
     missing = [f"--{n}" for n in ("clusters", "quota", "trace") if getattr(args, n) is None]
     if missing:
         return _error(f"fleet simulate needs {', '.join(missing)} (see fleet simulate --help)")

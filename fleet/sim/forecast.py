@@ -35,9 +35,9 @@ import contextlib
 import copy
 import logging
 import statistics
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -328,3 +328,118 @@ def estimate_of(latest: Forecast | None, key: str) -> Estimate | None:
     if latest is None:
         return None
     return latest.estimates.get(key)
+
+
+# What would this quota change do? --------------------------------------------------------
+
+
+Change = Literal["sooner", "later", "same", "starts", "no longer starts"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """One waiting job's estimated start under the tree in force and the proposed one."""
+
+    job: str
+    queue: str
+    current: float | None
+    proposed: float | None
+
+    @property
+    def change(self) -> Change:
+        """sooner, later, same, starts (only with the proposal), no longer starts."""
+        if self.current is None and self.proposed is None:
+            return "same"
+        if self.current is None:
+            return "starts"
+        if self.proposed is None:
+            return "no longer starts"
+        if self.proposed < self.current:
+            return "sooner"
+        return "later" if self.proposed > self.current else "same"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaChange:
+    """What replacing the quota tree would do, by two forecasts from the same live state."""
+
+    at: float
+    horizon: float
+    jobs: tuple[JobChange, ...]
+    #: running job -> (preemptions under the tree in force, under the proposed one)
+    preempted: Mapping[str, tuple[int, int]]
+    #: leaf queue -> (mean expected wait now, with the proposal); None: no job starts
+    waits: Mapping[str, tuple[float | None, float | None]]
+    assumes: str
+
+
+class UnknownQueues(ValueError):
+    """Jobs whose queues are not leaves of the proposed tree."""
+
+
+def _mean_wait(at: float, starts: Sequence[float | None]) -> float | None:
+    known = [s - at for s in starts if s is not None]
+    return round(statistics.fmean(known), 3) if known else None
+
+
+async def compare(
+    db: Database,
+    current_tree: str,
+    proposed_tree: str,
+    proposed_leaves: Sequence[str],
+    clusters_document: str,
+    now: float,
+    *,
+    horizon: float = 24 * 3600.0,
+    wall_limit: float | None = WALL_LIMIT / 2,
+) -> QuotaChange:
+    """Forecast under the tree in force and under ``proposed_tree``, and compare.
+
+    Raises :class:`UnknownQueues` when a job that runs or waits belongs to a
+    queue that is not a leaf of the proposed tree.
+    """
+    async with db.read() as session:
+        queues = await session.execute(
+            select(JobRow.namespace, JobRow.name, JobRow.queue)
+            .where(JobRow.state.in_((*HOLDING, *WAITING)))
+            .order_by(JobRow.id)
+        )
+        homeless = [f"{ns}/{n} ({q})" for ns, n, q in queues if q not in set(proposed_leaves)]
+    if homeless:
+        shown = ", ".join(homeless[:10]) + (
+            f" and {len(homeless) - 10} more" if len(homeless) > 10 else ""
+        )
+        raise UnknownQueues(
+            f"the proposed tree has no leaf for the queue of job(s) {shown}; "
+            f"its leaves: {', '.join(proposed_leaves)}"
+        )
+    kw: dict[str, Any] = {"horizon": horizon, "wall_limit": wall_limit}
+    before = await forecast(db, current_tree, clusters_document, now, **kw)
+    after = await forecast(db, proposed_tree, clusters_document, now, **kw)
+    queue_of: dict[str, str] = {}
+    async with db.read() as session:
+        for ns, n, q in await session.execute(
+            select(JobRow.namespace, JobRow.name, JobRow.queue).where(JobRow.state.in_(WAITING))
+        ):
+            queue_of[f"{ns}/{n}"] = q
+    jobs = tuple(
+        JobChange(
+            key,
+            queue_of.get(key, ""),
+            estimate.start,
+            after.estimates[key].start if key in after.estimates else None,
+        )
+        for key, estimate in before.estimates.items()
+    )
+    preempted = {
+        key: (before.preempted.get(key, 0), after.preempted.get(key, 0))
+        for key in sorted({*before.preempted, *after.preempted})
+    }
+    waits: dict[str, tuple[float | None, float | None]] = {}
+    for queue in sorted({j.queue for j in jobs}):
+        mine = [j for j in jobs if j.queue == queue]
+        waits[queue] = (
+            _mean_wait(now, [j.current for j in mine]),
+            _mean_wait(now, [j.proposed for j in mine]),
+        )
+    return QuotaChange(now, horizon, jobs, preempted, waits, after.assumes)

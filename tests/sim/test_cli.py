@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fleet.cli.main import main
+from tests.service import servers
+from tests.service.helpers import pytorchjob
 
 ROOT = Path(__file__).resolve().parents[2]
 PHILLY = ROOT / "data" / "traces" / "philly-vc" / "philly_vc_jobs.csv"
@@ -205,3 +209,55 @@ def test_a_missing_trace_file_is_one_error_line(capsys: pytest.CaptureFixture[st
     assert code == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "no-such-trace.csv" in err[0]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``fleet serve`` process with the example tree and clusters; its URL."""
+    work = tmp_path_factory.mktemp("serve")
+    port = servers.free_port()
+    proc = servers.start(f"sqlite+aiosqlite:///{work / 'fleet.db'}", port, work / "log", cwd=work)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        servers.stop(proc)
+
+
+@pytest.mark.slow
+def test_from_live_reports_what_a_proposed_tree_would_do(
+    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # team-a may use 32 GPUs: two 16-GPU jobs run, an 8-GPU one waits for an hour.
+    for name, workers in (("first", 2), ("second", 2), ("third", 1)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(pytorchjob(name, workers=workers, gpus=8, duration="1h"))
+        assert main(["apply", "-f", str(path), "--server", server]) == 0
+    capsys.readouterr()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        code = main(["describe", "job", "team-a/second", "-o", "json", "--server", server])
+        if code == 0 and json.loads(capsys.readouterr().out)["state"] == "Running":
+            break
+        time.sleep(0.2)
+    tree = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
+    proposed = tmp_path / "proposed.yaml"
+    proposed.write_text(
+        tree.replace(
+            "max: {nvidia.com/gpu: 32, cpu: 512, memory: 4Ti}",
+            "max: {nvidia.com/gpu: 48, cpu: 768, memory: 6Ti}",
+        )
+    )
+    capsys.readouterr()
+    out_dir = tmp_path / "what-if"
+    code = main(["simulate", "--from-live", server, "--quota", str(proposed), "-o", str(out_dir)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("team-a/third"))
+    assert row.split()[-1] == "sooner"
+    result = json.loads((out_dir / "what-if.json").read_text("utf-8"))
+    assert [j["job"] for j in result["jobs"]] == ["team-a/third"]
+    assert "Expected wait per queue" in out
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(tree.replace("name: team-a", "name: team-z"))
+    assert main(["simulate", "--from-live", server, "--quota", str(missing)]) == 1
+    assert "no leaf for the queue of job(s) team-a/first (team-a)" in capsys.readouterr().err

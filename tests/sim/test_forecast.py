@@ -22,10 +22,14 @@ T0 = 1000.0
 YAML = {"Content-Type": "application/yaml"}
 
 
-def job(name: str, *, gpus: int, run: str, expected: str | None = None) -> str:
+def job(
+    name: str, *, gpus: int, run: str, expected: str | None = None, queue: str | None = None
+) -> str:
     """A lab job of ``gpus`` 1-GPU workers that runs ``run`` and declares ``expected``."""
     docs = list(
-        yaml.safe_load_all(pytorchjob(name, namespace="lab", workers=gpus, gpus=1, duration=run))
+        yaml.safe_load_all(
+            pytorchjob(name, namespace="lab", workers=gpus, gpus=1, duration=run, queue=queue)
+        )
     )
     if expected is not None:
         docs[1]["metadata"]["annotations"]["fleet.io/expected-duration"] = expected
@@ -150,3 +154,65 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
     assert [p["estimatedStart"]["time"] for p in queue["pending"]] == [estimate["time"]]
     running = await (await client.get("/api/v1/jobs/lab/a")).json()
     assert running["state"] == "Running" and running["estimatedStart"] is None
+
+
+async def dry_run_client(aiohttp_client: Any, database_url: str) -> Any:
+    """lab-1 with quota-two-vcs: vc1 (at most 1 GPU) runs vc1-0 and holds vc1-1 back."""
+    clock = VirtualClock(T0)
+    settings = helpers.settings(
+        database_url,
+        clusters=POLICIES / "clusters" / "lab-1.yaml",
+        quota=POLICIES / "lab" / "quota-two-vcs.yaml",
+        estimate_interval=0,
+    )
+    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    text = "---\n".join(
+        job(n, gpus=1, run="1h", expected="1h", queue="vc1") for n in ("vc1-0", "vc1-1")
+    )
+    resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
+    assert resp.status == 201, await resp.text()
+    await helpers.settle(client.app[keys.SERVICE].loop, clock)
+    return client
+
+
+async def test_a_dry_run_of_a_tree_that_lets_vc1_borrow_starts_its_job_sooner(
+    aiohttp_client: Any, database_url: str
+) -> None:
+    client = await dry_run_client(aiohttp_client, database_url)
+    proposed = (POLICIES / "lab" / "quota-two-vcs-borrowing.yaml").read_text(encoding="utf-8")
+    resp = await client.post("/api/v1/quota-tree?dryRun=Simulate", data=proposed, headers=YAML)
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    (change,) = body["jobs"]
+    assert change["job"] == "lab/vc1-1" and change["change"] == "sooner"
+    assert datetime.datetime.fromisoformat(change["current"]).timestamp() == T0 + 3600
+    assert datetime.datetime.fromisoformat(change["proposed"]).timestamp() == T0
+    assert body["queues"] == [
+        {"name": "vc1", "currentWaitSeconds": 3600.0, "proposedWaitSeconds": 0.0}
+    ]
+    assert body["preempted"] == []
+    tree = await client.get("/api/v1/quota-tree")
+    assert "max: {nvidia.com/gpu: 1}" in await tree.text()  # nothing was applied
+
+
+async def test_a_dry_run_refuses_what_it_cannot_simulate(
+    aiohttp_client: Any, database_url: str
+) -> None:
+    client = await dry_run_client(aiohttp_client, database_url)
+    tree = (POLICIES / "lab" / "quota-two-vcs-borrowing.yaml").read_text(encoding="utf-8")
+    resp = await client.post("/api/v1/quota-tree", data=tree, headers=YAML)
+    assert resp.status == 400
+    assert "dryRun=Simulate" in (await resp.json())["detail"]
+    bad = tree.replace("max: {nvidia.com/gpu: 2}", "max: {nvidia.com/gpu: x}")
+    resp = await client.post("/api/v1/quota-tree?dryRun=Simulate", data=bad, headers=YAML)
+    assert resp.status == 422
+    assert resp.content_type == "application/problem+json"
+    assert any("max" in e["path"] for e in (await resp.json())["errors"])
+    without_vc1 = (POLICIES / "lab" / "quota-one-vc.yaml").read_text(encoding="utf-8")
+    resp = await client.post("/api/v1/quota-tree?dryRun=Simulate", data=without_vc1, headers=YAML)
+    assert resp.status == 422
+    assert "no leaf for the queue of job(s) lab/vc1-0 (vc1)" in (await resp.json())["detail"]
+    resp = await client.post(
+        "/api/v1/quota-tree?dryRun=Simulate&horizon=5", data=tree, headers=YAML
+    )
+    assert resp.status == 400
