@@ -65,6 +65,8 @@ from fleet.sim.traces import TraceError, TraceJob
 from fleet.store.database import Database, Durability, open_database
 from fleet.store.models import JobEventRow, JobRow
 
+#: The annotation in which a job declares how long it is expected to run.
+EXPECTED_ANNOTATION: Final = "fleet.io/expected-duration"
 #: Seconds between the loop's timed cycles in a replay: effectively never.
 LOOP_INTERVAL: Final = 100 * 365 * 24 * 3600.0
 #: Default seconds of virtual time between two samples of the queues.
@@ -73,6 +75,8 @@ SAMPLE_EVERY: Final = 3600.0
 Progress = Callable[[int, int, float], None]
 #: Writes jobs into a replay's empty store before its loop starts.
 Seed = Callable[[AsyncSession], Awaitable[None]]
+#: Looks at a replay's store at a sample time.
+Observer = Callable[[Database, float], Awaitable[None]]
 #: Events that end a job's run in the store's event log.
 _RUN_ENDS: Final = frozenset({"Preempted", "Succeeded", "Failed", "Cancelled"})
 
@@ -162,6 +166,9 @@ def new_job(trace_job: TraceJob) -> intake.NewJob:
             priority_class=trace_job.priority_class,
         )
         container: dict[str, Any] = {"name": "pytorch", "image": "trace/replay"}
+        annotations = {DURATION_ANNOTATION: _millis(trace_job.duration)}
+        if trace_job.declared:
+            annotations[EXPECTED_ANNOTATION] = _millis(trace_job.duration)
         if trace_job.gpus:
             container["resources"] = {"limits": {resources.GPU: trace_job.gpus}}
         manifest = {
@@ -170,7 +177,7 @@ def new_job(trace_job: TraceJob) -> intake.NewJob:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "annotations": {DURATION_ANNOTATION: _millis(trace_job.duration)},
+                "annotations": annotations,
             },
             "spec": {
                 "runPolicy": {
@@ -332,6 +339,7 @@ async def replay(
     seed: Seed | None = None,
     until_started: bool = False,
     wall_limit: float | None = None,
+    observe: Observer | None = None,
 ) -> Replay:
     """Replay ``jobs`` under ``policy``; see the module docstring.
 
@@ -340,7 +348,9 @@ async def replay(
     service restores its jobs after a restart: running ones at their recorded
     cells, waiting ones in order).  With ``until_started`` the replay ends as
     soon as every job has been submitted and none waits; ``wall_limit``
-    (seconds of real time) ends it early, whatever is left.
+    (seconds of real time) ends it early, whatever is left.  ``observe`` is
+    called with the replay's store and the time at every sample, while the
+    loop is idle (it may read the store, not write it).
 
     Raises :class:`~fleet.sim.traces.TraceError` for a job whose queue is not
     a leaf of the tree, and :class:`~fleet.manifests.errors.SpecError` for a
@@ -383,6 +393,8 @@ async def replay(
                 if now >= next_sample:
                     samples.append(_sample(loop, node_gpus, now))
                     next_sample = now + sample_every
+                    if observe is not None:
+                        await observe(db, now)
                 if i < n and jobs[i].submit <= now:
                     batch: list[intake.NewJob] = []
                     while i < n and jobs[i].submit <= now:

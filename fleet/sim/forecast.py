@@ -45,12 +45,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from fleet.clock import Clock
 from fleet.clusters.sim import DURATION_ANNOTATION, parse_duration
 from fleet.sim import engine
+from fleet.sim.engine import EXPECTED_ANNOTATION
 from fleet.store.database import Database
 from fleet.store.models import JobEventRow, JobRow
 
 log = logging.getLogger("fleet.sim.forecast")
 
-EXPECTED_ANNOTATION: Final = "fleet.io/expected-duration"
 #: Seconds a job is assumed to run when neither it nor its queue's history says.
 DEFAULT_EXPECTED: Final = 3600.0
 #: Finished jobs per queue whose median run is a job's expected run.

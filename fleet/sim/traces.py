@@ -84,6 +84,8 @@ class TraceJob:
     replicas: int
     gpus: int
     priority_class: str = "test"
+    #: The PyTorchJob declares its run time (``fleet.io/expected-duration``).
+    declared: bool = False
     job: Job | None = field(default=None, compare=False)
     manifest: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     policy: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
