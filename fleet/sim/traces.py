@@ -23,7 +23,8 @@ gang-scheduled, as a data-parallel job would be launched.
 * ``armada`` (Armada's simulator workload YAML): every job template gives
   ``number`` jobs of its queue, submitted at ``earliestSubmitTime`` (default
   0), running ``runtimeDistribution.minimum`` plus ``tailMean`` (the mean of
-  the tail; the replay is deterministic).
+  the tail; the replay is deterministic), asking its ``nvidia.com/gpu``
+  request (CPU and memory requests are not replayed).
 * ``fleet``: Fleet's own submissions (PropagationPolicies and PyTorchJobs)
   whose PyTorchJobs carry ``fleet.io/submit-time`` (seconds, or a duration
   such as ``90s`` or ``1h``; default 0) and run for their
