@@ -216,3 +216,34 @@ async def test_a_dry_run_refuses_what_it_cannot_simulate(
         "/api/v1/quota-tree?dryRun=Simulate&horizon=5", data=tree, headers=YAML
     )
     assert resp.status == 400
+
+
+async def test_the_estimator_refreshes_only_after_the_live_state_changed() -> None:
+    clock = VirtualClock(T0)
+    calls: list[float] = []
+    state = {"version": 1}
+
+    async def fake(db: Any, tree: str, clusters: str, now: float) -> forecast.Forecast:
+        calls.append(now)
+        return forecast.Forecast(now, 3600.0)
+
+    estimator = forecast.Estimator(
+        db=None,  # type: ignore[arg-type]  # the fake forecast does not read it
+        clock=clock,
+        documents=lambda: ("tree", "clusters"),
+        interval=30.0,
+        changed=lambda: state["version"],
+        run=fake,
+    )
+    estimator.start()
+    try:
+        await clock.advance(0)
+        assert calls == [T0]
+        await clock.advance(60)  # nothing changed: no new forecast
+        assert calls == [T0]
+        state["version"] = 2
+        await clock.advance(30)
+        assert calls == [T0, T0 + 90]
+        assert estimator.latest == forecast.Forecast(T0 + 90, 3600.0)
+    finally:
+        await estimator.stop()
