@@ -5,11 +5,14 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
 import yaml
 
 from fleet import intake, service
 from fleet.api import keys
 from fleet.api.app import create_app
+from fleet.cli import remote
+from fleet.cli.main import main
 from fleet.clock import VirtualClock
 from fleet.service import Service
 from fleet.settings import POLICIES
@@ -247,3 +250,27 @@ async def test_the_estimator_refreshes_only_after_the_live_state_changed() -> No
         assert estimator.latest == forecast.Forecast(T0 + 90, 3600.0)
     finally:
         await estimator.stop()
+
+
+def test_describe_job_prints_the_estimated_start_and_its_assumptions(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_doc = {
+        "name": "b",
+        "namespace": "lab",
+        "state": "Queued",
+        "placement": [],
+        "events": [],
+        "estimatedStart": {
+            "time": "2026-01-01T01:00:00Z",
+            "assumes": "runs 5m (fleet.io/expected-duration); no new submissions",
+            "computedAt": "2026-01-01T00:00:00Z",
+        },
+    }
+    monkeypatch.setattr(remote, "request", lambda *a, **k: (200, job_doc))
+    assert main(["describe", "job", "lab/b", "--server", "http://fleet.invalid"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert (
+        "Estimated start: 2026-01-01T01:00:00Z "
+        "(assumes: runs 5m (fleet.io/expected-duration); no new submissions)"
+    ) in lines
