@@ -25,6 +25,8 @@ SETUPS = {
     "lab-vc-safety": ("clusters/lab-1.yaml", "lab/quota-two-vcs-borrowing.yaml"),
     "lab-priority": ("clusters/lab-1.yaml", "lab/quota-two-vcs.yaml"),
     "lab-gang": ("clusters/lab-2.yaml", "lab/quota-one-vc.yaml"),
+    "lab-opportunistic": ("clusters/lab-1.yaml", "lab/quota-two-vcs.yaml"),
+    "lab-incremental": ("clusters/lab-2.yaml", "lab/quota-one-vc.yaml"),
     "ack-walkthrough": ("clusters/lab-2.yaml", "quota/ack-example.yaml"),
 }
 
@@ -59,6 +61,20 @@ EXPECTED: dict[tuple[str, str], dict[str, tuple[float, float, int, str]]] = {
     ("lab-gang", "capacity"): {
         "lab/one-node": (0, 10 * M, 0, "guaranteed"),
         "lab/two-nodes": (10 * M, 20 * M, 0, "guaranteed"),
+    },
+    ("lab-opportunistic", "fleet"): {
+        "lab/prod": (0, H, 0, "guaranteed"),
+        "lab/oppo": (0, 2 * H, 1, "opportunistic"),  # on carol, reclaimed at 5m, then on dan
+        "lab/test": (5 * M, H + 5 * M, 0, "guaranteed"),
+    },
+    ("lab-opportunistic", "private"): {  # opportunistic jobs still use idle cells
+        "lab/prod": (0, H, 0, "guaranteed"),
+        "lab/oppo": (0, 2 * H, 1, "opportunistic"),
+        "lab/test": (5 * M, H + 5 * M, 0, "guaranteed"),
+    },
+    ("lab-incremental", "fleet"): {
+        "lab/one-node": (0, 10 * M, 0, "guaranteed"),
+        "lab/grow": (0, 10 * M, 0, "guaranteed"),  # one worker at once, no gang to wait for
     },
     ("ack-walkthrough", "fleet"): {
         "default/ack-0": (0, 10 * M, 0, "borrowed"),  # child-2 has no min: all borrowed
