@@ -303,6 +303,9 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
         )
     except forecast.UnknownQueues as e:
         raise ProblemError(invalid([field_error(str(e), path="spec.root")])) from None
+    except ValueError as e:  # the live jobs cannot be restored under the proposal
+        message = f"the proposed tree cannot hold the live jobs: {e}"
+        raise ProblemError(invalid([field_error(message, path="spec.root")])) from None
 
     def when(t: float | None) -> datetime.datetime | None:
         return None if t is None else _time(t)
