@@ -13,7 +13,10 @@ the next submission, the earliest deadline a coroutine sleeps for (a job's
 end), or the next sample.  At each moment it moves the clock there and lets
 the loop settle (every coroutine waits, the loop is idle with an empty
 inbox) before it looks again, so every transition is recorded at the virtual
-time it happened.  The loop's own timer is set far out
+time it happened.  Sleepers are woken one at a time
+(:meth:`~fleet.clock.VirtualClock.advance_one`), so jobs that end at the same
+second are handled one after the other in a fixed order, however fast the
+store's thread answers.  The loop's own timer is set far out
 (:data:`LOOP_INTERVAL`): every change wakes the loop, and nothing in a
 replay needs a periodic cycle.  The replay ends when every job has been
 submitted and nothing runs any more (jobs that can never start stay
@@ -413,12 +416,11 @@ async def replay(
                 if wall_limit is not None and time.perf_counter() - started > wall_limit:
                     break
                 deadline = clock.next_deadline()
-                candidates = [next_sample]
-                if i < n:
-                    candidates.append(jobs[i].submit)
+                target = min(next_sample, jobs[i].submit if i < n else math.inf)
                 if deadline is not None and (state.running or state.stopping):
-                    candidates.append(deadline)
-                target = min(candidates)
+                    if deadline <= min(target, horizon):
+                        await clock.advance_one()  # one wake-up at a time, in order
+                        continue
                 if target > horizon:
                     await clock.advance_to(horizon)
                     await _settle(loop, clock)
