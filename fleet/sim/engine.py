@@ -417,10 +417,10 @@ async def replay(
                     break
                 deadline = clock.next_deadline()
                 target = min(next_sample, jobs[i].submit if i < n else math.inf)
-                if deadline is not None and (state.running or state.stopping):
-                    if deadline <= min(target, horizon):
-                        await clock.advance_one()  # one wake-up at a time, in order
-                        continue
+                busy = bool(state.running or state.stopping)
+                if busy and deadline is not None and deadline <= min(target, horizon):
+                    await clock.advance_one()  # one wake-up at a time, in order
+                    continue
                 if target > horizon:
                     await clock.advance_to(horizon)
                     await _settle(loop, clock)
