@@ -11,6 +11,8 @@ PropagationPolicy + PyTorchJob per request) while a 33rd client polls
 so its samples cover scheduling cycles too.
 
 Printed figures, per database:
+* the CPU time ``fleet serve`` and the clients used during the submissions
+  (both run on this machine: what one uses, the other cannot);
 * submissions per second (N / wall time of the submission phase);
 * p50 and p99 latency of a submission;
 * p50 and p99 latency of ``GET /api/v1/queues`` while the load runs;
@@ -33,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -54,6 +57,7 @@ GPUS_PER_NODE = 8
 NODES_PER_POOL = 8
 TARGET_RATE = 1_000
 TARGET_P99_MS = 50.0
+PROFILER = os.environ.get("BENCH_API_PROFILER", "").split()
 
 
 # Fixtures written for the server -------------------------------------------------------
@@ -192,8 +196,8 @@ def postgres_server() -> Any:
 
 
 @contextlib.asynccontextmanager
-async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator[str]:
-    """``fleet serve`` on a free port; yields its base URL, terminates it on exit."""
+async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator[tuple[str, int]]:
+    """``fleet serve`` on a free port; yields its base URL and pid, terminates it on exit."""
     clusters, quota, log = work / "clusters.yaml", work / "quota.yaml", work / "serve.log"
     clusters.write_text(cluster_yaml(jobs))
     quota.write_text(quota_yaml(jobs))
@@ -202,6 +206,7 @@ async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [
+                *PROFILER,
                 sys.executable,
                 "-m",
                 "fleet.cli.main",
@@ -236,7 +241,7 @@ async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator
                 await asyncio.sleep(0.1)
             else:
                 raise RuntimeError("fleet serve did not become ready:\n" + log.read_text())
-        yield base
+        yield base, proc.pid
     finally:
         proc.terminate()
         try:
@@ -247,6 +252,18 @@ async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator
 
 
 # Load ----------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of process ``pid`` (None: this one); NaN where unknown."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(samples: list[float], p: float) -> float:
@@ -314,7 +331,7 @@ async def all_names(session: aiohttp.ClientSession, base: str) -> list[str]:
 
 async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
     names = [f"job-{n:06d}" for n in range(jobs)]
-    async with fleet_serve(database_url, work, jobs) as base:
+    async with fleet_serve(database_url, work, jobs) as (base, pid):
         connector = aiohttp.TCPConnector(limit=CLIENTS + 4)
         timeout = aiohttp.ClientTimeout(total=300)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -323,8 +340,11 @@ async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
             bodies = [submission(name) for name in names]  # built before the clock starts
             poller = asyncio.create_task(poll_queues(session, base, stop, reads))
             started = time.perf_counter()
+            cpu_before = cpu_seconds(pid), cpu_seconds()
             latencies, failures = await submit_all(session, base, bodies)
             submitted = time.perf_counter() - started
+            server_cpu = cpu_seconds(pid) - cpu_before[0]
+            client_cpu = cpu_seconds() - cpu_before[1]
             reads_during_submissions = len(reads)
             while await queued_left(session, base):
                 await asyncio.sleep(0.2)
@@ -347,6 +367,11 @@ async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
     print(
         f"GET /api/v1/queues: p50 {percentile(reads, 50) * 1000:.1f} ms, p99 {reads_p99:.1f} ms "
         f"({len(reads)} samples, {reads_during_submissions} during submissions)"
+    )
+    print(
+        f"CPU meanwhile:      fleet serve {server_cpu:.1f} s "
+        f"({server_cpu / jobs * 1e6:,.0f} us per submission, the loop's work included), "
+        f"clients {client_cpu:.1f} s, over {submitted:.1f} s on {os.cpu_count()} cores"
     )
     print(f"all admitted after: {admitted:.1f} s from the first submission")
     print(

@@ -1,29 +1,47 @@
 """Accepting submitted jobs: idempotent, all or nothing, written before the loop hears of them.
 
 Theory of operation: a submission has already been parsed and validated into
-:class:`NewJob` values.  :func:`accept` opens one write transaction: a job
-whose ``namespace/name`` exists with the same spec hash is returned as it is
-(a resubmission, not a new job); with another hash the whole submission is
-refused with :class:`NameTaken` and nothing is written.  New jobs get a row
-(state ``Queued``), whose id is their submission order (the core job's
+:class:`NewJob` values.  Storing it is one write transaction: a job whose
+``namespace/name`` exists with the same spec hash is returned as it is (a
+resubmission, not a new job); with another hash the whole submission is
+refused with :class:`NameTaken` and nothing of it is written.  New jobs get a
+row (state ``Queued``), whose id is their submission order (the core job's
 ``seq``), a uid, and a first event.  Only after the commit is the loop told
-their ids, so the loop never sees a job the database does not hold.
+of them, so the loop never sees a job the database does not hold.  A job
+submitted again while it is still Queued is handed to the loop again (the
+loop ignores jobs it knows): when a commit's answer is lost, the client's
+retry is what tells the loop.
+
+**Group commit.**  :class:`Intake` stores the submissions that arrive while
+a transaction is running together, in the next one: one query for the names
+they use, one multi-row insert for their jobs and one for their events, one
+commit.  Under load this turns many small transactions into a few large
+ones; alone, a submission waits for nobody.  Each submission of a batch is
+still decided on its own, in arrival order (a later submission of the same
+batch sees the earlier ones' jobs), and when a batch fails in the database,
+its submissions are stored again one by one, so that one bad submission
+cannot take the others with it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.clock import Clock
 from fleet.core import snapshot
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
-from fleet.store.models import JobRow
+
+#: Most submissions stored in one transaction.
+MAX_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +67,11 @@ class NewJob:
 class Accepted:
     """A job of the submission as stored: new, or the same job submitted before."""
 
-    row: JobRow
+    head: job_rows.JobHead
     created: bool
+    #: the core job (``seq`` = row id) of a new job, or of a resubmitted one that
+    #: is still Queued; None for the others
+    job: Job | None = None
 
 
 class NameTaken(Exception):
@@ -65,46 +86,184 @@ class NameTaken(Exception):
 
 
 async def accept(db: Database, new: Sequence[NewJob], now: float) -> list[Accepted]:
-    """Store the submission (see the module docstring); the stored jobs in order."""
+    """Store one submission on its own (see the module docstring); its jobs in order."""
     async with db.write() as session:
-        existing = await job_rows.by_names(session, [(n.namespace, n.name) for n in new])
+        (outcome,) = await _store(session, [new], now)
+    if isinstance(outcome, NameTaken):
+        raise outcome
+    return outcome
+
+
+class Intake:
+    """Stores submissions with group commit; tells ``notify`` of new jobs after each commit."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        notify: Callable[[Sequence[Job]], None],
+        *,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.notify = notify
+        self.max_batch = max_batch
+        self._waiting: list[_Waiting] = []
+        self._writer: asyncio.Task[None] | None = None
+        #: transactions written, and submissions stored in them (for the benchmark's log)
+        self.batches = 0
+        self.submissions = 0
+
+    async def accept(self, new: Sequence[NewJob]) -> list[Accepted]:
+        """Store ``new`` in the next batch; its jobs in order, or :class:`NameTaken`."""
+        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future())
+        self._waiting.append(waiting)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_all(), name="fleet-intake")
+        return await asyncio.shield(waiting.result)
+
+    async def close(self) -> None:
+        """Wait for the batch being written (submissions after this are not stored)."""
+        if self._writer is not None:
+            await self._writer
+
+    async def _write_all(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+            if not await self._write(batch) and len(batch) > 1:
+                for one in batch:  # one bad submission must not fail the others
+                    await self._write([one])
+
+    async def _write(self, batch: list[_Waiting]) -> bool:
+        """Store ``batch`` in one transaction; False if the database refused it."""
+        try:
+            async with self.db.write() as session:
+                outcomes = await _store(session, [w.jobs for w in batch], self.clock.now())
+        except Exception as e:
+            if len(batch) == 1:
+                _settle(batch[0].result, e)
+            return False
+        self.batches += 1
+        self.submissions += len(batch)
+        told = [a.job for o in outcomes if isinstance(o, list) for a in o if a.job is not None]
+        if told:
+            self.notify(sorted(told, key=lambda job: job.seq))
+        for waiting, outcome in zip(batch, outcomes, strict=True):
+            _settle(waiting.result, outcome)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    jobs: list[NewJob]
+    result: asyncio.Future[list[Accepted]]
+
+
+def _settle(future: asyncio.Future[list[Accepted]], outcome: list[Accepted] | Exception) -> None:
+    if future.done():  # its caller went away
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+async def _store(
+    session: AsyncSession, submissions: Sequence[Sequence[NewJob]], now: float
+) -> list[list[Accepted] | NameTaken]:
+    """Decide and write each submission in order; what became of each."""
+    names = [(n.namespace, n.name) for new in submissions for n in new]
+    stored = await job_rows.heads_by_names(session, names)
+    # A resubmitted job that is still Queued is handed to the loop again (which
+    # ignores jobs it knows): its first submission may have been stored by a
+    # commit whose answer was lost, before the loop was told.
+    queued = await job_rows.records(
+        session, [h.id for h in stored.values() if h.state == JobState.QUEUED.value]
+    )
+    #: jobs this batch creates: key -> (spec hash, index into ``rows``)
+    claimed: dict[str, tuple[str, int]] = {}
+    rows: list[dict[str, Any]] = []
+    plans: list[list[tuple[NewJob, job_rows.JobHead | int]] | NameTaken] = []
+    for new in submissions:
         taken = [
             n.job.key
             for n in new
-            if n.job.key in existing and existing[n.job.key].spec_hash != n.spec_hash
+            if (n.job.key in stored and stored[n.job.key].spec_hash != n.spec_hash)
+            or (n.job.key in claimed and claimed[n.job.key][0] != n.spec_hash)
         ]
         if taken:
-            raise NameTaken(taken)
-        out: list[Accepted] = []
+            plans.append(NameTaken(taken))
+            continue
+        plan: list[tuple[NewJob, job_rows.JobHead | int]] = []
         for item in new:
-            row = existing.get(item.job.key)
-            if row is not None:
-                out.append(Accepted(row, created=False))
+            key = item.job.key
+            if key in stored:
+                plan.append((item, stored[key]))
+            elif key in claimed:
+                plan.append((item, -1 - claimed[key][1]))  # created earlier in this batch
+            else:
+                claimed[key] = (item.spec_hash, len(rows))
+                plan.append((item, len(rows)))
+                rows.append(_row(item, now))
+        plans.append(plan)
+    ids = await job_rows.insert_jobs(session, rows)
+    await job_rows.insert_events(
+        session,
+        [
+            job_rows.EventValues(i, now, JobState.QUEUED.value, f"queued in {row['queue']}")
+            for i, row in zip(ids, rows, strict=True)
+        ],
+    )
+    out: list[list[Accepted] | NameTaken] = []
+    for decided in plans:
+        if isinstance(decided, NameTaken):
+            out.append(decided)
+            continue
+        accepted: list[Accepted] = []
+        for item, where in decided:
+            if isinstance(where, job_rows.JobHead):
+                record = queued.get(where.id)
+                again = None if record is None else snapshot.job_from_plain(record, seq=where.id)
+                accepted.append(Accepted(where, created=False, job=again))
                 continue
-            job = item.job
-            row = JobRow(
-                uid=str(uuid.uuid4()),
-                namespace=item.namespace,
-                name=item.name,
-                spec_hash=item.spec_hash,
-                manifest=item.manifest,
-                policy=item.policy,
-                record={},
-                queue=job.queue,
-                priority_class=job.priority_class,
-                priority=job.priority,
-                state=JobState.QUEUED.value,
-                units=[],
-                reason="",
-                suspended=item.suspended,
-                created_at=now,
-                updated_at=now,
+            index = where if where >= 0 else -1 - where
+            row = rows[index]
+            head = job_rows.JobHead(
+                ids[index],
+                row["uid"],
+                item.namespace,
+                item.name,
+                row["queue"],
+                row["spec_hash"],
+                JobState.QUEUED.value,
             )
-            session.add(row)
-            await session.flush()
-            row.record = snapshot.job_to_plain(dataclasses.replace(job, seq=row.id))
-            job_rows.add_event(
-                session, row.id, now, JobState.QUEUED.value, f"queued in {job.queue}"
-            )
-            out.append(Accepted(row, created=True))
+            if where >= 0:
+                accepted.append(Accepted(head, True, replace(item.job, seq=ids[index])))
+            else:
+                accepted.append(Accepted(head, created=False))
+        out.append(accepted)
     return out
+
+
+def _row(item: NewJob, now: float) -> dict[str, Any]:
+    job = item.job
+    return {
+        "uid": str(uuid.uuid4()),
+        "namespace": item.namespace,
+        "name": item.name,
+        "spec_hash": item.spec_hash,
+        "manifest": item.manifest,
+        "policy": item.policy,
+        # ``seq`` is the row id, given when the job is read back (snapshot.job_from_plain)
+        "record": snapshot.job_to_plain(replace(job, seq=0)),
+        "queue": job.queue,
+        "priority_class": job.priority_class,
+        "priority": job.priority,
+        "state": JobState.QUEUED.value,
+        "units": [],
+        "reason": "",
+        "suspended": item.suspended,
+        "created_at": now,
+        "updated_at": now,
+    }

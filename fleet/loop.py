@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
@@ -51,12 +52,16 @@ from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import SchedulerState, Transition, Unit
+from fleet.core.state import Running, SchedulerState, Transition
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
-from fleet.store.models import IntentRow, JobRow
 
 log = logging.getLogger("fleet.loop")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+#: Member actions taken between two turns of the event loop.
+_ACTIONS_PER_TURN = 64
 
 HOLDING = frozenset({JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING})
 
@@ -121,13 +126,14 @@ def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Submitted:
-    ids: tuple[int, ...]
+    jobs: tuple[Job, ...]  # stored; ``seq`` is the row id
 
 
 @dataclass(frozen=True, slots=True)
 class _Cancel:
     key: str
     reason: str
+    intent: int | None = None  # the stored request, marked done once handled
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,11 +201,21 @@ class SchedulerLoop:
         self._watchers.clear()
 
     # What the API and the members tell the loop ----------------------------------------
-    def submitted(self, ids: Iterable[int]) -> None:
-        self._post(_Submitted(tuple(ids)))
+    def submitted(self, jobs: Iterable[Job]) -> None:
+        """Jobs stored as Queued (their ``seq`` is their row id)."""
+        self._post(_Submitted(tuple(jobs)))
 
-    def cancel(self, key: str, reason: str = "cancelled by the user") -> None:
-        self._post(_Cancel(key, reason))
+    async def cancel(self, job_id: int, key: str, reason: str = "cancelled by the user") -> None:
+        """Store the request to cancel job ``key`` (row ``job_id``), then hand it to the loop.
+
+        The request is a ``cancel`` intent: once this returns, a crash does not
+        lose it (the next start carries it out).
+        """
+        async with self.db.write() as session:
+            (intent,) = await job_rows.insert_intents(
+                session, [(job_id, "cancel", "")], self.clock.now()
+            )
+        self._post(_Cancel(key, reason, intent))
 
     def _post(self, item: _Item) -> None:
         self._inbox.append(item)
@@ -253,16 +269,23 @@ class SchedulerLoop:
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
-        if self.threaded:
-            decisions = await asyncio.to_thread(cycle, self.state)
-        else:
-            decisions = cycle(self.state)
+        decisions = await self._off_loop(cycle, self.state)
         actions = await self._persist(decisions)
         await self._act(actions)
-        self._remember_reasons(decisions)
-        self._publish()
+        await self._off_loop(self._remember_and_publish, decisions)
         self.iterations += 1
         return decisions
+
+    async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
+
+        The state has one writer, this loop, which waits for the work to end;
+        meanwhile the event loop keeps answering the API (which reads only
+        the published view).
+        """
+        if self.threaded:
+            return await asyncio.to_thread(work, *args, **kw)
+        return work(*args, **kw)
 
     # Start-up --------------------------------------------------------------------------
     async def _rebuild(self) -> None:
@@ -275,7 +298,7 @@ class SchedulerLoop:
         stopping: list[Job] = []
         pending: list[Job] = []
         for row in rows:
-            job = snapshot.job_from_plain(row.record)
+            job = snapshot.job_from_plain(row.record, seq=row.id)
             self._ids[job.key] = row.id
             if row.state in holding and row.cluster is not None:
                 units = tuple(snapshot.unit_from_plain(job, u) for u in row.units)
@@ -301,22 +324,40 @@ class SchedulerLoop:
         Both are idempotent in a member (the same uid is a no-op), so this is
         safe whether or not the previous run got to act: a crash between
         "decided" and "created" neither loses nor doubles a job, and members
-        that live in this process (simulated ones) get their jobs back.
+        that live in this process (simulated ones) get their jobs back, still
+        counted from when they started.  Cancellations users asked for that
+        the previous run did not carry out go to the inbox.
         """
         async with self.db.read() as session:
             intents = await job_rows.open_intents(session)
             holding = await job_rows.in_states(session, [s.value for s in HOLDING])
+            started = await job_rows.last_event_times(
+                session, [r.id for r in holding], JobState.RUNNING.value
+            )
             deleting = {
                 r.id: r
                 for r in await job_rows.by_ids(
-                    session, sorted({i.job_id for i in intents if i.kind == "delete"})
+                    session, sorted({i.job_id for i in intents if i.kind in ("delete", "cancel")})
                 )
             }
-        actions: list[_Action] = [_Create(None, row) for row in holding]
+        actions: list[_Action] = [
+            _Create(
+                None,
+                job_rows.JobHead(r.id, r.uid, r.namespace, r.name, r.queue, r.spec_hash, r.state),
+                r.manifest,
+                started.get(r.id),
+            )
+            for r in holding
+        ]
         for intent in intents:
-            row = deleting.get(intent.job_id) if intent.kind == "delete" else None
-            if row is not None:
-                actions.append(_Delete(intent.id, f"{row.namespace}/{row.name}", intent.cluster))
+            row = deleting.get(intent.job_id)
+            if row is None:
+                continue
+            key = f"{row.namespace}/{row.name}"
+            if intent.kind == "delete":
+                actions.append(_Delete(intent.id, key, intent.cluster))
+            elif intent.kind == "cancel":  # requested before the previous run stopped
+                self._post(_Cancel(key, "cancelled by the user", intent.id))
         await self._act(actions)
         # Every holding job was created again above; open create intents are done.
         creates = [i.id for i in intents if i.kind == "create"]
@@ -329,17 +370,20 @@ class SchedulerLoop:
         now = self.clock.now()
         changes: list[Transition] = []
         deletes: list[tuple[str, str]] = []
-        new_ids = [i for item in items if isinstance(item, _Submitted) for i in item.ids]
-        async with self.db.read() as session:
-            new_rows = await job_rows.by_ids(session, new_ids)
-        for row in new_rows:
-            job = snapshot.job_from_plain(row.record)
-            if row.state != JobState.QUEUED.value or job.key in self.state.phase:
+        new = sorted(
+            (job for item in items if isinstance(item, _Submitted) for job in item.jobs),
+            key=lambda job: job.seq,
+        )
+        for job in new:
+            if job.key in self.state.phase:
                 continue
-            self._ids[job.key] = row.id
+            self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+        done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
+                if item.intent is not None:
+                    done.append(item.intent)
                 run = self.state.running.get(item.key)
                 try:
                     out = events.apply(self.state, events.Cancelled(item.key, item.reason))
@@ -350,7 +394,7 @@ class SchedulerLoop:
                 changes += _moves(out)
             elif isinstance(item, _FromMember):
                 changes += self._from_member(item)
-        intents = await self._record(changes, now, deletes=deletes)
+        intents = await self._record(changes, now, deletes=deletes, done=done)
         await self._act(
             [
                 _Delete(intent, key, cluster)
@@ -395,106 +439,136 @@ class SchedulerLoop:
         intents carried out, in one transaction; the ids of the new intents."""
         if not changes and not deletes and not done:
             return []
-        intents: list[IntentRow | None] = []
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        for t in changes:
+            row_id = self._ids.get(t.job)
+            if row_id is None:
+                continue
+            updates.append(self._state_columns(row_id, t.job, t.new, now))
+            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
+        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
         async with self.db.write() as session:
-            ids = [self._ids[t.job] for t in changes if t.job in self._ids]
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for t in changes:
-                row = rows.get(self._ids.get(t.job, -1))
-                if row is None:
-                    continue
-                self._write_state(row, t.new, now)
-                job_rows.add_event(session, row.id, now, t.new.value, t.reason)
-            for key, cluster in deletes:
-                row_id = self._ids.get(key)
-                intents.append(
-                    None
-                    if row_id is None
-                    else job_rows.add_intent(session, row_id, "delete", cluster, now)
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            made = iter(
+                await job_rows.insert_intents(
+                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
                 )
+            )
             await job_rows.finish_intents(session, done, now)
-            await session.flush()
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
-        return [None if i is None else i.id for i in intents]
+        return [None if i is None else next(made) for i, _ in wanted]
 
-    def _write_state(self, row: JobRow, new: JobState, now: float) -> None:
-        row.state = new.value
-        row.updated_at = now
-        run = self.state.running.get(f"{row.namespace}/{row.name}")
+    def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
+        """The columns of job ``key`` that change when it moves to ``new``."""
+        columns: dict[str, Any] = {"id": row_id, "state": new.value, "updated_at": now}
+        run = self.state.running.get(key)
         if new in HOLDING and run is not None:
-            row.cluster = run.cluster
-            row.mode = run.mode.value
-            row.units = [snapshot.unit_to_plain(u) for u in run.units]
+            columns["cluster"] = run.cluster
+            columns["mode"] = run.mode.value
+            columns["units"] = [snapshot.unit_to_plain(u) for u in run.units]
         elif new not in HOLDING:
-            row.units = []
+            columns["units"] = []
             if new is JobState.QUEUED:
-                row.cluster = None
-                row.mode = None
+                columns["cluster"] = None
+                columns["mode"] = None
+        return columns
 
     async def _persist(self, decisions: Sequence[Decision]) -> list[_Action]:
         """Write the cycle's decisions in one transaction; the actions they call for."""
-        now = self.state.now
-        touched = [d for d in decisions if isinstance(d, Admit | Preempt)]
-        if not touched:
+        writes = await self._off_loop(self._decision_writes, decisions)
+        if writes is None:
             return []
-        planned: list[tuple[IntentRow, Admit | Preempt, JobRow]] = []
+        updates, log_entries, planned = writes
+        now = self.state.now
         async with self.db.write() as session:
-            ids = sorted({self._ids[d.job] for d in touched if d.job in self._ids})
-            rows = {r.id: r for r in await job_rows.by_ids(session, ids)}
-            for d in touched:
-                row = rows.get(self._ids.get(d.job, -1))
-                if row is None:
-                    continue
-                if isinstance(d, Admit):
-                    phase = self.state.phase.get(d.job, JobState.ADMITTED)
-                    self._write_state(row, phase, now)
-                    row.reason = ""
-                    where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
-                    if d.grown:
-                        job_rows.add_event(session, row.id, now, "Grew", f"{where} ({d.mode})")
-                        continue
-                    message = f"admitted to {d.cluster} as {d.mode}: {where}"
-                    if d.victims:
-                        message += f"; after {', '.join(d.victims)} stop"
-                    job_rows.add_event(session, row.id, now, JobState.ADMITTED.value, message)
-                    intent = job_rows.add_intent(session, row.id, "create", d.cluster, now)
-                    planned.append((intent, d, row))
-                elif d.unit:
-                    run = self.state.running.get(d.job)
-                    if run is not None:
-                        row.units = [snapshot.unit_to_plain(u) for u in run.units]
-                    job_rows.add_event(session, row.id, now, "Shrunk", d.reason, warning=True)
-                else:
-                    self._write_state(row, JobState.PREEMPTED, now)
-                    row.reason = d.reason
-                    job_rows.add_event(
-                        session, row.id, now, JobState.PREEMPTED.value, d.reason, warning=True
-                    )
-                    intent = job_rows.add_intent(session, row.id, "delete", d.cluster, now)
-                    planned.append((intent, d, row))
-            await session.flush()
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            heads = await job_rows.dispatch_heads(
+                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
+            )
         return [
-            _Create(intent.id, row)
+            _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
-            else _Delete(intent.id, d.job, d.cluster)
-            for intent, d, row in planned
+            else _Delete(intent, d.job, d.cluster)
+            for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
+
+    def _decision_writes(self, decisions: Sequence[Decision]) -> _DecisionWrites | None:
+        """The rows, events and intents the decisions call for (None: nothing to write)."""
+        now = self.state.now
+        updates: list[dict[str, Any]] = []
+        log_entries: list[job_rows.EventValues] = []
+        planned: list[tuple[int, Admit | Preempt]] = []  # (row id, decision) with an intent
+        for d in decisions:
+            if not isinstance(d, Admit | Preempt):
+                continue
+            row_id = self._ids.get(d.job)
+            if row_id is None:
+                continue
+            if isinstance(d, Admit):
+                phase = self.state.phase.get(d.job, JobState.ADMITTED)
+                updates.append({**self._state_columns(row_id, d.job, phase, now), "reason": ""})
+                where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
+                if d.grown:
+                    log_entries.append(
+                        job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
+                    )
+                    continue
+                message = f"admitted to {d.cluster} as {d.mode}: {where}"
+                if d.victims:
+                    message += f"; after {', '.join(d.victims)} stop"
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, JobState.ADMITTED.value, message)
+                )
+                planned.append((row_id, d))
+            elif d.unit:
+                run = self.state.running.get(d.job)
+                if run is not None:
+                    units = [snapshot.unit_to_plain(u) for u in run.units]
+                    updates.append({"id": row_id, "units": units})
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
+                )
+            else:
+                columns = self._state_columns(row_id, d.job, JobState.PREEMPTED, now)
+                updates.append({**columns, "reason": d.reason})
+                log_entries.append(
+                    job_rows.EventValues(
+                        row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                    )
+                )
+                planned.append((row_id, d))
+        if not updates and not log_entries:
+            return None
+        return updates, log_entries, planned
 
     # Acting on members ---------------------------------------------------------------------
     async def _act(self, actions: Sequence[_Action]) -> None:
         changes: list[Transition] = []
         done: list[int] = []  # intents carried out
-        for action in actions:
+        for number, action in enumerate(actions, 1):
+            if number % _ACTIONS_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the API answer between long runs of actions
             if isinstance(action, _Create):
-                row = action.row
-                key = f"{row.namespace}/{row.name}"
+                head = action.head
+                key = f"{head.namespace}/{head.name}"
                 run = self.state.running.get(key)
-                member = self.members.get(row.cluster or "")
+                member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(row, run.units, run.cluster))
+                        await member.create(_dispatched(head, action.manifest, run, action.started))
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
@@ -515,6 +589,10 @@ class SchedulerLoop:
         await self._record(changes, self.clock.now(), done=done)
 
     # Publishing ---------------------------------------------------------------------------
+    def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
+        self._remember_reasons(decisions)
+        self._publish()
+
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, Wait):
@@ -582,10 +660,12 @@ class SchedulerLoop:
 
 @dataclass(frozen=True, slots=True)
 class _Create:
-    """Create the job of ``row`` in its member (``intent``: the intent it carries out)."""
+    """Create job ``head`` in its member (``intent``: the intent it carries out)."""
 
     intent: int | None
-    row: JobRow
+    head: job_rows.JobHead
+    manifest: dict[str, Any]
+    started: float | None = None  # when it started running, before a restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,6 +678,10 @@ class _Delete:
 
 
 _Action = _Create | _Delete
+#: Job column changes, event log entries, and the decisions that need an intent (with row ids).
+_DecisionWrites = tuple[
+    list[dict[str, Any]], list[job_rows.EventValues], list[tuple[int, Admit | Preempt]]
+]
 
 
 def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
@@ -605,13 +689,15 @@ def _moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
     return [o for o in outcomes if isinstance(o, Transition)]
 
 
-def _dispatched(row: JobRow, units: Sequence[Unit], cluster: str) -> DispatchedJob:
-    pods = tuple(p for u in units for p in u.pods)
+def _dispatched(
+    head: job_rows.JobHead, manifest: dict[str, Any], run: Running, started: float | None
+) -> DispatchedJob:
     return DispatchedJob(
-        key=f"{row.namespace}/{row.name}",
-        uid=row.uid,
-        cluster=cluster,
-        queue=row.queue,
-        pods=pods,
-        manifest=row.manifest,
+        key=f"{head.namespace}/{head.name}",
+        uid=head.uid,
+        cluster=run.cluster,
+        queue=head.queue,
+        pods=tuple(p for u in run.units for p in u.pods),
+        manifest=manifest,
+        started=started,
     )

@@ -23,6 +23,7 @@ from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
+from fleet.intake import Intake
 from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
@@ -48,6 +49,7 @@ class Service:
     tree_document: str
     clusters: list[MemberClusterModel]
     loop: SchedulerLoop
+    intake: Intake
 
 
 async def _configuration(db: Database, settings: Settings, clock: Clock) -> tuple[str, str]:
@@ -123,8 +125,18 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
             log.warning("quota tree: %s", warning)
         clusters = convert.load_clusters(clusters_text)
         placers, members = _members(clusters, clock)
-        loop = SchedulerLoop(db, clock, tree, placers, members, interval=settings.schedule_interval)
+        loop = SchedulerLoop(
+            db,
+            clock,
+            tree,
+            placers,
+            members,
+            interval=settings.schedule_interval,
+            threaded=threaded,
+            vc_sizes={c.name: vc_gpus(c) for c in clusters},
+        )
         await loop.start()
+        submissions = Intake(db, clock, loop.submitted)
     except BaseException:
         await db.close()
         raise
@@ -134,9 +146,10 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         len(clusters),
         ", ".join(c.name for c in clusters),
     )
-    return Service(settings, clock, db, tree, tree_text, clusters, loop)
+    return Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
 
 
 async def stop(service: Service) -> None:
+    await service.intake.close()
     await service.loop.stop()
     await service.db.close()

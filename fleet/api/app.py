@@ -8,7 +8,8 @@ start it the same way.  Handlers live in :mod:`fleet.api.routes` and reach
 the service through the typed keys of :mod:`fleet.api.keys`; every error is
 answered as ``application/problem+json`` by one middleware
 (:func:`fleet.api.problems.problem_middleware`), and any exception a handler
-did not expect becomes a logged 500 problem that leaks nothing.
+did not expect becomes a logged 500 problem that leaks nothing, except that
+a database that cannot be reached is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fleet.api.problems import ProblemError, http_problem, problem_middleware, p
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
 from fleet.sim import forecast
+from fleet.store.database import unavailable
 
 log = logging.getLogger("fleet.api")
 
@@ -35,7 +37,16 @@ async def last_resort(request: web.Request, handler: routes.Handler) -> web.Stre
         return await handler(request)
     except (web.HTTPException, ProblemError):
         raise
-    except Exception:
+    except Exception as e:
+        if unavailable(e):
+            log.warning("database unavailable answering %s %s: %s", request.method, request.path, e)
+            detail = (
+                "the database cannot be reached right now; retry later "
+                "(a submission sent again is not stored twice)"
+            )
+            response = problem_response(http_problem(503, detail, instance=request.path))
+            response.headers["Retry-After"] = "1"
+            return response
         log.exception("unexpected error answering %s %s", request.method, request.path)
         return problem_response(http_problem(500, None, instance=request.path))
 

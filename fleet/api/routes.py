@@ -2,7 +2,8 @@
 
 Theory of operation: handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.parse_submission`), stored
-(:func:`fleet.intake.accept`), and only then handed to the scheduler loop.
+(:class:`fleet.intake.Intake`, which hands new jobs to the scheduler loop after
+the commit).
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
 no handler ever touches the core's state.  Every error is a
@@ -73,24 +74,22 @@ async def submit_jobs(request: web.Request) -> web.Response:
     )
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     try:
-        accepted = await intake.accept(svc.db, new, svc.clock.now())
+        accepted = await svc.intake.accept(new)
     except intake.NameTaken as e:
         raise ProblemError(conflict(str(e))) from None
-    created = [a.row.id for a in accepted if a.created]
-    if created:
-        svc.loop.submitted(created)
     result = schemas.SubmissionResult(
         jobs=[
             schemas.SubmittedJob(
-                namespace=a.row.namespace,
-                name=a.row.name,
-                uid=a.row.uid,
-                queue=a.row.queue,
-                state=JobState(a.row.state),
+                namespace=a.head.namespace,
+                name=a.head.name,
+                uid=a.head.uid,
+                queue=a.head.queue,
+                state=JobState(a.head.state),
             )
             for a in accepted
         ]
     )
+    created = any(a.created for a in accepted)
     return schemas.json_response(result, status=201 if created else 200)
 
 
@@ -197,7 +196,7 @@ async def get_job(request: web.Request) -> web.Response:
     row = await _job_row(request)
     async with svc.db.read() as session:
         events = await job_rows.events_of(session, row.id)
-    job = snapshot.job_from_plain(row.record)
+    job = snapshot.job_from_plain(row.record, seq=row.id)
     detail = schemas.JobDetail(
         **_summary(row).model_dump(),
         preemptible=job.preemptible,
@@ -221,7 +220,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     row = await _job_row(request)
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
-    svc.loop.cancel(f"{row.namespace}/{row.name}")
+    await svc.loop.cancel(row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
 
 

@@ -329,25 +329,55 @@ def _size(amounts: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(amounts.get(name, 0) for name in _SHOWN)
 
 
+@dataclass(frozen=True, slots=True)
+class _ClusterSize:
+    """What a member cluster can ever hold: one node of each node size, and its total."""
+
+    name: str
+    nodes: tuple[tuple[str, Resources], ...]  # the first node of each size, in node order
+    total: Resources
+
+
+def _cluster_size(cluster: MemberClusterModel) -> _ClusterSize:
+    firsts: dict[Resources, str] = {}
+    total = Resources()
+    for node, capacity in cluster.cell_config().nodes().items():
+        firsts.setdefault(capacity, node)
+        total = total + capacity
+    return _ClusterSize(cluster.name, tuple((n, c) for c, n in firsts.items()), total)
+
+
+#: Cluster sizes of the cluster lists seen last (by the list's identity; the list is
+#: kept, so that its id is not reused): the service checks every submission
+#: against the same list until its clusters change.
+_SIZES: dict[int, tuple[Sequence[MemberClusterModel], list[_ClusterSize]]] = {}
+_SIZES_KEPT: Final = 4
+
+
+def _sizes(clusters: Sequence[MemberClusterModel]) -> list[_ClusterSize]:
+    known = _SIZES.get(id(clusters))
+    if known is not None and known[0] is clusters:
+        return known[1]
+    sizes = [_cluster_size(c) for c in clusters]
+    if len(_SIZES) >= _SIZES_KEPT:
+        del _SIZES[next(iter(_SIZES))]
+    _SIZES[id(clusters)] = (clusters, sizes)
+    return sizes
+
+
 class _Capacity:
-    """Node and total capacities of the member clusters, computed once per request."""
+    """Node and total capacities of the member clusters (computed once per cluster list)."""
 
     def __init__(self, clusters: Sequence[MemberClusterModel]) -> None:
-        self._clusters = clusters
-        self._nodes: dict[str, dict[str, Resources]] = {}
-
-    def _nodes_of(self, cluster: MemberClusterModel) -> dict[str, Resources]:
-        if cluster.name not in self._nodes:
-            self._nodes[cluster.name] = cluster.cell_config().nodes()
-        return self._nodes[cluster.name]
+        self._sizes = _sizes(clusters)
 
     def problems(self, sj: SubmittedJob) -> list[tuple[str, str]]:
         job = sj.job
-        usable = [c for c in self._clusters if job.clusters is None or c.name in job.clusters]
+        usable = [c for c in self._sizes if job.clusters is None or c.name in job.clusters]
         if not usable:  # no clusters known, or the affinity allows none (reported already)
             return []
         names = ", ".join(c.name for c in usable)
-        nodes = [(c.name, node, cap) for c in usable for node, cap in self._nodes_of(c).items()]
+        nodes = [(c.name, node, cap) for c in usable for node, cap in c.nodes]
         out: list[tuple[str, str]] = []
         for group in job.groups:
             if any(_fits(group.per_pod, cap) for _, _, cap in nodes):
@@ -363,18 +393,17 @@ class _Capacity:
             )
         if out:
             return out
-        totals = {c.name: sum(self._nodes_of(c).values(), Resources()) for c in usable}
         need = job.gang_request
-        if any(_fits(need, total) for total in totals.values()):
+        if any(_fits(need, c.total) for c in usable):
             return []
-        biggest = max(totals, key=lambda name: _size(totals[name]))  # first of equals
+        biggest = max(usable, key=lambda c: _size(c.total))  # first of equals
         pods = job.gang_size
         return [
             (
                 _gang_path(sj.document.model),
                 f"job {job.key}: its {pods} pods that must start together ask for "
                 f"{_describe(need)}, more than any member cluster it may use ({names}) has "
-                f"in all; the largest, {biggest}, has {_describe(totals[biggest])}",
+                f"in all; the largest, {biggest.name}, has {_describe(biggest.total)}",
             )
         ]
 

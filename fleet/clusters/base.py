@@ -123,6 +123,9 @@ class DispatchedJob:
     ``manifest`` is the PyTorchJob as a mapping (read-only: members copy what
     they change), where members find annotations such as
     ``fleet.io/simulated-duration``.  ``manifest`` is left out of the hash.
+    ``started`` is when the job started running, if it did before it is
+    created again (after Fleet restarted): members that run jobs in process
+    count its run from then.
     """
 
     key: str
@@ -131,6 +134,7 @@ class DispatchedJob:
     queue: str
     pods: tuple[PodPlacement, ...]
     manifest: Mapping[str, Any] = field(hash=False)
+    started: float | None = None
 
     def __post_init__(self) -> None:
         split_key(self.key)

@@ -160,9 +160,10 @@ class SimulatedCluster:
             )
         duration, succeeds, reason = self._plan(job)
         now = self._clock.now()
-        run = SimulatedRun(job, now, now + duration, succeeds, reason)
+        started = now if job.started is None else min(job.started, now)
+        run = SimulatedRun(job, started, started + duration, succeeds, reason)
         self._running[job.key] = run
-        self._events.put_nowait(JobStarted(self._name, job.key, job.uid, now))
+        self._events.put_nowait(JobStarted(self._name, job.key, job.uid, started))
         self._timers[job.key] = asyncio.create_task(
             self._finish(run), name=f"simulated {self._name}: {job.key}"
         )

@@ -139,13 +139,13 @@ def job_to_plain(job: Job) -> dict[str, Any]:
     }
 
 
-def job_from_plain(d: Mapping[str, Any]) -> Job:
-    """The job :func:`job_to_plain` described."""
+def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
+    """The job :func:`job_to_plain` described (with submission order ``seq``, if given)."""
     return Job(
         key=d["key"],
         queue=d["queue"],
         priority=d["priority"],
-        seq=d["seq"],
+        seq=d["seq"] if seq is None else seq,
         groups=tuple(ReplicaGroup(r, c, Resources(p)) for r, c, p in d["groups"]),
         min_members=d["min_members"],
         gang=d["gang"],

@@ -404,7 +404,7 @@ async def replay(
                         batch.append(new_job(jobs[i]))
                         i += 1
                     accepted = await intake.accept(db, batch, now)
-                    loop.submitted([a.row.id for a in accepted if a.created])
+                    loop.submitted([a.job for a in accepted if a.job is not None])
                     if progress is not None:
                         progress(i, n, now)
                     continue

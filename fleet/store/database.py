@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event, text
+from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -129,6 +129,13 @@ class Database:
             await self.reader.dispose()
 
 
+def unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be used right now (a retry later may work)."""
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError | OSError)
+
+
 async def open_database(
     url: str, *, migrate: bool = True, durability: Durability = Durability.SAFE
 ) -> Database:
@@ -141,9 +148,12 @@ async def open_database(
         writer = _sqlite_engine(url, immediate=True, durability=durability)
         reader = _sqlite_engine(url, immediate=False, durability=durability)
     elif backend == "postgresql":
-        # Enough connections for the API's concurrent requests and the loop.
+        # Enough connections for the API's concurrent requests and the loop.  No
+        # ping before each use (it costs three round trips per transaction): a
+        # connection found dead fails its transaction, which is answered 503 or
+        # retried by the loop, and the pool then replaces every older connection.
         writer = reader = create_async_engine(
-            url, pool_pre_ping=True, pool_size=POSTGRES_POOL_SIZE, max_overflow=POSTGRES_POOL_SIZE
+            url, pool_size=POSTGRES_POOL_SIZE, max_overflow=POSTGRES_POOL_SIZE
         )
     else:
         raise DatabaseError(

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, tuple_, update
+from sqlalchemy import Table, bindparam, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -51,6 +51,148 @@ def decode_continue(token: str) -> int:
     if kind != "job" or not number.isdigit() or len(number) > 18:
         raise BadContinueToken("continue token is not valid")
     return int(number)
+
+
+@dataclass(frozen=True, slots=True)
+class JobHead:
+    """What identifies a stored job, without its documents."""
+
+    id: int
+    uid: str
+    namespace: str
+    name: str
+    queue: str
+    spec_hash: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventValues:
+    """One entry of a job's event log, to be inserted."""
+
+    job_id: int
+    time: float
+    reason: str
+    message: str = ""
+    warning: bool = False
+
+
+_JOBS = cast(Table, JobRow.__table__)
+_EVENTS = cast(Table, JobEventRow.__table__)
+_INTENTS = cast(Table, IntentRow.__table__)
+_HEAD = (
+    _JOBS.c.id,
+    _JOBS.c.uid,
+    _JOBS.c.namespace,
+    _JOBS.c.name,
+    _JOBS.c.queue,
+    _JOBS.c.spec_hash,
+    _JOBS.c.state,
+)
+
+
+async def heads_by_names(
+    session: AsyncSession, keys: Iterable[tuple[str, str]]
+) -> dict[str, JobHead]:
+    """Heads of the given (namespace, name) pairs that exist, by ``namespace/name``."""
+    wanted = list(dict.fromkeys(keys))
+    if not wanted:
+        return {}
+    rows = await session.execute(
+        select(*_HEAD).where(tuple_(_JOBS.c.namespace, _JOBS.c.name).in_(wanted))
+    )
+    return {f"{r.namespace}/{r.name}": JobHead(*r) for r in rows}
+
+
+async def insert_jobs(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Insert job rows (column values) in one statement; their ids, in order."""
+    if not rows:
+        return []
+    found = await session.execute(
+        insert(_JOBS).returning(_JOBS.c.id, sort_by_parameter_order=True), list(rows)
+    )
+    return [r.id for r in found]
+
+
+async def insert_events(session: AsyncSession, events: Sequence[EventValues]) -> None:
+    """Append to job event logs (one statement)."""
+    if events:
+        await session.execute(
+            insert(_EVENTS),
+            [
+                {
+                    "job_id": e.job_id,
+                    "time": e.time,
+                    "type": "Warning" if e.warning else "Normal",
+                    "reason": e.reason,
+                    "message": e.message,
+                }
+                for e in events
+            ],
+        )
+
+
+async def update_jobs(session: AsyncSession, changes: Sequence[Mapping[str, Any]]) -> None:
+    """Set columns of jobs: each change names its job by ``id`` and the columns to set.
+
+    Changes that set the same columns are one statement with many parameter sets.
+    """
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for change in changes:
+        columns = tuple(sorted(k for k in change if k != "id"))
+        groups.setdefault(columns, []).append({f"v_{k}": v for k, v in change.items()})
+    for columns, params in groups.items():
+        statement = (
+            update(_JOBS)
+            .where(_JOBS.c.id == bindparam("v_id"))
+            .values({c: bindparam(f"v_{c}", type_=_JOBS.c[c].type) for c in columns})
+        )
+        await session.execute(statement, params)
+
+
+async def insert_intents(
+    session: AsyncSession, intents: Sequence[tuple[int, str, str]], time: float
+) -> list[int]:
+    """Record that the loop will (job id, ``create`` or ``delete``, cluster); their ids."""
+    if not intents:
+        return []
+    found = await session.execute(
+        insert(_INTENTS).returning(_INTENTS.c.id, sort_by_parameter_order=True),
+        [{"job_id": j, "kind": k, "cluster": c, "created_at": time} for j, k, c in intents],
+    )
+    return [r.id for r in found]
+
+
+async def dispatch_heads(
+    session: AsyncSession, ids: Sequence[int]
+) -> dict[int, tuple[JobHead, dict[str, Any]]]:
+    """Heads and manifests of jobs to create in a member, by id."""
+    if not ids:
+        return {}
+    rows = await session.execute(select(*_HEAD, _JOBS.c.manifest).where(_JOBS.c.id.in_(ids)))
+    return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
+
+
+async def records(session: AsyncSession, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Job id -> its core record (jobs that exist)."""
+    if not ids:
+        return {}
+    rows = await session.execute(select(_JOBS.c.id, _JOBS.c.record).where(_JOBS.c.id.in_(ids)))
+    return {row[0]: row[1] for row in rows}
+
+
+async def last_event_times(
+    session: AsyncSession, ids: Sequence[int], reason: str
+) -> dict[int, float]:
+    """Job id -> the time of its latest event with ``reason`` (jobs that have one)."""
+    if not ids:
+        return {}
+    rows = await session.execute(
+        select(_EVENTS.c.job_id, func.max(_EVENTS.c.time))
+        .where(_EVENTS.c.job_id.in_(ids), _EVENTS.c.reason == reason)
+        .group_by(_EVENTS.c.job_id)
+    )
+    return {row[0]: row[1] for row in rows}
 
 
 async def by_name(session: AsyncSession, namespace: str, name: str) -> JobRow | None:

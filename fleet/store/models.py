@@ -16,7 +16,8 @@ virtual time is recorded as it is.
 * ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
 * ``clusters``: the member clusters (MemberCluster documents).
 * ``intents``: what the loop decided to do to a member cluster and has not
-  yet confirmed (create, delete); redone after a crash, idempotently.
+  yet confirmed (create, delete), and cancellations users asked for that the
+  loop has not yet carried out (cancel); redone after a crash, idempotently.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class IntentRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # create | delete
+    kind: Mapped[str] = mapped_column(String(16))  # create | delete | cancel
     cluster: Mapped[str] = mapped_column(String(253))
     created_at: Mapped[float] = mapped_column(Float)
     done_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.manifests import documents
+from fleet.manifests import documents, yaml_stream
 from fleet.manifests.yaml_stream import YamlLimitError, YamlLimits, read_documents
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -45,6 +45,10 @@ SAMPLES = [
     "- &s x\n- *s\n- !!str 3\n- ! 4\n- '5'\n- 0x10\n- .nan\n- ~\n",
     "? a\n? b\n",
     "%YAML 1.1\n---\nkey: value\n...\n",
+    # no anchor: the quick path reads these
+    "a: 0x10\nb: 1_000\nc: .inf\nd: yes\ne: ~\nf: 1.5e3\ng: '5'\nh: !!str 3\ni: 0o17\n",
+    "- [1, {b: false, 2: null}]\n- !!binary aGVsbG8=\n- 2020-01-01\n- !!set {a}\n",
+    "<<: {a: 1}\nb: 2\n",
 ]
 
 
@@ -208,3 +212,44 @@ def test_the_reader_agrees_with_pyyaml_on_yaml_ish_text(loader: Any, text: str) 
         assert mine[0] == "value-error", text
     else:
         assert mine == theirs, text
+
+
+def read_bounded_only(text: str, monkeypatch: pytest.MonkeyPatch, **limits: Any) -> list[object]:
+    with monkeypatch.context() as patched:
+        patched.setattr(yaml_stream, "_QUICK_NESTING", -1)  # every stream takes the bounded path
+        return read(text, **limits)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(json_like, max_size=3), st.booleans())
+def test_the_quick_path_reads_what_the_bounded_path_reads(data: list[object], flow: bool) -> None:
+    text = yaml.safe_dump_all(data, default_flow_style=flow)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert read(text) == read_bounded_only(text, monkeypatch) == data
+
+
+@pytest.mark.parametrize(
+    ("text", "limits", "message"),
+    [
+        ("a:\n  b:\n    c: [1]\n", {"max_depth": 2}, "line 3, column 5: lists and mappings nest"),
+        ("a: 1\n---\nb: 2\n---\nc: 3\n", {"max_documents": 2}, "line 4, column 1: more than 2"),
+        ("a: [1, 2\n", {}, "while parsing a flow sequence"),
+        ("a: !!float ''\n", {}, "a malformed value"),
+    ],
+)
+def test_a_stream_the_quick_path_refuses_fails_as_on_the_bounded_path(
+    text: str, limits: dict[str, int], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    errors = (YamlLimitError, yaml.YAMLError, ValueError)
+    with pytest.raises(errors) as quick:
+        read(text, **limits)
+    with pytest.raises(errors) as bounded:
+        read_bounded_only(text, monkeypatch, **limits)
+    assert message in str(quick.value)
+    assert (type(quick.value), str(quick.value)) == (type(bounded.value), str(bounded.value))
+
+
+def test_deep_nesting_without_aliases_is_refused_at_its_place() -> None:
+    text = "a: " + "[" * 150 + "]" * 150 + "\n"
+    with pytest.raises(YamlLimitError, match=r"^line 1, column 103: lists and mappings nest"):
+        read(text)

@@ -8,15 +8,14 @@ from fleet import intake, service
 from fleet.clock import VirtualClock
 from fleet.service import Service
 from fleet.store import jobs as job_rows
+from fleet.store.database import open_database
 from tests.service import helpers
 from tests.service.helpers import new_jobs, pytorchjob, settings
 
 
 async def submit(svc: Service, text: str) -> list[int]:
-    accepted = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), svc.clock.now())
-    ids = [a.row.id for a in accepted if a.created]
-    svc.loop.submitted(ids)
-    return ids
+    accepted = await svc.intake.accept(new_jobs(text, svc.tree, svc.clusters))
+    return [a.head.id for a in accepted if a.created]
 
 
 async def settle(svc: Service, clock: VirtualClock, seconds: float = 0.0) -> None:
@@ -39,6 +38,17 @@ async def states(svc: Service) -> dict[str, str]:
             ],
         )
     return {f"{r.namespace}/{r.name}": r.state for r in rows}
+
+
+async def states_of(database_url: str) -> dict[str, str]:
+    """The stored states, read with no service running."""
+    db = await open_database(database_url)
+    try:
+        async with db.read() as session:
+            rows = await job_rows.in_states(session, ["Queued", "Running", "Cancelled"])
+        return {f"{r.namespace}/{r.name}": r.state for r in rows}
+    finally:
+        await db.close()
 
 
 async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
@@ -91,6 +101,59 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         await service.stop(svc)
 
 
+async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await submit(svc, pytorchjob("hour", gpus=1, duration="1h"))
+        await settle(svc, clock)  # it starts at 0
+        await settle(svc, clock, 1800)
+    finally:
+        await service.stop(svc)
+
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await settle(svc, clock, 1799)
+        assert await states(svc) == {"team-a/hour": "Running"}
+        await settle(svc, clock, 2)  # an hour after it started, not after the restart
+        assert await states(svc) == {"team-a/hour": "Succeeded"}
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_restart(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        (running,) = await submit(svc, pytorchjob("running", workers=2, gpus=8, duration="1h"))
+        (queued,) = await submit(svc, pytorchjob("queued", workers=3, gpus=8, duration="1h"))
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/running": "Running", "team-a/queued": "Queued"}
+        # acknowledged, but the loop stops before it gets to them
+        await svc.loop.cancel(running, "team-a/running")
+        await svc.loop.cancel(queued, "team-a/queued")
+    finally:
+        await service.stop(svc)
+    assert await states_of(database_url) == {
+        "team-a/running": "Running",
+        "team-a/queued": "Queued",
+    }
+
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/running": "Cancelled", "team-a/queued": "Cancelled"}
+        assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
+        async with svc.db.read() as session:
+            assert await job_rows.open_intents(session) == []
+    finally:
+        await service.stop(svc)
+
+
 async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database_url: str) -> None:
     clock = VirtualClock(0.0)
     svc = await service.start(settings(database_url), clock, threaded=False)
@@ -100,12 +163,31 @@ async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database
         again = await intake.accept(
             svc.db, new_jobs(pytorchjob("same", gpus=1), svc.tree, svc.clusters), clock.now()
         )
-        assert [(a.row.id, a.created) for a in again] == [(first[0], False)]
+        assert [(a.head.id, a.created) for a in again] == [(first[0], False)]
         with pytest.raises(intake.NameTaken, match="team-a/same"):
             await intake.accept(
                 svc.db, new_jobs(pytorchjob("same", gpus=2), svc.tree, svc.clusters), clock.now()
             )
         assert list(await states(svc)) == ["team-a/same"]  # one job, whatever its state
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submitted_again(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        text = pytorchjob("lost-answer", gpus=1)
+        # stored by a commit whose answer never came back: nobody told the loop
+        (stored,) = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), 0.0)
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/lost-answer": "Queued"}
+        (again,) = await svc.intake.accept(new_jobs(text, svc.tree, svc.clusters))
+        assert (again.head.id, again.created) == (stored.head.id, False)
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/lost-answer": "Running"}
     finally:
         await service.stop(svc)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import intake, service
+from fleet import service
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.cli import remote
@@ -50,8 +50,7 @@ async def start(database_url: str) -> tuple[Service, VirtualClock]:
 
 
 async def submit(svc: Service, text: str) -> None:
-    accepted = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), svc.clock.now())
-    svc.loop.submitted([a.row.id for a in accepted if a.created])
+    await svc.intake.accept(new_jobs(text, svc.tree, svc.clusters))
 
 
 async def run_until(svc: Service, clock: VirtualClock, t: float) -> None:
