@@ -398,6 +398,8 @@ async def replay(
                     next_sample = now + sample_every
                     if observe is not None:
                         await observe(db, now)
+                    if progress is not None:  # also while the last jobs run out
+                        progress(i, n, now)
                 if i < n and jobs[i].submit <= now:
                     batch: list[intake.NewJob] = []
                     while i < n and jobs[i].submit <= now:
