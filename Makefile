@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api plan serve simulate-philly
+.PHONY: install test lint typecheck bench bench-api bench-simulate plan serve simulate-philly
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,11 @@ bench: install
 # fleet serve on PostgreSQL and SQLite under 32 HTTP clients (BENCH_API_ARGS="--jobs 2000").
 bench-api: install
 	$(PY) bench/bench_api.py $(BENCH_API_ARGS)
+
+# Replay speed (jobs simulated per second) and start-time estimate errors on Philly.
+bench-simulate: install
+	$(PY) bench/bench_simulate.py --policies fleet,capacity,private
+	$(PY) bench/bench_estimates.py
 
 serve: install
 	$(VENV)/bin/fleet serve
