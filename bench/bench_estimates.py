@@ -73,7 +73,7 @@ async def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=600, help="first N jobs of the trace")
+    parser.add_argument("--jobs", type=int, default=400, help="first N jobs of the trace")
     parser.add_argument("--scale", type=float, default=0.1, help="share of each VC's nodes")
     parser.add_argument("--every", type=float, default=6 * 3600.0, help="seconds between forecasts")
     args = parser.parse_args()
