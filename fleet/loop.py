@@ -286,6 +286,10 @@ class SchedulerLoop:
             await self._idle.wait()
             await asyncio.sleep(0)
 
+    def is_quiet(self) -> bool:
+        """Whether the loop waits with nothing to do (what :meth:`quiet` waits for)."""
+        return self._idle.is_set() and not self._wake.is_set()
+
     async def _sleep(self) -> None:
         if self._wake.is_set():
             return

@@ -84,6 +84,11 @@ def _dump(cluster: MemberClusterModel) -> str:
     return yaml.safe_dump(cluster.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
+def clusters_document(svc: Service) -> str:
+    """The member clusters in force as one multi-document YAML text."""
+    return "---\n".join(_dump(cluster) for cluster in svc.clusters)
+
+
 def vc_gpus(cluster: MemberClusterModel) -> dict[str, int]:
     """Virtual cluster -> the GPUs (leaf cells) it is guaranteed in ``cluster``."""
     config = cluster.cell_config()
