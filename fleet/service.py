@@ -89,19 +89,8 @@ def clusters_document(svc: Service) -> str:
     return "---\n".join(_dump(cluster) for cluster in svc.clusters)
 
 
-def vc_gpus(cluster: MemberClusterModel) -> dict[str, int]:
-    """Virtual cluster -> the GPUs (leaf cells) it is guaranteed in ``cluster``."""
-    config = cluster.cell_config()
-    types = config.cell_types
-
-    def leaves(cell_type: str) -> int:
-        t = types[cell_type]
-        return 1 if t.child is None else t.child_number * leaves(t.child)
-
-    out: dict[str, int] = {}
-    for name, vc in config.vcs.items():
-        out[name] = sum(cell.number * leaves(cell.cell_type) for cell in vc.cells)
-    return out
+#: Virtual cluster -> the GPUs it is guaranteed in a cluster (kept here for callers).
+vc_gpus = convert.vc_gpus
 
 
 def _members(

@@ -47,7 +47,7 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from fleet import intake, service
+from fleet import intake
 from fleet.clock import VirtualClock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.sim import (
@@ -380,7 +380,7 @@ async def replay(
             members,
             interval=LOOP_INTERVAL,
             threaded=False,
-            vc_sizes={c.name: service.vc_gpus(c) for c in clusters},
+            vc_sizes={c.name: convert.vc_gpus(c) for c in clusters},
         )
         samples: list[Sample] = []
         try:
