@@ -575,7 +575,7 @@ class SchedulerLoop:
         writes = await self._off_loop(self._decision_writes, decisions)
         if writes is None:
             return []
-        updates, log_entries, planned = writes
+        updates, log_entries, planned, resized = writes
         now = self.state.now
         async with self.db.write() as session:
             await job_rows.update_jobs(session, updates)
@@ -588,15 +588,15 @@ class SchedulerLoop:
                 ],
                 now,
             )
-            heads = await job_rows.dispatch_heads(
-                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
-            )
-        return [
+            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
             else _Delete(intent, d.job, d.cluster)
             for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
+        return actions + [_Resize(*heads[r]) for r in sorted(set(resized)) if r in heads]
 
     def _decision_writes(self, decisions: Sequence[Decision]) -> _DecisionWrites | None:
         """The rows, events and intents the decisions call for (None: nothing to write)."""
@@ -604,6 +604,7 @@ class SchedulerLoop:
         updates: list[dict[str, Any]] = []
         log_entries: list[job_rows.EventValues] = []
         planned: list[tuple[int, Admit | Preempt]] = []  # (row id, decision) with an intent
+        resized: list[int] = []
         for d in decisions:
             if not isinstance(d, Admit | Preempt):
                 continue
@@ -618,6 +619,7 @@ class SchedulerLoop:
                     log_entries.append(
                         job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
                     )
+                    resized.append(row_id)
                     continue
                 message = f"admitted to {d.cluster} as {d.mode}: {where}"
                 if d.victims:
@@ -631,6 +633,7 @@ class SchedulerLoop:
                 if run is not None:
                     units = [snapshot.unit_to_plain(u) for u in run.units]
                     updates.append({"id": row_id, "units": units})
+                    resized.append(row_id)
                 log_entries.append(
                     job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
                 )
@@ -645,7 +648,7 @@ class SchedulerLoop:
                 planned.append((row_id, d))
         if not updates and not log_entries:
             return None
-        return updates, log_entries, planned
+        return updates, log_entries, planned, resized
 
     # Acting on members ---------------------------------------------------------------------
     async def _act(self, actions: Sequence[_Action]) -> None:
@@ -675,6 +678,16 @@ class SchedulerLoop:
                     else:
                         if self.state.phase.get(key) is JobState.ADMITTED:
                             changes += _moves(events.apply(self.state, events.Dispatched(key)))
+            elif isinstance(action, _Resize):
+                head = action.head
+                key = f"{head.namespace}/{head.name}"
+                run = self.state.running.get(key)
+                member = None if run is None else self.members.get(run.cluster)
+                if run is not None and member is not None:
+                    try:
+                        await member.resize(_dispatched(head, action.manifest, run, None))
+                    except ClusterError as e:  # created again with its pods at the next start
+                        log.warning("could not resize %s in %s: %s", key, run.cluster, e)
             else:
                 member = self.members.get(action.cluster)
                 if member is not None:
@@ -785,10 +798,23 @@ class _Delete:
     cluster: str
 
 
-_Action = _Create | _Delete
-#: Job column changes, event log entries, and the decisions that need an intent (with row ids).
+@dataclass(frozen=True, slots=True)
+class _Resize:
+    """Give running job ``head`` its pods as they are now (it grew or shrank)."""
+
+    head: job_rows.JobHead
+    manifest: dict[str, Any]
+    intent: None = None
+
+
+_Action = _Create | _Delete | _Resize
+#: Job column changes, event log entries, the decisions that need an intent (with row
+#: ids), and the running jobs whose pods changed.
 _DecisionWrites = tuple[
-    list[dict[str, Any]], list[job_rows.EventValues], list[tuple[int, Admit | Preempt]]
+    list[dict[str, Any]],
+    list[job_rows.EventValues],
+    list[tuple[int, Admit | Preempt]],
+    list[int],  # jobs that grew or shrank (row ids)
 ]
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
 from fleet.clusters.base import member_object_name
 from tests.kube.conftest import (
@@ -180,6 +181,48 @@ def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are
         for p in bound
     }
     assert got == planned
+
+
+def test_an_incremental_job_that_grows_gets_its_new_pods_in_its_member(
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+) -> None:
+    fleet: Fleet = fleet_factory()
+    fleet.submit(submission("blocker", workers=1, gpus=4, clusters=["alpha"]))
+    fleet.wait_state("blocker", "Running")
+    # No Gang: the job starts with the worker that fits now, the other comes later.
+    policy, job = yaml.safe_load_all(submission("grows", workers=2, gpus=4, clusters=["alpha"]))
+    del policy["spec"]["placement"]["replicaScheduling"]["customSchedulingType"]
+    fleet.submit(yaml.safe_dump_all([policy, job]))
+    grows = fleet.wait_state("grows", "Running")
+    plane = members["alpha"]
+    name = member_object_name(f"{NAMESPACE}/grows")
+    first = wait_for(lambda: the_job(plane, name), "the PyTorchJob in alpha")
+    assert first["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    wait_for(lambda: bound_pods(plane, grows["uid"], 1), "its first pod bound")
+
+    operators["alpha"].finish(NAMESPACE, member_object_name(f"{NAMESPACE}/blocker"))
+    grown = wait_for(
+        lambda: (
+            the_job(plane, name)
+            if (the_job(plane, name) or {}).get("spec", {})["pytorchReplicaSpecs"]["Worker"][
+                "replicas"
+            ]
+            == 2
+            else None
+        ),
+        "the PyTorchJob grown to two workers",
+    )
+    placement = json.loads(grown["metadata"]["annotations"]["fleet.io/placement"])
+    assert [p["pod"] for p in placement] == ["Worker-0", "Worker-1"]
+    pods = wait_for(lambda: bound_pods(plane, grows["uid"], 2), "both pods bound")
+    planned = {p["replica"]: (p["node"], p["gpus"]) for p in fleet.job("grows")["placement"]}
+    assert len(planned) == 2
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        node, gpus = planned[annotations["fleet.io/replica"]]
+        assert pod["spec"]["nodeName"] == node
+        assert [int(g) for g in annotations["fleet.io/gpu-indices"].split(",")] == gpus
+    assert any(e["reason"] == "Grew" for e in fleet.job("grows")["events"])
 
 
 def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(
