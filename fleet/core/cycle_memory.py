@@ -41,9 +41,13 @@ class Shortcuts:
     reclaim_memo: bool = True
     nofit_memo: bool = True
     bulk_wait: bool = True
+    #: a stopped tail is parked as one group (:mod:`fleet.core.waiting`) and a
+    #: ``Wait`` is reported only for a changed reason; off: a full scan that
+    #: checks and reports every waiting job every cycle
+    parking: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 
