@@ -53,7 +53,7 @@ from fleet.core import admission, growth, quota_change
 from fleet.core.cycle_context import CycleRun, Pass, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
-from fleet.core.jobs import Job, sort_key
+from fleet.core.jobs import sort_key
 from fleet.core.quota import QuotaBlock
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState

@@ -364,7 +364,8 @@ class SchedulerState:
             for job in q.pending:
                 recount.count(job, 1)
             require(
-                (recount.needs, recount.rigid) == ({r: c for r, c in q.needs.items() if c}, q.rigid),
+                (recount.needs, recount.rigid)
+                == ({r: c for r, c in q.needs.items() if c}, q.rigid),
                 f"queue {q.name}: tail counters differ from a recount",
             )
         for key, run in self.running.items():

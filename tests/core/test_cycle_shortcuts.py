@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.core.cycle import Admit, Preempt, Wait, cycle
+from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
 from tests.cells.factories import cell_placer

@@ -132,7 +132,10 @@ class ParkingMachine(RuleBasedStateMachine):
 
     @rule()
     def run_cycle(self) -> None:
-        out = {name: cycle(state, self.now, shortcuts=MODES[name]) for name, state in self.states.items()}
+        out = {
+            name: cycle(state, self.now, shortcuts=MODES[name])
+            for name, state in self.states.items()
+        }
         for state in self.states.values():
             state.check_invariants()
         assert acts(out["parked"]) == acts(out["scan"])

@@ -25,6 +25,7 @@ from tests.core.factories import (
 )
 from tests.core.test_cycle_shortcuts import TREE, job_spec
 
+
 def acts(decisions: list[Decision]) -> list[Decision]:
     return [d for d in decisions if isinstance(d, Admit | Preempt)]
 
