@@ -22,6 +22,8 @@ from fleet.core.cycle_context import CycleRun
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import Fit, NoFit, Placer
 
+_NONE: frozenset[str] = frozenset()
+
 #: With preemption, the least loaded clusters are asked until this many can take
 #: the gang; the one with the fewest, then lowest-priority victims wins.
 PREEMPTION_CLUSTERS = 2
@@ -48,7 +50,7 @@ def place(
         name = placer.cluster
         known = run.places.answers(name)
         key = question[:-1] if placer.queue_blind else question
-        here = frozenset(k for k in released if placer.holds(k))
+        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         if not here:
             if not _may_fit(run.places.room[name][0], need):
                 misses.append(f"{name}: not enough free capacity")
@@ -100,7 +102,7 @@ def place_with_preemption(
         if found >= PREEMPTION_CLUSTERS:
             break
         known = run.places.answers(placer.cluster)
-        here = frozenset(k for k in released if placer.holds(k))
+        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         memo = mode is Mode.BORROWED and not here
         if memo and question in known:
             continue
@@ -120,20 +122,31 @@ def place_with_preemption(
 
 
 def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
-    """The clusters ``job`` may use with their load, least loaded first (then by name)."""
-    out: list[tuple[float, Placer]] = []
-    draining = run.state.draining
-    for name, placer in run.state.placers.items():
-        if job.clusters is not None and name not in job.clusters:
-            continue
-        if draining and name in draining:
-            continue
-        room = run.places.room.get(name)
-        if room is None:
-            room = run.places.room[name] = _room(placer)
-        out.append((room[1], placer))
-    out.sort(key=lambda lp: (lp[0], lp[1].cluster))
-    return out
+    """The clusters ``job`` may use with their load, least loaded first (then by name).
+
+    The order of all clusters is kept until a bind or release changes a
+    cluster's load (:class:`~fleet.core.cycle_memory.PlacementMemo`), not
+    sorted again for every job.
+    """
+    memo = run.places
+    order = memo.order
+    if order is None:
+        draining = run.state.draining
+        order = []
+        for name, placer in run.state.placers.items():
+            if draining and name in draining:
+                continue
+            room = memo.room.get(name)
+            if room is None:
+                room = memo.room[name] = _room(placer)
+            order.append((room[1], placer))
+        order.sort(key=lambda lp: (lp[0], lp[1].cluster))
+        if memo.on:
+            memo.order = order
+    if job.clusters is None:
+        return order
+    allowed = job.clusters
+    return [lp for lp in order if lp[1].cluster in allowed]
 
 
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleet.core.placement import Placer
 from fleet.core.quota import QuotaBlock
 
 
@@ -114,6 +115,8 @@ class PlacementMemo:
     on: bool = True
     room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
     nofit: dict[str, dict[tuple[object, ...], str]] = field(default_factory=dict)
+    #: every (not draining) cluster with its load, least loaded first, until a load changes
+    order: list[tuple[float, Placer]] | None = None
 
     def answers(self, cluster: str) -> dict[tuple[object, ...], str]:
         """The cluster's remembered "no" answers (a scratch dict when the memo is off)."""
@@ -124,8 +127,10 @@ class PlacementMemo:
     def bound(self, cluster: str) -> None:
         """Something was bound in ``cluster``: its free room changed."""
         self.room.pop(cluster, None)
+        self.order = None
 
     def released(self, cluster: str) -> None:
         """Something was released in ``cluster``: every answer there may change."""
         self.room.pop(cluster, None)
         self.nofit.pop(cluster, None)
+        self.order = None
