@@ -50,7 +50,7 @@ import heapq
 from dataclasses import replace
 
 from fleet.core import admission, growth, quota_change
-from fleet.core.cycle_context import CycleRun, Pass, Span
+from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import sort_key
@@ -215,21 +215,27 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     lowest = tree.lowest_preemptible_priority(queue)
     state = run.state.queues[queue]
     jobs = state.pending
-    if run.shortcuts.parking and end == state.split():
-        ahead = jobs[: at + 1]  # already looked at in this cycle: what is behind is the rest
-        counts = dict(state.needs.get(r, {}))
-        for job in ahead:
+    if run.shortcuts.parking:
+        if lowest is not None and jobs[at + 1].priority > lowest:
+            return False  # the next job (the highest priority behind) may preempt
+        # What the cycle already looked at in this queue (counted once per
+        # cycle, as its cursor moves on): what is behind is the rest.
+        seen = run.seen.get((queue, r))
+        if seen is None:
+            seen = run.seen[(queue, r)] = Seen()
+        counts = seen.needs
+        for job in jobs[seen.upto : at + 1]:
             need = job.gang_request[r]
-            counts[need] -= 1
-        least = min((need for need, n in counts.items() if n > 0), default=None)
-        rigid = state.rigid - sum(1 for job in ahead if not job.preemptible)
-        if (
-            least is None
-            or rigid > 0
-            or least <= room
-            or (leaf_min and guaranteed + least <= leaf_min[r])
-            or (lowest is not None and jobs[at + 1].priority > lowest)
-        ):
+            counts[need] = counts.get(need, 0) + 1
+            seen.rigid += 0 if job.preemptible else 1
+        seen.upto = max(seen.upto, at + 1)
+        if state.rigid > seen.rigid:
+            return False
+        least = min(
+            (need for need, n in state.needs.get(r, {}).items() if n > counts.get(need, 0)),
+            default=None,
+        )
+        if least is None or least <= room or (leaf_min and guaranteed + least <= leaf_min[r]):
             return False
         run.book.tails[queue] = ParkedTail(queue, sort_key(jobs[at]), block)
         return True

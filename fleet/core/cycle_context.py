@@ -35,6 +35,15 @@ class Pass(Enum):
 
 
 @dataclass(slots=True)
+class Seen:
+    """The jobs of a queue before position ``upto`` that the cycle looked at, counted."""
+
+    upto: int = 0
+    needs: dict[int, int] = field(default_factory=dict)
+    rigid: int = 0
+
+
+@dataclass(slots=True)
 class CycleRun:
     """Everything one cycle shares between its passes; see the module docstring."""
 
@@ -58,6 +67,8 @@ class CycleRun:
     shares: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: the reasons this cycle leaves (it replaces ``state.waiting`` at the end)
     book: WaitBook = field(default_factory=WaitBook)
+    #: (queue, resource) -> the jobs looked at so far, counted (:func:`fleet.core.cycle.wait_all`)
+    seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
