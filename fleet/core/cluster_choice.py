@@ -6,9 +6,11 @@ fit as tight as the gang can be (``Placer.lowest_level``); the tightest fit
 wins (lowest cell level, least fragmentation, least loaded, name).  A cheap
 necessary check on the cluster's free totals, and the cluster's remembered
 "no" answers (:class:`fleet.core.cycle_memory.PlacementMemo`), skip most
-questions.  If no cluster fits, clusters are asked again with preemption
-allowed, least loaded first, until :data:`PREEMPTION_CLUSTERS` of them can
-take the gang; the fit with the fewest, then lowest-priority victims wins.
+questions; a borrowed or opportunistic question that no cluster could take
+is answered at once until a release anywhere.  If no cluster fits, clusters
+are asked again with preemption allowed, least loaded first, until
+:data:`PREEMPTION_CLUSTERS` of them can take the gang; the fit with the
+fewest, then lowest-priority victims wins.
 ``released`` names units the cycle already plans to preempt (quota reclaim):
 each placer sees those it holds as free.
 """
@@ -46,6 +48,16 @@ def place(
         job.pinned_cell_id,
         job.queue if mode is Mode.GUARANTEED else None,
     )
+    # Borrowed and opportunistic questions that no cluster could take stay
+    # unanswerable until a release somewhere (binds only take room, and their
+    # only victims, opportunistic jobs, count as a release where they start).
+    everywhere = run.places.everywhere if run.places.on else None
+    wide: tuple[object, ...] | None = None
+    if everywhere is not None and not released and mode is not Mode.GUARANTEED:
+        wide = (question, job.clusters)
+        why = everywhere.get(wide)
+        if why is not None:
+            return why
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
@@ -79,6 +91,8 @@ def place(
     reason = "no cluster fits the gang: " + "; ".join(misses[:3])
     if len(misses) > 3:
         reason += f"; and {len(misses) - 3} more"
+    if wide is not None and everywhere is not None:
+        everywhere[wide] = reason
     return reason
 
 

@@ -115,6 +115,9 @@ class PlacementMemo:
     on: bool = True
     room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
     nofit: dict[str, dict[tuple[object, ...], str]] = field(default_factory=dict)
+    #: (question, allowed clusters) -> why no cluster takes it (borrowed and
+    #: opportunistic questions, no preemption planned), until any release
+    everywhere: dict[tuple[object, ...], str] = field(default_factory=dict)
     #: every (not draining) cluster with its load, least loaded first, until a load changes
     order: list[tuple[float, Placer]] | None = None
 
@@ -133,4 +136,5 @@ class PlacementMemo:
         """Something was released in ``cluster``: every answer there may change."""
         self.room.pop(cluster, None)
         self.nofit.pop(cluster, None)
+        self.everywhere.clear()
         self.order = None
