@@ -210,7 +210,7 @@ class SchedulerState:
         """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
         self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
-        self.waiting.queued(job.key)
+        self.waiting.queued(job)
 
     def is_pending(self, key: str) -> bool:
         return key in self._pending_keys

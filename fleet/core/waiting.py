@@ -62,7 +62,9 @@ class WaitBook:
             return tail.reason_for(job)
         return ""
 
-    def queued(self, key: str) -> None:
-        """``key`` was (re)queued after this book was written."""
-        self.fresh.add(key)
-        self.single.pop(key, None)
+    def queued(self, job: Job) -> None:
+        """``job`` was (re)queued after this book was written: no reason yet."""
+        self.single.pop(job.key, None)
+        tail = self.tails.get(job.queue)
+        if tail is not None and tail.holds(job):
+            self.fresh.add(job.key)  # only where a parked tail would claim it
