@@ -112,6 +112,7 @@ def place_with_preemption(
     # and priority, and none start before the last pass: a failed question
     # holds for the cycle until a release in that cluster.
     question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
+    wide = question[1:]
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
@@ -120,10 +121,17 @@ def place_with_preemption(
         memo = mode is Mode.BORROWED and not here
         if memo and question in known:
             continue
+        # A guaranteed job may also preempt borrowed work and lower priorities
+        # of its queue: its "no" holds only until the next bind or release there.
+        strict = run.places.until_bound(placer.cluster) if mode is Mode.GUARANTEED else None
+        if strict is not None and not here and (wide, job.queue, job.priority) in strict:
+            continue
         fit = placer.fit(job, pods, mode, preempt=True, released=here)
         if isinstance(fit, NoFit):
             if memo:
                 known[question] = fit.reason
+            elif strict is not None and not here:
+                strict.add((wide, job.queue, job.priority))
             continue
         found += 1
         top = max((units[v].job.priority for v in fit.victims if v in units), default=0)

@@ -118,6 +118,8 @@ class PlacementMemo:
     #: (question, allowed clusters) -> why no cluster takes it (borrowed and
     #: opportunistic questions, no preemption planned), until any release
     everywhere: dict[tuple[object, ...], str] = field(default_factory=dict)
+    #: per cluster: guaranteed preemption questions it said no to, until a bind or release
+    strict_nofit: dict[str, set[tuple[object, ...]]] = field(default_factory=dict)
     #: every (not draining) cluster with its load, least loaded first, until a load changes
     order: list[tuple[float, Placer]] | None = None
 
@@ -127,14 +129,22 @@ class PlacementMemo:
             return {}
         return self.nofit.setdefault(cluster, {})
 
+    def until_bound(self, cluster: str) -> set[tuple[object, ...]] | None:
+        """The cluster's "no" answers that hold until its next bind or release."""
+        if not self.on:
+            return None
+        return self.strict_nofit.setdefault(cluster, set())
+
     def bound(self, cluster: str) -> None:
         """Something was bound in ``cluster``: its free room changed."""
         self.room.pop(cluster, None)
+        self.strict_nofit.pop(cluster, None)
         self.order = None
 
     def released(self, cluster: str) -> None:
         """Something was released in ``cluster``: every answer there may change."""
         self.room.pop(cluster, None)
         self.nofit.pop(cluster, None)
+        self.strict_nofit.pop(cluster, None)
         self.everywhere.clear()
         self.order = None

@@ -105,7 +105,9 @@ class CycleMachine(RuleBasedStateMachine):
                     # its limits gives up its over-limit jobs first, whatever their mode.
                     over = cut & set(self.state.tree.path_to_root(d.queue))
                     assert mode is Mode.BORROWED or over, f"reclaim took {mode} job {d.job}"
-                if mode is Mode.GUARANTEED:
+                elif mode is Mode.GUARANTEED:
+                    # Guaranteed work goes only to a higher priority of its queue
+                    # (or, above, as an over-limit job after a quota cut).
                     assert "preempted by" in d.reason
             if isinstance(d, Admit) and not d.grown:
                 run = self.state.running.get(d.job)
