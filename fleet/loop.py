@@ -50,7 +50,7 @@ from fleet.clusters.base import (
     NodeHealth,
 )
 from fleet.core import events, snapshot
-from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
@@ -193,7 +193,6 @@ class SchedulerLoop:
         self._idle = asyncio.Event()  # set while the loop waits with nothing to do
         self._task: asyncio.Task[None] | None = None
         self._watchers: list[asyncio.Task[None]] = []
-        self._reasons: dict[str, str] = {}
         self._ids: dict[str, int] = {}  # job key -> row id
         self.failover = Failover(db)
         self.iterations = 0
@@ -704,17 +703,11 @@ class SchedulerLoop:
 
     # Publishing ---------------------------------------------------------------------------
     def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
-        self._remember_reasons(decisions)
+        # The reasons of waiting jobs live in the core (``state.waiting``): the
+        # cycle reports a Wait only when a reason changed, and a parked tail
+        # has one reason for all its jobs.
+        del decisions
         self._publish()
-
-    def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
-        for d in decisions:
-            if isinstance(d, Wait):
-                self._reasons[d.job] = d.reason
-            elif isinstance(d, Admit):
-                self._reasons.pop(d.job, None)
-        for key in [k for k in self._reasons if not self.state.is_pending(k)]:
-            del self._reasons[key]
 
     def _publish(self) -> None:
         state = self.state
@@ -739,19 +732,20 @@ class SchedulerLoop:
             )
             for node in tree.nodes()
         )
-        pending = {
-            leaf: tuple(
-                PendingView(
-                    job.key,
-                    job.priority,
-                    job.priority_class,
-                    _quantities(job.request),
-                    self._reasons.get(job.key, ""),
+        reasons: dict[str, str] = {}
+        pending: dict[str, tuple[PendingView, ...]] = {}
+        for leaf, jobs in pending_by_leaf.items():
+            views = []
+            for job in jobs:
+                reason = state.waiting.reason_of(job)
+                if reason:
+                    reasons[job.key] = reason
+                views.append(
+                    PendingView(
+                        job.key, job.priority, job.priority_class, _quantities(job.request), reason
+                    )
                 )
-                for job in jobs
-            )
-            for leaf, jobs in pending_by_leaf.items()
-        }
+            pending[leaf] = tuple(views)
         vc_used: dict[tuple[str, str], int] = {}
         for run in state.running.values():
             for unit in run.units:
@@ -774,9 +768,7 @@ class SchedulerLoop:
             for name, placer in state.placers.items()
             if hasattr(placer, "doomed_cells")
         }
-        self.view = LoopView(
-            True, state.now, queues, pending, dict(self._reasons), clusters, doomed
-        )
+        self.view = LoopView(True, state.now, queues, pending, reasons, clusters, doomed)
 
 
 @dataclass(frozen=True, slots=True)
