@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from opentelemetry import trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -47,7 +47,42 @@ __all__ = ["ReadableSpan", "Telemetry", "configure_logging"]
 
 if TYPE_CHECKING:
     from fleet.core.cycle import Decision
-    from fleet.loop import LoopView
+
+
+class QueueLike(Protocol):
+    """What the gauges read of a queue of the loop's view (``fleet.loop.QueueView``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def min(self) -> Mapping[str, str]: ...
+    @property
+    def used(self) -> Mapping[str, str]: ...
+    @property
+    def borrowed(self) -> Mapping[str, str]: ...
+
+
+class GpusLike(Protocol):
+    """A member's GPUs in the loop's view (``fleet.loop.ClusterGpus``)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def vcs(self) -> Mapping[str, tuple[int, int]]: ...
+
+
+class ViewLike(Protocol):
+    """What the gauges read of the loop's published view (``fleet.loop.LoopView``)."""
+
+    @property
+    def queues(self) -> Sequence[QueueLike]: ...
+    @property
+    def pending(self) -> Mapping[str, Sequence[object]]: ...
+    @property
+    def clusters(self) -> Mapping[str, GpusLike]: ...
+
 
 #: Histogram buckets in seconds: cycles take milliseconds, admission waits minutes to days.
 CYCLE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -126,7 +161,7 @@ class Telemetry:
             unit="1",
             description="Jobs a member cluster refused to create, per cluster.",
         )
-        self._view: Callable[[], LoopView] | None = None
+        self._view: Callable[[], ViewLike] | None = None
         self._health: Callable[[], Mapping[str, bool]] | None = None
         meter.create_observable_gauge(
             "fleet_pending_workloads",
@@ -165,7 +200,7 @@ class Telemetry:
     # What the service tells it -----------------------------------------------------------
     def observe(
         self,
-        view: Callable[[], LoopView],
+        view: Callable[[], ViewLike],
         health: Callable[[], Mapping[str, bool]] | None = None,
     ) -> None:
         """Read the gauges from ``view()`` (and member readiness from ``health()``)."""
