@@ -204,7 +204,8 @@ def test_every_rendered_manifest_passes_a_server_side_dry_run(
     assert admin.items(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments") == []
     # And the API server does check: a Deployment with a wrong field is refused.
     broken = by_kind(render(helm, tmp_path))["Deployment"]
-    broken["spec"]["replicas"] = "two"
+    broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"] = 70000
     with pytest.raises(ApiError) as refused:
         server_side_dry_run(admin, broken)
-    assert refused.value.status in (400, 422)
+    assert refused.value.status == 422
+    assert "livenessProbe" in str(refused.value)
