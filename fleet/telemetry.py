@@ -173,7 +173,7 @@ class Telemetry:
             "fleet_cluster_queue_resource_usage",
             [self._observe_usage],
             unit="1",
-            description="Quota used per queue and resource (GPUs, CPUs, bytes).",
+            description="Quota used per queue and resource (GPUs, CPU cores, bytes).",
         )
         meter.create_observable_gauge(
             "fleet_cluster_queue_borrowed_resources",
@@ -276,14 +276,14 @@ class Telemetry:
     def _resources(self, which: Literal["used", "borrowed"]) -> list[Observation]:
         if self._view is None:
             return []
-        from fleet.core.resources import parse_quantity
+        from fleet.core.resources import parse_value  # cores, bytes, counts (as Kubernetes)
 
         out: list[Observation] = []
         for q in self._view().queues:
             values = q.used if which == "used" else q.borrowed
-            for resource in sorted(set(q.min) | set(values)):
+            for resource in sorted(set(q.min) | set(q.used) | set(q.borrowed)):
                 amount = values.get(resource)
-                number = 0.0 if amount is None else float(parse_quantity(resource, amount))
+                number = 0.0 if amount is None else float(parse_value(amount))
                 out.append(Observation(number, {"queue": q.name, "resource": resource}))
         return out
 

@@ -108,3 +108,27 @@ def test_preemption_reasons_are_named_like_kueue() -> None:
         == telemetry.QUOTA_CUT
     )
     assert telemetry.preemption_reason("failed over") == telemetry.OTHER
+
+
+def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet.loop import LoopView, QueueView
+
+    used = {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "3"}
+    queue = QueueView("q", None, True, ("ns",), {"cpu": "4"}, None, used, {"cpu": "500m"}, 1, 0)
+    tracing = telemetry.Telemetry()
+    tracing.observe(lambda: LoopView(ready=True, queues=(queue,)))
+    text = tracing.prometheus_text().decode()
+    tracing.shutdown()
+    samples = {
+        (s.name, s.labels.get("resource")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("queue") == "q"
+    }
+    assert samples[("fleet_cluster_queue_resource_usage", "cpu")] == 1.5
+    assert samples[("fleet_cluster_queue_resource_usage", "memory")] == 2 * 2**30
+    assert samples[("fleet_cluster_queue_resource_usage", "nvidia.com/gpu")] == 3
+    assert samples[("fleet_cluster_queue_borrowed_resources", "cpu")] == 0.5
+    assert samples[("fleet_cluster_queue_borrowed_resources", "memory")] == 0
