@@ -67,6 +67,17 @@ class Settings(BaseSettings):
         gt=0,
         description="Most YAML nodes that aliases may stand for in one request body (422 above).",
     )
+    max_replicas_per_job: int = Field(
+        1000,
+        gt=0,
+        le=10_000,
+        description="Most pods (replicas of every role) accepted in one job (422 above).",
+    )
+    max_string_length: int = Field(
+        32 * 1024,
+        gt=0,
+        description="Most characters in any one string of a submitted document (422 above).",
+    )
     log_level: str = Field("INFO", description="Python logging level name.")
     log_format: Literal["json", "text"] = Field(
         "json",

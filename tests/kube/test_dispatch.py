@@ -8,6 +8,7 @@ in the members is read from their API servers.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -128,6 +129,57 @@ def test_priority_preemption_deletes_the_victim_in_its_member_before_the_preempt
     low_now = fleet.job("low")
     assert low_now["state"] == "Queued"
     assert any(e["reason"] == "Preempted" for e in low_now["events"])
+
+
+def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are_gone(
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+) -> None:
+    fleet: Fleet = fleet_factory()
+    fleet.submit(submission("slow-low", workers=2, gpus=4, priority_class="test"))
+    low = fleet.wait_state("slow-low", "Running")
+    cluster = low["cluster"]
+    plane = members[cluster]
+    victims = wait_for(lambda: bound_pods(plane, low["uid"], 2), "the victim's pods bound")
+    hold = {"metadata": {"finalizers": ["fleet.test/hold"]}}
+    paths = [f"/api/v1/namespaces/{NAMESPACE}/pods/{p['metadata']['name']}" for p in victims]
+    for path in paths:  # the pods will linger after their deletion, as slow pods do
+        plane.admin.request("PATCH", path, hold, content_type="application/merge-patch+json")
+
+    fleet.submit(
+        submission("fast-high", workers=2, gpus=4, priority_class="prod", clusters=[cluster])
+    )
+    high = fleet.wait_state("fast-high", "Dispatched", "Running")
+    wait_for(
+        lambda: (
+            all(p["metadata"].get("deletionTimestamp") for p in pods_of(plane, low["uid"])) or None
+        ),
+        "the victim's pods being deleted",
+    )
+    waiting = wait_for(lambda: pods_of(plane, high["uid"]) or None, "the preemptor's pods")
+    assert len(waiting) == 2
+    time.sleep(2)  # Fleet has seen them; it must not bind them yet
+    assert [p["spec"].get("nodeName") for p in pods_of(plane, high["uid"])] == [None, None]
+    reasons = [
+        e["message"]
+        for e in plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/events")
+        if e["reason"] == "FailedScheduling"
+        and e["involvedObject"]["name"] in {p["metadata"]["name"] for p in waiting}
+    ]
+    assert reasons and all("still held by" in m for m in reasons), reasons
+
+    release = {"metadata": {"finalizers": None}}
+    for path in paths:
+        plane.admin.request("PATCH", path, release, content_type="application/merge-patch+json")
+    bound = wait_for(lambda: bound_pods(plane, high["uid"], 2), "the preemptor's pods bound")
+    planned = {(p["node"], tuple(p["gpus"])) for p in fleet.job("fast-high")["placement"]}
+    got = {
+        (
+            p["spec"]["nodeName"],
+            tuple(int(g) for g in p["metadata"]["annotations"]["fleet.io/gpu-indices"].split(",")),
+        )
+        for p in bound
+    }
+    assert got == planned
 
 
 def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(

@@ -153,6 +153,8 @@ class KubeCluster:
         self._pods = PodIndex()
         self._nodes = NodeTracker(nodes)
         self._teller = binder.Teller()
+        #: pods whose planned GPUs other pods still held when they were to be bound
+        self._deferred: set[Ident] = set()
         self._probe_error: str | None = "not contacted yet"
         self._watch_errors: dict[str, str] = {}
         self._ready: bool | None = None
@@ -485,10 +487,21 @@ class KubeCluster:
             key = self._by_uid.get(uid_of(obj) or "")
             if key is not None:
                 await self._check_stopped(key)
+            await self._bind_deferred()
             return
         self._pods.put(obj)
         if objects.pending(obj):
             await self._bind(obj)
+        elif objects.ended(obj):
+            await self._bind_deferred()
+
+    async def _bind_deferred(self) -> None:
+        """Try again the pods that waited for GPUs other pods held (some may be free now)."""
+        deferred, self._deferred = self._deferred, set()
+        for key in sorted(deferred):
+            pod = self._pods.get(key)
+            if pod is not None and objects.pending(pod):
+                await self._bind(pod)
 
     async def _bind_pods(self, uid: str) -> None:
         """Bind the pods of job ``uid`` that wait (created before the job was known here)."""
@@ -510,6 +523,15 @@ class KubeCluster:
         place = wanted.places.get(replica or "")
         if place is None:
             why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
+            await self._teller.tell(client, pod, why)
+            return
+        holders = self._pods.holding(place.node, place.gpus, wanted.uid or "")
+        if holders:
+            # The cells are Fleet's again, but the GPUs are not free until the pods
+            # that held them are gone (a preempted or cancelled job's pods end first).
+            self._deferred.add(ident(pod))
+            held = ", ".join("/".join(k) for k in holders[:3])
+            why = f"waiting for GPUs {list(place.gpus)} of node {place.node}, still held by {held}"
             await self._teller.tell(client, pod, why)
             return
         try:
