@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -60,6 +61,7 @@ from fleet.core.state import Running, SchedulerState, Transition
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
+from fleet.telemetry import Telemetry
 
 log = logging.getLogger("fleet.loop")
 
@@ -200,6 +202,8 @@ class SchedulerLoop:
         self.tree_document = ""
         #: run at the end of every iteration (the service's administration, fleet.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
+        #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
+        self.telemetry: Telemetry | None = None
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -307,13 +311,17 @@ class SchedulerLoop:
 
     async def iterate(self) -> list[Decision]:
         """One iteration: inbox, cycle, persist, act, publish; the cycle's decisions."""
+        with self._span("scheduler iteration"):
+            return await self._iterate()
+
+    async def _iterate(self) -> list[Decision]:
         self._wake.clear()
         items, self._inbox = self._inbox, []
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
         await self._fail_over()
-        decisions = await self._off_loop(cycle, self.state)
+        decisions = await self._cycle(now)
         actions = await self._persist(decisions)
         await self._act(actions)
         if self.after_iteration is not None:
@@ -321,6 +329,21 @@ class SchedulerLoop:
         await self._off_loop(self._remember_and_publish, decisions)
         self.iterations += 1
         return decisions
+
+    async def _cycle(self, now: float) -> list[Decision]:
+        """The scheduling cycle, in a span that carries its outcome (and metrics)."""
+        with self._span("scheduling cycle") as span:
+            started = time.perf_counter()
+            decisions = await self._off_loop(cycle, self.state)
+            if self.telemetry is not None:
+                self.telemetry.cycle_done(span, decisions, time.perf_counter() - started, now)
+        return decisions
+
+    def _span(self, name: str, **attributes: str) -> contextlib.AbstractContextManager[Any]:
+        """A span of the telemetry's tracer (nothing without telemetry)."""
+        if self.telemetry is None:
+            return contextlib.nullcontext()
+        return self.telemetry.tracer.start_as_current_span(name, attributes=attributes)
 
     async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
@@ -425,6 +448,8 @@ class SchedulerLoop:
                 continue
             self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+            if self.telemetry is not None:
+                self.telemetry.queued([job.key], now)
         done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
@@ -552,6 +577,8 @@ class SchedulerLoop:
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
+                if self.telemetry is not None:
+                    self.telemetry.forget([t.job])
         return [None if i is None else next(made) for i, _ in wanted]
 
     def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
@@ -664,16 +691,23 @@ class SchedulerLoop:
                 member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(head, action.manifest, run, action.started))
+                        with self._span("dispatch", job=key, cluster=run.cluster):
+                            job = _dispatched(head, action.manifest, run, action.started)
+                            with self._span("member create", job=key, cluster=run.cluster):
+                                await member.create(job)
                     except ClusterConflict as e:
                         # Another object holds the name there: never overwrite it, go elsewhere.
                         why = f"not created in {run.cluster}: {e.message}"
                         changes += _moves(events.apply(self.state, events.FailedOver(key, why)))
                         conflicts.append(Due(key, run.cluster, why, None))
+                        if self.telemetry is not None:
+                            self.telemetry.dispatch_failed(run.cluster)
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
                         )
+                        if self.telemetry is not None:
+                            self.telemetry.dispatch_failed(run.cluster)
                     else:
                         if self.state.phase.get(key) is JobState.ADMITTED:
                             changes += _moves(events.apply(self.state, events.Dispatched(key)))
@@ -691,7 +725,8 @@ class SchedulerLoop:
                 member = self.members.get(action.cluster)
                 if member is not None:
                     try:
-                        await member.delete(action.key)
+                        with self._span("member delete", job=action.key, cluster=action.cluster):
+                            await member.delete(action.key)
                     except ClusterError as e:
                         log.warning("could not delete %s in %s: %s", action.key, action.cluster, e)
                         continue  # the intent stays open and is redone at start
