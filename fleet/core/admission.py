@@ -168,7 +168,10 @@ def plan(run: CycleRun, job: Job, pods: tuple[Pod, ...]) -> Plan | str | Defer:
         return DEFER
     if isinstance(verdict, Mode):
         fit = cluster_choice.place(run, job, pods, verdict, ())
-        return Plan(verdict, pods, fit) if isinstance(fit, Fit) else fit
+        if not isinstance(fit, Fit):
+            return fit
+        spared = _spared(run, job, fit)
+        return Plan(verdict, pods, fit) if spared is None else spared
     return plan_with_victims(run, job, pods, request, verdict)
 
 
@@ -208,11 +211,35 @@ def plan_with_victims(
             return DEFER
         fit = cluster_choice.place(run, job, pods, verdict, tuple(victims))
         if isinstance(fit, Fit):
-            return Plan(verdict, pods, fit, tuple(victims))
+            spared = _spared(run, job, fit)
+            return Plan(verdict, pods, fit, tuple(victims)) if spared is None else spared
         return f"{block.reason}; after preemption: {fit}"
     finally:
         for charge in reversed(removed):
             tree.admit(charge)
+
+
+def _spared(run: CycleRun, job: Job, fit: Fit) -> str | None:
+    """Why a placement whose cells other jobs hold is not taken now: one of those jobs
+    is younger than its minimum runtime (``preemptMinRuntime`` for a job of the same
+    queue, ``reclaimMinRuntime`` for another queue's); None when none is protected."""
+    tree = run.state.tree
+    if not fit.victims or not tree.protects():
+        return None
+    running = run.state.running
+    same = [v for v in fit.victims if v in running and running[v].job.queue == job.queue]
+    other = [v for v in fit.victims if v in running and running[v].job.queue != job.queue]
+    for keys, which, knob in (
+        (same, quota_victims.PREEMPT, "preemptMinRuntime"),
+        (other, quota_victims.RECLAIM, "reclaimMinRuntime"),
+    ):
+        end = tree.protection_ends(keys, which) if keys else None
+        if end is not None and end > run.now:
+            return (
+                f"the jobs holding the cells it needs in {fit.cluster} are protected by "
+                f"{knob} until {timestamps.utc(end)}"
+            )
+    return None
 
 
 def _protection_note(run: CycleRun, job: Job, request: Resources) -> str:

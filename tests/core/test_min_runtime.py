@@ -10,6 +10,7 @@ from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
+from tests.cells.factories import cell_placer
 from tests.core.factories import make_job, make_node, make_nodes, make_state, make_tree
 
 GPU = "nvidia.com/gpu"
@@ -138,3 +139,50 @@ def test_a_bad_duration_is_a_field_error() -> None:
         assert "not a duration" in e.issues[0].message
     else:
         raise AssertionError("a bad duration was accepted")
+
+
+def test_cells_held_by_a_young_job_of_another_queue_are_taken_only_after_reclaim_min_runtime() -> (
+    None
+):
+    # One node is team-a's virtual cluster, the other team-b's; b-opp, opportunistic,
+    # runs on team-a's idle node until team-a needs it.
+    placer = cell_placer(
+        "c1",
+        racks=1,
+        nodes=2,
+        gpus=8,
+        vcs={"team-a": [("RACK.NODE", 1)], "team-b": [("RACK.NODE", 1)]},
+    )
+    state = SchedulerState(make_tree(tree(reclaimMinRuntime=600.0)), {"c1": placer})
+    events.apply(state, events.Submitted(make_job("b1", queue="team-b", gpus=8)))
+    events.apply(state, events.Submitted(make_job("b-opp", queue="team-b", gpus=8, priority=-1)))
+    decisions = at(state, 0.0)
+    assert {d.job: d.mode for d in decisions if isinstance(d, Admit)} == {
+        "default/b1": Mode.GUARANTEED,
+        "default/b-opp": Mode.OPPORTUNISTIC,
+    }
+    events.apply(state, events.Submitted(make_job("a1", queue="team-a", gpus=8)))
+    decisions = at(state, 100.0)
+    assert not [d for d in decisions if isinstance(d, Preempt | Admit)]
+    reason = {d.job: d.reason for d in decisions if isinstance(d, Wait)}["default/a1"]
+    assert "protected by reclaimMinRuntime until 1970-01-01T00:10:00Z" in reason, reason
+    decisions = at(state, 600.0)
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/b-opp"]
+    state.check_invariants()
+
+
+def test_without_minimum_runtimes_the_cells_are_taken_at_once() -> None:
+    placer = cell_placer(
+        "c1",
+        racks=1,
+        nodes=2,
+        gpus=8,
+        vcs={"team-a": [("RACK.NODE", 1)], "team-b": [("RACK.NODE", 1)]},
+    )
+    state = SchedulerState(make_tree(tree()), {"c1": placer})
+    events.apply(state, events.Submitted(make_job("b1", queue="team-b", gpus=8)))
+    events.apply(state, events.Submitted(make_job("b-opp", queue="team-b", gpus=8, priority=-1)))
+    at(state, 0.0)
+    events.apply(state, events.Submitted(make_job("a1", queue="team-a", gpus=8)))
+    decisions = at(state, 100.0)
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/b-opp"]
