@@ -119,6 +119,15 @@ class LoopView:
     clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
     #: cluster -> virtual cluster -> its virtual cells that bad nodes leave no cell for
     doomed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: 1 for the first view published, then one more per view (the change stream's ids)
+    version: int = 0
+    #: the last views' versions with the jobs (namespace/name) that changed in each:
+    #: submitted, moved to another state, or given another waiting reason; oldest first
+    recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+#: Views whose changed jobs the published view remembers (LoopView.recent).
+RECENT_VIEWS = 256
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -197,6 +206,8 @@ class SchedulerLoop:
         self.tree_document = ""
         #: run at the end of every iteration (the service's administration, fleet.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
+        self._changed: set[str] = set()  # jobs changed since the last published view
+        self._published = asyncio.Event()  # set (and replaced) when a view is published
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -211,6 +222,7 @@ class SchedulerLoop:
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
         self._publish()
+        self._announce()
         self._task = asyncio.create_task(self._run(), name="fleet-scheduler-loop")
 
     async def stop(self) -> None:
@@ -310,6 +322,7 @@ class SchedulerLoop:
         if self.after_iteration is not None:
             await self.after_iteration(self)
         await self._off_loop(self._remember_and_publish, decisions)
+        self._announce()
         self.iterations += 1
         return decisions
 
@@ -416,6 +429,7 @@ class SchedulerLoop:
                 continue
             self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+            self._changed.add(job.key)
         done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
@@ -514,6 +528,7 @@ class SchedulerLoop:
             await job_rows.finish_intents(session, done, now)
             for write in also:
                 await write(session)
+        self._changed.update(t.job for t in changes)
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
@@ -653,9 +668,14 @@ class SchedulerLoop:
     def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, Wait):
+                if self._reasons.get(d.job) != d.reason:
+                    self._changed.add(d.job)
                 self._reasons[d.job] = d.reason
             elif isinstance(d, Admit):
                 self._reasons.pop(d.job, None)
+                self._changed.add(d.job)
+            else:
+                self._changed.add(d.job)
         for key in [k for k in self._reasons if not self.state.is_pending(k)]:
             del self._reasons[key]
 
@@ -717,9 +737,24 @@ class SchedulerLoop:
             for name, placer in state.placers.items()
             if hasattr(placer, "doomed_cells")
         }
+        version = self.view.version + 1
+        recent = (*self.view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
+        self._changed.clear()
         self.view = LoopView(
-            True, state.now, queues, pending, dict(self._reasons), clusters, doomed
+            True, state.now, queues, pending, dict(self._reasons), clusters, doomed, version, recent
         )
+
+    def _announce(self) -> None:
+        """Wake whoever waits in :meth:`next_view` (in the event loop's thread)."""
+        self._published.set()
+        self._published = asyncio.Event()
+
+    async def next_view(self, after: int, timeout: float) -> LoopView:
+        """The published view once its version is above ``after`` (or after ``timeout`` s)."""
+        if self.view.version <= after:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._published.wait(), timeout)
+        return self.view
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import auth, keys, routes
+from fleet.api import auth, keys, live, routes
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
 from fleet.store.database import unavailable
+from fleet.ui import app as ui
 
 log = logging.getLogger("fleet.api")
 
@@ -82,4 +83,6 @@ def create_app(
 
     app.cleanup_ctx.append(run_service)
     routes.add_routes(app)
+    live.setup(app)
+    ui.setup(app)  # the dashboard at /ui/, a client of the routes above
     return app

@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet import intake
-from fleet.api import admin_routes, auth, keys, openapi, schemas
+from fleet.api import admin_routes, auth, keys, live, openapi, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -331,6 +331,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "readiness": readiness,
     "openapi": openapi_json,
     **admin_routes.HANDLERS,
+    **live.HANDLERS,
 }
 
 
