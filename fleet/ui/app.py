@@ -32,7 +32,11 @@ CSP: Final = (
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 #: Static files and their media types.
-STATIC: Final = {"fleet.css": "text/css", "fleet.js": "text/javascript"}
+STATIC: Final = {
+    "fleet.css": "text/css",
+    "fleet.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 #: Cache lifetime of a static file addressed by its digest (seconds).
 STATIC_MAX_AGE: Final = 365 * 24 * 3600
 
@@ -124,6 +128,10 @@ async def _cleanup(app: web.Application) -> None:
     await client.close(app)
 
 
+async def _favicon(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMovedPermanently(f"/ui/static/favicon.svg?v={request.app[_FILES]['favicon.svg'][1]}")
+
+
 async def _index_redirect(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/ui/")
 
@@ -145,6 +153,7 @@ def setup(app: web.Application) -> None:
     app.on_cleanup.append(_cleanup)
     r = app.router
     r.add_get("/ui", _index_redirect)
+    r.add_get("/favicon.ico", _favicon)
     r.add_get("/ui/", views.tree, name="ui-tree")
     r.add_get("/ui/login", views.login_form)
     r.add_post("/ui/login", views.login)

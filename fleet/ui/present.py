@@ -94,6 +94,8 @@ class Bar:
     borrowed_pct: float
     min_pct: float | None
     over_max: bool
+    #: Whether the bar has a scale (a max); without one only the figures are shown.
+    limited: bool = True
 
     @property
     def label(self) -> str:
@@ -117,7 +119,7 @@ def bars(node: Mapping[str, Any]) -> list[Bar]:
         b = quantity(borrowed.get(r, "0")) or 0.0
         lo = quantity(mins.get(r, "0")) or 0.0
         hi = quantity(maxs.get(r)) if r in maxs else None
-        scale = max(hi if hi is not None else 0.0, lo, u) or 1.0
+        scale = max(hi if hi is not None else 0.0, lo, u if hi is not None else 0.0) or 1.0
         out.append(
             Bar(
                 resource=r,
@@ -129,6 +131,7 @@ def bars(node: Mapping[str, Any]) -> list[Bar]:
                 borrowed_pct=round(100 * b / scale, 2),
                 min_pct=round(100 * lo / scale, 2) if lo else None,
                 over_max=hi is not None and u > hi,
+                limited=hi is not None,
             )
         )
     return out

@@ -466,13 +466,15 @@ async def cluster(request: web.Request) -> web.Response:
             (c for c in (await api.json("/api/v1/clusters"))["items"] if c["name"] == name), None
         )
         cells = await api.json("/api/v1/clusters/" + path(name) + "/cells", params)
+        leaves = [n["name"] for n in (await api.json("/api/v1/queues"))["items"] if n["leaf"]]
     except ApiProblem as e:
         return await _problem_page(request, e)
     queues = sorted(
         {c["queue"] for n in cells["nodes"] for c in n["cells"] if c.get("queue")}
         | {vc["name"] for vc in (summary or {}).get("virtualClusters", [])}
     )
-    codes = present.vc_codes(queues)
+    # Codes from every leaf of the tree, so a queue has the same letter on every cluster.
+    codes = present.vc_codes([*leaves, *queues])
     base = "/ui/clusters/" + path(name)
     context = {
         "me": me,
