@@ -129,7 +129,8 @@ async def _cleanup(app: web.Application) -> None:
 
 
 async def _favicon(request: web.Request) -> web.StreamResponse:
-    raise web.HTTPMovedPermanently(f"/ui/static/favicon.svg?v={request.app[_FILES]['favicon.svg'][1]}")
+    digest = request.app[_FILES]["favicon.svg"][1]
+    raise web.HTTPMovedPermanently(f"/ui/static/favicon.svg?v={digest}")
 
 
 async def _index_redirect(request: web.Request) -> web.StreamResponse:
