@@ -142,6 +142,7 @@ def setup(app: web.Application) -> None:
     files = _static_files()
     app[_FILES] = files
     app[_RELAYS] = set()
+    app[client.SESSIONS] = client.Sessions()
     env = aiohttp_jinja2.setup(
         app,
         loader=jinja2.PackageLoader("fleet.ui", "templates"),

@@ -28,7 +28,26 @@ TIMEOUT: Final = 30.0
 #: The session cookie that holds the bearer token (HttpOnly, SameSite=Strict).
 COOKIE: Final = "fleet_token"
 
-CLIENT: Final = web.AppKey("ui-client", aiohttp.ClientSession)
+
+class Sessions:
+    """The application's one client session, opened on first use (in the running loop)."""
+
+    def __init__(self) -> None:
+        self.session: aiohttp.ClientSession | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        if self.session is None or self.session.closed:
+            self.session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=TIMEOUT, sock_read=TIMEOUT)
+            )
+        return self.session
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+SESSIONS: Final = web.AppKey("ui-client", Sessions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +94,11 @@ def token_of(request: web.Request) -> str | None:
 
 
 async def _session(app: web.Application) -> aiohttp.ClientSession:
-    session = app.get(CLIENT)
-    if session is None or session.closed:
-        session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=TIMEOUT, sock_read=TIMEOUT)
-        )
-        app[CLIENT] = session
-    return session
+    return app[SESSIONS].get()
 
 
 async def close(app: web.Application) -> None:
-    session = app.get(CLIENT)
-    if session is not None:
-        await session.close()
+    await app[SESSIONS].close()
 
 
 class Api:
