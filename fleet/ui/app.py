@@ -95,7 +95,8 @@ async def events(request: web.Request) -> web.StreamResponse:
     """``/ui/events``: the API's change stream, relayed with the caller's token."""
     api = client.Api(request)
     try:
-        upstream = await api.stream("/api/v1/events", request.headers.get("Last-Event-ID"))
+        last = request.headers.get("Last-Event-ID") or request.query.get("after")
+        upstream = await api.stream("/api/v1/events", last)
     except client.ApiProblem as e:
         raise web.HTTPUnauthorized() if e.status == 401 else web.HTTPBadGateway() from None
     response = web.StreamResponse(

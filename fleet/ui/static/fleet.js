@@ -14,6 +14,8 @@
   const watch = body.dataset.watch || "";
   const status = document.getElementById("live-status");
   let lastRefresh = 0;
+  // The view version the page was rendered from; events name what changed after it.
+  let known = Number(body.dataset.view || "0");
   let pending = null;
   let failures = 0;
   let poller = null;
@@ -37,6 +39,7 @@
     } catch (e) { say("update failed; retrying"); return; }
     if (!response.ok) { say("update failed (" + response.status + ")"); return; }
     const html = await response.text();
+    if (editing()) { say("updates paused while you edit"); return; }
     const next = new DOMParser().parseFromString(html, "text/html").getElementById("live");
     const live = document.getElementById("live");
     if (!next || !live) return;
@@ -44,7 +47,6 @@
     live.replaceChildren(...Array.from(next.childNodes).map((n) => document.importNode(n, true)));
     wire(live);
     if (focusedId) { const again = document.getElementById(focusedId); if (again) again.focus(); }
-    body.dataset.version = String((Number(body.dataset.version || "0") + 1));
     say("updated " + new Date().toLocaleTimeString());
   }
 
@@ -69,14 +71,15 @@
   function listen() {
     if (!watch) return;
     if (!("EventSource" in window)) { poll(); return; }
-    const source = new EventSource("/ui/events");
+    const source = new EventSource("/ui/events?after=" + known);
     source.addEventListener("open", () => { failures = 0; say("updates: live"); });
     source.addEventListener("view", (event) => {
       let change;
       try { change = JSON.parse(event.data); } catch (e) { return; }
+      if (change.version <= known && change.complete) return;
+      known = change.version;
       body.dataset.view = String(change.version);
-      if (concerns(change) && body.dataset.seen !== undefined) schedule();
-      body.dataset.seen = "1";
+      if (concerns(change)) schedule();
     });
     source.addEventListener("error", () => {
       failures += 1;
