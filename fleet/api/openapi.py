@@ -490,6 +490,9 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/api/v1/jobs/{namespace}/{name}/submitted",
         "The PropagationPolicy and the PyTorchJob as submitted, as YAML",
         "jobs",
+        access="team",
+        description="A team token reads those of its own queues' jobs only (like the events "
+        "of a job).",
         parameters=JOB_PATH,
         replies=(
             Reply(200, "The documents.", str, ("application/yaml",)),

@@ -38,6 +38,11 @@ DESIGN_ROUTES = {
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/api/v1/openapi.json"),
+    # the dashboard's read routes (fleet.api.live)
+    ("GET", "/api/v1/whoami"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/clusters/{name}/cells"),
+    ("GET", "/api/v1/jobs/{namespace}/{name}/submitted"),
 }
 NOT_SERVED = {("GET", "/metrics")}
 
