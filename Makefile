@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-fuzz plan serve
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-ui plan serve
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ bench-api: install
 # schemathesis against fleet serve on SQLite (BENCH_FUZZ_ARGS="--examples 500").
 bench-fuzz: install
 	$(PY) bench/bench_fuzz.py $(BENCH_FUZZ_ARGS)
+
+# The dashboard's pages with 1,000 queues and 10,000 jobs (BENCH_UI_ARGS="--rounds 20").
+bench-ui: install
+	$(PY) bench/bench_ui.py $(BENCH_UI_ARGS)
 
 serve: install
 	$(VENV)/bin/fleet serve

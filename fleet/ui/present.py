@@ -65,6 +65,28 @@ def vc_class(name: str | None) -> str:
     return f"vc-{digest[0] % PALETTE_SIZE}"
 
 
+def vc_classes(names: Iterable[str]) -> dict[str, str]:
+    """A colour class per queue of one view, distinct while there are enough colours.
+
+    Each queue keeps its own class (:func:`vc_class`) unless a queue before it
+    (by name) has it already; it then takes the next class nobody on the view has.
+    """
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for name in sorted(set(names)):
+        cls = vc_class(name)
+        if cls in taken and len(taken) < PALETTE_SIZE:
+            start = int(cls.removeprefix("vc-"))
+            cls = next(
+                c
+                for i in range(PALETTE_SIZE)
+                if (c := f"vc-{(start + i) % PALETTE_SIZE}") not in taken
+            )
+        taken.add(cls)
+        out[name] = cls
+    return out
+
+
 def vc_codes(names: Iterable[str]) -> dict[str, str]:
     """A short code per queue for the cell map's text: A, B, ... Z, then A1, B1, ..."""
     codes: dict[str, str] = {}

@@ -479,15 +479,16 @@ async def cluster(request: web.Request) -> web.Response:
     )
     # Codes from every leaf of the tree, so a queue has the same letter on every cluster.
     codes = present.vc_codes([*leaves, *queues])
+    colours = present.vc_classes(queues)
     base = "/ui/clusters/" + path(name)
     context = {
         "me": me,
         "title": f"Cluster {name}",
         "summary": summary,
         "cells": cells,
-        "legend": [(q, codes[q], present.vc_class(q)) for q in queues],
+        "legend": [(q, codes[q], colours[q]) for q in queues],
         "codes": codes,
-        "vc_class": present.vc_class,
+        "vc_class": lambda q: colours.get(q) or present.vc_class(q),
         "job_url": _job_url,
         "health_url": lambda node: base + "/nodes/" + quote(node, safe="") + "/health",
         "next": _url(base, **{"continue": cells["continue"]}) if cells.get("continue") else None,

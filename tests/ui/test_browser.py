@@ -222,6 +222,9 @@ def test_a_submission_from_queued_to_the_cell_map_to_succeeded(
     legend_colour = background(page, '#legend [data-vc="sandbox"] .cell-sample')
     free_colour = background(page, "#legend .cell-sample.vc-free")
     assert sandbox_colour == legend_colour != free_colour
+    legend = page.locator("#legend [data-vc] .cell-sample")
+    colours = legend.evaluate_all("es => es.map(e => getComputedStyle(e).backgroundColor)")
+    assert len(set(colours)) == len(colours)  # no two queues alike on one map
     title = cells.first.get_attribute("title") or ""
     assert "sandbox/follow" in title and "Running" in title and "borrowed" in title
     neighbour = fleet.call("GET", "/api/v1/jobs/team-a/neighbour")
