@@ -303,6 +303,10 @@ def _patch(node: Mapping[str, Any], form: Mapping[str, str]) -> dict[str, Any]:
     return patch
 
 
+def _canonical(patch: Mapping[str, Any]) -> str:
+    return json.dumps(patch, sort_keys=True, separators=(",", ":"))
+
+
 async def quota_edit(request: web.Request) -> web.Response:
     """POST a quota form: ``preview`` shows the dry run, ``save`` applies the change."""
     _same_origin(request)
@@ -315,7 +319,9 @@ async def quota_edit(request: web.Request) -> web.Response:
     except ApiProblem as e:
         return await _problem_page(request, e)
     patch = _patch(node, form)
-    save = form.get("action") == "save"
+    # Save only what the person saw previewed: a form changed since its dry run is
+    # previewed again instead.
+    save = form.get("action") == "save" and form.get("previewed") == _canonical(patch)
     context: dict[str, Any] = {
         "me": me,
         "title": f"Change quota of {name}",
@@ -323,6 +329,7 @@ async def quota_edit(request: web.Request) -> web.Response:
         "form": _quota_form(node, form),
         "patch": patch,
         "patch_text": json.dumps(patch, indent=2, sort_keys=True),
+        "previewed": _canonical(patch),
         "change": None,
         "problem": None,
     }

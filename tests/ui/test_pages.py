@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from html import unescape as html_unescape
 from pathlib import Path
 
 import yaml
@@ -104,8 +105,19 @@ async def test_a_quota_edit_shows_the_dry_run_then_saves_and_a_team_is_refused(a
     assert "dry run: nothing changed yet" in html and 'id="save"' in html
     tree = await api.call("GET", "/api/v1/queues/team-a", status=200)
     assert tree["max"]["nvidia.com/gpu"] == "32"  # unchanged by the preview
+    previewed = re.search(r'name="previewed" value="([^"]*)"', html)
+    assert previewed is not None
+    # A form changed after its preview is previewed again, not saved.
+    changed = {**form, "max:nvidia.com/gpu": "20", "action": "save", "previewed": previewed[1]}
+    again = await api.client.post("/ui/queues/team-a/quota", data=changed, headers=origin(api))
+    assert "dry run: nothing changed yet" in await again.text()
+    tree = await api.call("GET", "/api/v1/queues/team-a", status=200)
+    assert tree["max"]["nvidia.com/gpu"] == "32"
+    token = html_unescape(previewed[1])
     saved = await api.client.post(
-        "/ui/queues/team-a/quota", data={**form, "action": "save"}, headers=origin(api)
+        "/ui/queues/team-a/quota",
+        data={**form, "action": "save", "previewed": token},
+        headers=origin(api),
     )
     assert saved.status == 200
     assert "quota of team-a saved (version 2)" in await saved.text()
