@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-ui plan serve
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-kube bench-simulate bench-ui plan serve simulate-philly
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,6 +33,15 @@ bench-api: install
 # schemathesis against fleet serve on SQLite (BENCH_FUZZ_ARGS="--examples 500").
 bench-fuzz: install
 	$(PY) bench/bench_fuzz.py $(BENCH_FUZZ_ARGS)
+# Replay speed (jobs simulated per second) and start-time estimate errors on Philly.
+bench-simulate: install
+	$(PY) bench/bench_simulate.py --policies fleet,capacity,private
+	$(PY) bench/bench_estimates.py
+
+# Dispatch to a real member (kube-apiserver from scripts/kube-binaries): BENCH_KUBE_ARGS="--jobs 200".
+bench-kube: install
+	./scripts/kube-binaries --install-go >/dev/null
+	$(PY) bench/bench_kube.py $(BENCH_KUBE_ARGS)
 
 # The dashboard's pages with 1,000 queues and 10,000 jobs (BENCH_UI_ARGS="--rounds 20").
 bench-ui: install
@@ -43,3 +52,15 @@ serve: install
 
 plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml
+
+# The Philly policy comparison of the README: clusters and quota sized from the
+# trace, then fleet, capacity and private on the first SIM_JOBS jobs
+# (SIM_LIMIT= for the whole trace); results in simulation/philly/.
+SIM_JOBS ?= 5000
+SIM_LIMIT ?= --limit $(SIM_JOBS)
+PHILLY := data/traces/philly-vc/philly_vc_jobs.csv
+simulate-philly: install
+	$(VENV)/bin/fleet simulate gen-clusters --trace $(PHILLY) --format philly -o simulation/philly
+	$(VENV)/bin/fleet simulate --trace $(PHILLY) --clusters simulation/philly/clusters.yaml \
+	  --quota simulation/philly/quota.yaml --compare fleet,capacity,private $(SIM_LIMIT) \
+	  -o simulation/philly/compare

@@ -14,7 +14,8 @@ sleeper and lets every coroutine that can run, run, before it takes the next
 deadline.  So a woken sleeper that sleeps again, or wakes others through a
 queue, does so at the right time and in a reproducible order, and nothing
 ever sleeps for real.  :meth:`~VirtualClock.advance_to_next` jumps to the
-earliest deadline (what a trace simulator does between events).
+earliest deadline, and :meth:`~VirtualClock.advance_one` wakes only its first
+sleeper (what a trace replay does between events).
 
 "Let every coroutine run" (:meth:`~VirtualClock.run_until_idle`) yields to
 the event loop until its queue of ready callbacks is empty, that is until
@@ -220,6 +221,33 @@ class VirtualClock:
         deadline = self.next_deadline()
         if deadline is not None:
             await self.advance_to(deadline)
+        return deadline
+
+    async def advance_one(self) -> float | None:
+        """Wake only the earliest sleeper (the time moves to its deadline); the new time.
+
+        Like :meth:`advance_to_next`, but when several sleepers wait for the
+        same deadline only the first of them (the earliest sleep) wakes; the
+        others wake on the next calls, at the same time.  A driver that lets
+        everything settle between two calls (a trace replay) so handles
+        simultaneous wake-ups one at a time, in a fixed order.  None: no
+        sleeper (the time does not move).
+        """
+        if self._advancing:
+            raise RuntimeError("the clock is already being advanced")
+        await self.run_until_idle()
+        deadline = self.next_deadline()
+        if deadline is None:
+            return None
+        self._advancing = True
+        try:
+            _, _, future = heapq.heappop(self._heap)
+            self._now = deadline
+            self._live -= 1
+            future.set_result(None)
+            await self.run_until_idle()
+        finally:
+            self._advancing = False
         return deadline
 
     def _drop_dead_top(self) -> None:

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.clock import Clock
 from fleet.clusters.base import (
+    ClusterConflict,
     ClusterError,
     DispatchedJob,
     JobFinished,
@@ -45,6 +46,7 @@ from fleet.clusters.base import (
     JobStopped,
     MemberCluster,
     MemberEvent,
+    MemberReadiness,
     NodeHealth,
 )
 from fleet.core import events, snapshot
@@ -55,6 +57,7 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import Running, SchedulerState, Transition
+from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
 
@@ -201,6 +204,7 @@ class SchedulerLoop:
         self._watchers: list[asyncio.Task[None]] = []
         self._reasons: dict[str, str] = {}
         self._ids: dict[str, int] = {}  # job key -> row id
+        self.failover = Failover(db)
         self.iterations = 0
         #: the quota tree in force as its YAML document (the service sets it)
         self.tree_document = ""
@@ -216,6 +220,7 @@ class SchedulerLoop:
         """Rebuild the state from the database (then ``prepare`` it), redo open intents,
         start the loop."""
         await self._rebuild()
+        await self.failover.load(self._ids, self.clock.now())
         if prepare is not None:
             await prepare(self)
         for name, member in self.members.items():
@@ -293,6 +298,10 @@ class SchedulerLoop:
             await self._idle.wait()
             await asyncio.sleep(0)
 
+    def is_quiet(self) -> bool:
+        """Whether the loop waits with nothing to do (what :meth:`quiet` waits for)."""
+        return self._idle.is_set() and not self._wake.is_set()
+
     async def _sleep(self) -> None:
         if self._wake.is_set():
             return
@@ -316,6 +325,7 @@ class SchedulerLoop:
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
+        await self._fail_over()
         decisions = await self._off_loop(cycle, self.state)
         actions = await self._persist(decisions)
         await self._act(actions)
@@ -473,6 +483,8 @@ class SchedulerLoop:
     def _from_member(self, item: _FromMember) -> list[Transition]:
         event = item.event
         state = self.state
+        if not self.failover.observe(item.cluster, event, state):
+            return []  # failover's business (restarts, old copies)
         try:
             if isinstance(event, JobStarted):
                 if state.phase.get(event.key) is JobState.DISPATCHED:
@@ -489,9 +501,33 @@ class SchedulerLoop:
             elif isinstance(event, NodeHealth):
                 health = events.NodeHealthChanged(item.cluster, event.node, event.healthy)
                 return _moves(events.apply(state, health))
+            elif isinstance(event, MemberReadiness):
+                events.apply(state, events.ClusterReadiness(item.cluster, event.ready))
         except (KeyError, ValueError) as e:
             log.warning("ignored %s from %s: %s", event, item.cluster, e)
         return []
+
+    async def _fail_over(self) -> None:
+        """Fail over jobs unhealthy for too long, and purge old copies (:mod:`fleet.failover`)."""
+        now = self.clock.now()
+        due = await self.failover.due(self.state, self._ids, now)
+        changes: list[Transition] = []
+        for d in due:
+            log.warning("%s: %s", d.key, d.reason)
+            changes += _moves(events.apply(self.state, events.FailedOver(d.key, d.reason)))
+        if due:
+            await self._record(changes, now, also=[self._failover_write(due, now)])
+        done = await self.failover.purge(self.state, self.members)
+        if done:
+            await self._record([], now, done=done)
+
+    def _failover_write(self, due: Sequence[Due], now: float) -> Also:
+        """The failed-over jobs' narrowed records and purge intents, for :meth:`_record`."""
+
+        async def write(session: AsyncSession) -> None:
+            await self.failover.write(session, due, self.state, self._ids, now)
+
+        return write
 
     # Persisting decisions ----------------------------------------------------------------
     async def _record(
@@ -630,6 +666,7 @@ class SchedulerLoop:
     async def _act(self, actions: Sequence[_Action]) -> None:
         changes: list[Transition] = []
         done: list[int] = []  # intents carried out
+        conflicts: list[Due] = []
         for number, action in enumerate(actions, 1):
             if number % _ACTIONS_PER_TURN == 0:
                 await asyncio.sleep(0)  # let the API answer between long runs of actions
@@ -641,6 +678,11 @@ class SchedulerLoop:
                 if run is not None and member is not None:
                     try:
                         await member.create(_dispatched(head, action.manifest, run, action.started))
+                    except ClusterConflict as e:
+                        # Another object holds the name there: never overwrite it, go elsewhere.
+                        why = f"not created in {run.cluster}: {e.message}"
+                        changes += _moves(events.apply(self.state, events.FailedOver(key, why)))
+                        conflicts.append(Due(key, run.cluster, why, None))
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
@@ -658,7 +700,9 @@ class SchedulerLoop:
                         continue  # the intent stays open and is redone at start
             if action.intent is not None:
                 done.append(action.intent)
-        await self._record(changes, self.clock.now(), done=done)
+        now = self.clock.now()
+        also = [self._failover_write(conflicts, now)] if conflicts else []
+        await self._record(changes, now, done=done, also=also)
 
     # Publishing ---------------------------------------------------------------------------
     def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:

@@ -15,12 +15,14 @@ import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
 from fleet import admin
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
+from fleet.clusters.kube.cluster import KubeCluster
 from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.placement import Placer
@@ -82,19 +84,13 @@ def _dump(cluster: MemberClusterModel) -> str:
     return yaml.safe_dump(cluster.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
-def vc_gpus(cluster: MemberClusterModel) -> dict[str, int]:
-    """Virtual cluster -> the GPUs (leaf cells) it is guaranteed in ``cluster``."""
-    config = cluster.cell_config()
-    types = config.cell_types
+def clusters_document(svc: Service) -> str:
+    """The member clusters in force as one multi-document YAML text."""
+    return "---\n".join(_dump(cluster) for cluster in svc.clusters)
 
-    def leaves(cell_type: str) -> int:
-        t = types[cell_type]
-        return 1 if t.child is None else t.child_number * leaves(t.child)
 
-    out: dict[str, int] = {}
-    for name, vc in config.vcs.items():
-        out[name] = sum(cell.number * leaves(cell.cell_type) for cell in vc.cells)
-    return out
+#: Virtual cluster -> the GPUs it is guaranteed in a cluster (kept here for callers).
+vc_gpus = convert.vc_gpus
 
 
 def _members(
@@ -103,18 +99,23 @@ def _members(
     placers: dict[str, Placer] = {}
     members: dict[str, MemberCluster] = {}
     for cluster in clusters:
-        if not cluster.spec.simulated:
-            raise ConfigurationError(
-                f"member cluster {cluster.name}: only simulated clusters are supported so far"
-            )
         placers[cluster.name] = CellPlacer(cluster.name, cluster.cell_config())
-        members[cluster.name] = SimulatedCluster(cluster.name, clock)
+        kubeconfig = cluster.spec.kubeconfig
+        if kubeconfig is None:
+            members[cluster.name] = SimulatedCluster(cluster.name, clock)
+        else:
+            nodes = sorted(cluster.cell_config().nodes())
+            path = Path(kubeconfig.path)
+            members[cluster.name] = KubeCluster(
+                cluster.name, clock, path, kubeconfig.context, nodes
+            )
     return placers, members
 
 
 async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> Service:
     """Open, configure and start everything; see the module docstring."""
     db = await open_database(settings.database_url)
+    members: dict[str, MemberCluster] = {}
     try:
         tree_text, clusters_text = await _configuration(db, settings, clock)
         tree, warnings = convert.load_quota(tree_text)
@@ -122,6 +123,9 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
             log.warning("quota tree: %s", warning)
         clusters = convert.load_clusters(clusters_text)
         placers, members = _members(clusters, clock)
+        for member in members.values():
+            if isinstance(member, KubeCluster):
+                await member.start()
         loop = SchedulerLoop(
             db,
             clock,
@@ -136,6 +140,8 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         await loop.start(functools.partial(admin.restore, grace=settings.quota_cut_grace))
         submissions = Intake(db, clock, loop.submitted)
     except BaseException:
+        for member in members.values():
+            await member.close()
         await db.close()
         raise
     log.info(
@@ -150,4 +156,6 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
 async def stop(service: Service) -> None:
     await service.intake.close()
     await service.loop.stop()
+    for member in service.loop.members.values():
+        await member.close()
     await service.db.close()

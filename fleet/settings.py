@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         description="Seconds after a quota cut before the newest over-limit jobs are "
         "preempted; none: never.",
     )
+    estimate_interval: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds between two refreshes of the pending jobs' estimated start "
+        "times (a forecast by the simulator; only when something changed); 0 turns it off.",
+    )
 
     @model_validator(mode="after")
     def _no_tokens_means_loopback(self) -> Settings:

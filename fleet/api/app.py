@@ -25,6 +25,7 @@ from fleet.api.problems import ProblemError, http_problem, problem_middleware, p
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
+from fleet.sim import forecast
 from fleet.store.database import unavailable
 from fleet.ui import app as ui
 
@@ -76,9 +77,20 @@ def create_app(
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
+        estimator = forecast.Estimator(
+            svc.db,
+            svc.clock,
+            lambda: (svc.tree_document, service.clusters_document(svc)),
+            interval=settings.estimate_interval,
+            changed=lambda: (svc.loop.view.queues, svc.loop.view.pending),
+        )
+        app[keys.ESTIMATOR] = estimator
+        if settings.estimate_interval > 0:
+            estimator.start()
         try:
             yield
         finally:
+            await estimator.stop()
             await service.stop(svc)
 
     app.cleanup_ctx.append(run_service)

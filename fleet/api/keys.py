@@ -10,6 +10,7 @@ from fleet.api.openapi import Route
 from fleet.api.tokens import Caller, TokenStore
 from fleet.service import Service
 from fleet.settings import Settings
+from fleet.sim.forecast import Estimator
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 SERVICE: Final = web.AppKey("service", Service)
@@ -19,3 +20,4 @@ TOKENS: Final = web.AppKey("tokens", TokenStore)
 ROUTE_TABLE: Final = web.AppKey("routes", dict[str, Route])
 #: the authenticated caller of a request
 CALLER_KEY: Final = web.RequestKey("caller", Caller)
+ESTIMATOR: Final = web.AppKey("estimator", Estimator)

@@ -413,6 +413,47 @@ ROUTES: Final[tuple[Route, ...]] = (
         ),
     ),
     Route(
+        "simulateQuotaTree",
+        "POST",
+        "/api/v1/quota-tree",
+        "What a proposed quota tree would do to the live queue (dryRun=Simulate)",
+        "queues",
+        parameters=(
+            Parameter(
+                "dryRun",
+                "query",
+                "Must be Simulate: nothing is applied; the live queue and running jobs are "
+                "replayed by the simulator against the tree in force and the proposed one.",
+                Literal["Simulate"],
+                required=True,
+            ),
+            Parameter(
+                "horizon",
+                "query",
+                "Seconds of simulated time each forecast covers at most.",
+                Annotated[int, Field(ge=60, le=2_592_000)],
+                default=86_400,
+            ),
+        ),
+        body=RequestBody(YAML_MEDIA_TYPES, "One ElasticQuotaTree document: the proposed tree."),
+        description="Which waiting jobs would start sooner or later, which running jobs "
+        "would be preempted, and each queue's expected wait; nothing is stored.",
+        replies=(
+            Reply(200, "The two forecasts compared.", schemas.QuotaTreeSimulation),
+            _problem(
+                400, "dryRun is not Simulate, horizon is malformed, or the body is not UTF-8."
+            ),
+            UNAUTHORIZED,
+            _problem(413, "The body is larger than the service reads."),
+            _problem(415, "The body is not YAML."),
+            _problem(
+                422,
+                "The tree is not valid (every error has its field path), or it has no leaf "
+                "for the queue of a job that runs or waits.",
+            ),
+        ),
+    ),
+    Route(
         "listClusters",
         "GET",
         "/api/v1/clusters",

@@ -18,12 +18,15 @@ from typing import Final
 
 from aiohttp import web
 
-from fleet import intake
+from fleet import intake, service
 from fleet.api import admin_routes, auth, keys, live, openapi, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
     conflict,
+    field_error,
+    from_spec_error,
+    invalid,
     not_found,
     unsupported_media_type,
 )
@@ -32,7 +35,10 @@ from fleet.core import snapshot
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.loop import QueueView
+from fleet.manifests import convert
+from fleet.manifests.errors import SpecError
 from fleet.service import Service
+from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 from fleet.store.models import JobEventRow, JobRow
@@ -176,6 +182,19 @@ def _reason(svc: Service, row: JobRow) -> str | None:
     return row.reason or None
 
 
+def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
+    """The latest forecast's estimated start of waiting job ``key`` (None: none)."""
+    latest = request.app[keys.ESTIMATOR].latest
+    found = forecast.estimate_of(latest, key)
+    if latest is None or found is None:
+        return None
+    return schemas.EstimatedStart(
+        time=None if found.start is None else _time(found.start),
+        assumes=f"{found.assumes}; {latest.assumes}",
+        computed_at=_time(latest.at),
+    )
+
+
 async def get_job(request: web.Request) -> web.Response:
     """``GET /api/v1/jobs/{namespace}/{name}``: state, placement, reason, events."""
     svc = _svc(request)
@@ -190,6 +209,11 @@ async def get_job(request: web.Request) -> web.Response:
         placement=_placement(row),
         reason=_reason(svc, row),
         suspended=row.suspended,
+        estimated_start=(
+            _estimate(request, f"{row.namespace}/{row.name}")
+            if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
+            else None
+        ),
         # A team token sees the events of its own queues' jobs only.
         events=[_event(e) for e in events] if auth.caller(request).may_act_in(row.queue) else [],
     )
@@ -244,6 +268,7 @@ async def get_queue(request: web.Request) -> web.Response:
             priority_class=p.priority_class,
             request=dict(p.request),
             reason=p.reason,
+            estimated_start=_estimate(request, p.job),
         )
         for i, p in enumerate(view.pending.get(name, ()))
     ]
@@ -252,6 +277,69 @@ async def get_queue(request: web.Request) -> web.Response:
 
 async def get_quota_tree(request: web.Request) -> web.Response:
     return web.Response(text=_svc(request).tree_document, content_type="application/yaml")
+
+
+async def simulate_quota_tree(request: web.Request) -> web.Response:
+    """``POST /api/v1/quota-tree?dryRun=Simulate``: the proposed tree against the live queue."""
+    svc = _svc(request)
+    if request.query.get("dryRun") != "Simulate":
+        raise ProblemError(
+            bad_request("POST /api/v1/quota-tree only simulates: add ?dryRun=Simulate")
+        )
+    horizon = _int_param(request, "horizon", 86_400, low=60, high=2_592_000)
+    if request.content_type not in YAML_MEDIA_TYPES:
+        raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
+    try:
+        text = (await request.read()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProblemError(bad_request("the request body is not UTF-8 text")) from None
+    try:
+        tree, _ = convert.load_quota(text)
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e, instance=request.path)) from None
+    try:
+        result = await forecast.compare(
+            svc.db,
+            svc.tree_document,
+            text,
+            tree.leaves(),
+            service.clusters_document(svc),
+            svc.clock.now(),
+            horizon=float(horizon),
+        )
+    except forecast.UnknownQueues as e:
+        raise ProblemError(invalid([field_error(str(e), path="spec.root")])) from None
+    except ValueError as e:  # the live jobs cannot be restored under the proposal
+        message = f"the proposed tree cannot hold the live jobs: {e}"
+        raise ProblemError(invalid([field_error(message, path="spec.root")])) from None
+
+    def when(t: float | None) -> datetime.datetime | None:
+        return None if t is None else _time(t)
+
+    body = schemas.QuotaTreeSimulation(
+        computed_at=_time(result.at),
+        horizon_seconds=result.horizon,
+        assumes=result.assumes,
+        jobs=[
+            schemas.JobStartChange(
+                job=j.job,
+                queue=j.queue,
+                current=when(j.current),
+                proposed=when(j.proposed),
+                change=j.change,
+            )
+            for j in result.jobs
+        ],
+        preempted=[
+            schemas.PreemptionChange(job=k, current=a, proposed=b)
+            for k, (a, b) in result.preempted.items()
+        ],
+        queues=[
+            schemas.QueueWait(name=q, current_wait_seconds=a, proposed_wait_seconds=b)
+            for q, (a, b) in result.waits.items()
+        ],
+    )
+    return schemas.json_response(body)
 
 
 async def list_clusters(request: web.Request) -> web.Response:
@@ -264,7 +352,8 @@ async def list_clusters(request: web.Request) -> web.Response:
         if cluster.name not in svc.loop.members:
             continue  # drained and removed
         member = svc.loop.members.get(cluster.name)
-        reachable = member is not None and (await member.health()).reachable
+        health = await member.health() if member is not None else None
+        reachable = health is not None and health.reachable
         gpus = view.clusters.get(cluster.name)
         total, used = (gpus.total, gpus.used) if gpus else (0, 0)
         vcs = gpus.vcs if gpus else {}
@@ -276,6 +365,7 @@ async def list_clusters(request: web.Request) -> web.Response:
                 health=schemas.ClusterHealth.HEALTHY
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
+                message=health.message if health is not None else "no member backend",
                 bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
                 draining=cluster.name in svc.loop.state.draining,
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
@@ -326,6 +416,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "listQueues": list_queues,
     "getQueue": get_queue,
     "getQuotaTree": get_quota_tree,
+    "simulateQuotaTree": simulate_quota_tree,
     "listClusters": list_clusters,
     "liveness": liveness,
     "readiness": readiness,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -158,9 +158,70 @@ class JobDetail(Schema):
         default=False, description="Its PropagationPolicy holds it in the queue."
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    estimated_start: EstimatedStart | None = Field(
+        default=None,
+        description="For a waiting job, when it is expected to start (null: no forecast yet).",
+    )
     events: list[JobEvent] = Field(
         default_factory=list, description="Every recorded event, oldest first."
     )
+
+
+class EstimatedStart(Schema):
+    """When a waiting job is expected to start, by the simulator run forward from now."""
+
+    time: datetime.datetime | None = Field(
+        description="The expected start; null when it is not within the forecast's bounds."
+    )
+    assumes: str = Field(
+        description="What the estimate assumes: this job's run time and the forecast's rules."
+    )
+    computed_at: datetime.datetime = Field(description="When the forecast was made.")
+
+
+class JobStartChange(Schema):
+    """A waiting job's estimated start with the tree in force and with a proposed one."""
+
+    job: str = Field(description="namespace/name of the job.")
+    queue: str = Field(description="Its leaf queue.")
+    current: datetime.datetime | None = Field(
+        description="Estimated start with the tree in force (null: not within the horizon)."
+    )
+    proposed: datetime.datetime | None = Field(
+        description="Estimated start with the proposed tree (null: not within the horizon)."
+    )
+    change: Literal["sooner", "later", "same", "starts", "no longer starts"] = Field(
+        description="How the proposal moves its start."
+    )
+
+
+class PreemptionChange(Schema):
+    """A running job that a forecast preempts."""
+
+    job: str = Field(description="namespace/name of the job.")
+    current: int = Field(description="Preemptions with the tree in force.")
+    proposed: int = Field(description="Preemptions with the proposed tree.")
+
+
+class QueueWait(Schema):
+    """A leaf queue's mean expected wait over its waiting jobs that start within the horizon."""
+
+    name: str = Field(description="The leaf queue.")
+    current_wait_seconds: float | None = Field(description="With the tree in force.")
+    proposed_wait_seconds: float | None = Field(description="With the proposed tree.")
+
+
+class QuotaTreeSimulation(Schema):
+    """What replacing the quota tree would do to the live queue, before anyone applies it."""
+
+    computed_at: datetime.datetime = Field(description="The live state the forecasts start from.")
+    horizon_seconds: float = Field(description="Simulated time each forecast covers at most.")
+    assumes: str = Field(description="What the forecasts assume.")
+    jobs: list[JobStartChange] = Field(description="Every waiting job, in queue order.")
+    preempted: list[PreemptionChange] = Field(
+        description="Running jobs that either forecast preempts."
+    )
+    queues: list[QueueWait] = Field(description="Expected waits per leaf queue with waiting jobs.")
 
 
 class JobList(Schema):
@@ -215,6 +276,9 @@ class PendingJob(Schema):
     priority_class: str = Field(description="The job's priority class.")
     request: Quantities = Field(description="What admitting it would charge the queue.")
     reason: str = Field(description="Why it is not admitted yet.")
+    estimated_start: EstimatedStart | None = Field(
+        default=None, description="When it is expected to start (null: no forecast yet)."
+    )
 
 
 class QueueDetail(_QueueFields):
@@ -262,6 +326,10 @@ class ClusterSummary(Schema):
     )
     simulated: bool = Field(description="Whether Fleet runs its jobs in process.")
     health: ClusterHealth = Field(description="Healthy, Degraded, Unreachable or Unknown.")
+    message: str = Field(
+        default="",
+        description="What the member backend says: why it is not ready, or how it is doing.",
+    )
     bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
     draining: bool = Field(
         default=False, description="Nothing new is admitted; removed once its jobs ended."

@@ -336,6 +336,10 @@ def _describe(args: argparse.Namespace) -> int:
         ("Reason", "reason"),
     ):
         print(f"{label + ':':16}{job.get(key) if job.get(key) not in (None, '') else '-'}")
+    estimate = job.get("estimatedStart")
+    if estimate:
+        when = estimate.get("time") or "not within the forecast"
+        print(f"{'Estimated start:':17}{when} (assumes: {estimate.get('assumes', '')})")
     print("Placement:")
     placement = [(p["replica"], p["node"], ",".join(map(str, p["gpus"]))) for p in job["placement"]]
     print("  " + table(("REPLICA", "NODE", "GPUS"), placement).replace("\n", "\n  "))

@@ -48,6 +48,13 @@ def add_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="seconds between scheduling cycles; a cycle also runs after changes (default 5)",
     )
+    p.add_argument(
+        "--estimate-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between refreshes of the waiting jobs' estimated starts (default 30; "
+        "0 turns them off)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     p.add_argument(
         "--tokens-file",
@@ -80,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             "clusters",
             "quota",
             "schedule_interval",
+            "estimate_interval",
             "log_level",
             "tokens_file",
         )

@@ -227,7 +227,29 @@ class NodeHealth:
     at: float
 
 
-MemberEvent = JobStarted | JobFinished | JobStopped | NodeHealth
+@dataclass(frozen=True, slots=True)
+class JobRestarting:
+    """The job's pods keep failing and restarting (``restarting``), or it runs well again."""
+
+    cluster: str
+    key: str
+    uid: str
+    at: float
+    restarting: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReadiness:
+    """The member became ready (Fleet may dispatch there), or not, and why not."""
+
+    cluster: str
+    ready: bool
+    reason: str
+    at: float
+
+
+MemberEvent = JobStarted | JobFinished | JobStopped | NodeHealth | JobRestarting | MemberReadiness
 
 
 # The interface -----------------------------------------------------------------------

@@ -46,6 +46,7 @@ from fleet.clusters.base import (
     JobStopped,
     MemberCluster,
     MemberEvent,
+    MemberReadiness,
     NodeHealth,
     split_key,
 )
@@ -223,8 +224,15 @@ class SimulatedCluster:
         self._events.put_nowait(NodeHealth(self._name, node, healthy, self._clock.now()))
 
     def set_reachable(self, reachable: bool, message: str = "unreachable") -> None:
-        """Make create and delete fail with ``message`` (or work again); jobs keep running."""
+        """Make create and delete fail with ``message`` (or work again); jobs keep running.
+
+        A change is reported as :class:`MemberReadiness` (failover's clock).
+        """
+        changed = (self._unreachable is None) != reachable
         self._unreachable = None if reachable else message
+        if changed:
+            why = "" if reachable else message
+            self._events.put_nowait(MemberReadiness(self._name, reachable, why, self._clock.now()))
 
     # Internals.
 

@@ -33,7 +33,7 @@ def place(
     """The best fit for ``pods`` of ``job`` in ``mode`` over the allowed clusters, or why not."""
     placers = candidates(run, job)
     if not placers:
-        return "no member cluster is allowed by the job's placement policy"
+        return _nowhere(run, job)
     need = _sum(pods)
     best: tuple[tuple[int, float, float, str], Fit] | None = None
     misses: list[str] = []
@@ -119,14 +119,26 @@ def place_with_preemption(
     return best[1] if best else None
 
 
+def _nowhere(run: CycleRun, job: Job) -> str:
+    """Why no cluster is a candidate for ``job``."""
+    allowed = [n for n in run.state.placers if job.clusters is None or n in job.clusters]
+    if not allowed:
+        return "no member cluster is allowed by the job's placement policy"
+    why = [f"{n} {'is not ready' if n in run.state.unready else 'is draining'}" for n in allowed]
+    return "no allowed member cluster takes new jobs: " + ", ".join(why[:3])
+
+
 def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
     """The clusters ``job`` may use with their load, least loaded first (then by name)."""
     out: list[tuple[float, Placer]] = []
     draining = run.state.draining
+    unready = run.state.unready
     for name, placer in run.state.placers.items():
         if job.clusters is not None and name not in job.clusters:
             continue
         if draining and name in draining:
+            continue
+        if unready and name in unready:
             continue
         room = run.places.room.get(name)
         if room is None:

@@ -72,6 +72,19 @@ class DispatchFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedOver:
+    """The job was unhealthy in its member for too long: queue it again, away from that member.
+
+    Its cells and quota are released; the job is queued with the member it
+    ran in taken out of its allowed clusters (all clusters when it had no
+    affinity), so the next admission places it elsewhere.
+    """
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     """The preempted job's pods are gone: queue it again."""
 
@@ -130,6 +143,18 @@ class ClusterDraining:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterReadiness:
+    """A member cluster is ready, or not (unreachable, refusing Fleet, no CRD).
+
+    Nothing new is admitted to a member that is not ready; its running jobs
+    stay (failover, in the shell, decides when they go elsewhere).
+    """
+
+    name: str
+    ready: bool
+
+
 class ClusterInUse(ValueError):
     """A cluster change that running jobs forbid; ``jobs`` names them."""
 
@@ -159,6 +184,7 @@ Event = (
     | Finished
     | Cancelled
     | DispatchFailed
+    | FailedOver
     | Stopped
     | NodeHealthChanged
     | QuotaTreeReplaced
@@ -166,6 +192,7 @@ Event = (
     | ClusterAdded
     | ClusterReplaced
     | ClusterDraining
+    | ClusterReadiness
     | ClusterRemoved
     | ClockAdvanced
 )
@@ -197,6 +224,8 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _cancelled(state, event)
         case DispatchFailed():
             return _dispatch_failed(state, event)
+        case FailedOver():
+            return _failed_over(state, event)
         case Stopped():
             return _stopped(state, event)
         case NodeHealthChanged():
@@ -211,6 +240,8 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _cluster_replaced(state, event)
         case ClusterDraining():
             return _cluster_draining(state, event)
+        case ClusterReadiness():
+            return _cluster_readiness(state, event)
         case ClusterRemoved():
             return _cluster_removed(state, event)
         case ClockAdvanced():
@@ -261,6 +292,15 @@ def _dispatch_failed(state: SchedulerState, event: DispatchFailed) -> list[Outco
     lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
     job = state.release(key).job
     state.enqueue(job)
+    return [state.move(key, JobState.QUEUED, event.reason)]
+
+
+def _failed_over(state: SchedulerState, event: FailedOver) -> list[Outcome]:
+    key = event.key
+    lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
+    run = state.release(key)
+    allowed = run.job.clusters if run.job.clusters is not None else frozenset(state.placers)
+    state.enqueue(dataclasses.replace(run.job, clusters=allowed - {run.cluster}))
     return [state.move(key, JobState.QUEUED, event.reason)]
 
 
@@ -349,10 +389,21 @@ def _cluster_draining(state: SchedulerState, event: ClusterDraining) -> list[Out
     return []
 
 
+def _cluster_readiness(state: SchedulerState, event: ClusterReadiness) -> list[Outcome]:
+    if event.name not in state.placers:
+        raise KeyError(f"no member cluster named {event.name!r}")
+    if event.ready:
+        state.unready.discard(event.name)
+    else:
+        state.unready.add(event.name)
+    return []
+
+
 def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outcome]:
     if event.name not in state.placers:
         raise KeyError(f"no member cluster named {event.name!r}")
     state.draining.discard(event.name)
+    state.unready.discard(event.name)
     out: list[Outcome] = []
     why = f"member cluster {event.name} was removed"
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:

@@ -132,6 +132,8 @@ class SchedulerState:
         self.cut_grace: float | None = None
         #: member clusters being drained: nothing new is admitted there
         self.draining: set[str] = set()
+        #: member clusters that are not ready (as their members say): nothing new is admitted
+        self.unready: set[str] = set()
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

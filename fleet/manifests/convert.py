@@ -544,3 +544,18 @@ def load_submitted_jobs(
     if issues:
         raise SpecError(issues)
     return out
+
+
+def vc_gpus(cluster: MemberClusterModel) -> dict[str, int]:
+    """Virtual cluster -> the GPUs (leaf cells) it is guaranteed in ``cluster``."""
+    config = cluster.cell_config()
+    types = config.cell_types
+
+    def leaves(cell_type: str) -> int:
+        t = types[cell_type]
+        return 1 if t.child is None else t.child_number * leaves(t.child)
+
+    out: dict[str, int] = {}
+    for name, vc in config.vcs.items():
+        out[name] = sum(cell.number * leaves(cell.cell_type) for cell in vc.cells)
+    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import resources
@@ -40,6 +41,17 @@ SQLITE_BUSY_TIMEOUT_MS: Final = 10_000
 POSTGRES_POOL_SIZE: Final = 32
 
 
+class Durability(enum.Enum):
+    """How hard SQLite works to keep commits across a power loss (PostgreSQL: always)."""
+
+    #: WAL with ``synchronous=NORMAL``: the service's setting.
+    SAFE = "safe"
+    #: WAL without waiting for the disk (``synchronous=OFF``): for a throwaway
+    #: file, such as a simulator's replay; a crash of the process loses nothing,
+    #: a crash of the machine may.
+    FAST = "fast"
+
+
 class DatabaseError(Exception):
     """The database cannot be opened or migrated."""
 
@@ -54,7 +66,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
+def _sqlite_engine(url: str, *, immediate: bool, durability: Durability) -> AsyncEngine:
     engine = create_async_engine(url)
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -65,7 +77,8 @@ def _sqlite_engine(url: str, *, immediate: bool) -> AsyncEngine:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        sync = "OFF" if durability is Durability.FAST else "NORMAL"
+        cursor.execute(f"PRAGMA synchronous={sync}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -123,15 +136,17 @@ def unavailable(error: BaseException) -> bool:
     return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError | OSError)
 
 
-async def open_database(url: str, *, migrate: bool = True) -> Database:
+async def open_database(
+    url: str, *, migrate: bool = True, durability: Durability = Durability.SAFE
+) -> Database:
     """Open ``url`` (``sqlite+aiosqlite:///...`` or ``postgresql+asyncpg://...``) and migrate it."""
     try:
         backend = make_url(url).get_backend_name()
     except Exception as e:  # sqlalchemy raises ArgumentError for a malformed URL
         raise DatabaseError(f"not a database URL: {url!r} ({e})") from e
     if backend == "sqlite":
-        writer = _sqlite_engine(url, immediate=True)
-        reader = _sqlite_engine(url, immediate=False)
+        writer = _sqlite_engine(url, immediate=True, durability=durability)
+        reader = _sqlite_engine(url, immediate=False, durability=durability)
     elif backend == "postgresql":
         # Enough connections for the API's concurrent requests and the loop.  No
         # ping before each use (it costs three round trips per transaction): a

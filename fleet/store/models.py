@@ -15,6 +15,8 @@ virtual time is recorded as it is.
 * ``job_events``: every lifecycle transition and notable event, append-only.
 * ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
 * ``clusters``: the member clusters (MemberCluster documents).
+* ``unhealthy_jobs``: since when a running job has been unhealthy in its member
+  (the failover clock, kept across restarts).
 * ``intents``: what the loop decided to do to a member cluster and has not
   yet confirmed (create, delete), and cancellations users asked for that the
   loop has not yet carried out (cancel); redone after a crash, idempotently.
@@ -159,3 +161,20 @@ class QuotaCutRow(Base):
 
     node: Mapped[str] = mapped_column(String(253), primary_key=True)
     since: Mapped[float] = mapped_column(Float)
+
+
+class UnhealthyJobRow(Base):
+    """Since when a running job has been unhealthy in its member (failover's clock).
+
+    Kept so that a restart of Fleet does not reset the clock; the row goes
+    when the job is healthy again, ends, or is failed over.
+    """
+
+    __tablename__ = "unhealthy_jobs"
+
+    job_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    cluster: Mapped[str] = mapped_column(String(253))
+    since: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")

@@ -255,6 +255,7 @@ async def queue(request: web.Request) -> web.Response:
         else None,
         "vc_class": present.vc_class,
         "job_url": _job_url,
+        "short_time": present.short_time,
         "watch": "any",
         # Shown to every caller: the API decides (a team token's change is refused, 403).
         "form": _quota_form(node),
@@ -426,6 +427,7 @@ async def job(request: web.Request) -> web.Response:
         "waited": present.waited(detail.get("submittedAt"), now),
         "submitted": present.short_time(detail.get("submittedAt")),
         "may_cancel": _may_act(me, detail["queue"]) and detail["state"] not in TERMINAL,
+        "short_time": present.short_time,
         "vc_class": present.vc_class,
         "cancel_url": "/ui/jobs/" + path(namespace, name) + "/cancel",
         "watch": "job:" + f"{namespace}/{name}",

@@ -84,6 +84,13 @@ CASES = [
         lambda c: {"json": {"max": {"nvidia.com/gpu": 16}}},
     ),
     Case("quotaTreeHistory", "GET", lambda c: "/api/v1/quota-tree/history", READ),
+    Case(
+        "simulateQuotaTree",
+        "POST",
+        lambda c: "/api/v1/quota-tree?dryRun=Simulate&horizon=3600",
+        READ,
+        lambda c: {"data": TREE, "headers": YAML},
+    ),
     Case("listClusters", "GET", lambda c: "/api/v1/clusters", READ),
     Case(
         "putCluster",

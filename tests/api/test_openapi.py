@@ -38,6 +38,7 @@ DESIGN_ROUTES = {
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/api/v1/openapi.json"),
+    ("POST", "/api/v1/quota-tree"),  # dryRun=Simulate: what a proposed tree would do
     # the dashboard's read routes (fleet.api.live)
     ("GET", "/api/v1/whoami"),
     ("GET", "/api/v1/events"),

@@ -141,6 +141,7 @@ def test_queues_list_and_detail() -> None:
             "priorityClass": "test",
             "request": {"nvidia.com/gpu": "8"},
             "reason": "queue team-a at max nvidia.com/gpu 32/32",
+            "estimatedStart": None,
         }
     ]
 

@@ -73,6 +73,8 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet edit",
         "fleet token",
         "fleet token create",
+        "fleet simulate",
+        "fleet simulate gen-clusters",
     }
 
 

@@ -28,6 +28,7 @@ from fleet.clusters.base import (
     JobStarted,
     JobStopped,
     MemberEvent,
+    MemberReadiness,
     NodeHealth,
 )
 from fleet.clusters.sim import DEFAULT_DURATION, SimulatedCluster, SimulatedRun
@@ -332,7 +333,13 @@ async def test_an_unreachable_member_refuses_changes_and_its_jobs_run_on(member:
     member.cluster.set_reachable(True)
     assert await member.cluster.health() == ClusterHealth(True, "simulated, 0 jobs running")
     await member.cluster.create(dispatched("t/b", duration="1s"))
-    assert await member.seen() == [started("t/a", 0), finished("t/a", 10), started("t/b", 10)]
+    assert await member.seen() == [
+        started("t/a", 0),
+        MemberReadiness("sim-a", False, "network partition", 0),
+        finished("t/a", 10),
+        MemberReadiness("sim-a", True, "", 10),
+        started("t/b", 10),
+    ]
 
 
 async def test_closing_stops_the_jobs_coroutines_and_ends_every_watcher(

@@ -100,13 +100,14 @@ class CycleMachine(RuleBasedStateMachine):
         for d in decisions:
             if isinstance(d, Preempt):
                 mode = before[d.unit or d.job]
+                # A queue a quota change left over its limits gives up its over-limit
+                # jobs first, whatever their mode.
+                over = cut & set(self.state.tree.path_to_root(d.queue))
                 if "reclaimed" in d.reason:
-                    # Borrowed jobs only, except that a queue a quota change left over
-                    # its limits gives up its over-limit jobs first, whatever their mode.
-                    over = cut & set(self.state.tree.path_to_root(d.queue))
+                    # Otherwise borrowed jobs only.
                     assert mode is Mode.BORROWED or over, f"reclaim took {mode} job {d.job}"
-                if mode is Mode.GUARANTEED:
-                    assert "preempted by" in d.reason
+                elif mode is Mode.GUARANTEED:
+                    assert "preempted by" in d.reason, d.reason
             if isinstance(d, Admit) and not d.grown:
                 run = self.state.running.get(d.job)
                 if run is not None:

@@ -8,7 +8,7 @@ import pytest
 
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
-from fleet.core.cycle import Admit, Preempt, cycle
+from fleet.core.cycle import Admit, Preempt, Wait, cycle
 from fleet.core.lifecycle import IllegalTransition, JobState
 from fleet.core.resources import Resources
 from fleet.core.state import DuplicateJob, SchedulerState, Transition, UnknownJob
@@ -268,4 +268,42 @@ def test_a_draining_cluster_admits_nothing_new_and_its_jobs_keep_running() -> No
     assert "default/a" in state.running
     with pytest.raises(KeyError):
         events.apply(state, events.ClusterDraining("nope"))
+    state.check_invariants()
+
+
+def test_a_member_that_is_not_ready_admits_nothing_new_until_it_is_ready_again() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=4, clusters=frozenset({"c1"})))
+    events.apply(state, events.ClusterReadiness("c1", False))
+    decisions = admit(state, make_job("b", gpus=4))
+    assert [d.cluster for d in decisions if isinstance(d, Admit)] == ["c2"]
+    assert "default/a" in state.running  # its jobs stay: failover decides
+    waits = admit(state, make_job("c", gpus=4, clusters=frozenset({"c1"})))
+    assert [d.reason for d in waits if isinstance(d, Wait)] == [
+        "no allowed member cluster takes new jobs: c1 is not ready"
+    ]
+    events.apply(state, events.ClusterReadiness("c1", True))
+    decisions = admit(state, make_job("d", gpus=4, clusters=frozenset({"c1"})))
+    assert [(d.job, d.cluster) for d in decisions if isinstance(d, Admit)] == [
+        ("default/c", "c1"),
+        ("default/d", "c1"),
+    ]
+    with pytest.raises(KeyError):
+        events.apply(state, events.ClusterReadiness("nope", True))
+    state.check_invariants()
+
+
+def test_a_failed_over_job_is_queued_again_without_its_member() -> None:
+    state = fresh()
+    events.apply(state, events.ClusterAdded(CapacityPlacer("c2", make_nodes(2, gpus=8))))
+    admit(state, make_job("a", gpus=8, clusters=frozenset({"c1", "c2"})))
+    first = state.running["default/a"].cluster
+    out = events.apply(state, events.FailedOver("default/a", "member unreachable"))
+    assert [(t.old, t.new) for t in out if isinstance(t, Transition)] == [
+        (JobState.ADMITTED, JobState.QUEUED)
+    ]
+    decisions = cycle(state)
+    again = [d for d in decisions if isinstance(d, Admit)]
+    assert [d.cluster for d in again] == [next(c for c in ("c1", "c2") if c != first)]
     state.check_invariants()

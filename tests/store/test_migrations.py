@@ -17,6 +17,7 @@ TABLES = {
     "node_health",
     "quota_cuts",
     "quota_trees",
+    "unhealthy_jobs",
 }
 
 

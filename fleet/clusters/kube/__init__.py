@@ -1,0 +1,1 @@
+"""Real member clusters over Kubernetes (kubernetes-asyncio): see :mod:`.cluster`."""

@@ -1,0 +1,600 @@
+"""A real member cluster: PyTorchJobs, their pods and the Nodes of one Kubernetes cluster.
+
+Theory of operation: :class:`KubeCluster` implements
+:class:`~fleet.clusters.base.MemberCluster` over one :class:`KubeClient`
+(from the member's own kubeconfig).  It keeps what Fleet wants there — the
+jobs dispatched to it, by key, each with its uid and placement — and three
+watches (:mod:`.watches`) of what is there: Fleet's PyTorchJobs (by the uid
+label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
+(:mod:`.nodes`).
+
+* **Create** looks the PyTorchJob up by its deterministic name: absent, it
+  is created (:func:`.objects.pytorchjob`); present with the job's uid label,
+  nothing is done (a restart after "decided" finds it); present with another
+  uid, :class:`~fleet.clusters.base.ClusterConflict`, and the object is left
+  alone.  A member that does not answer does not fail the job: the creation
+  is retried with backoff, and the member's readiness (below) drives the
+  failover clock.
+* **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
+  dispatched here is matched to its planned replica
+  (``training.kubeflow.org/replica-type`` and ``-index``) and bound to the
+  planned node with its GPU indices.  A pod that names Fleet's scheduler but
+  belongs to no such job stays pending, with a Warning Event saying why.
+* **Status.**  The PyTorchJob's conditions give
+  :class:`~fleet.clusters.base.JobStarted` (Running),
+  :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
+  :class:`~fleet.clusters.base.JobFinished` (Succeeded or Failed).
+* **Delete** removes the PyTorchJob and its pods (gracefully: the kubelets
+  and the garbage collector finish it); :class:`~fleet.clusters.base.JobStopped`
+  is reported once neither the object nor any pod of that uid is left.
+  Deletions that fail are retried with backoff.
+* **Health.**  The member is *ready* when it answers, accepts Fleet's
+  credentials, serves the PyTorchJob CRD, and every watch works; a change
+  is reported as :class:`~fleet.clusters.base.MemberReadiness` (the core
+  then admits nothing new there).  A node of the cell config is healthy
+  when its Node exists, is Ready and is not cordoned; a change is reported
+  as :class:`~fleet.clusters.base.NodeHealth` (nothing while the member is
+  not ready).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from fleet.clock import Clock
+from fleet.clusters.base import (
+    ClusterConflict,
+    ClusterError,
+    ClusterHealth,
+    ClusterRejected,
+    DispatchedJob,
+    JobFinished,
+    JobRestarting,
+    JobStarted,
+    JobStopped,
+    MemberCluster,
+    MemberEvent,
+    MemberReadiness,
+    NodeHealth,
+    member_object_name,
+    split_key,
+)
+from fleet.clusters.kube import binder, objects
+from fleet.clusters.kube.client import (
+    AlreadyExists,
+    KubeClient,
+    NotFound,
+    Refused,
+    connect,
+)
+from fleet.clusters.kube.nodes import NodeTracker
+from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
+from fleet.clusters.kube.watches import Watcher
+from fleet.core.placement import PodPlacement
+
+log = logging.getLogger("fleet.clusters.kube")
+
+#: Seconds between two checks that the member answers and serves the CRD.
+PROBE_INTERVAL: Final = 2.0
+#: Seconds :meth:`KubeCluster.start` waits for the first lists of a ready member.
+SYNC_TIMEOUT: Final = 10.0
+GROUP_PATH: Final = "/apis/kubeflow.org/v1"
+
+JSON = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Wanted:
+    """A job Fleet dispatched to (or deletes from) this member, and what the member said."""
+
+    key: str
+    uid: str | None
+    job: DispatchedJob | None = None  # None: only deleted here, not dispatched by this process
+    places: dict[str, PodPlacement] = field(default_factory=dict)  # replica -> placement
+    created: bool = False
+    started: bool = False
+    ended: bool = False
+    restarting: bool = False
+    deleting: bool = False
+
+
+class _Watch:
+    """Reads the member's event queue; ends at the closing mark, leaving it for other readers."""
+
+    def __init__(self, events: asyncio.Queue[MemberEvent | None]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> _Watch:
+        return self
+
+    async def __anext__(self) -> MemberEvent:
+        event = await self._events.get()
+        if event is None:
+            self._events.put_nowait(None)
+            raise StopAsyncIteration
+        return event
+
+
+class KubeCluster:
+    """A member cluster behind a kube-apiserver; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        clock: Clock,
+        kubeconfig: Path,
+        context: str | None,
+        nodes: Sequence[str],
+        *,
+        scheduler: str = objects.SCHEDULER_NAME,
+        probe_interval: float = PROBE_INTERVAL,
+        backoff: tuple[float, float] = (0.2, 5.0),
+    ) -> None:
+        self._name = name
+        self._clock = clock
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._scheduler = scheduler
+        self._probe_interval = probe_interval
+        self._backoff = backoff
+        self._client: KubeClient | None = None
+        self._events: asyncio.Queue[MemberEvent | None] = asyncio.Queue()
+        self._wanted: dict[str, _Wanted] = {}
+        self._by_uid: dict[str, str] = {}  # uid -> key
+        self._by_ident: dict[Ident, str] = {}  # (namespace, object name) -> key
+        self._jobs: dict[Ident, JSON] = {}  # Fleet's PyTorchJobs in the member
+        self._jobs_listed = False
+        self._pods = PodIndex()
+        self._nodes = NodeTracker(nodes)
+        self._teller = binder.Teller()
+        self._probe_error: str | None = "not contacted yet"
+        self._watch_errors: dict[str, str] = {}
+        self._ready: bool | None = None
+        self._watchers: list[Watcher] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._retry = asyncio.Event()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # Start and stop ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the kubeconfig, check the member once, start the watches and the probe."""
+        try:
+            self._client = await connect(self._name, self._kubeconfig, self._context)
+        except ClusterError as e:
+            self._probe_error = e.message
+            self._readiness()
+            return
+        await self._probe()
+        client = self._client
+        watches: list[tuple[str, str, list[tuple[str, str]], Any, Any]] = [
+            (
+                "pytorchjobs",
+                f"{GROUP_PATH}/{objects.PLURAL}",
+                [("labelSelector", objects.UID_LABEL)],
+                self._sync_jobs,
+                self._job_event,
+            ),
+            (
+                "pods",
+                "/api/v1/pods",
+                [("fieldSelector", f"spec.schedulerName={self._scheduler}")],
+                self._sync_pods,
+                self._pod_event,
+            ),
+            ("nodes", "/api/v1/nodes", [], self._sync_nodes, self._node_event),
+        ]
+        for what, path, query, sync, event in watches:
+            watcher = Watcher(
+                client,
+                self._clock,
+                what,
+                path,
+                query,
+                sync=sync,
+                event=event,
+                failed=self._watch_failed,
+                recovered=self._watch_recovered,
+                backoff=self._backoff,
+            )
+            self._watchers.append(watcher)
+            watcher.start()
+        if self._probe_error is None:
+            # Let the first lists arrive, so that what is there is known before acting.
+            synced = [asyncio.create_task(w.synced.wait()) for w in self._watchers]
+            _, late = await asyncio.wait(synced, timeout=SYNC_TIMEOUT)
+            for task in late:
+                task.cancel()
+        self._tasks.append(asyncio.create_task(self._probe_loop(), name=f"probe {self._name}"))
+        self._tasks.append(asyncio.create_task(self._retry_loop(), name=f"retry {self._name}"))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for watcher in self._watchers:
+            await watcher.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+        self._events.put_nowait(None)
+
+    def watch(self) -> _Watch:
+        return _Watch(self._events)
+
+    async def health(self) -> ClusterHealth:
+        if self._closed:
+            return ClusterHealth(False, "closed")
+        reason = self._not_ready_reason()
+        if reason:
+            return ClusterHealth(False, reason)
+        total = len(self._nodes.config_nodes)
+        message = f"ready: {self._nodes.healthy()}/{total} nodes healthy"
+        problems = self._nodes.problems()
+        if problems:
+            message += "; " + ", ".join(f"{n}: {why}" for n, why in sorted(problems.items()))
+        return ClusterHealth(True, message)
+
+    # Create and delete ---------------------------------------------------------------
+
+    async def create(self, job: DispatchedJob) -> None:
+        """Create ``job``'s PyTorchJob; see the module docstring."""
+        if job.cluster != self._name:
+            raise ValueError(f"job {job.key} is dispatched to {job.cluster}, not to {self._name}")
+        wanted = self._wanted.get(job.key)
+        if wanted is not None and wanted.uid != job.uid:
+            raise ClusterConflict(
+                self._name, f"job {job.key} is here with uid {wanted.uid}, not {job.uid}"
+            )
+        if wanted is None:
+            wanted = _Wanted(job.key, job.uid, job, {p.pod: p for p in job.pods})
+            self._remember(wanted)
+        if wanted.created:
+            return
+        try:
+            await self._create(wanted, job)
+        except (ClusterConflict, ClusterRejected):
+            self._forget(job.key)
+            raise
+        except ClusterError as e:
+            log.warning("%s: creating %s failed, retrying: %s", self._name, job.key, e)
+            self._retry.set()
+            return
+        await self._bind_pods(job.uid)
+
+    async def delete(self, key: str) -> bool:
+        """Delete job ``key``'s PyTorchJob and its pods; see the module docstring."""
+        split_key(key)
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            # Not dispatched by this process (a restart, a purge): delete what is there.
+            here = self._jobs.get(self._where(key))
+            if here is None and self._jobs_listed:
+                return False
+            wanted = _Wanted(key, uid_of(here) if here is not None else None, created=True)
+            self._remember(wanted)
+        if wanted.deleting:
+            return True
+        wanted.deleting = True
+        await self._try_delete(wanted)
+        if wanted.ended:
+            self._forget(key)
+            return False
+        await self._check_stopped(key)
+        return True
+
+    # Internals: acting -----------------------------------------------------------------
+
+    def _where(self, key: str) -> Ident:
+        return split_key(key)[0], member_object_name(key)
+
+    def _remember(self, wanted: _Wanted) -> None:
+        self._wanted[wanted.key] = wanted
+        self._by_ident[self._where(wanted.key)] = wanted.key
+        if wanted.uid is not None:
+            self._by_uid[wanted.uid] = wanted.key
+
+    def _forget(self, key: str) -> None:
+        wanted = self._wanted.pop(key, None)
+        if wanted is None:
+            return
+        self._by_ident.pop(self._where(key), None)
+        if wanted.uid is not None and self._by_uid.get(wanted.uid) == key:
+            del self._by_uid[wanted.uid]
+
+    def _client_or_raise(self) -> KubeClient:
+        if self._client is None:
+            raise Refused(self._name, self._probe_error or "no client")
+        return self._client
+
+    async def _create(self, wanted: _Wanted, job: DispatchedJob) -> None:
+        client = self._client_or_raise()
+        namespace, name = self._where(job.key)
+        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}"
+        try:
+            found = await client.request("GET", f"{path}/{name}")
+        except NotFound:
+            body = objects.pytorchjob(job, self._scheduler)
+            try:
+                found = await client.request("POST", path, body=body)
+            except AlreadyExists:
+                found = await client.request("GET", f"{path}/{name}")
+            else:
+                log.info(
+                    "%s: created PyTorchJob %s/%s for %s", self._name, namespace, name, job.key
+                )
+        uid = uid_of(found)
+        if uid != job.uid:
+            raise ClusterConflict(
+                self._name,
+                f"PyTorchJob {namespace}/{name} exists with uid label {uid!r}, not {job.uid}; "
+                "it is left as it is",
+            )
+        wanted.created = True
+        self._jobs[(namespace, name)] = found
+        self._job_changed(found)
+
+    async def _try_delete(self, wanted: _Wanted) -> None:
+        try:
+            await self._delete(wanted)
+        except ClusterError as e:
+            log.warning("%s: deleting %s failed, retrying: %s", self._name, wanted.key, e)
+            self._retry.set()
+
+    async def _delete(self, wanted: _Wanted) -> None:
+        client = self._client_or_raise()
+        namespace, name = self._where(wanted.key)
+        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}/{name}"
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        with contextlib.suppress(NotFound):
+            await client.request("DELETE", path, body=body)
+        for (ns, pod), obj in self._pods.of_uid(wanted.uid) if wanted.uid else ():
+            if objects.meta(obj).get("deletionTimestamp"):
+                continue
+            with contextlib.suppress(NotFound):
+                await client.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}")
+
+    async def _check_stopped(self, key: str) -> None:
+        wanted = self._wanted.get(key)
+        if wanted is None or not wanted.deleting:
+            return
+        if self._where(key) in self._jobs:
+            return
+        if wanted.uid is not None and self._pods.has_uid(wanted.uid):
+            return
+        self._forget(key)
+        if not wanted.ended:
+            self._emit(JobStopped(self._name, key, wanted.uid or "", self._clock.now()))
+
+    def _emit(self, event: MemberEvent) -> None:
+        if not self._closed:
+            self._events.put_nowait(event)
+
+    async def _retry_loop(self) -> None:
+        """Redo creations and deletions that failed, with backoff, while there are any."""
+        delay = self._backoff[0]
+        while True:
+            await self._retry.wait()
+            self._retry.clear()
+            await self._clock.sleep(delay)
+            failed = False
+            for key, wanted in sorted(self._wanted.items()):
+                try:
+                    if wanted.deleting:
+                        await self._delete(wanted)
+                        await self._check_stopped(key)
+                    elif not wanted.created and wanted.job is not None:
+                        await self._create(wanted, wanted.job)
+                        await self._bind_pods(wanted.job.uid)
+                except (ClusterConflict, ClusterRejected) as e:
+                    log.warning("%s: %s: %s", self._name, key, e)
+                    if not wanted.deleting:
+                        self._forget(key)
+                        reason = f"the member refuses it: {e.message}"
+                        now = self._clock.now()
+                        uid = wanted.uid or ""
+                        self._emit(JobFinished(self._name, key, uid, now, False, reason))
+                except ClusterError:
+                    failed = True
+            if failed:
+                delay = min(delay * 2, self._backoff[1])
+                self._retry.set()
+            else:
+                delay = self._backoff[0]
+
+    # Internals: PyTorchJobs ----------------------------------------------------------
+
+    async def _sync_jobs(self, items: list[JSON]) -> None:
+        old = set(self._jobs)
+        self._jobs = {ident(o): o for o in items}
+        self._jobs_listed = True
+        for obj in items:
+            self._job_changed(obj)
+        for gone in sorted(old - set(self._jobs)):
+            await self._job_gone(gone)
+
+    async def _job_event(self, kind: str, obj: JSON) -> None:
+        where = ident(obj)
+        if kind == "DELETED":
+            self._jobs.pop(where, None)
+            await self._job_gone(where)
+        else:
+            self._jobs[where] = obj
+            self._job_changed(obj)
+
+    def _job_changed(self, obj: JSON) -> None:
+        key = self._by_ident.get(ident(obj))
+        wanted = self._wanted.get(key) if key is not None else None
+        if wanted is None or wanted.uid != uid_of(obj) or wanted.deleting or wanted.ended:
+            return
+        wanted.created = True
+        now = self._clock.now()
+        uid = wanted.uid or ""
+        found, message = objects.phase(obj)
+        if found in (objects.Phase.RUNNING, objects.Phase.RESTARTING) and not wanted.started:
+            wanted.started = True
+            self._emit(JobStarted(self._name, wanted.key, uid, now))
+        restarting = found is objects.Phase.RESTARTING
+        if restarting != wanted.restarting:
+            wanted.restarting = restarting
+            self._emit(JobRestarting(self._name, wanted.key, uid, now, restarting, message))
+        if found in (objects.Phase.SUCCEEDED, objects.Phase.FAILED):
+            wanted.ended = True
+            succeeded = found is objects.Phase.SUCCEEDED
+            reason = "" if succeeded else f"PyTorchJob failed: {message}".rstrip(": ")
+            self._emit(JobFinished(self._name, wanted.key, uid, now, succeeded, reason))
+
+    async def _job_gone(self, where: Ident) -> None:
+        key = self._by_ident.get(where)
+        wanted = self._wanted.get(key) if key is not None else None
+        if key is None or wanted is None:
+            return
+        if wanted.deleting:
+            await self._check_stopped(key)
+        elif wanted.created and not wanted.ended:
+            wanted.ended = True
+            reason = "the PyTorchJob was deleted in the member"
+            now = self._clock.now()
+            self._emit(JobFinished(self._name, key, wanted.uid or "", now, False, reason))
+
+    # Internals: pods -----------------------------------------------------------------
+
+    async def _sync_pods(self, items: list[JSON]) -> None:
+        self._pods.replace(items)
+        for pod in self._pods.pending():
+            await self._bind(pod)
+        for key in sorted(k for k, w in self._wanted.items() if w.deleting):
+            await self._check_stopped(key)
+
+    async def _pod_event(self, kind: str, obj: JSON) -> None:
+        if kind == "DELETED":
+            self._pods.remove(ident(obj))
+            self._teller.forget(obj)
+            key = self._by_uid.get(uid_of(obj) or "")
+            if key is not None:
+                await self._check_stopped(key)
+            return
+        self._pods.put(obj)
+        if objects.pending(obj):
+            await self._bind(obj)
+
+    async def _bind_pods(self, uid: str) -> None:
+        """Bind the pods of job ``uid`` that wait (created before the job was known here)."""
+        for _, pod in self._pods.of_uid(uid):
+            if objects.pending(pod):
+                await self._bind(pod)
+
+    async def _bind(self, pod: JSON) -> None:
+        client = self._client
+        if client is None:
+            return
+        key = self._by_uid.get(uid_of(pod) or "")
+        wanted = self._wanted.get(key) if key is not None else None
+        if wanted is None or wanted.job is None or wanted.deleting or wanted.ended:
+            why = "the pod belongs to no job that Fleet admitted to this cluster"
+            await self._teller.tell(client, pod, why)
+            return
+        replica = objects.replica_name(pod)
+        place = wanted.places.get(replica or "")
+        if place is None:
+            why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
+            await self._teller.tell(client, pod, why)
+            return
+        try:
+            await binder.bind(client, pod, place)
+        except (NotFound, AlreadyExists):
+            return  # gone, or bound meanwhile
+        except ClusterError as e:
+            where = "/".join(ident(pod))
+            log.warning("%s: binding pod %s failed: %s", self._name, where, e)
+
+    # Internals: nodes and readiness ----------------------------------------------------
+
+    async def _sync_nodes(self, items: list[JSON]) -> None:
+        self._nodes.replace(items)
+        self._report_nodes()
+
+    async def _node_event(self, kind: str, obj: JSON) -> None:
+        if kind == "DELETED":
+            self._nodes.remove(obj)
+        else:
+            self._nodes.put(obj)
+        self._report_nodes()
+
+    def _report_nodes(self) -> None:
+        now = self._clock.now()
+        for node, healthy in self._nodes.changes(not self._not_ready_reason()):
+            self._emit(NodeHealth(self._name, node, healthy, now))
+
+    def _not_ready_reason(self) -> str:
+        if self._probe_error:
+            return self._probe_error
+        for what, error in sorted(self._watch_errors.items()):
+            return f"watch of {what} failing (retrying with backoff): {error}"
+        return ""
+
+    def _readiness(self) -> None:
+        reason = self._not_ready_reason()
+        ready = not reason
+        if ready != self._ready:
+            self._ready = ready
+            if ready:
+                log.info("%s: ready", self._name)
+            else:
+                log.warning("%s: not ready: %s", self._name, reason)
+            self._emit(MemberReadiness(self._name, ready, reason, self._clock.now()))
+        self._report_nodes()
+
+    async def _watch_failed(self, what: str, error: ClusterError) -> None:
+        self._watch_errors[what] = error.message
+        self._readiness()
+
+    async def _watch_recovered(self, what: str) -> None:
+        self._watch_errors.pop(what, None)
+        self._readiness()
+
+    async def _probe(self) -> None:
+        """Check that the member answers, takes Fleet's credentials and serves the CRD."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            group = await client.request("GET", GROUP_PATH)
+            plurals = {r.get("name") for r in group.get("resources") or [] if isinstance(r, dict)}
+            if objects.PLURAL not in plurals:
+                raise NotFound(self._name, f"GET {GROUP_PATH}: no {objects.PLURAL} resource", 404)
+            await client.request("GET", f"{GROUP_PATH}/{objects.PLURAL}", query=[("limit", "1")])
+        except NotFound as e:
+            self._probe_error = (
+                "the PyTorchJob CRD (pytorchjobs.kubeflow.org, version v1) "
+                f"is not installed ({e.message})"
+            )
+        except Refused as e:
+            self._probe_error = f"the member refuses Fleet's credentials or rights: {e.message}"
+        except ClusterError as e:
+            self._probe_error = f"unreachable: {e.message}"
+        else:
+            self._probe_error = None
+        self._readiness()
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._probe_interval)
+            await self._probe()
+
+
+if TYPE_CHECKING:
+    # mypy checks that a Kubernetes cluster is a member cluster.
+    _MEMBER: type[MemberCluster] = KubeCluster

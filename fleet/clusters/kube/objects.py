@@ -1,0 +1,265 @@
+"""The Kubernetes objects Fleet writes and reads, as plain JSON data.
+
+Theory of operation: pure functions, no I/O.  :func:`pytorchjob` turns a
+:class:`~fleet.clusters.base.DispatchedJob` into the ``kubeflow.org/v1``
+PyTorchJob created in the member: the deterministic name
+(:func:`~fleet.clusters.base.member_object_name`), Fleet's labels (job uid,
+queue, cluster) and annotations (the job's key and its placement), and pod
+templates that name Fleet as their scheduler, carry the job's uid label, and
+may only run on the nodes planned for their replica type (node affinity on
+``metadata.name``: every term the user gave, once per planned node).  The other functions
+read what the member says: a PyTorchJob's phase from its conditions, a
+Node's health, which planned replica a pod is, and the Binding and Event
+objects the pod binder posts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Final
+
+from fleet.clusters.base import DispatchedJob
+from fleet.core.placement import PodPlacement
+
+API_VERSION: Final = "kubeflow.org/v1"
+KIND: Final = "PyTorchJob"
+PLURAL: Final = "pytorchjobs"
+#: The pods' ``schedulerName``: Fleet binds the pods that name it.
+SCHEDULER_NAME: Final = "fleet-scheduler"
+
+UID_LABEL: Final = "fleet.io/job-uid"
+QUEUE_LABEL: Final = "fleet.io/queue"
+CLUSTER_LABEL: Final = "fleet.io/cluster"
+KEY_ANNOTATION: Final = "fleet.io/job"
+PLACEMENT_ANNOTATION: Final = "fleet.io/placement"
+#: On a bound pod: its GPU (leaf cell) indices on the node, comma-separated
+#: (HiveD's leaf-cell isolation: a device plugin exposes exactly these).
+GPU_ANNOTATION: Final = "fleet.io/gpu-indices"
+#: On a bound pod: which planned replica it is (``Worker-1``).
+REPLICA_ANNOTATION: Final = "fleet.io/replica"
+
+#: The training operator's pod labels.
+REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
+
+_LABEL_VALUE_MAX: Final = 63
+_SERVER_FIELDS: Final = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "ownerReferences",
+    "finalizers",
+)
+
+JSON = dict[str, Any]
+
+
+def _label_value(text: str) -> str | None:
+    """``text`` if it is a valid label value, else None."""
+    if len(text) > _LABEL_VALUE_MAX:
+        return None
+    ok = all(c.isascii() and (c.isalnum() or c in "-_.") for c in text)
+    if not ok or (text and not (text[0].isalnum() and text[-1].isalnum())):
+        return None
+    return text
+
+
+def placement_text(pods: Sequence[PodPlacement]) -> str:
+    """The placement annotation: JSON ``[{"pod", "node", "gpus"}, ...]`` in pod order."""
+    return json.dumps(
+        [{"pod": p.pod, "node": p.node, "gpus": list(p.gpus)} for p in pods],
+        separators=(",", ":"),
+    )
+
+
+def pytorchjob(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
+    """The PyTorchJob object for ``job`` in its member; see the module docstring."""
+    manifest: JSON = copy.deepcopy(dict(job.manifest))
+    metadata = dict(manifest.get("metadata") or {})
+    for name in _SERVER_FIELDS:
+        metadata.pop(name, None)
+    labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
+    labels[UID_LABEL] = job.uid
+    labels[CLUSTER_LABEL] = _label_value(job.cluster) or ""
+    queue = _label_value(job.queue)
+    if queue is not None:
+        labels[QUEUE_LABEL] = queue
+    annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
+    annotations[KEY_ANNOTATION] = job.key
+    annotations[PLACEMENT_ANNOTATION] = placement_text(job.pods)
+    metadata.update(
+        name=job.object_name,
+        namespace=job.namespace,
+        labels={k: v for k, v in labels.items() if v},
+        annotations=annotations,
+    )
+    spec = dict(manifest.get("spec") or {})
+    replicas = dict(spec.get("pytorchReplicaSpecs") or {})
+    by_role: dict[str, list[PodPlacement]] = {}
+    for pod in job.pods:
+        by_role.setdefault(pod.pod.rsplit("-", 1)[0], []).append(pod)
+    for role, replica in list(replicas.items()):
+        planned = by_role.get(role, [])
+        if not planned:
+            del replicas[role]
+            continue
+        replica = dict(replica)
+        replica["replicas"] = len(planned)
+        nodes = sorted({p.node for p in planned})
+        replica["template"] = _template(replica.get("template") or {}, job.uid, scheduler, nodes)
+        replicas[role] = replica
+    spec["pytorchReplicaSpecs"] = replicas
+    manifest.update(apiVersion=API_VERSION, kind=KIND, metadata=metadata, spec=spec)
+    manifest.pop("status", None)
+    return manifest
+
+
+def _template(template: Mapping[str, Any], uid: str, scheduler: str, nodes: list[str]) -> JSON:
+    out = dict(template)
+    meta = dict(out.get("metadata") or {})
+    meta["labels"] = {**dict(meta.get("labels") or {}), UID_LABEL: uid}
+    out["metadata"] = meta
+    pod = dict(out.get("spec") or {})
+    pod["schedulerName"] = scheduler
+    affinity = dict(pod.get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    # A node field selector takes one value, and terms are ORed: one term per
+    # (user's term, planned node), each the user's term AND that node.
+    given = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    terms = []
+    for term in given:
+        for node in nodes:
+            ours = {"key": "metadata.name", "operator": "In", "values": [node]}
+            terms.append({**term, "matchFields": [*list(term.get("matchFields") or []), ours]})
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    pod["affinity"] = affinity
+    out["spec"] = pod
+    return out
+
+
+# Reading what the member says --------------------------------------------------------
+
+
+class Phase(StrEnum):
+    """A PyTorchJob's phase, from its conditions (Kubeflow's ``JobConditionType``)."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+_PHASES: Final = {p.value: p for p in Phase}
+
+
+def phase(obj: Mapping[str, Any]) -> tuple[Phase | None, str]:
+    """The phase of a PyTorchJob and the message of that condition.
+
+    Succeeded or Failed (true) wins over anything else; else the last true
+    condition among Created, Running and Restarting, as the operator appends
+    them; None when none is true yet.
+    """
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    found: Phase | None = None
+    message = ""
+    for c in conditions if isinstance(conditions, list) else []:
+        if not isinstance(c, Mapping) or c.get("status") != "True":
+            continue
+        p = _PHASES.get(str(c.get("type")))
+        if p is None:
+            continue
+        text = str(c.get("message") or c.get("reason") or "")
+        if p in (Phase.SUCCEEDED, Phase.FAILED):
+            return p, text
+        found, message = p, text
+    return found, message
+
+
+def node_health(node: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether a Node can take pods, and why not: Ready and not cordoned."""
+    spec = node.get("spec")
+    if isinstance(spec, Mapping) and spec.get("unschedulable"):
+        return False, "cordoned (unschedulable)"
+    status = node.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == "Ready":
+            if c.get("status") == "True":
+                return True, ""
+            return False, f"NotReady ({c.get('reason') or c.get('status')})"
+    return False, "NotReady (no Ready condition)"
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = meta(obj).get("labels")
+    return m if isinstance(m, Mapping) else {}
+
+
+def replica_name(pod: Mapping[str, Any]) -> str | None:
+    """Which replica a pod is, in Fleet's naming (``Master-0``, ``Worker-3``), if labelled."""
+    found = labels(pod)
+    kind = found.get(REPLICA_TYPE_LABEL)
+    index = found.get(REPLICA_INDEX_LABEL)
+    if not isinstance(kind, str) or not kind or not isinstance(index, str) or not index.isdigit():
+        return None
+    return f"{kind[:1].upper()}{kind[1:].lower()}-{int(index)}"
+
+
+def pending(pod: Mapping[str, Any]) -> bool:
+    """Not bound to a node yet and not being deleted."""
+    spec = pod.get("spec")
+    bound = isinstance(spec, Mapping) and bool(spec.get("nodeName"))
+    return not bound and not meta(pod).get("deletionTimestamp")
+
+
+def binding(pod_name: str, node: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod_name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def pod_event(pod: Mapping[str, Any], reason: str, message: str, now: str) -> JSON:
+    """A Warning Event about ``pod`` from Fleet's scheduler (``now``: RFC 3339)."""
+    m = meta(pod)
+    name = str(m.get("name", ""))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{name[:200]}.", "namespace": m.get("namespace")},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": name,
+            "namespace": m.get("namespace"),
+            "uid": m.get("uid"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": SCHEDULER_NAME},
+        "reportingComponent": SCHEDULER_NAME,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

@@ -1,0 +1,7 @@
+"""The trace-driven simulator: the service's own loop, store and ``sim`` members on a virtual clock.
+
+:mod:`.traces` reads job traces, :mod:`.layout` sizes clusters and quota
+from a trace, :mod:`.policies` turns a policy name into a configuration of
+the core, :mod:`.engine` replays a trace through
+:class:`fleet.loop.SchedulerLoop`, and :mod:`.report` writes what came out.
+"""

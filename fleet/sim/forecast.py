@@ -1,0 +1,445 @@
+"""When will a waiting job start?  The simulator run forward from the live state.
+
+Theory of operation: :func:`forecast` reads the service's store — the jobs
+that hold cells (with their placements) and the jobs that wait (in order) —
+and writes copies of them into a replay's empty store
+(:func:`fleet.sim.engine.replay` with a ``seed``), so that the replay's loop
+restores them exactly as the service restores itself after a restart.  Each
+job runs in the simulated members for what it is expected to take:
+
+* its ``fleet.io/expected-duration`` annotation (a duration such as ``2h``),
+  counted from when it started for a running job;
+* else the median run of the last :data:`HISTORY` jobs of its queue that
+  finished;
+* else :data:`DEFAULT_EXPECTED`.
+
+No new submission is assumed.  The replay runs on a virtual clock from the
+store's present time, in a worker thread with an event loop of its own (the
+service's loop keeps serving), until every waiting job has started, or the
+``horizon`` of virtual time or the ``wall_limit`` of real time is reached,
+and at most ``max_jobs`` waiting jobs (the first in order) are considered;
+a job that does not start within those bounds gets no estimate.  Each
+estimate says what it assumes.
+
+:class:`Estimator` refreshes a forecast in the background every
+``interval`` seconds of the service's clock, when jobs wait; the API shows
+its latest as ``estimatedStart``.  With another quota tree
+(``tree_document``) the same forecast answers "what would this change do"
+(``POST /api/v1/quota-tree?dryRun=Simulate``, ``fleet simulate --from-live``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import statistics
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from fleet.clock import Clock
+from fleet.clusters.sim import DURATION_ANNOTATION, parse_duration
+from fleet.sim import engine
+from fleet.sim.engine import EXPECTED_ANNOTATION
+from fleet.store.database import Database
+from fleet.store.models import JobEventRow, JobRow
+
+log = logging.getLogger("fleet.sim.forecast")
+
+#: Seconds a job is assumed to run when neither it nor its queue's history says.
+DEFAULT_EXPECTED: Final = 3600.0
+#: Finished jobs per queue whose median run is a job's expected run.
+HISTORY: Final = 50
+#: Default bounds of one forecast.
+HORIZON: Final = 7 * 24 * 3600.0
+MAX_JOBS: Final = 1000
+WALL_LIMIT: Final = 20.0
+HOLDING: Final = ("Admitted", "Dispatched", "Running")
+WAITING: Final = ("Queued", "Preempted")
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """When a waiting job would start (None: not within the forecast's bounds), and why."""
+
+    start: float | None
+    assumes: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """One run of the simulator forward from the live state."""
+
+    at: float
+    horizon: float
+    #: waiting job -> its estimate
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)
+    #: running job -> how many times the forecast preempts it
+    preempted: Mapping[str, int] = field(default_factory=dict)
+    #: what every estimate assumes
+    assumes: str = ""
+
+
+def _fmt(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+    parts.append(f"{secs}s" if secs or not (hours or minutes) else "")
+    return "".join(parts)
+
+
+def _annotation(row: JobRow, name: str) -> str | None:
+    metadata = row.manifest.get("metadata") or {}
+    value = (metadata.get("annotations") or {}).get(name)
+    return value if isinstance(value, str) else None
+
+
+def _expected(row: JobRow, medians: Mapping[str, tuple[float, int]]) -> tuple[float, str]:
+    """How long ``row``'s job is expected to run, and on what grounds."""
+    text = _annotation(row, EXPECTED_ANNOTATION)
+    if text is not None:
+        with contextlib.suppress(ValueError):
+            seconds = parse_duration(text)
+            return seconds, f"runs {_fmt(seconds)} ({EXPECTED_ANNOTATION})"
+    median = medians.get(row.queue)
+    if median is not None:
+        seconds, n = median
+        return seconds, f"runs {_fmt(seconds)} (median of queue {row.queue}'s last {n} runs)"
+    return DEFAULT_EXPECTED, f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
+
+
+async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
+    """Queue -> (median run, runs counted) over its last finished jobs."""
+    finished = await session.execute(
+        select(JobRow.id, JobRow.queue)
+        .where(JobRow.state.in_(("Succeeded", "Failed")))
+        .order_by(JobRow.id.desc())
+        .limit(HISTORY * 20)
+    )
+    queue_of: dict[int, str] = {}
+    taken: dict[str, int] = {}
+    for job_id, queue in finished:
+        if taken.get(queue, 0) < HISTORY:
+            queue_of[job_id] = queue
+            taken[queue] = taken.get(queue, 0) + 1
+    if not queue_of:
+        return {}
+    events = await session.execute(
+        select(JobEventRow.job_id, JobEventRow.time, JobEventRow.reason)
+        .where(
+            JobEventRow.job_id.in_(sorted(queue_of)),
+            JobEventRow.reason.in_(("Running", "Succeeded", "Failed")),
+        )
+        .order_by(JobEventRow.id)
+    )
+    started: dict[int, float] = {}
+    runs: dict[str, list[float]] = {}
+    for job_id, at, reason in events:
+        if reason == "Running":
+            started[job_id] = at
+        elif job_id in started:
+            runs.setdefault(queue_of[job_id], []).append(at - started.pop(job_id))
+    return {q: (statistics.median(r), len(r)) for q, r in sorted(runs.items()) if r}
+
+
+def _with_duration(manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+    out = copy.deepcopy(dict(manifest))
+    metadata = out.setdefault("metadata", {})
+    annotations = metadata.get("annotations")
+    metadata["annotations"] = dict(annotations) if isinstance(annotations, Mapping) else {}
+    metadata["annotations"][DURATION_ANNOTATION] = f"{max(1, round(seconds * 1000))}ms"
+    return out
+
+
+def _copy(row: JobRow, state: str, manifest: dict[str, Any], now: float) -> JobRow:
+    holding = state in HOLDING
+    return JobRow(
+        id=row.id,
+        uid=row.uid,
+        namespace=row.namespace,
+        name=row.name,
+        spec_hash=row.spec_hash,
+        manifest=manifest,
+        policy=row.policy,
+        record=row.record,
+        queue=row.queue,
+        priority_class=row.priority_class,
+        priority=row.priority,
+        state=state,
+        units=list(row.units) if holding else [],
+        cluster=row.cluster if holding else None,
+        mode=row.mode if holding else None,
+        reason="",
+        suspended=False,
+        created_at=row.created_at,
+        updated_at=now,
+    )
+
+
+async def forecast(
+    db: Database,
+    tree_document: str,
+    clusters_document: str,
+    now: float,
+    *,
+    horizon: float = HORIZON,
+    max_jobs: int = MAX_JOBS,
+    wall_limit: float | None = WALL_LIMIT,
+) -> Forecast:
+    """Run the simulator forward from the jobs in ``db`` (see the module docstring)."""
+    async with db.read() as session:
+        holding = list(
+            (
+                await session.execute(
+                    select(JobRow).where(JobRow.state.in_(HOLDING)).order_by(JobRow.id)
+                )
+            ).scalars()
+        )
+        waiting = [
+            row
+            for row in (
+                await session.execute(
+                    select(JobRow).where(JobRow.state.in_(WAITING)).order_by(JobRow.id)
+                )
+            ).scalars()
+            if not row.suspended
+        ][:max_jobs]
+        since: dict[int, float] = {}
+        if holding:
+            found = await session.execute(
+                select(JobEventRow.job_id, func.max(JobEventRow.time))
+                .where(
+                    JobEventRow.job_id.in_([r.id for r in holding]),
+                    JobEventRow.reason == "Running",
+                )
+                .group_by(JobEventRow.job_id)
+            )
+            since = {job_id: at for job_id, at in found}
+        medians = await _medians(session)
+    if not waiting:
+        return Forecast(now, horizon, assumes="no job waits")
+    assumes: dict[str, str] = {}
+    seeded: list[JobRow] = []
+    for row in holding:
+        expected, _ = _expected(row, medians)
+        remaining = max(1.0, since.get(row.id, now) + expected - now)
+        seeded.append(_copy(row, row.state, _with_duration(row.manifest, remaining), now))
+    for row in waiting:
+        expected, why = _expected(row, medians)
+        assumes[f"{row.namespace}/{row.name}"] = why
+        seeded.append(_copy(row, "Queued", _with_duration(row.manifest, expected), now))
+
+    async def seed(session: AsyncSession) -> None:
+        session.add_all(seeded)
+
+    # The replay runs in a worker thread on an event loop of its own: it never
+    # waits for long, and the service's loop (and clock) must keep going.
+    result = await asyncio.to_thread(
+        engine.run,
+        [],
+        tree_document,
+        clusters_document,
+        "fleet",
+        start=now,
+        until=now + horizon,
+        sample_every=horizon,
+        seed=seed,
+        until_started=True,
+        wall_limit=wall_limit,
+    )
+    starts = {j.key: j.start for j in result.jobs}
+    estimates = {key: Estimate(starts.get(key), why) for key, why in assumes.items()}
+    preempted = {
+        j.key: j.preemptions for j in result.jobs if j.preemptions and j.key not in assumes
+    }
+    summary = (
+        f"simulated from {len(holding)} running and {len(waiting)} waiting jobs, no new "
+        f"submissions; running jobs end after their {EXPECTED_ANNOTATION}, else their "
+        f"queue's median run, else {_fmt(DEFAULT_EXPECTED)}; bounded by {_fmt(horizon)} "
+        "of simulated time"
+    )
+    return Forecast(now, horizon, estimates, preempted, summary)
+
+
+Documents = Callable[[], tuple[str, str]]
+
+
+class Estimator:
+    """Keeps a recent :class:`Forecast` of the live service (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        documents: Documents,
+        *,
+        interval: float,
+        changed: Callable[[], object] | None = None,
+        run: Callable[..., Awaitable[Forecast]] = forecast,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.documents = documents
+        self.interval = interval
+        #: A value that changes when the live state does (None: always refresh).
+        self.changed = changed
+        self.latest: Forecast | None = None
+        self._run = run
+        self._seen: object = object()
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> Forecast:
+        tree, clusters = self.documents()
+        self.latest = await self._run(self.db, tree, clusters, self.clock.now())
+        return self.latest
+
+    async def _loop(self) -> None:
+        while True:
+            marker = self.changed() if self.changed is not None else object()
+            if marker != self._seen:
+                try:
+                    await self.refresh()
+                    self._seen = marker
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # an estimate is a convenience; never stop the service
+                    log.exception("could not estimate start times; trying again later")
+            await self.clock.sleep(self.interval)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="fleet-start-estimates")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+def estimate_of(latest: Forecast | None, key: str) -> Estimate | None:
+    """The latest estimate for waiting job ``key`` (None: none yet)."""
+    if latest is None:
+        return None
+    return latest.estimates.get(key)
+
+
+# What would this quota change do? --------------------------------------------------------
+
+
+Change = Literal["sooner", "later", "same", "starts", "no longer starts"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """One waiting job's estimated start under the tree in force and the proposed one."""
+
+    job: str
+    queue: str
+    current: float | None
+    proposed: float | None
+
+    @property
+    def change(self) -> Change:
+        """sooner, later, same, starts (only with the proposal), no longer starts."""
+        if self.current is None and self.proposed is None:
+            return "same"
+        if self.current is None:
+            return "starts"
+        if self.proposed is None:
+            return "no longer starts"
+        if self.proposed < self.current:
+            return "sooner"
+        return "later" if self.proposed > self.current else "same"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaChange:
+    """What replacing the quota tree would do, by two forecasts from the same live state."""
+
+    at: float
+    horizon: float
+    jobs: tuple[JobChange, ...]
+    #: running job -> (preemptions under the tree in force, under the proposed one)
+    preempted: Mapping[str, tuple[int, int]]
+    #: leaf queue -> (mean expected wait now, with the proposal); None: no job starts
+    waits: Mapping[str, tuple[float | None, float | None]]
+    assumes: str
+
+
+class UnknownQueues(ValueError):
+    """Jobs whose queues are not leaves of the proposed tree."""
+
+
+def _mean_wait(at: float, starts: Sequence[float | None]) -> float | None:
+    known = [s - at for s in starts if s is not None]
+    return round(statistics.fmean(known), 3) if known else None
+
+
+async def compare(
+    db: Database,
+    current_tree: str,
+    proposed_tree: str,
+    proposed_leaves: Sequence[str],
+    clusters_document: str,
+    now: float,
+    *,
+    horizon: float = 24 * 3600.0,
+    wall_limit: float | None = WALL_LIMIT / 2,
+) -> QuotaChange:
+    """Forecast under the tree in force and under ``proposed_tree``, and compare.
+
+    Raises :class:`UnknownQueues` when a job that runs or waits belongs to a
+    queue that is not a leaf of the proposed tree.
+    """
+    async with db.read() as session:
+        queues = await session.execute(
+            select(JobRow.namespace, JobRow.name, JobRow.queue)
+            .where(JobRow.state.in_((*HOLDING, *WAITING)))
+            .order_by(JobRow.id)
+        )
+        homeless = [f"{ns}/{n} ({q})" for ns, n, q in queues if q not in set(proposed_leaves)]
+    if homeless:
+        shown = ", ".join(homeless[:10]) + (
+            f" and {len(homeless) - 10} more" if len(homeless) > 10 else ""
+        )
+        raise UnknownQueues(
+            f"the proposed tree has no leaf for the queue of job(s) {shown}; "
+            f"its leaves: {', '.join(proposed_leaves)}"
+        )
+    kw: dict[str, Any] = {"horizon": horizon, "wall_limit": wall_limit}
+    before = await forecast(db, current_tree, clusters_document, now, **kw)
+    after = await forecast(db, proposed_tree, clusters_document, now, **kw)
+    queue_of: dict[str, str] = {}
+    async with db.read() as session:
+        for ns, n, q in await session.execute(
+            select(JobRow.namespace, JobRow.name, JobRow.queue).where(JobRow.state.in_(WAITING))
+        ):
+            queue_of[f"{ns}/{n}"] = q
+    jobs = tuple(
+        JobChange(
+            key,
+            queue_of.get(key, ""),
+            estimate.start,
+            after.estimates[key].start if key in after.estimates else None,
+        )
+        for key, estimate in before.estimates.items()
+    )
+    preempted = {
+        key: (before.preempted.get(key, 0), after.preempted.get(key, 0))
+        for key in sorted({*before.preempted, *after.preempted})
+    }
+    waits: dict[str, tuple[float | None, float | None]] = {}
+    for queue in sorted({j.queue for j in jobs}):
+        mine = [j for j in jobs if j.queue == queue]
+        waits[queue] = (
+            _mean_wait(now, [j.current for j in mine]),
+            _mean_wait(now, [j.proposed for j in mine]),
+        )
+    return QuotaChange(now, horizon, jobs, preempted, waits, after.assumes)

@@ -1,0 +1,109 @@
+"""The policies a replay compares: three configurations of the same core, never code paths.
+
+Theory of operation: a policy is a quota tree text and one placer per member
+cluster; the scheduler loop, the cycle and the members are the same for all.
+
+* ``fleet``: the quota tree as given and the HiveD-style cell allocator
+  (:class:`~fleet.core.cells.placer.CellPlacer`): guaranteed work inside each
+  queue's virtual cluster, borrowing up to ``max`` and opportunistic jobs on
+  idle cells anywhere, reclaimed when the owner needs them.
+* ``capacity``: the same quota tree, and the capacity-only placer
+  (:class:`~fleet.core.capacity.CapacityPlacer`) over the same nodes: no
+  topology, no virtual clusters; a gang fits wherever enough GPUs are free.
+* ``private``: every leaf's ``max`` is lowered to its ``min`` for each
+  resource ``min`` names (no borrowing; limits ``min`` does not name, such as
+  ``kube-queue/max-jobs``, stay), with the cell allocator: each tenant alone
+  on the partition its virtual cluster and ``min`` give it — the world
+  HiveD's paper compares against.  A leaf without ``min`` keeps its ``max``:
+  the tree has no way to say "at most zero" (a zero limit reads as no limit).
+  Opportunistic jobs are not charged to ``max`` and still run on idle
+  cells, as in HiveD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import yaml
+
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
+from fleet.core.placement import Placer
+from fleet.manifests.models import MemberClusterModel
+
+POLICIES: Final = ("fleet", "capacity", "private")
+
+
+class PolicyError(ValueError):
+    """An unknown policy, or a tree the policy cannot be derived from."""
+
+
+def check(names: Sequence[str]) -> list[str]:
+    """The policy names, each known and given once; PolicyError otherwise."""
+    out: list[str] = []
+    for name in names:
+        if name not in POLICIES:
+            raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+        if name in out:
+            raise PolicyError(f"policy {name!r} is given twice")
+        out.append(name)
+    if not out:
+        raise PolicyError(f"no policy given; known: {', '.join(POLICIES)}")
+    return out
+
+
+def tree_text(policy: str, text: str) -> str:
+    """The quota tree document ``policy`` runs with (``private``: every leaf's max = min)."""
+    if policy != "private":
+        return text
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "ElasticQuotaTree":
+            root = (doc.get("spec") or {}).get("root")
+            if isinstance(root, dict):
+                _cap_leaves(root)
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _cap_leaves(node: dict[str, Any]) -> None:
+    children = node.get("children") or []
+    if not children:
+        floor = node.get("min") or {}
+        if isinstance(floor, dict) and floor:
+            limit = node.get("max")
+            node["max"] = {**(limit if isinstance(limit, dict) else {}), **floor}
+        return
+    for child in children:
+        if isinstance(child, dict):
+            _cap_leaves(child)
+
+
+def _leaves(cell: PhysicalCellSpec) -> Iterator[PhysicalCellSpec]:
+    if not cell.children:
+        yield cell
+    for child in cell.children:
+        yield from _leaves(child)
+
+
+def _capacity(name: str, config: CellConfig) -> CapacityPlacer:
+    skus: dict[str, str] = {}
+    for top in config.physical_cells:
+        for leaf in _leaves(top):
+            if leaf.node is not None:
+                skus[leaf.node] = config.cell_types[leaf.cell_type].leaf_type
+    return CapacityPlacer(name, config.nodes(), skus)
+
+
+def placers(policy: str, clusters: Sequence[MemberClusterModel]) -> Mapping[str, Placer]:
+    """One placer per member cluster for ``policy``."""
+    out: dict[str, Placer] = {}
+    for cluster in clusters:
+        config = load_cell_config(cluster.spec.cells)
+        if policy == "capacity":
+            out[cluster.name] = _capacity(cluster.name, config)
+        else:
+            out[cluster.name] = CellPlacer(cluster.name, config)
+    return out
