@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Awaitable, Callable
 from html import unescape as html_unescape
@@ -14,12 +15,14 @@ from yarl import URL
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
+from fleet.settings import POLICIES
 from fleet.ui import app as ui_app
 from fleet.ui import views
 from fleet.ui.client import COOKIE
 from tests.admin.conftest import TOKENS, YAML, Api, Client
 from tests.service import helpers
 from tests.service.helpers import pytorchjob
+from tests.sim.test_forecast import T0, job
 
 
 def origin(api: Api) -> dict[str, str]:
@@ -213,3 +216,30 @@ async def test_pages_stay_paged_with_a_thousand_queues_and_many_jobs(
     jobs = await (await client.get("/ui/jobs?queue=q0007")).text()
     assert jobs.count('<tr data-job="') == views.JOBS_PAGE and 'rel="next"' in jobs
     assert ui_app.CSP  # every page above carried it (see the first test)
+
+
+async def test_the_queue_and_job_pages_show_an_estimated_start_when_there_is_one(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
+) -> None:
+    clock = VirtualClock(T0)
+    settings = helpers.settings(
+        database_url,
+        clusters=POLICIES / "clusters" / "lab-2.yaml",
+        quota=POLICIES / "lab" / "quota-one-vc.yaml",
+        estimate_interval=0,  # refreshed by hand below
+    )
+    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
+    assert (await client.post("/api/v1/submissions", data=text, headers=YAML)).status == 201
+    await helpers.settle(client.app[keys.SERVICE].loop, clock)
+    before = await (await client.get("/ui/jobs/lab/b")).text()
+    assert "Estimated start" not in before  # no forecast yet: nothing claimed
+    await client.app[keys.ESTIMATOR].refresh()
+    expected = datetime.datetime.fromtimestamp(T0 + 3600, datetime.UTC)
+    shown = expected.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+    page = await (await client.get("/ui/jobs/lab/b")).text()
+    estimate = page.split('id="job-estimate">')[1].split("</dd>")[0]
+    assert shown in estimate and "no new submissions" in estimate  # the assumptions on hover
+    queue = await (await client.get("/ui/queues/default")).text()
+    row = queue.split('<tr data-job="lab/b">')[1].split("</tr>")[0]
+    assert shown in row
