@@ -298,3 +298,13 @@ def test_a_node_marked_bad_shows_on_the_cell_map(page: Page, fleet: Fleet, shots
     assert node in east["badNodes"]
     bad.get_by_role("button", name="Mark healthy").click()
     expect(page.locator(f'#cellmap tr[data-node="{node}"] .bad-flag')).to_have_count(0)
+
+
+def test_without_the_event_stream_the_page_falls_back_to_polling(page: Page, fleet: Fleet) -> None:
+    page.route("**/ui/events*", lambda route: route.abort())
+    log_in(page, "admin", "/ui/jobs")
+    fleet.submit(pytorchjob("polled", namespace="team-c", gpus=1, duration="8s"))
+    page.goto("/ui/jobs/team-c/polled")
+    assert page.locator("#job-state").inner_text() != "Succeeded"  # the page must change
+    expect(page.locator("#live-status")).to_contain_text("polling")
+    expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=2 * PATIENCE_MS)
