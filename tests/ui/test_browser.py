@@ -9,7 +9,8 @@ stream, nothing reloads them), cancel a job, edit a quota as admin and be
 refused as a team, mark a node bad.  They check what a person sees: text,
 visible elements, and the colour of cells by virtual cluster.  Each page's
 screenshot is saved in ``$FLEET_UI_SCREENSHOTS`` if set, else in
-``ui-screenshots/`` of pytest's cache directory (``.pytest_cache/d/``).
+``ui-screenshots/`` of pytest's cache directory (``.pytest_cache/d/``), or of
+its temporary directory when the cache is off.
 
 The browser is ``/usr/bin/chromium`` (``scripts/run-tests`` installs Debian's
 package when it is missing); Playwright downloads nothing.
@@ -126,9 +127,15 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def shots(request: pytest.FixtureRequest) -> Path:
+def shots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = os.environ.get(SCREENSHOTS_ENV)
-    folder = Path(where) if where else request.config.cache.mkdir("ui-screenshots")
+    cache = getattr(request.config, "cache", None)  # None with -p no:cacheprovider
+    if where:
+        folder = Path(where)
+    elif cache is not None:
+        folder = cache.mkdir("ui-screenshots")
+    else:
+        folder = tmp_path_factory.mktemp("ui-screenshots")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -222,8 +229,11 @@ def test_a_submission_from_queued_to_the_cell_map_to_succeeded(
     legend_colour = background(page, '#legend [data-vc="sandbox"] .cell-sample')
     free_colour = background(page, "#legend .cell-sample.vc-free")
     assert sandbox_colour == legend_colour != free_colour
-    legend = page.locator("#legend [data-vc] .cell-sample")
-    colours = legend.evaluate_all("es => es.map(e => getComputedStyle(e).backgroundColor)")
+    colours = page.evaluate(
+        "s => Array.from(document.querySelectorAll(s), e => getComputedStyle(e).backgroundColor)",
+        "#legend [data-vc] .cell-sample",
+    )
+    assert len(colours) >= 2 and "" not in colours
     assert len(set(colours)) == len(colours)  # no two queues alike on one map
     title = cells.first.get_attribute("title") or ""
     assert "sandbox/follow" in title and "Running" in title and "borrowed" in title
