@@ -2,15 +2,29 @@
 
 Setup (defaults): a 3-level quota tree (root, 20 groups, 1,000 leaf queues),
 100,000 pending gang jobs of 1-64 GPUs with mixed priorities, 20 member
-clusters of 500 nodes x 8 GPUs each, placed by the capacity-only placer.
+clusters of 500 nodes x 8 GPUs each, placed by each placer in turn
+(``--placer capacity`` or ``--placer cells`` for one):
 
-Printed figures:
+* ``capacity``: the capacity-only placer (free GPUs per node);
+* ``cells``: the HiveD cell allocator, each cluster 50 racks of 10 nodes of
+  4 PCIe pairs of 2 GPUs; the leaf queues are dealt round robin to the
+  clusters (leaf ``i`` to cluster ``i mod 20``) and each owes its ``min``
+  (80 GPUs: 10 whole nodes) as ``RACK.NODE`` virtual cells there, so every
+  node is owed to some VC and borrowed and opportunistic jobs use the VCs'
+  idle cells.
+
+Printed figures, per placer:
 * full cycle: one cycle over the whole backlog (admissions/s);
 * steady state: a share of running jobs finishes and as many new jobs arrive,
-  then one cycle (admissions/s, median over several rounds);
-* peak memory per pending job (tracemalloc over building + queueing them).
+  then one cycle (admissions/s and cycle time, median over the rounds);
+* peak memory per pending job (tracemalloc over building + queueing them);
+* with ``--scale``: the steady-state cycle time at 10,000 / 100,000 /
+  1,000,000 pending jobs; ``--profile`` prints a pyinstrument profile of
+  the steady rounds (if pyinstrument is installed).
 
-Target: >= 10,000 admissions/s and <= 2 KiB per pending job on one core.
+Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
+state at 100k pending, the cycle time at 1M within 1.5x of 10k, and <= 2 KiB
+per pending job.
 After the backlog is queued the benchmark calls ``gc.freeze()``, as a
 long-running scheduler would after start-up (``--no-gc-freeze`` to compare).
 The figures are printed, never asserted.
@@ -24,17 +38,28 @@ import random
 import statistics
 import time
 import tracemalloc
+from typing import Any
 
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import Admit, cycle
 from fleet.core.jobs import Job, ReplicaGroup
+from fleet.core.placement import Placer
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
 
 GPU = "nvidia.com/gpu"
 TARGET_RATE = 10_000
+TARGET_CELLS_RATE = 3_000
+RACK_NODES = 10
+SCALE = (10_000, 100_000, 1_000_000)
+HIVED_PEER = (
+    "HiveD's Go allocator on the same HiveD stream, measured side by side: "
+    "300-380 jobs/s, multi-pod gang placement p99 18-36 ms"
+)
 TARGET_BYTES = 2048
 
 
@@ -97,9 +122,13 @@ def make_jobs(rng: random.Random, n: int, queues: list[str], start: int) -> list
     return jobs
 
 
-def build_state(tree: QuotaTree, clusters: int, nodes: int) -> SchedulerState:
+def build_state(
+    tree: QuotaTree, clusters: int, nodes: int, placer: str = "capacity"
+) -> SchedulerState:
+    if placer == "cells":
+        return SchedulerState(tree, cell_placers(tree, clusters, nodes))
     node_cap = Resources({GPU: 8})
-    placers = {
+    placers: dict[str, Placer] = {
         f"cluster-{c:02d}": CapacityPlacer(
             f"cluster-{c:02d}", {f"c{c}-node-{n}": node_cap for n in range(nodes)}
         )
@@ -108,11 +137,168 @@ def build_state(tree: QuotaTree, clusters: int, nodes: int) -> SchedulerState:
     return SchedulerState(tree, placers)
 
 
+def cell_placers(tree: QuotaTree, clusters: int, nodes: int) -> dict[str, Placer]:
+    """One HiveD cell hierarchy per cluster, the leaf queues' VCs spread across them.
+
+    Each cluster: racks of ``RACK_NODES`` nodes, a node of 4 PCIe pairs of 2
+    GPUs (``bench_cells.py``'s cell types).  The leaf queues are dealt to the
+    clusters in tree order, round robin, and each owes its queue's ``min`` in
+    whole 8-GPU nodes (``RACK.NODE`` virtual cells) in its cluster, as far as
+    the cluster has nodes left; what no VC is owed is the shared pool.
+    """
+    leaves = tree.leaves()
+    names = [f"cluster-{c:02d}" for c in range(clusters)]
+    owed: dict[str, dict[str, int]] = {name: {} for name in names}
+    left = dict.fromkeys(names, nodes)
+    for i, leaf in enumerate(leaves):
+        name = names[i % clusters]
+        want = min(tree.min_of(leaf)[GPU] // 8, left[name])
+        if want > 0:
+            owed[name][leaf] = want
+            left[name] -= want
+    racks = max(1, nodes // RACK_NODES)
+    placers: dict[str, Placer] = {}
+    for c, name in enumerate(names):
+        config = {
+            "physicalCluster": {
+                "cellTypes": {
+                    "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
+                    "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
+                    "RACK": {"childCellType": "NODE", "childCellNumber": RACK_NODES},
+                },
+                "physicalCells": [
+                    {
+                        "cellType": "RACK",
+                        "cellChildren": [
+                            {"cellAddress": f"c{c}-r{r:03d}-n{n}"} for n in range(RACK_NODES)
+                        ],
+                    }
+                    for r in range(racks)
+                ],
+            },
+            "virtualClusters": {
+                vc: {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": count}]}
+                for vc, count in owed[name].items()
+            },
+        }
+        placers[name] = CellPlacer(name, load_cell_config(config))
+    return placers
+
+
+#: CPU seconds of each timed cycle (the machine may be shared: wall time is noisier)
+CPU_TIMES: list[float] = []
+
+
 def timed_cycle(state: SchedulerState, now: float) -> tuple[int, float]:
+    c0 = time.process_time()
     t0 = time.perf_counter()
     decisions = cycle(state, now)
     elapsed = time.perf_counter() - t0
+    CPU_TIMES.append(time.process_time() - c0)
     return sum(1 for d in decisions if isinstance(d, Admit)), elapsed
+
+
+def steady_rounds(
+    state: SchedulerState,
+    rng: random.Random,
+    queues: list[str],
+    rounds: int,
+    churn: float,
+    next_seq: int,
+    quiet: bool = False,
+) -> list[tuple[int, float]]:
+    """``rounds`` times: ``churn`` of the running jobs end, as many arrive, one cycle."""
+    out = []
+    for r in range(rounds):
+        keys = sorted(state.running)
+        ending = rng.sample(keys, max(1, int(len(keys) * churn))) if keys else []
+        for key in ending:
+            events.apply(state, events.Dispatched(key))
+            events.apply(state, events.Finished(key))
+        for job in make_jobs(rng, len(ending), queues, next_seq):
+            events.apply(state, events.Submitted(job))
+        next_seq += len(ending)
+        admitted, elapsed = timed_cycle(state, float(r + 1))
+        out.append((admitted, elapsed))
+        if not quiet:
+            print(f"  steady round {r + 1}: {admitted} admissions in {elapsed:.3f} s")
+    return out
+
+
+def measure(
+    args: argparse.Namespace, placer: str, jobs: int, quiet: bool = False
+) -> dict[str, float]:
+    """Queue ``jobs``, one full cycle, then steady rounds; the figures."""
+    rng = random.Random(args.seed)
+    total_gpus = args.clusters * args.nodes * 8
+    tree = build_tree(args.groups, args.leaves_per_group, total_gpus)
+    t0 = time.perf_counter()
+    state = build_state(tree, args.clusters, args.nodes, placer)
+    built = time.perf_counter() - t0
+    queues = tree.leaves()
+
+    gc.collect()
+    tracemalloc.start()
+    base, _ = tracemalloc.get_traced_memory()
+    new = make_jobs(rng, jobs, queues, 0)
+    for job in new:
+        events.apply(state, events.Submitted(job))
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del new
+    per_job = (peak - base) / jobs
+
+    if not args.no_gc_freeze:
+        # A long-running scheduler does this after start-up: the objects it
+        # keeps for good are left out of every later full garbage collection.
+        gc.collect()
+        gc.freeze()
+    admitted, elapsed = timed_cycle(state, 0.0)
+    if not quiet:
+        print(
+            f"[{placer}] setup: {len(queues)} leaf queues, {jobs} pending gangs, "
+            f"{args.clusters} clusters x {args.nodes} nodes x 8 GPUs (built in {built:.1f} s), "
+            f"gc.freeze {'off' if args.no_gc_freeze else 'on'}"
+        )
+        print(
+            f"[{placer}] full cycle: {admitted} admissions in {elapsed:.3f} s = "
+            f"{admitted / elapsed:,.0f} /s ({state.pending_count()} still pending)"
+        )
+    full_rate = admitted / elapsed if elapsed else 0.0
+    profiler = _profiler() if args.profile and not quiet else None
+    if profiler is not None:
+        profiler.start()
+    first = len(CPU_TIMES)
+    rounds = steady_rounds(state, rng, queues, args.rounds, args.churn, jobs, quiet)
+    cpu = statistics.median(CPU_TIMES[first:])
+    if profiler is not None:
+        profiler.stop()
+        print(profiler.output_text(unicode=False, color=False))
+    if not args.no_gc_freeze:
+        gc.unfreeze()
+    rate = statistics.median(a / t if t else 0.0 for a, t in rounds)
+    cycle_time = statistics.median(t for _, t in rounds)
+    if not quiet:
+        target = TARGET_RATE if placer == "capacity" else TARGET_CELLS_RATE
+        print(
+            f"[{placer}] steady-state cycle: median {rate:,.0f} admissions/s "
+            f"(target >= {target:,}), median cycle {cycle_time * 1000:,.1f} ms "
+            f"(CPU {cpu * 1000:,.1f} ms) over {len(rounds)} rounds"
+        )
+        print(
+            f"[{placer}] memory: {per_job:,.0f} bytes per pending job "
+            f"(peak; target <= {TARGET_BYTES})"
+        )
+    return {"full": full_rate, "steady": rate, "cycle": cycle_time, "cpu": cpu, "bytes": per_job}
+
+
+def _profiler() -> Any:
+    try:
+        from pyinstrument import Profiler  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        print("(--profile needs pyinstrument: .venv/bin/pip install pyinstrument)")
+        return None
+    return Profiler(interval=0.0005)
 
 
 def main() -> None:
@@ -125,62 +311,47 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--churn", type=float, default=0.05, help="share of running jobs ending")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--placer",
+        choices=["capacity", "cells"],
+        action="append",
+        help="capacity (the baseline) or cells (the HiveD allocator); default both",
+    )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="also a table of the steady-state cycle time at 10k / 100k / 1M pending jobs",
+    )
+    parser.add_argument("--profile", action="store_true", help="pyinstrument the steady rounds")
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the GC as it is")
     args = parser.parse_args()
+    placers = args.placer or ["capacity", "cells"]
 
-    rng = random.Random(args.seed)
-    total_gpus = args.clusters * args.nodes * 8
-    tree = build_tree(args.groups, args.leaves_per_group, total_gpus)
-    state = build_state(tree, args.clusters, args.nodes)
-    queues = tree.leaves()
-
-    tracemalloc.start()
-    base, _ = tracemalloc.get_traced_memory()
-    jobs = make_jobs(rng, args.jobs, queues, 0)
-    for job in jobs:
-        events.apply(state, events.Submitted(job))
-    _current, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    del jobs
-    per_job = (peak - base) / args.jobs
-
-    if not args.no_gc_freeze:
-        # A long-running scheduler does this after start-up: the objects it
-        # keeps for good are left out of every later full garbage collection.
-        gc.collect()
-        gc.freeze()
-    admitted, elapsed = timed_cycle(state, 0.0)
-    print(
-        f"setup: {len(queues)} leaf queues, {args.jobs} pending gangs, "
-        f"{args.clusters} clusters x {args.nodes} nodes x 8 GPUs, capacity placer, "
-        f"gc.freeze {'off' if args.no_gc_freeze else 'on'}"
-    )
-    print(
-        f"full cycle: {admitted} admissions in {elapsed:.3f} s = {admitted / elapsed:,.0f} /s "
-        f"({state.pending_count()} still pending)"
-    )
-
-    rates = []
-    next_seq = args.jobs
-    for r in range(args.rounds):
-        keys = sorted(state.running)
-        ending = rng.sample(keys, max(1, int(len(keys) * args.churn)))
-        for key in ending:
-            events.apply(state, events.Dispatched(key))
-            events.apply(state, events.Finished(key))
-        for job in make_jobs(rng, len(ending), queues, next_seq):
-            events.apply(state, events.Submitted(job))
-        next_seq += len(ending)
-        admitted, elapsed = timed_cycle(state, float(r + 1))
-        rates.append(admitted / elapsed if elapsed else 0.0)
-        print(f"steady round {r + 1}: {admitted} admissions in {elapsed:.3f} s")
-    median = statistics.median(rates)
-    print(f"steady-state cycle: median {median:,.0f} admissions/s (target >= {TARGET_RATE:,})")
-    print(f"memory: {per_job:,.0f} bytes per pending job (peak; target <= {TARGET_BYTES})")
+    for placer in placers:
+        measure(args, placer, args.jobs)
+    if args.scale:
+        print("steady-state cycle time by backlog (median of the rounds):")
+        for placer in placers:
+            times = {}
+            for jobs in SCALE:
+                figures = measure(args, placer, jobs, quiet=True)
+                times[jobs] = figures["cycle"]
+                print(
+                    f"  [{placer}] {jobs:>9,} pending: {figures['cycle'] * 1000:9,.1f} ms "
+                    f"(CPU {figures['cpu'] * 1000:,.1f} ms), "
+                    f"{figures['steady']:9,.0f} admissions/s, {figures['bytes']:,.0f} bytes/job",
+                    flush=True,
+                )
+            ratio = times[SCALE[-1]] / times[SCALE[0]] if times[SCALE[0]] else 0.0
+            print(
+                f"  [{placer}] {SCALE[-1]:,} vs {SCALE[0]:,} pending: {ratio:.1f}x "
+                "the cycle time (target <= 1.5x)"
+            )
     print(
         "baseline: Kueue, one head per queue per cycle, admitted 9.6 workloads/min "
         "(0.16/s) on 1,300 nodes with a 536-deep queue in production (Kueue issue #14477)"
     )
+    print(f"baseline: {HIVED_PEER} (bench_cells.py, on its HiveD stream)")
 
 
 if __name__ == "__main__":

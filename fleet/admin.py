@@ -288,7 +288,9 @@ async def finish_drains(loop: SchedulerLoop) -> None:
         if _running_in(loop, name):
             continue
         events.apply(loop.state, events.ClusterRemoved(name))
-        loop.members.pop(name, None)
+        member = loop.members.pop(name, None)
+        if member is not None:
+            await member.close()
         loop.vc_sizes.pop(name, None)
 
         async def save(session: AsyncSession, name: str = name) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -60,6 +61,7 @@ from fleet.core.state import Running, SchedulerState, Transition
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
+from fleet.telemetry import Telemetry
 
 log = logging.getLogger("fleet.loop")
 
@@ -202,7 +204,6 @@ class SchedulerLoop:
         self._idle = asyncio.Event()  # set while the loop waits with nothing to do
         self._task: asyncio.Task[None] | None = None
         self._watchers: list[asyncio.Task[None]] = []
-        self._reasons: dict[str, str] = {}
         self._ids: dict[str, int] = {}  # job key -> row id
         self.failover = Failover(db)
         self.iterations = 0
@@ -212,6 +213,8 @@ class SchedulerLoop:
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
         self._changed: set[str] = set()  # jobs changed since the last published view
         self._published = asyncio.Event()  # set (and replaced) when a view is published
+        #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
+        self.telemetry: Telemetry | None = None
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -320,13 +323,17 @@ class SchedulerLoop:
 
     async def iterate(self) -> list[Decision]:
         """One iteration: inbox, cycle, persist, act, publish; the cycle's decisions."""
+        with self._span("scheduler iteration"):
+            return await self._iterate()
+
+    async def _iterate(self) -> list[Decision]:
         self._wake.clear()
         items, self._inbox = self._inbox, []
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)
         await self._fail_over()
-        decisions = await self._off_loop(cycle, self.state)
+        decisions = await self._cycle(now)
         actions = await self._persist(decisions)
         await self._act(actions)
         if self.after_iteration is not None:
@@ -335,6 +342,21 @@ class SchedulerLoop:
         self._announce()
         self.iterations += 1
         return decisions
+
+    async def _cycle(self, now: float) -> list[Decision]:
+        """The scheduling cycle, in a span that carries its outcome (and metrics)."""
+        with self._span("scheduling cycle") as span:
+            started = time.perf_counter()
+            decisions = await self._off_loop(cycle, self.state)
+            if self.telemetry is not None:
+                self.telemetry.cycle_done(span, decisions, time.perf_counter() - started, now)
+        return decisions
+
+    def _span(self, name: str, **attributes: str) -> contextlib.AbstractContextManager[Any]:
+        """A span of the telemetry's tracer (nothing without telemetry)."""
+        if self.telemetry is None:
+            return contextlib.nullcontext()
+        return self.telemetry.tracer.start_as_current_span(name, attributes=attributes)
 
     async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
         """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
@@ -440,6 +462,8 @@ class SchedulerLoop:
             self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
             self._changed.add(job.key)
+            if self.telemetry is not None:
+                self.telemetry.queued([job.key], now)
         done: list[int] = []  # cancellation requests handled
         for item in items:
             if isinstance(item, _Cancel):
@@ -568,6 +592,8 @@ class SchedulerLoop:
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
+                if self.telemetry is not None:
+                    self.telemetry.forget([t.job])
         return [None if i is None else next(made) for i, _ in wanted]
 
     def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
@@ -590,7 +616,7 @@ class SchedulerLoop:
         writes = await self._off_loop(self._decision_writes, decisions)
         if writes is None:
             return []
-        updates, log_entries, planned = writes
+        updates, log_entries, planned, resized = writes
         now = self.state.now
         async with self.db.write() as session:
             await job_rows.update_jobs(session, updates)
@@ -603,15 +629,15 @@ class SchedulerLoop:
                 ],
                 now,
             )
-            heads = await job_rows.dispatch_heads(
-                session, sorted(row_id for row_id, d in planned if isinstance(d, Admit))
-            )
-        return [
+            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
             else _Delete(intent, d.job, d.cluster)
             for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
+        return actions + [_Resize(*heads[r]) for r in sorted(set(resized)) if r in heads]
 
     def _decision_writes(self, decisions: Sequence[Decision]) -> _DecisionWrites | None:
         """The rows, events and intents the decisions call for (None: nothing to write)."""
@@ -619,6 +645,7 @@ class SchedulerLoop:
         updates: list[dict[str, Any]] = []
         log_entries: list[job_rows.EventValues] = []
         planned: list[tuple[int, Admit | Preempt]] = []  # (row id, decision) with an intent
+        resized: list[int] = []
         for d in decisions:
             if not isinstance(d, Admit | Preempt):
                 continue
@@ -633,6 +660,7 @@ class SchedulerLoop:
                     log_entries.append(
                         job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
                     )
+                    resized.append(row_id)
                     continue
                 message = f"admitted to {d.cluster} as {d.mode}: {where}"
                 if d.victims:
@@ -646,6 +674,7 @@ class SchedulerLoop:
                 if run is not None:
                     units = [snapshot.unit_to_plain(u) for u in run.units]
                     updates.append({"id": row_id, "units": units})
+                    resized.append(row_id)
                 log_entries.append(
                     job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
                 )
@@ -660,7 +689,7 @@ class SchedulerLoop:
                 planned.append((row_id, d))
         if not updates and not log_entries:
             return None
-        return updates, log_entries, planned
+        return updates, log_entries, planned, resized
 
     # Acting on members ---------------------------------------------------------------------
     async def _act(self, actions: Sequence[_Action]) -> None:
@@ -677,24 +706,42 @@ class SchedulerLoop:
                 member = None if run is None else self.members.get(run.cluster)
                 if run is not None and member is not None:
                     try:
-                        await member.create(_dispatched(head, action.manifest, run, action.started))
+                        with self._span("dispatch", job=key, cluster=run.cluster):
+                            job = _dispatched(head, action.manifest, run, action.started)
+                            with self._span("member create", job=key, cluster=run.cluster):
+                                await member.create(job)
                     except ClusterConflict as e:
                         # Another object holds the name there: never overwrite it, go elsewhere.
                         why = f"not created in {run.cluster}: {e.message}"
                         changes += _moves(events.apply(self.state, events.FailedOver(key, why)))
                         conflicts.append(Due(key, run.cluster, why, None))
+                        if self.telemetry is not None:
+                            self.telemetry.dispatch_failed(run.cluster)
                     except ClusterError as e:
                         changes += _moves(
                             events.apply(self.state, events.DispatchFailed(key, str(e)))
                         )
+                        if self.telemetry is not None:
+                            self.telemetry.dispatch_failed(run.cluster)
                     else:
                         if self.state.phase.get(key) is JobState.ADMITTED:
                             changes += _moves(events.apply(self.state, events.Dispatched(key)))
+            elif isinstance(action, _Resize):
+                head = action.head
+                key = f"{head.namespace}/{head.name}"
+                run = self.state.running.get(key)
+                member = None if run is None else self.members.get(run.cluster)
+                if run is not None and member is not None:
+                    try:
+                        await member.resize(_dispatched(head, action.manifest, run, None))
+                    except ClusterError as e:  # created again with its pods at the next start
+                        log.warning("could not resize %s in %s: %s", key, run.cluster, e)
             else:
                 member = self.members.get(action.cluster)
                 if member is not None:
                     try:
-                        await member.delete(action.key)
+                        with self._span("member delete", job=action.key, cluster=action.cluster):
+                            await member.delete(action.key)
                     except ClusterError as e:
                         log.warning("could not delete %s in %s: %s", action.key, action.cluster, e)
                         continue  # the intent stays open and is redone at start
@@ -706,22 +753,11 @@ class SchedulerLoop:
 
     # Publishing ---------------------------------------------------------------------------
     def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
-        self._remember_reasons(decisions)
+        # The reasons of waiting jobs live in the core (``state.waiting``): the
+        # cycle reports a Wait only when a reason changed, and a parked tail
+        # has one reason for all its jobs.  Admitted and preempted jobs changed.
+        self._changed.update(d.job for d in decisions if not isinstance(d, Wait))
         self._publish()
-
-    def _remember_reasons(self, decisions: Sequence[Decision]) -> None:
-        for d in decisions:
-            if isinstance(d, Wait):
-                if self._reasons.get(d.job) != d.reason:
-                    self._changed.add(d.job)
-                self._reasons[d.job] = d.reason
-            elif isinstance(d, Admit):
-                self._reasons.pop(d.job, None)
-                self._changed.add(d.job)
-            else:
-                self._changed.add(d.job)
-        for key in [k for k in self._reasons if not self.state.is_pending(k)]:
-            del self._reasons[key]
 
     def _publish(self) -> None:
         state = self.state
@@ -746,19 +782,20 @@ class SchedulerLoop:
             )
             for node in tree.nodes()
         )
-        pending = {
-            leaf: tuple(
-                PendingView(
-                    job.key,
-                    job.priority,
-                    job.priority_class,
-                    _quantities(job.request),
-                    self._reasons.get(job.key, ""),
+        reasons: dict[str, str] = {}
+        pending: dict[str, tuple[PendingView, ...]] = {}
+        for leaf, jobs in pending_by_leaf.items():
+            views = []
+            for job in jobs:
+                reason = state.waiting.reason_of(job)
+                if reason:
+                    reasons[job.key] = reason
+                views.append(
+                    PendingView(
+                        job.key, job.priority, job.priority_class, _quantities(job.request), reason
+                    )
                 )
-                for job in jobs
-            )
-            for leaf, jobs in pending_by_leaf.items()
-        }
+            pending[leaf] = tuple(views)
         vc_used: dict[tuple[str, str], int] = {}
         for run in state.running.values():
             for unit in run.units:
@@ -781,11 +818,14 @@ class SchedulerLoop:
             for name, placer in state.placers.items()
             if hasattr(placer, "doomed_cells")
         }
+        for key, reason in reasons.items():  # a waiting job's reason changed
+            if self.view.reasons.get(key) != reason:
+                self._changed.add(key)
         version = self.view.version + 1
         recent = (*self.view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
         self._changed.clear()
         self.view = LoopView(
-            True, state.now, queues, pending, dict(self._reasons), clusters, doomed, version, recent
+            True, state.now, queues, pending, reasons, clusters, doomed, version, recent
         )
 
     def _announce(self) -> None:
@@ -820,10 +860,23 @@ class _Delete:
     cluster: str
 
 
-_Action = _Create | _Delete
-#: Job column changes, event log entries, and the decisions that need an intent (with row ids).
+@dataclass(frozen=True, slots=True)
+class _Resize:
+    """Give running job ``head`` its pods as they are now (it grew or shrank)."""
+
+    head: job_rows.JobHead
+    manifest: dict[str, Any]
+    intent: None = None
+
+
+_Action = _Create | _Delete | _Resize
+#: Job column changes, event log entries, the decisions that need an intent (with row
+#: ids), and the running jobs whose pods changed.
 _DecisionWrites = tuple[
-    list[dict[str, Any]], list[job_rows.EventValues], list[tuple[int, Admit | Preempt]]
+    list[dict[str, Any]],
+    list[job_rows.EventValues],
+    list[tuple[int, Admit | Preempt]],
+    list[int],  # jobs that grew or shrank (row ids)
 ]
 
 

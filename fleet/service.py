@@ -93,6 +93,21 @@ def clusters_document(svc: Service) -> str:
 vc_gpus = convert.vc_gpus
 
 
+def member_backend(cluster: MemberClusterModel, clock: Clock) -> MemberCluster:
+    """The backend of a member: simulated, or a Kubernetes cluster from its kubeconfig."""
+    kubeconfig = cluster.spec.kubeconfig
+    if kubeconfig is None:
+        return SimulatedCluster(cluster.name, clock)
+    nodes = sorted(cluster.cell_config().nodes())
+    return KubeCluster(cluster.name, clock, Path(kubeconfig.path), kubeconfig.context, nodes)
+
+
+async def start_member(member: MemberCluster) -> None:
+    """Connect a member's backend (a Kubernetes member starts its client and checks)."""
+    if isinstance(member, KubeCluster):
+        await member.start()
+
+
 def _members(
     clusters: Sequence[MemberClusterModel], clock: Clock
 ) -> tuple[dict[str, Placer], dict[str, MemberCluster]]:
@@ -100,15 +115,7 @@ def _members(
     members: dict[str, MemberCluster] = {}
     for cluster in clusters:
         placers[cluster.name] = CellPlacer(cluster.name, cluster.cell_config())
-        kubeconfig = cluster.spec.kubeconfig
-        if kubeconfig is None:
-            members[cluster.name] = SimulatedCluster(cluster.name, clock)
-        else:
-            nodes = sorted(cluster.cell_config().nodes())
-            path = Path(kubeconfig.path)
-            members[cluster.name] = KubeCluster(
-                cluster.name, clock, path, kubeconfig.context, nodes
-            )
+        members[cluster.name] = member_backend(cluster, clock)
     return placers, members
 
 
@@ -124,8 +131,7 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         clusters = convert.load_clusters(clusters_text)
         placers, members = _members(clusters, clock)
         for member in members.values():
-            if isinstance(member, KubeCluster):
-                await member.start()
+            await start_member(member)
         loop = SchedulerLoop(
             db,
             clock,

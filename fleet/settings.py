@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,7 +67,28 @@ class Settings(BaseSettings):
         gt=0,
         description="Most YAML nodes that aliases may stand for in one request body (422 above).",
     )
+    max_replicas_per_job: int = Field(
+        1000,
+        gt=0,
+        le=10_000,
+        description="Most pods (replicas of every role) accepted in one job (422 above).",
+    )
+    max_string_length: int = Field(
+        32 * 1024,
+        gt=0,
+        description="Most characters in any one string of a submitted document (422 above).",
+    )
     log_level: str = Field("INFO", description="Python logging level name.")
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="Log lines as JSON objects (time, level, logger, message, trace_id, "
+        "span_id) or as text.",
+    )
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318): traces "
+        "and metrics are also pushed there; none: only /metrics.",
+    )
     tokens_file: Path | None = Field(
         None,
         description="YAML file of bearer tokens (name, role, queues, sha256); none: every "

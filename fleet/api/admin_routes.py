@@ -49,6 +49,7 @@ from fleet.core.resources import format_quantity
 from fleet.manifests import convert
 from fleet.manifests.documents import YAML_LOADER
 from fleet.manifests.errors import SpecError
+from fleet.manifests.models import MemberClusterModel
 from fleet.manifests.yaml_stream import YamlLimitError, YamlLimits, read_documents
 from fleet.service import Service
 from fleet.store import admin as admin_rows
@@ -293,8 +294,15 @@ async def put_cluster(request: web.Request) -> web.Response:
 
     if model.name != name:
         errors.append(error(f"must be {name[:60]!r}, the name in the path", "metadata.name"))
-    if not model.spec.simulated:
-        errors.append(error("only simulated member clusters are supported so far", "spec"))
+    known = next((c for c in svc.clusters if c.name == name), None)
+    if name in svc.loop.members and known is not None and _reach(known) != _reach(model):
+        errors.append(
+            error(
+                "how a member is reached (simulated, or its kubeconfig) cannot change while "
+                "it is a member: DELETE it, and PUT it again once it is removed",
+                "spec.kubeconfig" if model.spec.kubeconfig is not None else "spec.simulated",
+            )
+        )
     vc_sizes: dict[str, int] = {}
     try:
         vc_sizes = service.vc_gpus(model)
@@ -303,17 +311,29 @@ async def put_cluster(request: web.Request) -> web.Response:
     if errors:
         raise ProblemError(invalid(errors))
     document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+    backend = None
+    if name not in svc.loop.members:  # a new member: connect it first
+        backend = service.member_backend(model, svc.clock)
+        await service.start_member(backend)
+    added = backend if backend is not None else SimulatedCluster(name, svc.clock)
     try:
-        change = await admin.put_cluster(
-            svc.loop, model, document, lambda n: SimulatedCluster(n, svc.clock), vc_sizes
-        )
+        change = await admin.put_cluster(svc.loop, model, document, lambda n: added, vc_sizes)
     except admin.ClusterConflict as e:
         raise ProblemError(conflict(str(e)[:2000])) from None
+    finally:
+        if backend is not None and svc.loop.members.get(name) is not backend:
+            await backend.close()  # not added after all
     svc.clusters = [c for c in svc.clusters if c.name != name] + [model]
     body = admin_schemas.ClusterChange(
         name=name, created=change.created, draining=change.draining, running=list(change.running)
     )
     return json_response(body, status=201 if change.created else 200)
+
+
+def _reach(model: MemberClusterModel) -> tuple[str, str | None] | None:
+    """How a member is reached: None when simulated, else its kubeconfig path and context."""
+    kubeconfig = model.spec.kubeconfig
+    return None if kubeconfig is None else (kubeconfig.path, kubeconfig.context)
 
 
 async def delete_cluster(request: web.Request) -> web.Response:

@@ -20,13 +20,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import auth, keys, live, routes
+from fleet.api import auth, keys, live, metrics, routes
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
 from fleet.sim import forecast
 from fleet.store.database import unavailable
+from fleet.telemetry import Telemetry
 from fleet.ui import app as ui
 
 log = logging.getLogger("fleet.api")
@@ -57,10 +58,17 @@ def create_app(
     settings: Settings, *, clock: Clock | None = None, threaded: bool = True
 ) -> web.Application:
     """The Fleet API application; the service starts with it (see the module docstring)."""
+    telemetry = Telemetry(otlp_endpoint=settings.otlp_endpoint)
     app = web.Application(
-        middlewares=[problem_middleware, auth.access_middleware, last_resort],
+        middlewares=[
+            metrics.tracing_middleware,  # a span per request
+            problem_middleware,
+            auth.access_middleware,
+            last_resort,
+        ],
         client_max_size=settings.max_body_bytes,
     )
+    app[metrics.TELEMETRY] = telemetry
     app[keys.SETTINGS] = settings
     app[keys.TOKENS] = TokenStore(settings.tokens_file)
     if settings.tokens_file is None:
@@ -77,6 +85,7 @@ def create_app(
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
+        watch_service(telemetry, svc)
         estimator = forecast.Estimator(
             svc.db,
             svc.clock,
@@ -92,9 +101,23 @@ def create_app(
         finally:
             await estimator.stop()
             await service.stop(svc)
+            telemetry.shutdown()
 
     app.cleanup_ctx.append(run_service)
     routes.add_routes(app)
+    metrics.add_route(app)
     live.setup(app)
     ui.setup(app)  # the dashboard at /ui/, a client of the routes above
     return app
+
+
+def watch_service(telemetry: Telemetry, svc: service.Service) -> None:
+    """Hook ``telemetry`` into the started service's loop, before its first iteration."""
+    svc.loop.telemetry = telemetry
+    loop = svc.loop
+    telemetry.observe(
+        lambda: loop.view,
+        lambda: {name: name not in loop.state.unready for name in sorted(loop.members)},
+    )
+    pending = [p.job for jobs in loop.view.pending.values() for p in jobs]
+    telemetry.queued(pending, svc.clock.now())  # found at start: waiting since then

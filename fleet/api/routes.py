@@ -72,6 +72,8 @@ async def submit_jobs(request: web.Request) -> web.Response:
         max_documents=settings.max_documents,
         max_depth=settings.max_yaml_depth,
         max_alias_nodes=settings.max_yaml_alias_nodes,
+        max_replicas=settings.max_replicas_per_job,
+        max_string=settings.max_string_length,
     )
     submitted = parse_submission(
         body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits

@@ -95,6 +95,10 @@ class SubmissionLimits:
     max_documents: int = 1000
     max_alias_nodes: int = 100_000
     max_depth: int = DEFAULT_MAX_DEPTH
+    #: pods of one job (every replica of every role)
+    max_replicas: int = 1000
+    #: characters of any one string (a key or a value) in a document
+    max_string: int = 32 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +160,18 @@ def parse_submission(
         found = convert.load_submitted_jobs(text, tree, clusters, first_seq, limits=yaml_limits)
     except SpecError as e:
         raise ProblemError(from_spec_error(e)) from None
-    return _finish(found, clusters)
+    return _finish(found, clusters, limits)
 
 
 def _finish(
-    found: Sequence[SubmittedJob], clusters: Sequence[MemberClusterModel]
+    found: Sequence[SubmittedJob],
+    clusters: Sequence[MemberClusterModel],
+    limits: SubmissionLimits,
 ) -> list[Submitted]:
     errors: list[FieldError] = []
     plain: dict[int, dict[str, Any]] = {}
     for doc in _documents(found):
-        data, problems = plain_data(doc.raw)
+        data, problems = plain_data(doc.raw, max_string=limits.max_string)
         errors.extend(
             field_error(m, document=doc.index, kind=doc.kind, name=doc.name, path=p)
             for p, m in problems
@@ -174,6 +180,18 @@ def _finish(
             plain[doc.index] = data
     capacity = _Capacity(clusters)
     for sj in found:
+        if sj.job.size > limits.max_replicas:
+            errors.append(
+                field_error(
+                    f"job {sj.job.key} has {sj.job.size:,} pods, more than the "
+                    f"{limits.max_replicas:,} this service accepts in one job",
+                    document=sj.document.index,
+                    kind="PyTorchJob",
+                    name=sj.job.key,
+                    path="spec.pytorchReplicaSpecs",
+                )
+            )
+            continue
         errors.extend(
             field_error(m, document=sj.document.index, kind="PyTorchJob", name=sj.job.key, path=p)
             for p, m in capacity.problems(sj)
@@ -240,10 +258,13 @@ def failover(policy: PropagationPolicyModel | None) -> Failover:
 # Plain JSON data ----------------------------------------------------------------------
 
 
-def plain_data(value: object, path: str = "") -> tuple[Any, list[tuple[str, str]]]:
-    """``value`` (YAML data) as JSON data, and ``(path, message)`` for what JSON cannot hold."""
+def plain_data(
+    value: object, path: str = "", *, max_string: int | None = None
+) -> tuple[Any, list[tuple[str, str]]]:
+    """``value`` (YAML data) as JSON data, and ``(path, message)`` for what JSON cannot hold
+    or for a string (key or value) longer than ``max_string`` characters."""
     problems: list[tuple[str, str]] = []
-    return _plain(value, path, problems), problems
+    return _Plain(problems, max_string).value(value, path), problems
 
 
 def _join(path: str, key: str) -> str:
@@ -263,36 +284,63 @@ def _key(key: object) -> str:
     return json.dumps(key) if isinstance(key, int | float) and math.isfinite(key) else repr(key)
 
 
-def _plain(value: object, path: str, problems: list[tuple[str, str]]) -> Any:
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value):
+@dataclass(slots=True)
+class _Plain:
+    problems: list[tuple[str, str]]
+    max_string: int | None
+
+    def _long(self, text: str, path: str) -> bool:
+        if self.max_string is None or len(text) <= self.max_string:
+            return False
+        self.problems.append(
+            (
+                path,
+                f"a string of {len(text):,} characters, more than the {self.max_string:,} "
+                "this service accepts in one field",
+            )
+        )
+        return True
+
+    def value(self, value: object, path: str) -> Any:
+        problems = self.problems
+        if isinstance(value, str):
+            return None if self._long(value, path) else value
+        if value is None or isinstance(value, bool | int):
             return value
-        problems.append((path, f"{value!r} is not a number JSON can hold; quote it if it is text"))
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return value
+            problems.append(
+                (path, f"{value!r} is not a number JSON can hold; quote it if it is text")
+            )
+            return None
+        if isinstance(value, datetime.date):  # datetime too
+            return value.isoformat()
+        if isinstance(value, bytes):
+            return base64.b64encode(value).decode("ascii")
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                text = _key(key)
+                if self._long(text, path):
+                    continue
+                if text in out:
+                    problems.append(
+                        (
+                            _join(path, text),
+                            f"key {quote(text)} is given twice (once not as a string)",
+                        )
+                    )
+                    continue
+                out[text] = self.value(item, _join(path, text))
+            return out
+        if isinstance(value, list | tuple):
+            return [self.value(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        if isinstance(value, set | frozenset):
+            problems.append((path, "a YAML set (!!set) has no JSON form; write a list"))
+            return None
+        problems.append((path, f"a value of type {type(value).__name__} has no JSON form"))
         return None
-    if isinstance(value, datetime.date):  # datetime too
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            text = _key(key)
-            if text in out:
-                problems.append(
-                    (_join(path, text), f"key {quote(text)} is given twice (once not as a string)")
-                )
-                continue
-            out[text] = _plain(item, _join(path, text), problems)
-        return out
-    if isinstance(value, list | tuple):
-        return [_plain(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
-    if isinstance(value, set | frozenset):
-        problems.append((path, "a YAML set (!!set) has no JSON form; write a list"))
-        return None
-    problems.append((path, f"a value of type {type(value).__name__} has no JSON form"))
-    return None
 
 
 def canonical_json(value: object) -> str:

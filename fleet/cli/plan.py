@@ -26,7 +26,7 @@ from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
-from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
@@ -102,12 +102,9 @@ def plan(
         events.apply(state, events.Submitted(job))
     decisions, _ = settle(state, now)
 
-    last_wait: dict[str, Wait] = {}
     preempted: list[dict[str, str]] = []
     for d in decisions:
-        if isinstance(d, Wait):
-            last_wait[d.job] = d
-        elif isinstance(d, Preempt):
+        if isinstance(d, Preempt):
             preempted.append({"job": d.job, "reason": d.reason})
 
     admitted: list[dict[str, Any]] = []
@@ -129,8 +126,8 @@ def plan(
                 entry["already_running"] = True
             admitted.append(entry)
         else:
-            wait = last_wait.get(job.key)
-            reason = wait.reason if wait else "not considered"
+            reason = state.waiting.reason_of(job) if state.is_pending(job.key) else ""
+            reason = reason or "not considered"
             waiting.append({"job": job.key, "queue": job.queue, "reason": reason})
 
     queues = []

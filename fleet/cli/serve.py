@@ -57,6 +57,17 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     p.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        help="log lines as JSON objects with trace ids (default) or as text",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="also push traces and metrics to this OTLP/HTTP collector (e.g. "
+        "http://otel-collector:4318)",
+    )
+    p.add_argument(
         "--tokens-file",
         metavar="FILE",
         help="YAML file of bearer tokens (fleet token create writes it); without one every "
@@ -89,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             "schedule_interval",
             "estimate_interval",
             "log_level",
+            "log_format",
+            "otlp_endpoint",
             "tokens_file",
         )
         if (value := getattr(args, name, None)) is not None
@@ -119,10 +132,9 @@ def run(args: argparse.Namespace) -> int:
         except TokensFileError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from fleet.telemetry import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     log = logging.getLogger("fleet.serve")
     log.info("database %s", settings.database_url)
     web.run_app(

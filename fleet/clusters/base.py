@@ -273,6 +273,15 @@ class MemberCluster(Protocol):
         """
         ...
 
+    async def resize(self, job: DispatchedJob) -> None:
+        """Job ``job.key``, created before, now runs with ``job.pods`` (it grew or shrank).
+
+        Idempotent; nothing happens for a job this member does not run with
+        that uid.  A member that cannot apply it now applies it later (or when
+        ``create`` is called again with the same job, as after a restart).
+        """
+        ...
+
     async def delete(self, key: str) -> bool:
         """Delete job ``key``; its pods stop.
 

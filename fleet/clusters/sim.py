@@ -30,6 +30,7 @@ An invalid duration or outcome annotation is refused at creation with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NoReturn
@@ -168,6 +169,12 @@ class SimulatedCluster:
         self._timers[job.key] = asyncio.create_task(
             self._finish(run), name=f"simulated {self._name}: {job.key}"
         )
+
+    async def resize(self, job: DispatchedJob) -> None:
+        """Record the job's new pods; its run keeps its start and end (see the module docstring)."""
+        run = self._running.get(job.key)
+        if run is not None and run.job.uid == job.uid:
+            self._running[job.key] = dataclasses.replace(run, job=job)
 
     async def delete(self, key: str) -> bool:
         """Delete job ``key``; a running one stops at once and :class:`JobStopped` is reported."""

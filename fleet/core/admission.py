@@ -35,7 +35,7 @@ from fleet.core import cluster_choice, quota_victims, timestamps
 from fleet.core.charges import Charge, charge_for
 from fleet.core.cycle_context import CycleRun, Pass
 from fleet.core.cycle_memory import Remembered
-from fleet.core.decisions import Admit, Preempt, Wait
+from fleet.core.decisions import Admit, Preempt
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import BindError, Fit
@@ -326,7 +326,7 @@ def _put_back(run: CycleRun, stops: list[_Stop]) -> None:
             state.units[unit.charge.key] = owner
         owner.units[:] = stop.before
         if stop.whole:
-            state.running[owner.job.key] = owner
+            state.track(owner)
 
 
 def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
@@ -341,8 +341,7 @@ def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
         run.admitted[victim.queue].discard(victim.key)
         run.displaced.add(victim.key)
         state.phase[victim.key] = JobState.QUEUED
-        why = f"displaced by {job.key} in the same cycle"
-        run.decisions.append(Wait(victim.key, victim.queue, why, run.now))
+        run.wait(victim, f"displaced by {job.key} in the same cycle")
         return False
     keys = {u.charge.key for u in stop.units}
     if victim.queue != job.queue and keys & set(plan.quota_victims):

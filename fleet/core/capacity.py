@@ -561,8 +561,9 @@ class CapacityPlacer:
                 f"allocated total drifted: kept {self.allocated()}, recount {allocated}"
             )
         bucketed = sum(len(b) for b in self._buckets.values())
-        if bucketed != len(self._nodes):
-            raise InvariantError(f"buckets list {bucketed} nodes, {len(self._nodes)} exist")
+        healthy = len(self._nodes) - len(self._bad)
+        if bucketed != healthy:
+            raise InvariantError(f"buckets list {bucketed} nodes, {healthy} are healthy")
         for name, node in self._nodes.items():
             for res, cap in node.capacity.items():
                 taken = used[name].get(res, 0)

@@ -6,9 +6,11 @@ fit as tight as the gang can be (``Placer.lowest_level``); the tightest fit
 wins (lowest cell level, least fragmentation, least loaded, name).  A cheap
 necessary check on the cluster's free totals, and the cluster's remembered
 "no" answers (:class:`fleet.core.cycle_memory.PlacementMemo`), skip most
-questions.  If no cluster fits, clusters are asked again with preemption
-allowed, least loaded first, until :data:`PREEMPTION_CLUSTERS` of them can
-take the gang; the fit with the fewest, then lowest-priority victims wins.
+questions; a borrowed or opportunistic question that no cluster could take
+is answered at once until a release anywhere.  If no cluster fits, clusters
+are asked again with preemption allowed, least loaded first, until
+:data:`PREEMPTION_CLUSTERS` of them can take the gang; the fit with the
+fewest, then lowest-priority victims wins.
 ``released`` names units the cycle already plans to preempt (quota reclaim):
 each placer sees those it holds as free.
 """
@@ -21,6 +23,8 @@ from fleet.core import resources
 from fleet.core.cycle_context import CycleRun
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import Fit, NoFit, Placer
+
+_NONE: frozenset[str] = frozenset()
 
 #: With preemption, the least loaded clusters are asked until this many can take
 #: the gang; the one with the fewest, then lowest-priority victims wins.
@@ -44,11 +48,21 @@ def place(
         job.pinned_cell_id,
         job.queue if mode is Mode.GUARANTEED else None,
     )
+    # Borrowed and opportunistic questions that no cluster could take stay
+    # unanswerable until a release somewhere (binds only take room, and their
+    # only victims, opportunistic jobs, count as a release where they start).
+    everywhere = run.places.everywhere if run.places.on else None
+    wide: tuple[object, ...] | None = None
+    if everywhere is not None and not released and mode is not Mode.GUARANTEED:
+        wide = (question, job.clusters)
+        why = everywhere.get(wide)
+        if why is not None:
+            return why
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
         key = question[:-1] if placer.queue_blind else question
-        here = frozenset(k for k in released if placer.holds(k))
+        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         if not here:
             if not _may_fit(run.places.room[name][0], need):
                 misses.append(f"{name}: not enough free capacity")
@@ -77,6 +91,8 @@ def place(
     reason = "no cluster fits the gang: " + "; ".join(misses[:3])
     if len(misses) > 3:
         reason += f"; and {len(misses) - 3} more"
+    if wide is not None and everywhere is not None:
+        everywhere[wide] = reason
     return reason
 
 
@@ -96,18 +112,26 @@ def place_with_preemption(
     # and priority, and none start before the last pass: a failed question
     # holds for the cycle until a release in that cluster.
     question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
+    wide = question[1:]
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
         known = run.places.answers(placer.cluster)
-        here = frozenset(k for k in released if placer.holds(k))
+        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         memo = mode is Mode.BORROWED and not here
         if memo and question in known:
+            continue
+        # A guaranteed job may also preempt borrowed work and lower priorities
+        # of its queue: its "no" holds only until the next bind or release there.
+        strict = run.places.until_bound(placer.cluster) if mode is Mode.GUARANTEED else None
+        if strict is not None and not here and (wide, job.queue, job.priority) in strict:
             continue
         fit = placer.fit(job, pods, mode, preempt=True, released=here)
         if isinstance(fit, NoFit):
             if memo:
                 known[question] = fit.reason
+            elif strict is not None and not here:
+                strict.add((wide, job.queue, job.priority))
             continue
         found += 1
         top = max((units[v].job.priority for v in fit.victims if v in units), default=0)
@@ -129,23 +153,34 @@ def _nowhere(run: CycleRun, job: Job) -> str:
 
 
 def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
-    """The clusters ``job`` may use with their load, least loaded first (then by name)."""
-    out: list[tuple[float, Placer]] = []
-    draining = run.state.draining
-    unready = run.state.unready
-    for name, placer in run.state.placers.items():
-        if job.clusters is not None and name not in job.clusters:
-            continue
-        if draining and name in draining:
-            continue
-        if unready and name in unready:
-            continue
-        room = run.places.room.get(name)
-        if room is None:
-            room = run.places.room[name] = _room(placer)
-        out.append((room[1], placer))
-    out.sort(key=lambda lp: (lp[0], lp[1].cluster))
-    return out
+    """The clusters ``job`` may use with their load, least loaded first (then by name).
+
+    The order of all clusters is kept until a bind or release changes a
+    cluster's load (:class:`~fleet.core.cycle_memory.PlacementMemo`), not
+    sorted again for every job.
+    """
+    memo = run.places
+    order = memo.order
+    if order is None:
+        draining = run.state.draining
+        unready = run.state.unready
+        order = []
+        for name, placer in run.state.placers.items():
+            if draining and name in draining:
+                continue
+            if unready and name in unready:
+                continue
+            room = memo.room.get(name)
+            if room is None:
+                room = memo.room[name] = _room(placer)
+            order.append((room[1], placer))
+        order.sort(key=lambda lp: (lp[0], lp[1].cluster))
+        if memo.on:
+            memo.order = order
+    if job.clusters is None:
+        return order
+    allowed = job.clusters
+    return [lp for lp in order if lp[1].cluster in allowed]
 
 
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:

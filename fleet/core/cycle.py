@@ -31,8 +31,12 @@ Theory of operation:
    (the default) lets the jobs behind it try.
 3. **Admission** (:mod:`fleet.core.admission`): quota verdict, victims,
    placement (:mod:`fleet.core.cluster_choice`) and an all-or-nothing commit.
-4. **Bulk wait** (:func:`wait_all`): when a full ``max`` provably stops every
-   job behind a waiting one, they all wait at once.
+4. **Bulk wait and parking** (:func:`wait_all`): when a full ``max``
+   provably stops every job behind a waiting one, they all wait at once; the
+   tail is parked as one group with the block (:mod:`fleet.core.waiting`),
+   decided from the queue's counters in a few lookups, whatever its length.
+   Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
+   ``Wait`` decision is reported only for a reason that changed.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.
 
 The memories that keep a cycle cheap are in :mod:`fleet.core.cycle_memory`;
@@ -46,13 +50,14 @@ import heapq
 from dataclasses import replace
 
 from fleet.core import admission, growth, quota_change
-from fleet.core.cycle_context import CycleRun, Pass
+from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
-from fleet.core.jobs import Job, sort_key
+from fleet.core.jobs import sort_key
 from fleet.core.quota import QuotaBlock
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
+from fleet.core.waiting import ParkedTail
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
 
@@ -65,16 +70,17 @@ def cycle(
     """Run one scheduling cycle over ``state`` and return its decisions."""
     run = CycleRun(state, state.now if now is None else now, shortcuts)
     run.decisions.extend(quota_change.expire_cuts(state, run.now))
-    guaranteed: dict[str, list[Job]] = {}
-    opportunistic: dict[str, list[Job]] = {}
+    guaranteed: dict[str, Span] = {}
+    opportunistic: dict[str, Span] = {}
     for name, queue in state.queues.items():
-        split = next(
-            (i for i, j in enumerate(queue.pending) if j.opportunistic), len(queue.pending)
-        )
+        size = len(queue.pending)
+        if not size:
+            continue
+        split = queue.split()
         if split:
-            guaranteed[name] = queue.pending[:split]
-        if split < len(queue.pending):
-            opportunistic[name] = queue.pending[split:]
+            guaranteed[name] = (0, split)
+        if split < size:
+            opportunistic[name] = (split, size)
     run.phase = Pass.GUARANTEED
     borrowing = serve(run, guaranteed)
     run.phase = Pass.BORROWING
@@ -88,6 +94,9 @@ def cycle(
             d for d in run.decisions if not (isinstance(d, Admit) and d.job in run.displaced)
         ]
     growth.grow(run)
+    for key in run.admitted_keys():
+        run.book.single.pop(key, None)
+    state.waiting = run.book
     return run.decisions
 
 
@@ -114,8 +123,8 @@ def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
     return (0 if ratio < 1.0 else 1, ratio)
 
 
-def serve(run: CycleRun, work: dict[str, list[Job]]) -> dict[str, list[Job]]:
-    """One pass over ``work`` (queue -> jobs in order) in fair order.
+def serve(run: CycleRun, work: dict[str, Span]) -> dict[str, Span]:
+    """One pass over ``work`` (queue -> positions in its pending list) in fair order.
 
     Returns, per queue, the jobs deferred to the borrowing pass: from the
     first job that must borrow on, in order, so that a queue's own order
@@ -126,18 +135,19 @@ def serve(run: CycleRun, work: dict[str, list[Job]]) -> dict[str, list[Job]]:
     order = {name: i for i, name in enumerate(state.queues)}
     heap = [(share(run, name), order[name], name) for name in work]
     heapq.heapify(heap)
-    cursors = dict.fromkeys(work, 0)
-    deferred: dict[str, list[Job]] = {}
+    cursors = {name: span[0] for name, span in work.items()}
+    deferred: dict[str, Span] = {}
     while heap:
         key, rank, name = heapq.heappop(heap)
         current = share(run, name)
         if current != key:
             heapq.heappush(heap, (current, rank, name))
             continue
-        jobs = work[name]
+        end = work[name][1]
         i = cursors[name]
-        if i >= len(jobs):
+        if i >= end:
             continue
+        jobs = state.queues[name].pending
         job = jobs[i]
         cursors[name] = i + 1
         outcome = admission.admit(run, job)
@@ -147,44 +157,50 @@ def serve(run: CycleRun, work: dict[str, list[Job]]) -> dict[str, list[Job]]:
         if isinstance(outcome, admission.Defer):
             # The queue's order holds: this job and every job behind it wait
             # for the borrowing pass.
-            deferred[name] = jobs[i:]
+            deferred[name] = (i, end)
             continue
-        run.decisions.append(Wait(job.key, name, outcome.reason, run.now))
+        run.wait(job, outcome.reason)
         strict = state.queues[name].strict_fifo
         block = run.last_block
         if (
             not strict
             and block is not None
             and run.shortcuts.bulk_wait
-            and wait_all(run, name, jobs[i + 1 :], block)
+            and wait_all(run, name, i, end, block)
         ):
-            cursors[name] = len(jobs)
+            cursors[name] = end
             continue
         if strict:
             run.blocked.add(name)
             admitted = run.admitted.get(name, set())
             for rest in state.queues[name].pending:
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:
-                    why = f"behind {job.key} in StrictFIFO queue {name}"
-                    run.decisions.append(Wait(rest.key, name, why, run.now))
+                    run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}")
             continue
         heapq.heappush(heap, (key, rank, name))
     return deferred
 
 
-def wait_all(run: CycleRun, queue: str, rest: list[Job], block: QuotaBlock) -> bool:
-    """Wait every job in ``rest`` at once if ``block`` provably stops each of them.
+def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) -> bool:
+    """Wait every job behind position ``at`` (up to ``end``) if ``block`` provably stops each.
 
     ``block`` is a ``max`` at some node that nothing could make room under
-    for the job before.  A job behind it is stopped by the same node unless
-    its smallest start fits the node's room, or it is within its queue's
-    ``min`` (reclaim may help it), or the queue runs preemptible jobs of
-    lower priority (it may preempt them).  When none of these holds for any
-    job, they all wait for the same reason without being tried one by one: a
-    full fleet with a deep backlog costs one pass over the backlog, not one
-    admission attempt per job.
+    for the job at ``at``.  A job behind it is stopped by the same node
+    unless its smallest start fits the node's room, or it is within its
+    queue's ``min`` (reclaim may help it), or the queue runs preemptible
+    jobs of lower priority (it may preempt them).  When none of these holds
+    for any job, they all wait for the same reason without being tried one
+    by one.
+
+    With parking on (:class:`~fleet.core.cycle_memory.Shortcuts`), the test
+    reads the queue's counters (:class:`~fleet.core.state.QueueState`: the
+    smallest need behind ``at``, non-preemptible jobs behind it, and the
+    priority of the next job, since the queue is sorted) and the tail is
+    parked as one group (:class:`~fleet.core.waiting.ParkedTail`): the cost
+    does not depend on how many jobs wait behind.  With parking off, every
+    job behind is checked and given its own reason, as a full scan would.
     """
-    if not rest:
+    if at + 1 >= end:
         return False
     tree = run.state.tree
     r = block.resource
@@ -197,6 +213,33 @@ def wait_all(run: CycleRun, queue: str, rest: list[Job], block: QuotaBlock) -> b
         return False  # the guarantee does not depend on r: cannot rule reclaim out
     guaranteed = tree.guaranteed_used(queue)[r]
     lowest = tree.lowest_preemptible_priority(queue)
+    state = run.state.queues[queue]
+    jobs = state.pending
+    if run.shortcuts.parking:
+        if lowest is not None and jobs[at + 1].priority > lowest:
+            return False  # the next job (the highest priority behind) may preempt
+        # What the cycle already looked at in this queue (counted once per
+        # cycle, as its cursor moves on): what is behind is the rest.
+        seen = run.seen.get((queue, r))
+        if seen is None:
+            seen = run.seen[(queue, r)] = Seen()
+        counts = seen.needs
+        for job in jobs[seen.upto : at + 1]:
+            need = job.gang_request[r]
+            counts[need] = counts.get(need, 0) + 1
+            seen.rigid += 0 if job.preemptible else 1
+        seen.upto = max(seen.upto, at + 1)
+        if state.rigid > seen.rigid:
+            return False
+        least = min(
+            (need for need, n in state.needs.get(r, {}).items() if n > counts.get(need, 0)),
+            default=None,
+        )
+        if least is None or least <= room or (leaf_min and guaranteed + least <= leaf_min[r]):
+            return False
+        run.book.tails[queue] = ParkedTail(queue, sort_key(jobs[at]), block)
+        return True
+    rest = jobs[at + 1 : end]
     for job in rest:
         need = job.gang_request[r]
         if (
@@ -213,5 +256,5 @@ def wait_all(run: CycleRun, queue: str, rest: list[Job], block: QuotaBlock) -> b
         why = reasons.get(need)
         if why is None:
             why = reasons[need] = replace(block, request=need).reason
-        run.decisions.append(Wait(job.key, queue, why, run.now))
+        run.wait(job, why)
     return True

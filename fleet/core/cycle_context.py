@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts
-from fleet.core.decisions import Decision
+from fleet.core.decisions import Decision, Wait
+from fleet.core.jobs import Job
 from fleet.core.quota import QuotaBlock
 from fleet.core.state import SchedulerState
+from fleet.core.waiting import WaitBook
+
+#: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
+Span = tuple[int, int]
 
 
 class Pass(Enum):
@@ -27,6 +32,15 @@ class Pass(Enum):
     GUARANTEED = 0  # work within each queue's min
     BORROWING = 1  # work above min, within max
     OPPORTUNISTIC = 2  # negative-priority jobs on what is left
+
+
+@dataclass(slots=True)
+class Seen:
+    """The jobs of a queue before position ``upto`` that the cycle looked at, counted."""
+
+    upto: int = 0
+    needs: dict[int, int] = field(default_factory=dict)
+    rigid: int = 0
 
 
 @dataclass(slots=True)
@@ -51,11 +65,25 @@ class CycleRun:
     blocked: set[str] = field(default_factory=set)
     #: queue -> its fairness key, until its usage changes
     shares: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: the reasons this cycle leaves (it replaces ``state.waiting`` at the end)
+    book: WaitBook = field(default_factory=WaitBook)
+    #: (queue, resource) -> the jobs looked at so far, counted (:func:`fleet.core.cycle.wait_all`)
+    seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
         self.reclaims.on = self.shortcuts.reclaim_memo
         self.places.on = self.shortcuts.nofit_memo
+
+    def wait(self, job: Job, reason: str) -> None:
+        """``job`` waits for ``reason``; reported unless the last cycle said the same."""
+        self.book.single[job.key] = reason
+        if not self.shortcuts.parking or self.state.waiting.reason_of(job) != reason:
+            self.decisions.append(Wait(job.key, job.queue, reason, self.now))
+
+    def admitted_keys(self) -> list[str]:
+        """The jobs this cycle admitted (and did not displace)."""
+        return [key for keys in self.admitted.values() for key in keys]
 
     def touch(self, queue: str) -> None:
         """The usage of ``queue`` changed: forget its fairness key."""

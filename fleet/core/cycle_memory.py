@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleet.core.placement import Placer
 from fleet.core.quota import QuotaBlock
 
 
@@ -41,9 +42,13 @@ class Shortcuts:
     reclaim_memo: bool = True
     nofit_memo: bool = True
     bulk_wait: bool = True
+    #: a stopped tail is parked as one group (:mod:`fleet.core.waiting`) and a
+    #: ``Wait`` is reported only for a changed reason; off: a full scan that
+    #: checks and reports every waiting job every cycle
+    parking: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 
@@ -110,6 +115,13 @@ class PlacementMemo:
     on: bool = True
     room: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
     nofit: dict[str, dict[tuple[object, ...], str]] = field(default_factory=dict)
+    #: (question, allowed clusters) -> why no cluster takes it (borrowed and
+    #: opportunistic questions, no preemption planned), until any release
+    everywhere: dict[tuple[object, ...], str] = field(default_factory=dict)
+    #: per cluster: guaranteed preemption questions it said no to, until a bind or release
+    strict_nofit: dict[str, set[tuple[object, ...]]] = field(default_factory=dict)
+    #: every (not draining) cluster with its load, least loaded first, until a load changes
+    order: list[tuple[float, Placer]] | None = None
 
     def answers(self, cluster: str) -> dict[tuple[object, ...], str]:
         """The cluster's remembered "no" answers (a scratch dict when the memo is off)."""
@@ -117,11 +129,22 @@ class PlacementMemo:
             return {}
         return self.nofit.setdefault(cluster, {})
 
+    def until_bound(self, cluster: str) -> set[tuple[object, ...]] | None:
+        """The cluster's "no" answers that hold until its next bind or release."""
+        if not self.on:
+            return None
+        return self.strict_nofit.setdefault(cluster, set())
+
     def bound(self, cluster: str) -> None:
         """Something was bound in ``cluster``: its free room changed."""
         self.room.pop(cluster, None)
+        self.strict_nofit.pop(cluster, None)
+        self.order = None
 
     def released(self, cluster: str) -> None:
         """Something was released in ``cluster``: every answer there may change."""
         self.room.pop(cluster, None)
         self.nofit.pop(cluster, None)
+        self.strict_nofit.pop(cluster, None)
+        self.everywhere.clear()
+        self.order = None

@@ -9,6 +9,9 @@ verdict: a growth step above the queue's ``min`` is borrowed and is the
 first thing taken back when another job needs the room, while the job keeps
 the pods it started with.  The growth unit is bound in its placer under the
 unit key, so placers and the quota tree offer it as a victim on its own.
+Only the jobs the state tracks as possibly partial are visited
+(:meth:`~fleet.core.state.SchedulerState.partial_jobs`), not every running
+job: a cycle after a batch of submissions pays nothing for complete jobs.
 """
 
 from __future__ import annotations
@@ -26,10 +29,8 @@ from fleet.core.state import Running
 
 def grow(run: CycleRun) -> None:
     """Give each partially running job the most of its missing pods that fit now."""
-    state = run.state
-    for key in list(state.running):
-        owner = state.running[key]
-        if owner.complete:
+    for owner in run.state.partial_jobs():
+        if run.state.running.get(owner.job.key) is not owner or owner.complete:
             continue
         placed = {p.pod for p in owner.pods}
         missing = tuple(p for p in owner.job.pods if p.name not in placed)

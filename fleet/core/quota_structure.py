@@ -73,6 +73,7 @@ class QuotaStructure:
     _own_runtime: list[tuple[float | None, float | None]]  # as written: preempt, reclaim
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
+    _protects: bool
 
     # Construction -------------------------------------------------------------
     def _init_structure(self, root: QuotaNodeSpec) -> None:
@@ -134,6 +135,7 @@ class QuotaStructure:
                 )
             )
         self._runtime = runtime
+        self._protects = any(p or r for p, r in runtime)
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -148,6 +150,7 @@ class QuotaStructure:
         other._leaves_under = self._leaves_under
         other._own_runtime = self._own_runtime
         other._runtime = self._runtime
+        other._protects = self._protects
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -211,7 +214,7 @@ class QuotaStructure:
 
     def protects(self) -> bool:
         """Whether any node sets a minimum runtime."""
-        return any(p or r for p, r in self._runtime)
+        return self._protects  # computed with ``_runtime``: the cycle asks per job
 
     def namespaces_of(self, name: str) -> tuple[str, ...]:
         return self._namespaces[self._node(name)]

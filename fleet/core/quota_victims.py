@@ -180,9 +180,6 @@ def reclaim_victims(
         ordered = tree._borrowed_order[other]
         if ordered is None:
             ordered = _sorted_borrowed(tree, other)
-        # Nodes of the victim's subtree that must stay above their min:
-        # from its leaf up to (not including) the common ancestor.
-        chains[other] = tuple(n for n in tree._paths[other] if n not in on_path)
         orders[other] = ordered
         pos[other] = 0
 
@@ -204,7 +201,13 @@ def reclaim_victims(
         if not heap:
             return None
         key, other = heapq.heappop(heap)
-        givable = _givable(tree, other, chains[other], deficits, removed)
+        chain = chains.get(other)
+        if chain is None:
+            # Nodes of the victim's subtree that must stay above their min:
+            # from its leaf up to (not including) the common ancestor.  Only
+            # for the leaves the search gets to, not every leaf under ``top``.
+            chain = chains[other] = tuple(n for n in tree._paths[other] if n not in on_path)
+        givable = _givable(tree, other, chain, deficits, removed)
         recs = orders[other]
         i = pos[other]
         while i < len(recs) and (

@@ -104,7 +104,7 @@ def restore(
             placer.restore(run.job_for(unit), unit.charge, unit.pods)
             state.hold(run, unit.charge, unit.pods)
         run.units.sort(key=lambda u: step_of(u.charge.key))
-        state.running[record.job.key] = run
+        state.track(run)
         state.phase[record.job.key] = record.phase
     tree.grandfather()
     for job in sorted(snapshot.stopping, key=lambda j: j.key):

@@ -34,6 +34,7 @@ from fleet.core.jobs import Job, Mode, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
+from fleet.core.waiting import WaitBook
 
 
 class UnknownJob(KeyError):
@@ -69,6 +70,8 @@ class Running:
     job: Job
     cluster: str
     units: list[Unit] = field(default_factory=list)
+    #: when it was (last) recorded as running: growth visits partial jobs in this order
+    order: int = 0
 
     @property
     def mode(self) -> Mode:
@@ -92,14 +95,47 @@ class Running:
 
 @dataclass(slots=True)
 class QueueState:
-    """One leaf queue: its policy and its pending jobs in order."""
+    """One leaf queue: its policy and its pending jobs in order.
+
+    It also counts its non-opportunistic pending jobs by their smallest
+    start's request (``needs``: resource -> amount -> jobs) and how many of
+    them are not preemptible (``rigid``), so that the cycle can tell in a
+    few lookups whether a full ``max`` stops a whole tail of the queue.
+    """
 
     name: str
     strict_fifo: bool = False
     pending: list[Job] = field(default_factory=list)
+    needs: dict[str, dict[int, int]] = field(default_factory=dict)
+    rigid: int = 0
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job, key=sort_key)
+        self.count(job, 1)
+
+    def count(self, job: Job, sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) ``job`` in the tail counters."""
+        if job.opportunistic:
+            return
+        for r, amount in job.gang_request.items():
+            counts = self.needs.get(r)
+            if counts is None:
+                counts = self.needs[r] = {}
+            left = counts.get(amount, 0) + sign
+            if left:
+                counts[amount] = left
+            else:
+                del counts[amount]
+        if not job.preemptible:
+            self.rigid += sign
+
+    def split(self) -> int:
+        """The position of the first opportunistic job (they sort last)."""
+        return bisect.bisect_left(self.pending, 1, key=_opportunistic)
+
+
+def _opportunistic(job: Job) -> int:
+    return 1 if job.opportunistic else 0
 
 
 class SchedulerState:
@@ -134,6 +170,11 @@ class SchedulerState:
         self.draining: set[str] = set()
         #: member clusters that are not ready (as their members say): nothing new is admitted
         self.unready: set[str] = set()
+        #: why each pending job waits, as the last cycle left it (:mod:`fleet.core.waiting`)
+        self.waiting = WaitBook()
+        #: running jobs that may hold fewer pods than they can run (a superset)
+        self.partial: set[str] = set()
+        self._order = 0
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""
@@ -171,6 +212,7 @@ class SchedulerState:
         """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
         self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
+        self.waiting.queued(job)
 
     def is_pending(self, key: str) -> bool:
         return key in self._pending_keys
@@ -186,17 +228,34 @@ class SchedulerState:
         queue = self._pending_keys.pop(key, None)
         if queue is None:
             raise UnknownJob(key)
-        pending = self.queues[queue].pending
+        state = self.queues[queue]
+        pending = state.pending
         for i, job in enumerate(pending):
             if job.key == key:
                 del pending[i]
+                state.count(job, -1)
                 return job
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
     def drop_pending(self, queue: str, keys: set[str]) -> None:
-        """Remove admitted jobs from a queue's pending list in one pass."""
+        """Remove admitted jobs from a queue's pending list.
+
+        Admitted jobs sit near the front (the cycle reached them), so the
+        list is walked only until all of them are found.
+        """
         state = self.queues[queue]
-        state.pending = [j for j in state.pending if j.key not in keys]
+        pending = state.pending
+        left = len(keys)
+        found: list[int] = []
+        for i, job in enumerate(pending):
+            if not left:
+                break
+            if job.key in keys:
+                found.append(i)
+                left -= 1
+        for i in reversed(found):
+            state.count(pending[i], -1)
+            del pending[i]
         for key in keys:
             self._pending_keys.pop(key, None)
 
@@ -204,8 +263,27 @@ class SchedulerState:
     def start(self, job: Job, cluster: str) -> Running:
         """Record ``job`` as running in ``cluster`` (its units are added next)."""
         run = Running(job, cluster)
-        self.running[job.key] = run
+        self.track(run)
         return run
+
+    def track(self, run: Running) -> None:
+        """Record ``run`` as running (again), last in growth order."""
+        self._order += 1
+        run.order = self._order
+        self.running[run.job.key] = run
+        self.partial.add(run.job.key)
+
+    def partial_jobs(self) -> list[Running]:
+        """Running jobs that hold fewer pods than they may run, in growth order."""
+        found: list[Running] = []
+        for key in list(self.partial):
+            run = self.running.get(key)
+            if run is None or run.complete:
+                self.partial.discard(key)
+            else:
+                found.append(run)
+        found.sort(key=lambda r: r.order)
+        return found
 
     def hold(self, run: Running, charge: Charge, pods: Iterable[PodPlacement]) -> Unit:
         """Charge ``charge`` to the tree and record the unit (its pods are already bound)."""
@@ -221,6 +299,7 @@ class SchedulerState:
         self.tree.release(unit.charge.key)
         run.units.remove(unit)
         del self.units[unit.charge.key]
+        self.partial.add(run.job.key)
 
     def release(self, key: str) -> Running:
         """Free everything running job ``key`` holds and forget it as running."""
@@ -282,6 +361,17 @@ class SchedulerState:
             )
         for key in keys:
             require(self.phase.get(key) is JobState.QUEUED, f"pending job {key} is not Queued")
+        for q in self.queues.values():
+            recount = QueueState(q.name)
+            for job in q.pending:
+                recount.count(job, 1)
+            require(
+                (recount.needs, recount.rigid)
+                == ({r: c for r, c in q.needs.items() if c}, q.rigid),
+                f"queue {q.name}: tail counters differ from a recount",
+            )
+        for key, run in self.running.items():
+            require(run.complete or key in self.partial, f"partial job {key} is not tracked")
         for key in self.stopping:
             require(self.phase.get(key) is JobState.PREEMPTED, f"stopping {key} not Preempted")
         known = len(keys) + len(self.running) + len(self.stopping)

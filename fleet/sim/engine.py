@@ -258,7 +258,7 @@ def _sample(loop: SchedulerLoop, node_gpus: Mapping[tuple[str, str], int], now: 
 
 def _seeded(row: JobRow) -> TraceJob:
     """A job written into the store by a seed, as a trace job (for its results)."""
-    job = snapshot.job_from_plain(row.record)
+    job = snapshot.job_from_plain(row.record, seq=row.id)
     annotations = (row.manifest.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(DURATION_ANNOTATION)
     duration = parse_duration(text) if isinstance(text, str) else DEFAULT_DURATION

@@ -241,6 +241,25 @@ def test_too_many_documents_is_a_field_error_at_the_first_one_too_many() -> None
     assert "more than 4 documents in one stream" in error["message"]
 
 
+def test_a_job_with_more_pods_than_the_limit_is_a_field_error_at_its_replica_specs() -> None:
+    job = make_job(workers=3, gpu=0)  # a master and three workers: four pods
+    assert len(parse(make_policy(), job, limits=SubmissionLimits(max_replicas=4))) == 1
+    error = only_error(make_policy(), job, limits=SubmissionLimits(max_replicas=3))
+    assert (error["document"], error["path"]) == (1, "spec.pytorchReplicaSpecs")
+    assert "has 4 pods, more than the 3 this service accepts in one job" in error["message"]
+
+
+def test_a_string_longer_than_the_limit_is_a_field_error_at_its_path() -> None:
+    job = make_job(annotations={"note": "x" * 101})
+    assert len(parse(make_policy(), job, limits=SubmissionLimits(max_string=101))) == 1
+    error = only_error(make_policy(), job, limits=SubmissionLimits(max_string=100))
+    assert (error["document"], error["path"]) == (1, "metadata.annotations.note")
+    assert "a string of 101 characters, more than the 100" in error["message"]
+    long_key = make_job(labels={"k" * 120: "v"})
+    error = only_error(make_policy(), long_key, limits=SubmissionLimits(max_string=100))
+    assert (error["document"], error["path"]) == (1, "metadata.labels")
+
+
 def billion_laughs() -> str:
     lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]

@@ -336,3 +336,30 @@ async def test_each_member_gets_a_client_of_its_own_and_the_global_default_is_un
     finally:
         for c in clients:
             await c.close()
+
+
+def _pod(name: str, uid: str, node: str, gpus: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "team-a",
+            "name": name,
+            "labels": {objects.UID_LABEL: uid},
+            "annotations": {objects.GPU_ANNOTATION: gpus},
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
+
+
+def test_the_pods_that_still_hold_a_nodes_gpus_are_those_of_other_jobs_not_ended() -> None:
+    index = PodIndex()
+    index.put(_pod("old-0", "old", "n1", "0,1"))
+    index.put(_pod("old-1", "old", "n1", "2,3", phase="Succeeded"))
+    index.put(_pod("mine", "new", "n1", "4"))
+    index.put(_pod("elsewhere", "other", "n2", "0,1"))
+    assert index.holding("n1", [1, 2], other_than="new") == [("team-a", "old-0")]
+    assert index.holding("n1", [2, 3], other_than="new") == []  # ended: its GPUs are free
+    assert index.holding("n1", [4], other_than="new") == []  # the job's own pod
+    index.remove(("team-a", "old-0"))
+    assert index.holding("n1", [0, 1], other_than="new") == []
+    assert objects.gpu_indices(_pod("x", "u", "n", "1,x")) == []  # malformed: none

@@ -107,6 +107,8 @@ class CycleMachine(RuleBasedStateMachine):
                     # Otherwise borrowed jobs only.
                     assert mode is Mode.BORROWED or over, f"reclaim took {mode} job {d.job}"
                 elif mode is Mode.GUARANTEED:
+                    # Guaranteed work goes only to a higher priority of its queue
+                    # (or, above, as an over-limit job after a quota cut).
                     assert "preempted by" in d.reason, d.reason
             if isinstance(d, Admit) and not d.grown:
                 run = self.state.running.get(d.job)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.core.cycle import Admit, Preempt, Wait, cycle
+from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
 from tests.cells.factories import cell_placer
@@ -75,8 +75,13 @@ def outcome(
         confirm_stops(state, decisions)
         seen.append(sorted((d.job, d.cluster) for d in decisions if isinstance(d, Admit)))
         seen.append(sorted(d.job for d in decisions if isinstance(d, Preempt)))
-        seen.append(sorted(d.job for d in decisions if isinstance(d, Wait)))
+        seen.append(waiting(state))
     return seen
+
+
+def waiting(state: SchedulerState) -> list[str]:
+    """The pending jobs the cycle left with a reason (a parked tail's jobs too)."""
+    return sorted(j.key for j in state.pending() if state.waiting.reason_of(j))
 
 
 SHORTCUTS = {
@@ -108,8 +113,8 @@ def test_a_full_root_waits_the_rest_of_the_queue_with_the_limit_named() -> None:
     cycle(state, 0.0)  # team-a takes the whole root max (16)
     for i in range(5):
         submit(state, make_job(f"b{i}", queue="team-b", gpus=8, seq=10 + i))
-    decisions = cycle(state, 1.0)
-    reasons = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
+    cycle(state, 1.0)
+    reasons = {j.key: state.waiting.reason_of(j) for j in state.pending()}
     assert all(
         "node 'root' at max nvidia.com/gpu 16/16" in reasons[f"default/b{i}"] for i in (2, 3, 4)
     )
@@ -156,7 +161,7 @@ def mixed_outcome(
                 [(d.job, d.cluster, d.pods, d.unit) for d in decisions if isinstance(d, Admit)]
             )
             seen.append([(d.job, d.unit) for d in decisions if isinstance(d, Preempt)])
-            seen.append(sorted(d.job for d in decisions if isinstance(d, Wait)))
+            seen.append(waiting(state))
     return seen
 
 

@@ -10,6 +10,8 @@ in a thread that polls the API server as its admin:
   templates (so they keep Fleet's ``schedulerName``, labels and affinity),
   and sets the job's ``Created`` condition;
 * once every pod of a job is bound to a node (by Fleet) it sets ``Running``;
+* :meth:`Operator.finish` sets the pods' phase, as kubelets do when their
+  containers exit, and then the job's ``Succeeded`` or ``Failed`` condition;
 * like a kubelet, it finishes the deletion of pods that are being deleted.
 
 Tests end jobs with :meth:`Operator.finish` and make them restart with
@@ -185,7 +187,20 @@ class Operator:
         )
 
     def finish(self, namespace: str, name: str, *, succeeded: bool = True) -> None:
+        """End the job: its pods' containers exit (as kubelets report), then its condition."""
         kind = "Succeeded" if succeeded else "Failed"
+        pods = self.admin.items(
+            f"/api/v1/namespaces/{namespace}/pods",
+            labelSelector=f"training.kubeflow.org/job-name={name}",
+        )
+        for pod in pods:
+            with contextlib.suppress(ApiError):
+                self.admin.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
+                    {"status": {"phase": kind}},
+                    content_type="application/merge-patch+json",
+                )
         self._add_condition(self.job(namespace, name), _condition(kind, f"PyTorchJob{kind}"))
 
     def restart(self, namespace: str, name: str) -> None:

@@ -8,9 +8,11 @@ in the members is read from their API servers.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
+import yaml
 
 from fleet.clusters.base import member_object_name
 from tests.kube.conftest import (
@@ -128,6 +130,99 @@ def test_priority_preemption_deletes_the_victim_in_its_member_before_the_preempt
     low_now = fleet.job("low")
     assert low_now["state"] == "Queued"
     assert any(e["reason"] == "Preempted" for e in low_now["events"])
+
+
+def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are_gone(
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+) -> None:
+    fleet: Fleet = fleet_factory()
+    fleet.submit(submission("slow-low", workers=2, gpus=4, priority_class="test"))
+    low = fleet.wait_state("slow-low", "Running")
+    cluster = low["cluster"]
+    plane = members[cluster]
+    victims = wait_for(lambda: bound_pods(plane, low["uid"], 2), "the victim's pods bound")
+    hold = {"metadata": {"finalizers": ["fleet.test/hold"]}}
+    paths = [f"/api/v1/namespaces/{NAMESPACE}/pods/{p['metadata']['name']}" for p in victims]
+    for path in paths:  # the pods will linger after their deletion, as slow pods do
+        plane.admin.request("PATCH", path, hold, content_type="application/merge-patch+json")
+
+    fleet.submit(
+        submission("fast-high", workers=2, gpus=4, priority_class="prod", clusters=[cluster])
+    )
+    high = fleet.wait_state("fast-high", "Dispatched", "Running")
+    wait_for(
+        lambda: (
+            all(p["metadata"].get("deletionTimestamp") for p in pods_of(plane, low["uid"])) or None
+        ),
+        "the victim's pods being deleted",
+    )
+    waiting = wait_for(lambda: pods_of(plane, high["uid"]) or None, "the preemptor's pods")
+    assert len(waiting) == 2
+    time.sleep(2)  # Fleet has seen them; it must not bind them yet
+    assert [p["spec"].get("nodeName") for p in pods_of(plane, high["uid"])] == [None, None]
+    reasons = [
+        e["message"]
+        for e in plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/events")
+        if e["reason"] == "FailedScheduling"
+        and e["involvedObject"]["name"] in {p["metadata"]["name"] for p in waiting}
+    ]
+    assert reasons and all("still held by" in m for m in reasons), reasons
+
+    release = {"metadata": {"finalizers": None}}
+    for path in paths:
+        plane.admin.request("PATCH", path, release, content_type="application/merge-patch+json")
+    bound = wait_for(lambda: bound_pods(plane, high["uid"], 2), "the preemptor's pods bound")
+    planned = {(p["node"], tuple(p["gpus"])) for p in fleet.job("fast-high")["placement"]}
+    got = {
+        (
+            p["spec"]["nodeName"],
+            tuple(int(g) for g in p["metadata"]["annotations"]["fleet.io/gpu-indices"].split(",")),
+        )
+        for p in bound
+    }
+    assert got == planned
+
+
+def test_an_incremental_job_that_grows_gets_its_new_pods_in_its_member(
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+) -> None:
+    fleet: Fleet = fleet_factory()
+    fleet.submit(submission("blocker", workers=1, gpus=4, clusters=["alpha"]))
+    fleet.wait_state("blocker", "Running")
+    # No Gang: the job starts with the worker that fits now, the other comes later.
+    policy, job = yaml.safe_load_all(submission("grows", workers=2, gpus=4, clusters=["alpha"]))
+    del policy["spec"]["placement"]["replicaScheduling"]["customSchedulingType"]
+    fleet.submit(yaml.safe_dump_all([policy, job]))
+    grows = fleet.wait_state("grows", "Running")
+    plane = members["alpha"]
+    name = member_object_name(f"{NAMESPACE}/grows")
+    first = wait_for(lambda: the_job(plane, name), "the PyTorchJob in alpha")
+    assert first["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    wait_for(lambda: bound_pods(plane, grows["uid"], 1), "its first pod bound")
+
+    operators["alpha"].finish(NAMESPACE, member_object_name(f"{NAMESPACE}/blocker"))
+    grown = wait_for(
+        lambda: (
+            the_job(plane, name)
+            if (the_job(plane, name) or {}).get("spec", {})["pytorchReplicaSpecs"]["Worker"][
+                "replicas"
+            ]
+            == 2
+            else None
+        ),
+        "the PyTorchJob grown to two workers",
+    )
+    placement = json.loads(grown["metadata"]["annotations"]["fleet.io/placement"])
+    assert [p["pod"] for p in placement] == ["Worker-0", "Worker-1"]
+    pods = wait_for(lambda: bound_pods(plane, grows["uid"], 2), "both pods bound")
+    planned = {p["replica"]: (p["node"], p["gpus"]) for p in fleet.job("grows")["placement"]}
+    assert len(planned) == 2
+    for pod in pods:
+        annotations = pod["metadata"]["annotations"]
+        node, gpus = planned[annotations["fleet.io/replica"]]
+        assert pod["spec"]["nodeName"] == node
+        assert [int(g) for g in annotations["fleet.io/gpu-indices"].split(",")] == gpus
+    assert any(e["reason"] == "Grew" for e in fleet.job("grows")["events"])
 
 
 def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(

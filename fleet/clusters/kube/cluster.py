@@ -102,6 +102,7 @@ class _Wanted:
     ended: bool = False
     restarting: bool = False
     deleting: bool = False
+    out_of_date: bool = False  # the member's object does not have ``job``'s pods yet
 
 
 class _Watch:
@@ -153,6 +154,8 @@ class KubeCluster:
         self._pods = PodIndex()
         self._nodes = NodeTracker(nodes)
         self._teller = binder.Teller()
+        #: pods whose planned GPUs other pods still held when they were to be bound
+        self._deferred: set[Ident] = set()
         self._probe_error: str | None = "not contacted yet"
         self._watch_errors: dict[str, str] = {}
         self._ready: bool | None = None
@@ -274,6 +277,24 @@ class KubeCluster:
             return
         await self._bind_pods(job.uid)
 
+    async def resize(self, job: DispatchedJob) -> None:
+        """Give ``job``'s PyTorchJob its new pods (replicas, node affinity, placement)."""
+        wanted = self._wanted.get(job.key)
+        if wanted is None or wanted.uid != job.uid or wanted.deleting or wanted.ended:
+            return
+        wanted.job = job
+        wanted.places = {p.pod: p for p in job.pods}
+        if not wanted.created:
+            return  # the creation, done or retried, uses the new pods
+        wanted.out_of_date = True
+        try:
+            await self._update(wanted, job)
+        except ClusterError as e:
+            log.warning("%s: resizing %s failed, retrying: %s", self._name, job.key, e)
+            self._retry.set()
+            return
+        await self._bind_pods(job.uid)
+
     async def delete(self, key: str) -> bool:
         """Delete job ``key``'s PyTorchJob and its pods; see the module docstring."""
         split_key(key)
@@ -345,6 +366,33 @@ class KubeCluster:
         wanted.created = True
         self._jobs[(namespace, name)] = found
         self._job_changed(found)
+        placed = objects.annotations_of(found).get(objects.PLACEMENT_ANNOTATION)
+        if placed != objects.placement_text(job.pods):  # it grew or shrank meanwhile
+            wanted.out_of_date = True
+            await self._update(wanted, job)
+
+    async def _update(self, wanted: _Wanted, job: DispatchedJob) -> None:
+        """Patch the PyTorchJob to ``job``'s pods: replicas, templates, placement."""
+        client = self._client_or_raise()
+        namespace, name = self._where(job.key)
+        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}/{name}"
+        body = objects.pytorchjob(job, self._scheduler)
+        patch = {
+            "metadata": {
+                "annotations": {
+                    objects.PLACEMENT_ANNOTATION: body["metadata"]["annotations"][
+                        objects.PLACEMENT_ANNOTATION
+                    ]
+                }
+            },
+            "spec": {"pytorchReplicaSpecs": body["spec"]["pytorchReplicaSpecs"]},
+        }
+        found = await client.request(
+            "PATCH", path, body=patch, content_type="application/merge-patch+json"
+        )
+        wanted.out_of_date = False
+        self._jobs[(namespace, name)] = found
+        log.info("%s: PyTorchJob %s/%s now has %d pods", self._name, namespace, name, len(job.pods))
 
     async def _try_delete(self, wanted: _Wanted) -> None:
         try:
@@ -397,6 +445,9 @@ class KubeCluster:
                         await self._check_stopped(key)
                     elif not wanted.created and wanted.job is not None:
                         await self._create(wanted, wanted.job)
+                        await self._bind_pods(wanted.job.uid)
+                    elif wanted.out_of_date and wanted.job is not None:
+                        await self._update(wanted, wanted.job)
                         await self._bind_pods(wanted.job.uid)
                 except (ClusterConflict, ClusterRejected) as e:
                     log.warning("%s: %s: %s", self._name, key, e)
@@ -485,10 +536,21 @@ class KubeCluster:
             key = self._by_uid.get(uid_of(obj) or "")
             if key is not None:
                 await self._check_stopped(key)
+            await self._bind_deferred()
             return
         self._pods.put(obj)
         if objects.pending(obj):
             await self._bind(obj)
+        elif objects.ended(obj):
+            await self._bind_deferred()
+
+    async def _bind_deferred(self) -> None:
+        """Try again the pods that waited for GPUs other pods held (some may be free now)."""
+        deferred, self._deferred = self._deferred, set()
+        for key in sorted(deferred):
+            pod = self._pods.get(key)
+            if pod is not None and objects.pending(pod):
+                await self._bind(pod)
 
     async def _bind_pods(self, uid: str) -> None:
         """Bind the pods of job ``uid`` that wait (created before the job was known here)."""
@@ -510,6 +572,15 @@ class KubeCluster:
         place = wanted.places.get(replica or "")
         if place is None:
             why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
+            await self._teller.tell(client, pod, why)
+            return
+        holders = self._pods.holding(place.node, place.gpus, wanted.uid or "")
+        if holders:
+            # The cells are Fleet's again, but the GPUs are not free until the pods
+            # that held them are gone (a preempted or cancelled job's pods end first).
+            self._deferred.add(ident(pod))
+            held = ", ".join("/".join(k) for k in holders[:3])
+            why = f"waiting for GPUs {list(place.gpus)} of node {place.node}, still held by {held}"
             await self._teller.tell(client, pod, why)
             return
         try:

@@ -213,6 +213,11 @@ def labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return m if isinstance(m, Mapping) else {}
 
 
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = meta(obj).get("annotations")
+    return m if isinstance(m, Mapping) else {}
+
+
 def replica_name(pod: Mapping[str, Any]) -> str | None:
     """Which replica a pod is, in Fleet's naming (``Master-0``, ``Worker-3``), if labelled."""
     found = labels(pod)
@@ -228,6 +233,28 @@ def pending(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec")
     bound = isinstance(spec, Mapping) and bool(spec.get("nodeName"))
     return not bound and not meta(pod).get("deletionTimestamp")
+
+
+def node_of(pod: Mapping[str, Any]) -> str:
+    """The node a pod is bound to ("" if none)."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod's containers have all ended (it no longer holds its devices)."""
+    status = pod.get("status")
+    return isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed")
+
+
+def gpu_indices(pod: Mapping[str, Any]) -> list[int]:
+    """The GPU (leaf-cell) indices Fleet gave a pod in its annotation (none if malformed)."""
+    text = annotations_of(pod).get(GPU_ANNOTATION)
+    if not isinstance(text, str) or not text:
+        return []
+    parts = text.split(",")
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else []
 
 
 def binding(pod_name: str, node: str) -> JSON:

@@ -188,8 +188,8 @@ def search(
         found = vc_search.search(state, vc, chain, needs, question)
         if found is not None:
             return found[0], KIND_VC, found[1]
-        if held is not None:
-            return None  # an incremental VC job grows inside its VC
+        if held is not None or not state.vc_spills:
+            return None  # an incremental VC job grows inside its VC; HiveD's rule
     if held is not None and held.kind != KIND_SHARED:
         return None
     choice = shared_search.search(state, chain, needs, question)

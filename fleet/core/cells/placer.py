@@ -53,14 +53,25 @@ class CellPlacer:
 
     ``node_restriction=True`` enables :meth:`suggest_nodes`, which replays HiveD's
     suggested-node lists; off (the default), no placement is ever restricted to
-    some nodes and the searches skip the node filter.
+    some nodes and the searches skip the node filter.  ``vc_spills=False``
+    keeps a VC's guaranteed jobs inside their VC (HiveD's rule; the default
+    lets them use the shared pool too): ``bench/bench_cells.py`` uses it to
+    count waits as HiveD does.
     """
 
     #: Answers depend on the job's queue (its virtual cluster).
     queue_blind = False
 
-    def __init__(self, cluster: str, config: CellConfig, *, node_restriction: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        config: CellConfig,
+        *,
+        node_restriction: bool = False,
+        vc_spills: bool = True,
+    ) -> None:
         self.state = PlacerState(cluster, config)
+        self.state.vc_spills = vc_spills
         self.node_restriction = node_restriction
         self.config: CellConfig = config
         self.topo: Topology = self.state.topo

@@ -138,12 +138,16 @@ class PlacerState:
         "subcells",
         "suggested",
         "topo",
+        "vc_spills",
         "whole_free_leaves",
     )
 
     def __init__(self, cluster: str, config: CellConfig) -> None:
         self.cluster = cluster
         self.config = config
+        #: A VC's guaranteed job that its VC cannot hold may use the shared pool
+        #: (Fleet's rule); False keeps it inside its VC (HiveD's rule).
+        self.vc_spills = True
         self.topo = Topology(config)
         self.j = Journal()
         self.alloc = Allocator(self.topo, config, self.j)

@@ -1,0 +1,387 @@
+"""Traces, metrics and structured logs of a running service (OpenTelemetry).
+
+Theory of operation (docs/decisions/0019-telemetry.md): one :class:`Telemetry`
+per application, built from the settings; nothing is installed globally, so
+several applications in one process (the tests) never share instruments.
+
+* **Traces.**  A tracer provider whose spans go to an OTLP/HTTP collector when
+  ``otlp_endpoint`` is set, and nowhere otherwise (they still give every log
+  line its trace id).  The aiohttp server instrumentation makes a span per
+  request; the scheduler loop makes one per iteration, per scheduling cycle
+  (attributes ``fleet.admitted``, ``fleet.preempted``, ``fleet.waiting``,
+  ``fleet.duration_s``), per dispatch and per member API call.
+* **Metrics.**  Named like Kueue's where they mean the same thing, with
+  ``fleet_`` in place of ``kueue_``; counters and histograms are fed by the
+  loop's hooks (:meth:`Telemetry.cycle`, :meth:`Telemetry.queued`,
+  :meth:`Telemetry.dispatch_failed`), gauges are read from the loop's
+  published view at collection time.  The Prometheus exporter writes them to
+  a registry of this object, served on ``/metrics``; an OTLP exporter pushes
+  them too when ``otlp_endpoint`` is set.
+* **Logs.**  :func:`configure_logging`: one JSON object per line (or a text
+  line), each with the trace and span ids of the span current when it was
+  written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+from opentelemetry import trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client import CollectorRegistry, generate_latest
+
+log = logging.getLogger("fleet.telemetry")
+
+__all__ = ["ReadableSpan", "Telemetry", "configure_logging"]
+
+if TYPE_CHECKING:
+    from fleet.core.cycle import Decision
+
+
+class QueueLike(Protocol):
+    """What the gauges read of a queue of the loop's view (``fleet.loop.QueueView``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def min(self) -> Mapping[str, str]: ...
+    @property
+    def used(self) -> Mapping[str, str]: ...
+    @property
+    def borrowed(self) -> Mapping[str, str]: ...
+
+
+class GpusLike(Protocol):
+    """A member's GPUs in the loop's view (``fleet.loop.ClusterGpus``)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def vcs(self) -> Mapping[str, tuple[int, int]]: ...
+
+
+class ViewLike(Protocol):
+    """What the gauges read of the loop's published view (``fleet.loop.LoopView``)."""
+
+    @property
+    def queues(self) -> Sequence[QueueLike]: ...
+    @property
+    def pending(self) -> Mapping[str, Sequence[object]]: ...
+    @property
+    def clusters(self) -> Mapping[str, GpusLike]: ...
+
+
+#: Histogram buckets in seconds: cycles take milliseconds, admission waits minutes to days.
+CYCLE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+
+#: Preemption reasons as Kueue names them (``kueue_preempted_workloads_total{reason}``).
+IN_QUEUE: Final = "InClusterQueue"
+RECLAIM: Final = "InCohortReclamation"
+QUOTA_CUT: Final = "QuotaCut"
+OTHER: Final = "Other"
+
+
+def preemption_reason(reason: str) -> str:
+    """The Kueue-like label of a preemption's reason text (see the core's messages)."""
+    if reason.startswith("reclaimed for "):
+        return RECLAIM
+    if reason.startswith("preempted by "):
+        return IN_QUEUE
+    if "after a quota change" in reason:
+        return QUOTA_CUT
+    return OTHER
+
+
+class Telemetry:
+    """Tracer, meters and the Prometheus registry of one service (module docstring)."""
+
+    def __init__(self, *, otlp_endpoint: str | None = None, service_name: str = "fleet") -> None:
+        resource = Resource.create({"service.name": service_name})
+        self.tracer_provider = TracerProvider(resource=resource)
+        self.registry = CollectorRegistry(auto_describe=True)
+        readers: list[MetricReader] = [PrometheusMetricReader(registry=self.registry)]
+        if otlp_endpoint:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            base = otlp_endpoint.rstrip("/")
+            self.tracer_provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
+            )
+            readers.append(
+                PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics"))
+            )
+        views = [
+            View(
+                instrument_name="fleet_admission_cycle_duration",
+                aggregation=ExplicitBucketHistogramAggregation(CYCLE_BUCKETS),
+            ),
+            View(
+                instrument_name="fleet_admission_wait_time",
+                aggregation=ExplicitBucketHistogramAggregation(WAIT_BUCKETS),
+            ),
+        ]
+        self.meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
+        self.tracer = self.tracer_provider.get_tracer("fleet")
+        meter = self.meter_provider.get_meter("fleet")
+        self._admitted = meter.create_counter(
+            "fleet_admitted_workloads", unit="1", description="Jobs admitted, per queue."
+        )
+        self._wait = meter.create_histogram(
+            "fleet_admission_wait_time",
+            unit="s",
+            description="Time from submission (or requeue) to admission, per queue.",
+        )
+        self._cycle = meter.create_histogram(
+            "fleet_admission_cycle_duration",
+            unit="s",
+            description="Duration of a scheduling cycle.",
+        )
+        self._preempted = meter.create_counter(
+            "fleet_preempted_workloads",
+            unit="1",
+            description="Jobs preempted, per queue of the victim and reason.",
+        )
+        self._dispatch_errors = meter.create_counter(
+            "fleet_dispatch_errors",
+            unit="1",
+            description="Jobs a member cluster refused to create, per cluster.",
+        )
+        self._view: Callable[[], ViewLike] | None = None
+        self._health: Callable[[], Mapping[str, bool]] | None = None
+        meter.create_observable_gauge(
+            "fleet_pending_workloads",
+            [self._observe_pending],
+            unit="1",
+            description="Pending jobs per leaf queue (status: active).",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_resource_usage",
+            [self._observe_usage],
+            unit="1",
+            description="Quota used per queue and resource (GPUs, CPU cores, bytes).",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_borrowed_resources",
+            [self._observe_borrowed],
+            unit="1",
+            description="Quota borrowed beyond min per queue and resource.",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_gpus",
+            [self._observe_gpus],
+            unit="1",
+            description="GPUs per member cluster and virtual cluster (vc empty: the "
+            "whole cluster), by state (used, free).",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_health",
+            [self._observe_health],
+            unit="1",
+            description="1 when a member cluster is ready, 0 when not.",
+        )
+        #: job key -> when it (last) became pending, for the admission wait time
+        self._queued_since: dict[str, float] = {}
+
+    # What the service tells it -----------------------------------------------------------
+    def observe(
+        self,
+        view: Callable[[], ViewLike],
+        health: Callable[[], Mapping[str, bool]] | None = None,
+    ) -> None:
+        """Read the gauges from ``view()`` (and member readiness from ``health()``)."""
+        self._view = view
+        self._health = health
+
+    def queued(self, keys: Iterable[str], now: float) -> None:
+        """Jobs that became pending at ``now`` (submitted, requeued or found at start)."""
+        for key in keys:
+            self._queued_since.setdefault(key, now)
+
+    def cycle(self, decisions: Sequence[Decision], seconds: float, now: float) -> None:
+        """Count a cycle's decisions and record its duration."""
+        from fleet.core.cycle import Admit, Preempt
+
+        self._cycle.record(seconds)
+        for d in decisions:
+            if isinstance(d, Admit) and not d.grown:
+                self._admitted.add(1, {"queue": d.queue})
+                since = self._queued_since.pop(d.job, None)
+                if since is not None:
+                    self._wait.record(max(0.0, now - since), {"queue": d.queue})
+            elif isinstance(d, Preempt) and not d.unit:
+                self._preempted.add(1, {"queue": d.queue, "reason": preemption_reason(d.reason)})
+                self._queued_since[d.job] = now
+
+    def cycle_done(
+        self, span: Any, decisions: Sequence[Decision], seconds: float, now: float
+    ) -> None:
+        """:meth:`cycle`, and the outcome as attributes of the cycle's ``span``."""
+        from fleet.core.cycle import Admit, Preempt, Wait
+
+        self.cycle(decisions, seconds, now)
+        admitted = sum(1 for d in decisions if isinstance(d, Admit))
+        preempted = sum(1 for d in decisions if isinstance(d, Preempt))
+        waiting = sum(1 for d in decisions if isinstance(d, Wait))
+        if isinstance(span, trace.Span) and span.is_recording():
+            span.set_attributes(
+                {
+                    "fleet.admitted": admitted,
+                    "fleet.preempted": preempted,
+                    "fleet.waiting": waiting,
+                    "fleet.duration_s": seconds,
+                }
+            )
+        if admitted or preempted:  # quiet cycles leave no log line
+            log.info(
+                "cycle: %d admitted, %d preempted, %d waiting in %.1f ms",
+                admitted,
+                preempted,
+                waiting,
+                seconds * 1000,
+            )
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Jobs that left the queue without being admitted (cancelled, failed)."""
+        for key in keys:
+            self._queued_since.pop(key, None)
+
+    def dispatch_failed(self, cluster: str) -> None:
+        self._dispatch_errors.add(1, {"cluster": cluster})
+
+    # Gauges --------------------------------------------------------------------------------
+    def _observe_pending(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        view = self._view()
+        return [
+            Observation(len(jobs), {"queue": leaf, "status": "active"})
+            for leaf, jobs in sorted(view.pending.items())
+        ]
+
+    def _resources(self, which: Literal["used", "borrowed"]) -> list[Observation]:
+        if self._view is None:
+            return []
+        from fleet.core.resources import parse_value  # cores, bytes, counts (as Kubernetes)
+
+        out: list[Observation] = []
+        for q in self._view().queues:
+            values = q.used if which == "used" else q.borrowed
+            for resource in sorted(set(q.min) | set(q.used) | set(q.borrowed)):
+                amount = values.get(resource)
+                number = 0.0 if amount is None else float(parse_value(amount))
+                out.append(Observation(number, {"queue": q.name, "resource": resource}))
+        return out
+
+    def _observe_usage(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._resources("used")
+
+    def _observe_borrowed(self, options: CallbackOptions) -> Iterable[Observation]:
+        return self._resources("borrowed")
+
+    def _observe_gpus(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        out: list[Observation] = []
+        for name, gpus in sorted(self._view().clusters.items()):
+            out.append(Observation(gpus.used, {"cluster": name, "vc": "", "state": "used"}))
+            out.append(
+                Observation(gpus.total - gpus.used, {"cluster": name, "vc": "", "state": "free"})
+            )
+            for vc, (total, used) in sorted(gpus.vcs.items()):
+                out.append(Observation(used, {"cluster": name, "vc": vc, "state": "used"}))
+                free = max(0, total - used)
+                out.append(Observation(free, {"cluster": name, "vc": vc, "state": "free"}))
+        return out
+
+    def _observe_health(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._health is None:
+            return []
+        return [
+            Observation(1 if ready else 0, {"cluster": name})
+            for name, ready in sorted(self._health().items())
+        ]
+
+    # Export --------------------------------------------------------------------------------
+    def prometheus_text(self) -> bytes:
+        """Every metric in the Prometheus text format (what ``/metrics`` answers)."""
+        return generate_latest(self.registry)
+
+    def shutdown(self) -> None:
+        self.meter_provider.shutdown()
+        self.tracer_provider.shutdown()
+
+
+# Logs ---------------------------------------------------------------------------------------
+
+_STANDARD: Final = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "trace",
+}
+
+
+def _trace_ids() -> tuple[str | None, str | None]:
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None, None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, trace and span ids."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        trace_id, span_id = _trace_ids()
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "trace_id": trace_id,
+            "span_id": span_id,
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                entry[key] = value if isinstance(value, str | int | float | bool) else str(value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger [trace=...]: message``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s%(trace)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        trace_id, span_id = _trace_ids()
+        record.trace = "" if trace_id is None else f" [trace={trace_id} span={span_id}]"
+        return super().format(record)
+
+
+def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
+    """Send every log record to stderr as ``fmt``, from ``level`` up."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())

@@ -1,0 +1,134 @@
+"""Spans of the API and the scheduler loop, and the log formats (in process, virtual clock)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from fleet import telemetry
+from fleet.api import keys, metrics
+from fleet.api.app import create_app
+from fleet.clock import VirtualClock
+from tests.service import helpers
+from tests.service.helpers import pytorchjob, settings
+
+Client = TestClient[web.Request, web.Application]
+YAML = {"Content-Type": "application/yaml"}
+
+
+async def test_a_submission_leaves_request_cycle_dispatch_and_member_spans(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
+) -> None:
+    clock = VirtualClock(1_000.0)
+    app = create_app(settings(database_url), clock=clock, threaded=False)
+    spans = InMemorySpanExporter()
+    app[metrics.TELEMETRY].tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    client = await aiohttp_client(app)
+    sent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    resp = await client.post(
+        "/api/v1/submissions",
+        data=pytorchjob("traced", gpus=2),
+        headers={**YAML, "traceparent": sent},
+    )
+    assert resp.status == 201, await resp.text()
+    assert (await client.get("/api/v1/jobs/team-a/nope")).status == 404
+    await helpers.settle(client.app[keys.SERVICE].loop, clock, 6.0)
+
+    finished = spans.get_finished_spans()
+    by_name: dict[str, list[telemetry.ReadableSpan]] = {}
+    for span in finished:
+        by_name.setdefault(span.name, []).append(span)
+    (post,) = by_name["POST /api/v1/submissions"]
+    assert post.attributes is not None and post.context is not None
+    assert post.attributes["http.response.status_code"] == 201
+    assert post.attributes["http.route"] == "/api/v1/submissions"
+    assert format(post.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    (missing,) = by_name["GET /api/v1/jobs/{namespace}/{name}"]
+    assert missing.attributes is not None
+    assert missing.attributes["http.response.status_code"] == 404
+
+    admitting = [
+        s for s in by_name["scheduling cycle"] if s.attributes and s.attributes["fleet.admitted"]
+    ]
+    assert len(admitting) == 1
+    cycle = admitting[0]
+    assert cycle.attributes is not None and cycle.parent is not None
+    assert cycle.attributes["fleet.preempted"] == 0
+    assert float(str(cycle.attributes["fleet.duration_s"])) >= 0
+    iteration = next(s for s in by_name["scheduler iteration"] if s.context == cycle.parent)
+    assert iteration.parent is None
+    (dispatch,) = by_name["dispatch"]
+    (create,) = by_name["member create"]
+    assert dispatch.attributes is not None and dispatch.attributes["job"] == "team-a/traced"
+    assert create.parent == dispatch.context
+    assert dispatch.context is not None and cycle.context is not None
+    assert dispatch.context.trace_id == cycle.context.trace_id  # the same iteration
+
+
+def test_log_lines_carry_the_current_trace_id_in_both_formats() -> None:
+    tracing = telemetry.Telemetry()
+    out = io.StringIO()
+    ids: list[str] = []
+    logger = logging.getLogger("fleet.test-telemetry")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    for formatter in (telemetry.JsonFormatter(), telemetry.TextFormatter()):
+        handler = logging.StreamHandler(out)
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+        try:
+            logger.info("outside")
+            with tracing.tracer.start_as_current_span("work") as span:
+                logger.info("inside %s", "a span", extra={"job": "team-a/x"})
+                ids.append(format(span.get_span_context().trace_id, "032x"))
+        finally:
+            logger.removeHandler(handler)
+    tracing.shutdown()
+    json_outside, json_inside, text_outside, text_inside = out.getvalue().splitlines()
+    assert json.loads(json_outside)["trace_id"] is None
+    inside = json.loads(json_inside)
+    assert inside["trace_id"] == ids[0] and inside["message"] == "inside a span"
+    assert inside["job"] == "team-a/x" and inside["level"] == "INFO"
+    assert "trace=" not in text_outside
+    assert f"[trace={ids[1]} " in text_inside and text_inside.endswith(": inside a span")
+
+
+def test_preemption_reasons_are_named_like_kueue() -> None:
+    assert telemetry.preemption_reason("reclaimed for a/b of queue q") == telemetry.RECLAIM
+    assert telemetry.preemption_reason("preempted by a/b (priority 3)") == telemetry.IN_QUEUE
+    assert (
+        telemetry.preemption_reason("q is still over its quota limits 5s after a quota change")
+        == telemetry.QUOTA_CUT
+    )
+    assert telemetry.preemption_reason("failed over") == telemetry.OTHER
+
+
+def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet.loop import LoopView, QueueView
+
+    used = {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "3"}
+    queue = QueueView("q", None, True, ("ns",), {"cpu": "4"}, None, used, {"cpu": "500m"}, 1, 0)
+    tracing = telemetry.Telemetry()
+    tracing.observe(lambda: LoopView(ready=True, queues=(queue,)))
+    text = tracing.prometheus_text().decode()
+    tracing.shutdown()
+    samples = {
+        (s.name, s.labels.get("resource")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("queue") == "q"
+    }
+    assert samples[("fleet_cluster_queue_resource_usage", "cpu")] == 1.5
+    assert samples[("fleet_cluster_queue_resource_usage", "memory")] == 2 * 2**30
+    assert samples[("fleet_cluster_queue_resource_usage", "nvidia.com/gpu")] == 3
+    assert samples[("fleet_cluster_queue_borrowed_resources", "cpu")] == 0.5
+    assert samples[("fleet_cluster_queue_borrowed_resources", "memory")] == 0
