@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-kube bench-simulate plan serve simulate-philly
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-kube bench-simulate bench-ui plan serve simulate-philly
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -42,6 +42,10 @@ bench-simulate: install
 bench-kube: install
 	./scripts/kube-binaries --install-go >/dev/null
 	$(PY) bench/bench_kube.py $(BENCH_KUBE_ARGS)
+
+# The dashboard's pages with 1,000 queues and 10,000 jobs (BENCH_UI_ARGS="--rounds 20").
+bench-ui: install
+	$(PY) bench/bench_ui.py $(BENCH_UI_ARGS)
 
 serve: install
 	$(VENV)/bin/fleet serve

@@ -51,7 +51,7 @@ from fleet.clusters.base import (
     NodeHealth,
 )
 from fleet.core import events, snapshot
-from fleet.core.cycle import Admit, Decision, Preempt, cycle
+from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
@@ -124,6 +124,15 @@ class LoopView:
     clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
     #: cluster -> virtual cluster -> its virtual cells that bad nodes leave no cell for
     doomed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: 1 for the first view published, then one more per view (the change stream's ids)
+    version: int = 0
+    #: the last views' versions with the jobs (namespace/name) that changed in each:
+    #: submitted, moved to another state, or given another waiting reason; oldest first
+    recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+#: Views whose changed jobs the published view remembers (LoopView.recent).
+RECENT_VIEWS = 256
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -202,6 +211,8 @@ class SchedulerLoop:
         self.tree_document = ""
         #: run at the end of every iteration (the service's administration, fleet.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
+        self._changed: set[str] = set()  # jobs changed since the last published view
+        self._published = asyncio.Event()  # set (and replaced) when a view is published
         #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
         self.telemetry: Telemetry | None = None
 
@@ -219,6 +230,7 @@ class SchedulerLoop:
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
         self._publish()
+        self._announce()
         self._task = asyncio.create_task(self._run(), name="fleet-scheduler-loop")
 
     async def stop(self) -> None:
@@ -327,6 +339,7 @@ class SchedulerLoop:
         if self.after_iteration is not None:
             await self.after_iteration(self)
         await self._off_loop(self._remember_and_publish, decisions)
+        self._announce()
         self.iterations += 1
         return decisions
 
@@ -448,6 +461,7 @@ class SchedulerLoop:
                 continue
             self._ids[job.key] = job.seq
             events.apply(self.state, events.Submitted(job))
+            self._changed.add(job.key)
             if self.telemetry is not None:
                 self.telemetry.queued([job.key], now)
         done: list[int] = []  # cancellation requests handled
@@ -574,6 +588,7 @@ class SchedulerLoop:
             await job_rows.finish_intents(session, done, now)
             for write in also:
                 await write(session)
+        self._changed.update(t.job for t in changes)
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
@@ -740,8 +755,8 @@ class SchedulerLoop:
     def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
         # The reasons of waiting jobs live in the core (``state.waiting``): the
         # cycle reports a Wait only when a reason changed, and a parked tail
-        # has one reason for all its jobs.
-        del decisions
+        # has one reason for all its jobs.  Admitted and preempted jobs changed.
+        self._changed.update(d.job for d in decisions if not isinstance(d, Wait))
         self._publish()
 
     def _publish(self) -> None:
@@ -803,7 +818,27 @@ class SchedulerLoop:
             for name, placer in state.placers.items()
             if hasattr(placer, "doomed_cells")
         }
-        self.view = LoopView(True, state.now, queues, pending, reasons, clusters, doomed)
+        for key, reason in reasons.items():  # a waiting job's reason changed
+            if self.view.reasons.get(key) != reason:
+                self._changed.add(key)
+        version = self.view.version + 1
+        recent = (*self.view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
+        self._changed.clear()
+        self.view = LoopView(
+            True, state.now, queues, pending, reasons, clusters, doomed, version, recent
+        )
+
+    def _announce(self) -> None:
+        """Wake whoever waits in :meth:`next_view` (in the event loop's thread)."""
+        self._published.set()
+        self._published = asyncio.Event()
+
+    async def next_view(self, after: int, timeout: float) -> LoopView:
+        """The published view once its version is above ``after`` (or after ``timeout`` s)."""
+        if self.view.version <= after:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._published.wait(), timeout)
+        return self.view
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import auth, keys, metrics, routes
+from fleet.api import auth, keys, live, metrics, routes
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
@@ -28,6 +28,7 @@ from fleet.settings import Settings
 from fleet.sim import forecast
 from fleet.store.database import unavailable
 from fleet.telemetry import Telemetry
+from fleet.ui import app as ui
 
 log = logging.getLogger("fleet.api")
 
@@ -105,6 +106,8 @@ def create_app(
     app.cleanup_ctx.append(run_service)
     routes.add_routes(app)
     metrics.add_route(app)
+    live.setup(app)
+    ui.setup(app)  # the dashboard at /ui/, a client of the routes above
     return app
 
 

@@ -33,7 +33,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from fleet.api import admin_schemas, schemas
+from fleet.api import admin_schemas, live_schemas, schemas
 from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.api.submissions import YAML_MEDIA_TYPES
 from fleet.core.lifecycle import JobState
@@ -460,6 +460,87 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Member clusters: labels, health, GPUs total, used and free, per virtual cluster",
         "clusters",
         replies=(Reply(200, "The member clusters.", schemas.ClusterList), UNAUTHORIZED),
+    ),
+    # Dashboards (fleet.api.live) --------------------------------------------------------
+    Route(
+        "whoami",
+        "GET",
+        "/api/v1/whoami",
+        "The caller: its token's name, role and queues",
+        "service",
+        replies=(Reply(200, "The caller.", live_schemas.WhoAmI), UNAUTHORIZED),
+    ),
+    Route(
+        "watchViews",
+        "GET",
+        "/api/v1/events",
+        "A server-sent-events stream of the scheduler's published views and the jobs changed",
+        "service",
+        parameters=(
+            Parameter(
+                "after",
+                "query",
+                "The last view version the client has (Last-Event-ID takes precedence); "
+                "0 or absent: only the current version.",
+                Annotated[int, Field(ge=0)],
+            ),
+        ),
+        description="With Accept: text/event-stream, a stream that does not end: a 'view' "
+        "event (id: the version; data: a ViewChange as JSON) whenever the scheduler "
+        "publishes a new view, the first one at once, and a comment line every 15 s while "
+        "nothing changes. Otherwise one ViewChange as JSON, at once (for polling clients).",
+        replies=(
+            Reply(
+                200,
+                "The current view and the jobs changed after the given version "
+                "(text/event-stream: each event's data).",
+                live_schemas.ViewChange,
+                (schemas.JSON, "text/event-stream"),
+            ),
+            _problem(400, "after (or Last-Event-ID) is not a version."),
+            UNAUTHORIZED,
+        ),
+    ),
+    Route(
+        "getClusterCells",
+        "GET",
+        "/api/v1/clusters/{name}/cells",
+        "The cell map of a member cluster: every node's GPUs and the job holding each",
+        "clusters",
+        parameters=(
+            _path("name", "The member cluster."),
+            Parameter(
+                "limit",
+                "query",
+                "Nodes per page.",
+                Annotated[int, Field(ge=1, le=2000)],
+                default=500,
+            ),
+            CONTINUE,
+        ),
+        replies=(
+            Reply(200, "A page of nodes with their GPU cells.", live_schemas.ClusterCells),
+            _problem(400, "A parameter is malformed, or the continue token is not valid."),
+            UNAUTHORIZED,
+            _problem(404, "No such member cluster."),
+        ),
+    ),
+    Route(
+        "getSubmittedJob",
+        "GET",
+        "/api/v1/jobs/{namespace}/{name}/submitted",
+        "The PropagationPolicy and the PyTorchJob as submitted, as YAML",
+        "jobs",
+        access="team",
+        description="A team token reads those of its own queues' jobs only (like the events "
+        "of a job).",
+        parameters=JOB_PATH,
+        replies=(
+            Reply(200, "The documents.", str, ("application/yaml",)),
+            UNAUTHORIZED,
+            _problem(403, "A team token asks for a job outside its queues."),
+            _problem(404, "No such job."),
+        ),
     ),
     Route(
         "liveness",

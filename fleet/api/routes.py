@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet import intake, service
-from fleet.api import admin_routes, auth, keys, openapi, schemas
+from fleet.api import admin_routes, auth, keys, live, openapi, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -424,6 +424,7 @@ HANDLERS: Final[dict[str, Handler]] = {
     "readiness": readiness,
     "openapi": openapi_json,
     **admin_routes.HANDLERS,
+    **live.HANDLERS,
 }
 
 

@@ -299,3 +299,13 @@ async def open_intents(session: AsyncSession) -> list[IntentRow]:
 def plain(row: JobRow) -> dict[str, Any]:
     """The row's columns as plain values (for logs and debugging)."""
     return {c.name: getattr(row, c.name) for c in JobRow.__table__.columns}
+
+
+async def holding_in(session: AsyncSession, cluster: str) -> list[JobRow]:
+    """Every job that holds cells in member ``cluster`` (admitted, dispatched or running)."""
+    rows = await session.execute(
+        select(JobRow)
+        .where(JobRow.cluster == cluster, JobRow.state.in_(HOLDING_STATES))
+        .order_by(JobRow.id)
+    )
+    return list(rows.scalars())

@@ -113,6 +113,15 @@ CASES = [
         lambda c: {"json": {"healthy": True}},
     ),
     Case("listAudit", "GET", lambda c: "/api/v1/audit", ADMIN),
+    Case("whoami", "GET", lambda c: "/api/v1/whoami", READ),
+    Case("watchViews", "GET", lambda c: "/api/v1/events", READ),
+    Case("getClusterCells", "GET", lambda c: "/api/v1/clusters/east/cells", READ),
+    Case(
+        "getSubmittedJob",
+        "GET",
+        lambda c: "/api/v1/jobs/team-a/seed/submitted",
+        {"admin": 200, "team-a": 200, "team-b": 403, "none": 401, "malformed": 401},
+    ),
 ]
 
 

@@ -39,6 +39,11 @@ DESIGN_ROUTES = {
     ("GET", "/readyz"),
     ("GET", "/api/v1/openapi.json"),
     ("POST", "/api/v1/quota-tree"),  # dryRun=Simulate: what a proposed tree would do
+    # the dashboard's read routes (fleet.api.live)
+    ("GET", "/api/v1/whoami"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/clusters/{name}/cells"),
+    ("GET", "/api/v1/jobs/{namespace}/{name}/submitted"),
 }
 NOT_SERVED = {("GET", "/metrics")}
 

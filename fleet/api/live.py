@@ -1,0 +1,256 @@
+"""Read routes for dashboards: who is asking, a stream of changes, cell maps, submitted documents.
+
+Theory of operation:
+
+* ``GET /api/v1/whoami`` answers the caller's token name, role and queues, so
+  a client shows an admin's forms and a team's Cancel buttons only to them.
+* ``GET /api/v1/events`` is a server-sent-events stream (``text/event-stream``)
+  of the views the scheduler loop publishes after each iteration
+  (:attr:`fleet.loop.LoopView.version`): one ``view`` event per view the
+  client has not seen, whose data (:class:`~fleet.api.live_schemas.ViewChange`)
+  names the jobs that changed since.  The first event comes at once; a client
+  that reconnects sends ``Last-Event-ID`` (or ``?after=``) and gets what it
+  missed, or ``complete: false`` when the loop no longer remembers that far
+  back.  A comment line every :data:`HEARTBEAT` seconds keeps proxies from
+  closing an idle stream; the service closes every stream when it shuts down.
+* ``GET /api/v1/clusters/{name}/cells`` is the cell map: every node of a member
+  (from its cell config, in config order) with its GPUs and the job that holds
+  each, read from the jobs the database records as holding cells there, and
+  the nodes marked bad.  Nodes are paged (``limit``, ``continue``).
+* ``GET /api/v1/jobs/{namespace}/{name}/submitted`` answers the
+  PropagationPolicy and the PyTorchJob as they were submitted (YAML); a team
+  token sees those of its own queues only, like the job's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+import yaml
+from aiohttp import web
+
+from fleet.api import auth, keys, live_schemas, schemas
+from fleet.api.openapi import Handler
+from fleet.api.problems import ProblemError, bad_request, not_found
+from fleet.core.cells.topology import Topology
+from fleet.core.jobs import Mode
+from fleet.core.lifecycle import JobState
+from fleet.loop import LoopView
+from fleet.store import admin as admin_rows
+from fleet.store import jobs as job_rows
+
+#: Seconds between two keep-alive comments of an idle event stream.
+HEARTBEAT: Final = 15.0
+#: Nodes per page of a cell map.
+DEFAULT_NODES: Final = 500
+MAX_NODES: Final = 2000
+
+_STREAMS: Final = web.AppKey("live-streams", set[asyncio.Task[None]])
+
+
+# Who is asking ---------------------------------------------------------------------------
+
+
+async def whoami(request: web.Request) -> web.Response:
+    who = auth.caller(request)
+    body = live_schemas.WhoAmI(
+        name=who.name,
+        role=who.role,
+        queues=sorted(who.queues),
+        tokens_required=request.app[keys.TOKENS].configured,
+    )
+    return schemas.json_response(body)
+
+
+# The change stream -----------------------------------------------------------------------
+
+
+def _after(request: web.Request) -> int:
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    if not raw.isdigit() or len(raw) > 18:
+        raise ProblemError(bad_request("after (or Last-Event-ID) must be a view version"))
+    return int(raw)
+
+
+def _change(view: LoopView, after: int) -> live_schemas.ViewChange:
+    """What changed after version ``after`` (0: the client has nothing; -1: nothing usable)."""
+    recent = view.recent
+    oldest = recent[0][0] if recent else view.version + 1
+    complete = after == 0 or (0 < after <= view.version and after + 1 >= oldest)
+    jobs = sorted({job for version, changed in recent if version > after for job in changed})
+    return live_schemas.ViewChange(
+        version=view.version, time=view.time, jobs=jobs if after > 0 else [], complete=complete
+    )
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """``GET /api/v1/events``: the published views as server-sent events (or one, as JSON)."""
+    after = _after(request)
+    loop = request.app[keys.SERVICE].loop
+    if after > loop.view.version:  # a version of an earlier run of the service
+        after = -1
+    if "text/event-stream" not in request.headers.get("Accept", ""):
+        return schemas.json_response(_change(loop.view, after))
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    task = asyncio.current_task()
+    streams = request.app[_STREAMS]
+    if task is not None:
+        streams.add(task)
+    try:
+        await response.write(b"retry: 2000\n\n")
+        first = True
+        while True:
+            view = await loop.next_view(after, 0.0 if first else HEARTBEAT)
+            first = False
+            if view.version <= after:
+                await response.write(b": keep-alive\n\n")
+                continue
+            change = _change(view, after)
+            data = change.model_dump_json(by_alias=True)
+            await response.write(f"id: {view.version}\nevent: view\ndata: {data}\n\n".encode())
+            after = view.version
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        if task is not None:
+            streams.discard(task)
+    return response
+
+
+async def _close_streams(app: web.Application) -> None:
+    streams = app[_STREAMS]
+    for task in sorted(streams, key=id):
+        task.cancel()
+
+
+# Cell maps -------------------------------------------------------------------------------
+
+
+def _topology(request: web.Request, name: str) -> Topology:
+    svc = request.app[keys.SERVICE]
+    cluster = next((c for c in svc.clusters if c.name == name), None)
+    if cluster is None or name not in svc.loop.members:
+        raise ProblemError(not_found(f"no member cluster {name[:60]!r}"))
+    return Topology(cluster.cell_config())
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit", str(DEFAULT_NODES))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_NODES:
+        raise ProblemError(
+            bad_request(f"query parameter limit must be an integer from 1 to {MAX_NODES}")
+        )
+    return int(raw)
+
+
+def _start(request: web.Request) -> int:
+    raw = request.query.get("continue")
+    if raw is None:
+        return 0
+    if not raw.startswith("node:") or not raw[5:].isdigit() or len(raw) > 23:
+        raise ProblemError(bad_request("continue token is not valid"))
+    return int(raw[5:])
+
+
+async def cluster_cells(request: web.Request) -> web.Response:
+    """``GET /api/v1/clusters/{name}/cells``: every node's GPUs and who holds them."""
+    name = request.match_info["name"]
+    topo = _topology(request, name)
+    limit, start = _limit(request), _start(request)
+    svc = request.app[keys.SERVICE]
+    async with svc.db.read() as session:
+        rows = await job_rows.holding_in(session, name)
+        bad = {b.node: b.reason for b in await admin_rows.bad_nodes(session) if b.cluster == name}
+    held: dict[tuple[str, int], live_schemas.GpuCell] = {}
+    for row in rows:
+        for unit in row.units:
+            for _pod, node, gpus in unit["pods"]:
+                for gpu in gpus:
+                    held[node, gpu] = live_schemas.GpuCell(
+                        index=gpu,
+                        job=f"{row.namespace}/{row.name}",
+                        queue=row.queue,
+                        priority=row.priority,
+                        priority_class=row.priority_class,
+                        mode=None if row.mode is None else Mode(row.mode),
+                        state=JobState(row.state),
+                    )
+    nodes: list[live_schemas.NodeCells] = []
+    free = whole = fragmented = 0
+    for node, node_cells in topo.nodes.items():
+        leaves = sorted(
+            (leaf for cell in node_cells for leaf in cell.leaves),
+            key=lambda leaf: leaf.leaf_index or 0,
+        )
+        cells = [
+            held.get((node, leaf.leaf_index or 0))
+            or live_schemas.GpuCell(index=leaf.leaf_index or 0)
+            for leaf in leaves
+        ]
+        healthy = node not in bad
+        free_here = sum(1 for c in cells if c.job is None) if healthy else 0
+        free += free_here
+        if healthy and free_here == len(cells):
+            whole += 1
+        elif healthy:
+            fragmented += free_here
+        nodes.append(
+            live_schemas.NodeCells(
+                name=node,
+                gpu_type=leaves[0].ctype.leaf_type if leaves else "",
+                healthy=healthy,
+                reason=bad.get(node, ""),
+                cells=cells,
+            )
+        )
+    page = nodes[start : start + limit]
+    token = f"node:{start + limit}" if start + limit < len(nodes) else None
+    body = live_schemas.ClusterCells(
+        name=name,
+        nodes=page,
+        total_nodes=len(nodes),
+        free_gpus=free,
+        whole_free_nodes=whole,
+        fragmented_gpus=fragmented,
+        continue_=token,
+    )
+    return schemas.json_response(body)
+
+
+# Submitted documents ---------------------------------------------------------------------
+
+
+async def submitted(request: web.Request) -> web.Response:
+    """``GET /api/v1/jobs/{namespace}/{name}/submitted``: the policy and the job as YAML."""
+    svc = request.app[keys.SERVICE]
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    async with svc.db.read() as session:
+        row = await job_rows.by_name(session, namespace, name)
+    if row is None:
+        raise ProblemError(not_found(f"no job {namespace[:60]}/{name[:60]}"))
+    auth.require_queues(request, [(f"job {namespace}/{name}", row.queue)])
+    documents = [d for d in (row.policy, row.manifest) if d is not None]
+    text = yaml.safe_dump_all(documents, sort_keys=False)
+    return web.Response(text=text, content_type="application/yaml")
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "whoami": whoami,
+    "watchViews": events,
+    "getClusterCells": cluster_cells,
+    "getSubmittedJob": submitted,
+}
+
+
+def setup(app: web.Application) -> None:
+    """Keep track of open event streams, and close them when the service shuts down."""
+    app[_STREAMS] = set()
+    app.on_shutdown.append(_close_streams)
