@@ -2,11 +2,13 @@
 
 Each case failed before its fix: a crash (``fresh binding without leaves``), a
 wrong leaf count (resources compared by identity), or a ``CellFit`` whose plan
-``bind`` refused once the victims or released jobs had left.
+``bind`` refused once the victims or released jobs had left (growth steps of a
+preempted job included).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.spec import SkuType
 from fleet.core.cells.state import CellFit
-from fleet.core.charges import charge_for
+from fleet.core.charges import charge_for, unit_key
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit, PodPlacement
 from fleet.core.resources import CPU, GPU, MEMORY, Resources
@@ -266,6 +268,38 @@ def test_fit_with_leaving_jobs_is_bindable(
         assert [(pp.node, pp.gpus) for pp in fit.pods] == expected
         if fit.kind != "vc":
             assert fit.bindings == ()
+
+
+def test_a_preempted_first_unit_takes_its_growth_steps_along() -> None:
+    # VC a is owed the one node.  An incremental job of a runs one pod in its
+    # first unit and one in a growth step (both keep the VC cell bound); work
+    # nobody may preempt fills the rest.  Preempting the first unit stops the
+    # whole job, so the growth step leaves too and the VC cell is unbound: the
+    # fit must bind it again (it used to plan as if the growth step stayed).
+    p = CellPlacer("t", load_cell_config(rack_config(1, 1, 4, {"a": [("RACK.NODE", 1)]})))
+    grow = make_job("grow", "a", 10, ("Worker", 2, {GPU: 1}), gang=False)
+    first = p.fit(grow, grow.pods[:1], Mode.GUARANTEED)
+    assert isinstance(first, Fit), first
+    p.bind(grow, charge_for(grow, Mode.GUARANTEED, grow.request_of(grow.pods[:1])), first)
+    step = dataclasses.replace(grow, key=unit_key(grow.key, 2))
+    second = p.fit(step, grow.pods[1:], Mode.GUARANTEED)
+    assert isinstance(second, Fit), second
+    p.bind(step, charge_for(grow, Mode.GUARANTEED, grow.request_of(grow.pods[1:]), 2), second)
+    fill = dataclasses.replace(
+        make_job("fill", "team", -1, ("Worker", 2, {GPU: 1}), gang=False), preemptible=False
+    )
+    place(p, fill)
+    high = make_job("high", "a", 100, ("Worker", 1, {GPU: 1}))
+    fit = p.fit(high, high.pods, Mode.GUARANTEED, preempt=True)
+    p.check_invariants()
+    assert isinstance(fit, CellFit), fit
+    assert fit.victims == ("t/grow",)
+    assert fit.bindings, "the VC cell is unbound once the whole job has left"
+    for key in ("t/grow#2", "t/grow"):  # the cycle stops every unit of the job
+        p.release(key)
+    p.bind(high, charge_for(high, Mode.GUARANTEED), fit)  # must not refuse
+    p.check_invariants()
+    assert p.placement_of("t/high") == fit.pods
 
 
 def test_refused_bind_of_a_held_shared_job_leaves_no_reservation_behind() -> None:

@@ -10,7 +10,7 @@ none of them: the same admissions (job and cluster), preemptions and waits.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fleet.core.cycle import Admit, Preempt, cycle
@@ -165,9 +165,30 @@ def mixed_outcome(
     return seen
 
 
+#: A guaranteed job of VC team-a preempts the first unit of an incremental job
+#: (j4) whose growth step also keeps the VC cell bound; the cells placer used to
+#: plan as if the growth step stayed, and its own bind refused the plan.
+PREEMPTED_WITH_GROWTH = [
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 4, -1, False, 0),
+    ("team-a", 1, 8, 10, False, 0),
+    ("team-a", 3, 1, 10, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-b", 1, 4, 10, False, 0),
+    ("team-c", 1, 2, 10, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 1, -1, False, 0),
+    ("team-a", 1, 1, 100, False, 0),
+]
+
+
 @pytest.mark.parametrize("placers", ["capacity", "cells"])
 @settings(max_examples=60, deadline=None)
 @given(specs=st.lists(mixed_spec, min_size=1, max_size=28))
+@example(specs=PREEMPTED_WITH_GROWTH)
 def test_the_shortcuts_change_no_decision_for_partial_and_incremental_jobs(
     placers: str, specs: list[tuple[str, int, int, int, bool, int]]
 ) -> None:
@@ -175,3 +196,18 @@ def test_the_shortcuts_change_no_decision_for_partial_and_incremental_jobs(
     assert mixed_outcome(fresh(), specs, ALL_SHORTCUTS) == mixed_outcome(
         fresh(), specs, NO_SHORTCUTS
     )
+
+
+def test_preempting_the_first_unit_of_a_grown_job_in_a_vc() -> None:
+    specs = PREEMPTED_WITH_GROWTH
+    seen = mixed_outcome(cell_state(), specs, NO_SHORTCUTS)
+    assert seen == mixed_outcome(cell_state(), specs, ALL_SHORTCUTS)
+    # Cycles after j3, j7, j11 and j12; each gives (admitted, preempted, waiting).
+    second, last = seen[3], seen[9]
+    assert [(a[1], a[3]) for a in second if a[0] == "default/j4"] == [
+        ("c1", "default/j4"),
+        ("c1", "default/j4#2"),  # j4 grew in the same cycle
+    ]
+    admitted, preempted = last, seen[10]
+    assert [(job, cluster) for job, cluster, _, _ in admitted] == [("default/j12", "c1")]
+    assert preempted == [("default/j4", "")]  # the whole job, growth step included

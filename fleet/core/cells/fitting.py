@@ -130,7 +130,7 @@ def after_released(
     re-reserved, shared cells freed); this one searches the state ``bind`` will
     see.  None if no released job is held or nothing fits there either.
     """
-    left = sorted(key for key in question.released if key in state.held)
+    left = victims.leaving(state, question.released)
     if not left:
         return None
     kind, vc, chain, needs = found

@@ -11,10 +11,13 @@ only when the pass without them finds nothing; the packing then ranks
 placements by (level, victim jobs, victim leaves, fit).  When a candidate
 needs victims or released jobs to leave (its safety check, the fit's answer),
 they are released in key order inside the query's journal and rolled back
-with it.
+with it; a job's first unit takes its growth steps with it (:func:`leaving`),
+as the cycle stops the whole job.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from fleet.core import placement
 from fleet.core.cells import ownership
@@ -52,6 +55,20 @@ def nobody_leaves(state: PlacerState, victims: set[str], question: Question) -> 
 
 def make_leave(state: PlacerState, victims: set[str], question: Question) -> None:
     """Release ``victims`` and the question's released jobs that are held, in key order."""
-    for key in sorted(victims | question.released):
-        if key in state.held:
-            ownership.release(state, key)
+    for key in leaving(state, victims | question.released):
+        ownership.release(state, key)
+
+
+def leaving(state: PlacerState, keys: Iterable[str]) -> list[str]:
+    """The held units that leave with ``keys``, in key order.
+
+    A job's first unit leaving stops the whole job (the cycle stops all its
+    units), so its growth steps held here leave with it: their leaves are freed
+    too, and a VC cell only they kept bound is unbound, as ``bind`` will see.
+    """
+    held = state.held
+    out = {key for key in keys if key in held}
+    whole = {held[key].info.job for key in out if not held[key].info.is_growth}
+    if whole:
+        out.update(key for key, h in held.items() if h.info.job in whole)
+    return sorted(out)
