@@ -478,7 +478,12 @@ class SchedulerLoop:
                     deletes.append((item.key, run.cluster))
                 changes += _moves(out)
             elif isinstance(item, _FromMember):
-                held = {k: r.cluster for k, r in self.state.running.items()}
+                # Only a node going bad preempts (and so deletes) running jobs.
+                held = (
+                    {k: r.cluster for k, r in self.state.running.items()}
+                    if isinstance(item.event, NodeHealth)
+                    else {}
+                )
                 moved = self._from_member(item)
                 changes += moved
                 deletes += [

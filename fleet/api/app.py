@@ -21,6 +21,7 @@ from aiohttp import web
 
 from fleet import service
 from fleet.api import auth, keys, live, metrics, routes
+from fleet.api.audit import AuditLog
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
@@ -85,6 +86,7 @@ def create_app(
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
+        app[keys.AUDIT] = audit = AuditLog(svc.db)
         watch_service(telemetry, svc)
         estimator = forecast.Estimator(
             svc.db,
@@ -100,6 +102,7 @@ def create_app(
             yield
         finally:
             await estimator.stop()
+            await audit.close()
             await service.stop(svc)
             telemetry.shutdown()
 

@@ -31,7 +31,6 @@ from fleet.api import keys
 from fleet.api.openapi import Access, Handler, Route
 from fleet.api.problems import Problem, ProblemError, problem_response
 from fleet.api.tokens import NO_TOKENS_CALLER, Caller, Role, TokenStore
-from fleet.store import admin as admin_rows
 
 log = logging.getLogger("fleet.api.auth")
 
@@ -122,29 +121,21 @@ async def _record(
     request: web.Request, route: Route, who: Caller, status: int, detail: str
 ) -> None:
     svc = request.app.get(keys.SERVICE)
-    if svc is None or route.audit is None:
+    audit = request.app.get(keys.AUDIT)
+    if svc is None or audit is None or route.audit is None:
         return
-    try:
-        async with svc.db.write() as session:
-            admin_rows.add_audit(
-                session,
-                time=svc.clock.now(),
-                actor=who.name,
-                kind=route.audit,
-                operation=route.operation_id,
-                method=request.method,
-                path=request.path[:2000],
-                status=status,
-                detail=detail,
-            )
-    except Exception:  # the answer stands; the log says the record is missing
-        log.exception(
-            "audit record lost: %s %s by %s answered %d",
-            request.method,
-            request.path[:200],
-            who.name,
-            status,
-        )
+    await audit.record(
+        {
+            "time": svc.clock.now(),
+            "actor": who.name,
+            "kind": route.audit,
+            "operation": route.operation_id,
+            "method": request.method,
+            "path": request.path[:2000],
+            "status": status,
+            "detail": detail,
+        }
+    )
 
 
 @web.middleware

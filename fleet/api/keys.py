@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from fleet.api.audit import AuditLog
 from fleet.api.openapi import Route
 from fleet.api.tokens import Caller, TokenStore
 from fleet.service import Service
@@ -21,3 +22,5 @@ ROUTE_TABLE: Final = web.AppKey("routes", dict[str, Route])
 #: the authenticated caller of a request
 CALLER_KEY: Final = web.RequestKey("caller", Caller)
 ESTIMATOR: Final = web.AppKey("estimator", Estimator)
+#: the audit log's writer (while the service runs)
+AUDIT: Final = web.AppKey("audit", AuditLog)
