@@ -37,6 +37,7 @@ does not help).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -253,6 +254,24 @@ MemberEvent = JobStarted | JobFinished | JobStopped | NodeHealth | JobRestarting
 
 
 # The interface -----------------------------------------------------------------------
+
+
+class QueueWatch:
+    """A member's events read from its queue; ends at the closing mark (None), which it
+    leaves in the queue for other readers."""
+
+    def __init__(self, events: asyncio.Queue[MemberEvent | None]) -> None:
+        self._events = events
+
+    def __aiter__(self) -> QueueWatch:
+        return self
+
+    async def __anext__(self) -> MemberEvent:
+        event = await self._events.get()
+        if event is None:
+            self._events.put_nowait(None)
+            raise StopAsyncIteration
+        return event
 
 
 class MemberCluster(Protocol):

@@ -49,6 +49,7 @@ from fleet.clusters.base import (
     MemberEvent,
     MemberReadiness,
     NodeHealth,
+    QueueWatch,
     split_key,
 )
 
@@ -105,23 +106,6 @@ class SimulatedRun:
     ends: float
     succeeds: bool = True
     reason: str = ""
-
-
-class _Watch:
-    """Reads a member's event queue; ends at the closing mark, leaving it for other readers."""
-
-    def __init__(self, events: asyncio.Queue[MemberEvent | None]) -> None:
-        self._events = events
-
-    def __aiter__(self) -> _Watch:
-        return self
-
-    async def __anext__(self) -> MemberEvent:
-        event = await self._events.get()
-        if event is None:
-            self._events.put_nowait(None)
-            raise StopAsyncIteration
-        return event
 
 
 class SimulatedCluster:
@@ -190,9 +174,9 @@ class SimulatedCluster:
         await asyncio.wait([timer])
         return True
 
-    def watch(self) -> _Watch:
+    def watch(self) -> QueueWatch:
         """The events of this member in the order they happened; ends after :meth:`close`."""
-        return _Watch(self._events)
+        return QueueWatch(self._events)
 
     async def health(self) -> ClusterHealth:
         if self._closed:

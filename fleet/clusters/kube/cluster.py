@@ -62,6 +62,7 @@ from fleet.clusters.base import (
     MemberEvent,
     MemberReadiness,
     NodeHealth,
+    QueueWatch,
     member_object_name,
     split_key,
 )
@@ -103,23 +104,6 @@ class _Wanted:
     restarting: bool = False
     deleting: bool = False
     out_of_date: bool = False  # the member's object does not have ``job``'s pods yet
-
-
-class _Watch:
-    """Reads the member's event queue; ends at the closing mark, leaving it for other readers."""
-
-    def __init__(self, events: asyncio.Queue[MemberEvent | None]) -> None:
-        self._events = events
-
-    def __aiter__(self) -> _Watch:
-        return self
-
-    async def __anext__(self) -> MemberEvent:
-        event = await self._events.get()
-        if event is None:
-            self._events.put_nowait(None)
-            raise StopAsyncIteration
-        return event
 
 
 class KubeCluster:
@@ -234,8 +218,8 @@ class KubeCluster:
             await self._client.close()
         self._events.put_nowait(None)
 
-    def watch(self) -> _Watch:
-        return _Watch(self._events)
+    def watch(self) -> QueueWatch:
+        return QueueWatch(self._events)
 
     async def health(self) -> ClusterHealth:
         if self._closed:
