@@ -132,6 +132,9 @@ class LoopView:
     recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
 
+#: Event-loop turns the loop gives members' watches before writing deferred records.
+_TURNS_BEFORE_FLUSH = 2
+
 #: Views whose changed jobs the published view remembers (LoopView.recent).
 RECENT_VIEWS = 256
 
@@ -220,6 +223,8 @@ class SchedulerLoop:
         #: run at the end of every iteration (the service's administration, fleet.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
         self._changed: set[str] = set()  # jobs changed since the last published view
+        #: what acting on members left to record, written with the next transaction
+        self._deferred: list[_Deferred] = []
         #: what the last published view was made of, to reuse what did not change
         self._pending_seen: dict[str, PendingView] = {}
         self._pending_jobs: dict[str, Job] = {}
@@ -255,6 +260,10 @@ class SchedulerLoop:
                 await task
         self._task = None
         self._watchers.clear()
+        try:
+            await self.flush()
+        except Exception:  # the open intents are carried out again at the next start
+            log.exception("could not record what the members were told before stopping")
 
     # What the API and the members tell the loop ----------------------------------------
     def submitted(self, jobs: Iterable[Job]) -> None:
@@ -319,6 +328,20 @@ class SchedulerLoop:
         return self._idle.is_set() and not self._wake.is_set()
 
     async def _sleep(self) -> None:
+        if self._wake.is_set():
+            return
+        if self._deferred:
+            # Members often answer at once (a simulated one reports a job it
+            # created as started): let their watches post it, and record it with
+            # what was deferred in one transaction of the next iteration.
+            for _ in range(_TURNS_BEFORE_FLUSH):
+                await asyncio.sleep(0)
+                if self._wake.is_set():
+                    return
+        try:
+            await self.flush()  # nothing waits unwritten while the loop waits
+        except Exception:  # kept for the next transaction
+            log.exception("could not record what the members were told; retrying")
         if self._wake.is_set():
             return
         self._idle.set()
@@ -595,8 +618,34 @@ class SchedulerLoop:
         """Write job transitions (state, units, events), deletion intents, the
         intents carried out and ``also``'s writes, in one transaction; the ids of
         the new intents."""
-        if not changes and not deletes and not done and not also:
+        if not changes and not deletes and not done and not also and not self._deferred:
             return []
+        updates, log_entries = self._transition_rows(changes, now)
+        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                await self._write_deferred(session, deferred)
+                await job_rows.update_jobs(session, updates)
+                await job_rows.insert_events(session, log_entries)
+                made = iter(
+                    await job_rows.insert_intents(
+                        session, [(i, "delete", c) for i, c in wanted if i is not None], now
+                    )
+                )
+                await job_rows.finish_intents(session, done, now)
+                for write in also:
+                    await write(session)
+        except BaseException:
+            self._deferred = deferred + self._deferred  # written with the next transaction
+            raise
+        self._recorded(changes)
+        return [None if i is None else next(made) for i, _ in wanted]
+
+    def _transition_rows(
+        self, changes: Sequence[Transition], now: float
+    ) -> tuple[list[dict[str, Any]], list[job_rows.EventValues]]:
+        """The job column changes and event log entries of ``changes``."""
         updates: list[dict[str, Any]] = []
         log_entries: list[job_rows.EventValues] = []
         for t in changes:
@@ -605,25 +654,44 @@ class SchedulerLoop:
                 continue
             updates.append(self._state_columns(row_id, t.job, t.new, now))
             log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
-        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
-        async with self.db.write() as session:
-            await job_rows.update_jobs(session, updates)
-            await job_rows.insert_events(session, log_entries)
-            made = iter(
-                await job_rows.insert_intents(
-                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
-                )
-            )
-            await job_rows.finish_intents(session, done, now)
-            for write in also:
-                await write(session)
+        return updates, log_entries
+
+    def _recorded(self, changes: Sequence[Transition]) -> None:
+        """What the loop does once ``changes`` are stored."""
         self._changed.update(t.job for t in changes)
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
                 if self.telemetry is not None:
                     self.telemetry.forget([t.job])
-        return [None if i is None else next(made) for i, _ in wanted]
+
+    def _defer(self, changes: Sequence[Transition], done: Sequence[int], now: float) -> None:
+        """Store ``changes`` and finish intents ``done`` with the loop's next transaction.
+
+        For what creating jobs in members leaves to record: the jobs' moves to
+        Dispatched and their create intents.  Until they are written, the
+        intents are open, and a restart creates the jobs again (idempotently)
+        and records them then; the next transaction comes with the next
+        iteration's first write, or before the loop waits (:meth:`_sleep`).
+        """
+        updates, log_entries = self._transition_rows(changes, now)
+        self._deferred.append(_Deferred(tuple(changes), updates, log_entries, tuple(done), now))
+
+    async def _write_deferred(self, session: AsyncSession, deferred: Sequence[_Deferred]) -> None:
+        """Write deferred records first in ``session`` (so later moves of a job follow)."""
+        if not deferred:
+            return
+        await job_rows.update_jobs(session, [u for d in deferred for u in d.updates])
+        await job_rows.insert_events(session, [e for d in deferred for e in d.log_entries])
+        for d in deferred:
+            await job_rows.finish_intents(session, d.done, d.time)
+        for d in deferred:
+            self._recorded(d.changes)
+
+    async def flush(self) -> None:
+        """Write what the loop deferred (:meth:`_defer`), if anything."""
+        if self._deferred:
+            await self._record([], self.clock.now())
 
     def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
         """The columns of job ``key`` that change when it moves to ``new``."""
@@ -647,19 +715,25 @@ class SchedulerLoop:
             return []
         updates, log_entries, planned, resized = writes
         now = self.state.now
-        async with self.db.write() as session:
-            await job_rows.update_jobs(session, updates)
-            await job_rows.insert_events(session, log_entries)
-            intents = await job_rows.insert_intents(
-                session,
-                [
-                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
-                    for row_id, d in planned
-                ],
-                now,
-            )
-            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
-            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                await self._write_deferred(session, deferred)
+                await job_rows.update_jobs(session, updates)
+                await job_rows.insert_events(session, log_entries)
+                intents = await job_rows.insert_intents(
+                    session,
+                    [
+                        (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                        for row_id, d in planned
+                    ],
+                    now,
+                )
+                admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+                heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        except BaseException:
+            self._deferred = deferred + self._deferred  # written with the next transaction
+            raise
         actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
@@ -777,8 +851,10 @@ class SchedulerLoop:
             if action.intent is not None:
                 done.append(action.intent)
         now = self.clock.now()
-        also = [self._failover_write(conflicts, now)] if conflicts else []
-        await self._record(changes, now, done=done, also=also)
+        if conflicts:
+            await self._record(changes, now, done=done, also=[self._failover_write(conflicts, now)])
+        elif changes or done:
+            self._defer(changes, done, now)
 
     # Publishing ---------------------------------------------------------------------------
     @property
@@ -898,6 +974,17 @@ class SchedulerLoop:
             finally:
                 self._waiting_views -= 1
         return self.view
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """Records :meth:`SchedulerLoop._defer` keeps for the loop's next transaction."""
+
+    changes: tuple[Transition, ...]
+    updates: list[dict[str, Any]]
+    log_entries: list[job_rows.EventValues]
+    done: tuple[int, ...]
+    time: float
 
 
 class _VcUsage:
