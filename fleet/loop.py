@@ -639,6 +639,8 @@ class SchedulerLoop:
         except BaseException:
             self._deferred = deferred + self._deferred  # written with the next transaction
             raise
+        for d in deferred:
+            self._recorded(d.changes)
         self._recorded(changes)
         return [None if i is None else next(made) for i, _ in wanted]
 
@@ -685,8 +687,6 @@ class SchedulerLoop:
         await job_rows.insert_events(session, [e for d in deferred for e in d.log_entries])
         for d in deferred:
             await job_rows.finish_intents(session, d.done, d.time)
-        for d in deferred:
-            self._recorded(d.changes)
 
     async def flush(self) -> None:
         """Write what the loop deferred (:meth:`_defer`), if anything."""
@@ -734,6 +734,8 @@ class SchedulerLoop:
         except BaseException:
             self._deferred = deferred + self._deferred  # written with the next transaction
             raise
+        for d in deferred:
+            self._recorded(d.changes)
         actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
