@@ -143,6 +143,13 @@ def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
     return {r: format_quantity(r, v) for r, v in sorted(values.items()) if v}
 
 
+def _limits(values: Resources | None) -> dict[str, str] | None:
+    """A node's ``max`` as quantities, a limit of 0 included (None: no limit)."""
+    if values is None:
+        return None
+    return {r: format_quantity(r, v) for r, v in sorted(values.items())}
+
+
 # Inbox items ------------------------------------------------------------------------
 
 
@@ -900,7 +907,7 @@ class SchedulerLoop:
                 leaf=tree.is_leaf(node),
                 namespaces=tree.namespaces_of(node),
                 min=_quantities(tree.min_of(node)),
-                max=None if tree.max_of(node) is None else _quantities(tree.max_of(node) or {}),
+                max=_limits(tree.max_of(node)),
                 used=_quantities(tree.used(node)),
                 borrowed=_quantities(tree.borrowed_used(node)),
                 admitted=tree.admitted_count(node),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from fleet import service
 from fleet.clock import VirtualClock
@@ -143,5 +144,31 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
         await settle(loop, clock, 600 + 10.0)
         assert len(loop.state.running["lab/grow"].units) > units  # it grew
         assert published_vc_gpus(loop) == counted_vc_gpus(loop)
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
+    database_url: str, tmp_path: Path
+) -> None:
+    text = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
+    frozen = text.replace(
+        "max: {nvidia.com/gpu: 8, cpu: 128, memory: 1Ti}",
+        "max: {nvidia.com/gpu: 0, cpu: 128, memory: 1Ti}",
+    )
+    assert frozen != text
+    quota = tmp_path / "quota.yaml"
+    quota.write_text(frozen, encoding="utf-8")
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url, quota=quota), clock, threaded=False)
+    loop = svc.loop
+    try:
+        await submit(svc, pytorchjob("gpu", namespace="sandbox", gpus=1, duration="1h"))
+        await settle(loop, clock)
+        (sandbox,) = [q for q in loop.view.queues if q.name == "sandbox"]
+        assert sandbox.max == {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": "0"}
+        assert loop.view.reasons["sandbox/gpu"].startswith(
+            "queue sandbox at max nvidia.com/gpu 0/0"
+        )
     finally:
         await service.stop(svc)
