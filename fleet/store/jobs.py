@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import Table, Update, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -93,8 +93,11 @@ _HEAD = (
 
 # The loop's and the intake's statements are built once: building one (and its
 # cache key) costs more than running it on SQLite.  Lists are expanding parameters.
+# By namespace, then names: SQLite plans a row-value IN over its values as a
+# scan of the table, but a name list within one namespace as index lookups.
 _HEADS_BY_NAMES = select(*_HEAD).where(
-    tuple_(_JOBS.c.namespace, _JOBS.c.name).in_(bindparam("keys", expanding=True))
+    _JOBS.c.namespace == bindparam("namespace"),
+    _JOBS.c.name.in_(bindparam("names", expanding=True)),
 )
 _DISPATCH_HEADS = select(*_HEAD, _JOBS.c.manifest).where(
     _JOBS.c.id.in_(bindparam("ids", expanding=True))
@@ -130,11 +133,16 @@ async def heads_by_names(
     session: AsyncSession, keys: Iterable[tuple[str, str]]
 ) -> dict[str, JobHead]:
     """Heads of the given (namespace, name) pairs that exist, by ``namespace/name``."""
-    wanted = list(dict.fromkeys(keys))
-    if not wanted:
-        return {}
-    rows = await session.execute(_HEADS_BY_NAMES, {"keys": wanted})
-    return {f"{r.namespace}/{r.name}": JobHead(*r) for r in rows}
+    by_namespace: dict[str, list[str]] = {}
+    for namespace, name in dict.fromkeys(keys):
+        by_namespace.setdefault(namespace, []).append(name)
+    found: dict[str, JobHead] = {}
+    for namespace in sorted(by_namespace):
+        rows = await session.execute(
+            _HEADS_BY_NAMES, {"namespace": namespace, "names": by_namespace[namespace]}
+        )
+        found.update((f"{r.namespace}/{r.name}", JobHead(*r)) for r in rows)
+    return found
 
 
 async def insert_jobs(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -226,17 +234,6 @@ async def by_name(session: AsyncSession, namespace: str, name: str) -> JobRow | 
         select(JobRow).where(JobRow.namespace == namespace, JobRow.name == name)
     )
     return found.scalar_one_or_none()
-
-
-async def by_names(session: AsyncSession, keys: Iterable[tuple[str, str]]) -> dict[str, JobRow]:
-    """Rows of the given (namespace, name) pairs that exist, by ``namespace/name`` (one query)."""
-    wanted = list(dict.fromkeys(keys))
-    if not wanted:
-        return {}
-    rows = await session.execute(
-        select(JobRow).where(tuple_(JobRow.namespace, JobRow.name).in_(wanted))
-    )
-    return {f"{r.namespace}/{r.name}": r for r in rows.scalars()}
 
 
 async def by_ids(session: AsyncSession, ids: Sequence[int]) -> list[JobRow]:
