@@ -73,3 +73,21 @@ async def test_inline_statements_run_on_the_event_loops_thread(tmp_path: Path) -
         assert seen == [threading.get_ident()]
     finally:
         await db.close()
+
+
+async def test_looking_jobs_up_by_name_uses_the_unique_index_on_sqlite(tmp_path: Path) -> None:
+    db = await open_database(f"sqlite+aiosqlite:///{tmp_path}/r.db", inline=True)
+    try:
+        async with db.read() as session:
+            conn = await session.connection()
+            sql = str(
+                job_rows._HEADS_BY_NAMES.params(namespace="team-a", names=["a", "b"]).compile(
+                    dialect=conn.dialect, compile_kwargs={"render_postcompile": True}
+                )
+            )
+            plan = await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", ("team-a", "a", "b"))
+            details = " ".join(str(row[-1]) for row in plan)
+        assert "USING" in details and "INDEX" in details, details
+        assert "SCAN jobs" not in details, details
+    finally:
+        await db.close()
