@@ -305,7 +305,7 @@ def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
         run.reclaims.forget()
         run.shapes.forget_borrowed_dependents()
     if plan.mode is Mode.OPPORTUNISTIC:
-        run.places.released(fit.cluster)  # a new victim for borrowed jobs there
+        run.places.victim(fit.cluster)  # a new victim for borrowed jobs there
     run.decisions.append(
         Admit(
             job.key,

@@ -90,7 +90,12 @@ SHORTCUTS = {
     "reclaim-memo": Shortcuts(
         bulk_wait=False, shape_memo=False, reclaim_memo=True, nofit_memo=False
     ),
-    "nofit-memo": Shortcuts(bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=True),
+    "nofit-memo": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=True, idle_groups=False
+    ),
+    "idle-groups": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=False
+    ),
     "all": Shortcuts(),
 }
 
