@@ -54,7 +54,7 @@ from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
-from fleet.core.quota import QuotaBlock
+from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS, Resources
 from fleet.core.state import SchedulerState
 from fleet.core.waiting import IdleKey, ParkedTail
@@ -173,6 +173,9 @@ def serve(
         run.wait(job, outcome.reason)
         strict = state.queues[name].strict_fifo
         block = run.last_block
+        if not strict and block is None and not job.preemptible and run.shortcuts.bulk_wait:
+            cursors[name] = rigid_run(run, jobs, i + 1, end)
+            i = cursors[name] - 1  # the last job that waits
         if (
             not strict
             and block is not None
@@ -191,6 +194,41 @@ def serve(
             continue
         heapq.heappush(heap, (key, rank, name))
     return deferred
+
+
+def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
+    """Wait the non-preemptible jobs from position ``at`` on that their queue's ``min``
+    stops, up to the first other job; returns its position.
+
+    A non-preemptible job must fit within its queue's ``min`` and preempts
+    nobody to get there, so a job whose every start size is over it waits
+    with the quota block's reason, and trying it changes nothing.  The jobs
+    that follow a failed one in the same queue are looked at right away (the
+    fair order would pop the queue again at once: nothing changed), each with
+    one quota question instead of a whole attempt; the run stops at the first
+    job that is preemptible or could start.
+    """
+    tree = run.state.tree
+    k = at
+    while k < end:
+        job = jobs[k]
+        if job.preemptible or job.opportunistic:
+            break
+        start = job.start_size
+        verdict = tree.classify(
+            job.queue, job.request_of(job.pods[:start]), priority=job.priority, preemptible=False
+        )
+        if not isinstance(verdict, QuotaBlock) or verdict.kind != NON_PREEMPTIBLE_MIN:
+            break
+        if job.gang_size < start:
+            small = tree.classify(
+                job.queue, job.gang_request, priority=job.priority, preemptible=False
+            )
+            if not isinstance(small, QuotaBlock) or small.kind != NON_PREEMPTIBLE_MIN:
+                break
+        run.wait(job, verdict.reason)
+        k += 1
+    return k
 
 
 def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], dict[str, list[Job]]]:
