@@ -209,6 +209,7 @@ def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
     job that is preemptible or could start.
     """
     tree = run.state.tree
+    texts: dict[QuotaBlock, str] = {}  # jobs of one request share a text
     k = at
     while k < end:
         job = jobs[k]
@@ -226,7 +227,10 @@ def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
             )
             if not isinstance(small, QuotaBlock) or small.kind != NON_PREEMPTIBLE_MIN:
                 break
-        run.wait(job, verdict.reason)
+        text = texts.get(verdict)
+        if text is None:
+            text = texts[verdict] = verdict.reason
+        run.wait(job, text)
         k += 1
     return k
 
