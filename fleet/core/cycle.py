@@ -277,7 +277,7 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
             out[name] = span
             continue
         run.book.idle_queues.add(name)
-        jobs = tried[0] if len(tried) == 1 else list(heapq.merge(*tried, key=sort_key))
+        jobs = tried[0] if len(tried) == 1 else list(heapq.merge(*tried, key=queue.idle_order))
         if jobs:
             lists[name] = jobs
             out[name] = (0, len(jobs))

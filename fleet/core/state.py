@@ -114,6 +114,10 @@ class QueueState:
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
     rigid: int = 0
     idle: dict[IdleKey | None, list[Job]] = field(default_factory=dict)
+    #: opportunistic job key -> when it was queued here: jobs of equal
+    #: priority and submission keep the pending list's order across groups
+    stamps: dict[str, int] = field(default_factory=dict)
+    _queued: int = 0
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job, key=sort_key)
@@ -123,6 +127,12 @@ class QueueState:
             if group is None:
                 group = self.idle[idle_key(job)] = []
             bisect.insort(group, job, key=sort_key)
+            self._queued += 1
+            self.stamps[job.key] = self._queued
+
+    def idle_order(self, job: Job) -> tuple[int, int, int]:
+        """An opportunistic job's place in the pending list (queue order, then queued)."""
+        return (*sort_key(job), self.stamps[job.key])
 
     def forget_idle(self, job: Job) -> None:
         """Take the opportunistic ``job`` out of its group (it left the queue)."""
@@ -134,6 +144,7 @@ class QueueState:
         while group[i] is not job and group[i].key != job.key:
             i += 1
         del group[i]
+        del self.stamps[job.key]
         if not group:
             del self.idle[key]
 
@@ -403,6 +414,11 @@ class SchedulerState:
             require(
                 groups == {k: [j.key for j in g] for k, g in q.idle.items()},
                 f"queue {q.name}: opportunistic groups differ from its pending jobs",
+            )
+            merged = sorted((j for g in q.idle.values() for j in g), key=q.idle_order)
+            require(
+                [j.key for j in merged] == [j.key for j in q.pending if j.opportunistic],
+                f"queue {q.name}: opportunistic groups merged are not in queue order",
             )
         for key, run in self.running.items():
             require(run.complete or key in self.partial, f"partial job {key} is not tracked")

@@ -238,3 +238,17 @@ def test_non_preemptible_jobs_over_their_min_wait_together_with_their_own_reason
         "nvidia.com/gpu 4/4 guaranteed in use (needs 2 more)"
     )
     assert all("within min of queue team-a" in why for why in reasons["all"].values())
+
+
+def test_opportunistic_groups_keep_the_queue_order_of_equal_jobs() -> None:
+    # Same priority and submission number, different questions: the last pass
+    # must try them in the pending list's order (as queued), not group by group.
+    state = fresh_state()
+    submit(state, make_job("y", queue="team-a", gpus=4, priority=-1, seq=1))
+    submit(state, make_job("a", queue="team-a", gpus=8, priority=-1, seq=5))
+    submit(state, make_job("b", queue="team-a", gpus=4, priority=-1, seq=5))
+    queue = state.queues["team-a"]
+    merged = sorted((j for g in queue.idle.values() for j in g), key=queue.idle_order)
+    assert [j.key for j in merged] == ["default/y", "default/a", "default/b"]
+    assert [j.key for j in queue.pending] == ["default/y", "default/a", "default/b"]
+    state.check_invariants()
