@@ -138,6 +138,10 @@ def place_with_preemption(
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
+        if run.places.on and not placer.may_have_victims(job, mode):
+            # With no victim allowed here the question is the one :func:`place`
+            # just asked without preemption (same released units): "no".
+            continue
         known = run.places.answers(placer.cluster)
         here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         memo = mode is Mode.BORROWED and not here

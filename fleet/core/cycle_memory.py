@@ -19,7 +19,9 @@ every memory switched off through :class:`Shortcuts`).
 * :class:`PlacementMemo`: per cluster, its free resources and load, and the
   placement questions it answered "no" to without preemption (and, for
   borrowed jobs, with preemption: their only victims are opportunistic jobs),
-  until a bind or release there; and, for the last pass, the opportunistic
+  until a bind or release there (and a cluster with no unit the job may
+  preempt is not asked with preemption at all: the answer is the one it
+  gave without); and, for the last pass, the opportunistic
   questions that no cluster could answer when the pass began
   (:func:`fleet.core.cycle.idle_pass`): that pass only takes room (an
   opportunistic job preempts nobody), so those answers hold to its end.

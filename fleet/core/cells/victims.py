@@ -64,6 +64,23 @@ def allowed(state: PlacerState, job: Job, mode: Mode, released: frozenset[str]) 
     )
 
 
+def any_allowed(state: PlacerState, job: Job, mode: Mode) -> bool:
+    """Whether some held unit is a victim the rules allow ``job`` in ``mode`` (the
+    indexes of :func:`allowed`, stopping at the first)."""
+    if job.opportunistic or mode is Mode.OPPORTUNISTIC:
+        return False
+    pools = [state.victims_by_mode[Mode.OPPORTUNISTIC]]
+    if mode is Mode.GUARANTEED:
+        pools.append(state.victims_by_mode[Mode.BORROWED])
+        pools.append(state.victims_by_queue.get(job.queue, {}))
+    held = state.held
+    return any(
+        key != job.key and placement.may_preempt(job, mode, held[key].info)
+        for pool in pools
+        for key in pool
+    )
+
+
 def nobody_leaves(state: PlacerState, victims: set[str], question: Question) -> bool:
     """Whether taking a placement with ``victims`` needs no running job to leave first."""
     return not victims and not any(key in state.held for key in question.released)
