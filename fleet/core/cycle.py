@@ -36,7 +36,11 @@ Theory of operation:
    tail is parked as one group with the block (:mod:`fleet.core.waiting`),
    decided from the queue's counters in a few lookups, whatever its length.
    Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
-   ``Wait`` decision is reported only for a reason that changed.
+   ``Wait`` decision is reported only for a reason that changed.  Non-
+   preemptible jobs over their queue's ``min`` that follow a failed job wait
+   with one quota question each (:func:`rigid_run`), and the last pass leaves
+   out the opportunistic jobs whose placement question no cluster can answer,
+   asked once per question (:func:`idle_pass`), parked as one group each.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.
 
 The memories that keep a cycle cheap are in :mod:`fleet.core.cycle_memory`;
