@@ -179,7 +179,9 @@ def validate(root: QuotaNodeSpec) -> list[str]:
         first.errors = problems
         raise first
     warnings: list[str] = []
-    if (root.max is None and root.min) or (root.max is not None and root.min != root.max):
+    if (root.max is None and root.min) or (
+        root.max is not None and root.min != Resources(root.max)
+    ):
         shown_max = "unlimited" if root.max is None else _show(root.max)
         warnings.append(
             f"root node {root.name!r}: min {_show(root.min)} differs from max "

@@ -138,6 +138,16 @@ class Resources(Mapping[str, int]):
         self._hash = None
 
     @classmethod
+    def limits(cls, values: Mapping[str, int]) -> Resources:
+        """A vector of limits (a quota node's ``max``): names given as 0 are kept.
+
+        A limit of 0 is not the absence of a limit: ``max: {nvidia.com/gpu: 0}``
+        lets the node use no GPU, where a ``max`` without the name lets it use
+        any.  Such a vector is equal only to vectors with the same zero entries.
+        """
+        return cls._raw(dict(values))
+
+    @classmethod
     def _raw(cls, values: dict[str, int]) -> Resources:
         obj = cls.__new__(cls)
         obj._v = values

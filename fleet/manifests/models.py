@@ -184,8 +184,13 @@ def resource_name_problem(name: str) -> str | None:
     return msg
 
 
-def parse_resources(quantities: Mapping[str, Any], path: str) -> tuple[Resources, list[Problem]]:
-    """Parse ``{resource: quantity}`` exactly; problems name ``path.<resource>``."""
+def parse_resources(
+    quantities: Mapping[str, Any], path: str, *, limits: bool = False
+) -> tuple[Resources, list[Problem]]:
+    """Parse ``{resource: quantity}`` exactly; problems name ``path.<resource>``.
+
+    ``limits`` keeps resources given as 0 (:meth:`Resources.limits`).
+    """
     values: dict[str, int] = {}
     problems: list[Problem] = []
     for name, text in quantities.items():
@@ -199,7 +204,7 @@ def parse_resources(quantities: Mapping[str, Any], path: str) -> tuple[Resources
             # The path already names the resource: drop the core's "name: " prefix.
             message = _quantity_message(e, text).removeprefix(f"{name}: ")
             problems.append((f"{path}.{name}", message))
-    return Resources(values), problems
+    return (Resources.limits(values) if limits else Resources(values)), problems
 
 
 # ElasticQuotaTree ----------------------------------------------------------------
@@ -221,7 +226,7 @@ class QuotaNodeModel(_Owned):
         max_: Resources | None = None
         problems.extend(p1)
         if self.max is not None:
-            max_, p2 = parse_resources(self.max, f"{path}.max")
+            max_, p2 = parse_resources(self.max, f"{path}.max", limits=True)
             problems.extend(p2)
         children = tuple(
             child.to_spec(f"{path}.children[{i}]", problems)
