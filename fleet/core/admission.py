@@ -82,15 +82,24 @@ class Plan:
 def admit(run: CycleRun, job: Job) -> Outcome:
     """Admit ``job`` at the largest size that can start now, or say why it waits."""
     start, least = job.start_size, job.gang_size
-    key = _memo_key(run, job, start, least)
-    if key is not None:
+    verdict: Mode | QuotaBlock | None = None
+    key = None
+    if run.shapes.on:
+        verdict = run.state.tree.classify(
+            job.queue,
+            job.request_of(job.pods[:start]),
+            priority=job.priority,
+            preemptible=job.preemptible,
+        )
+        key = _memo_key(run, job, verdict, start, least)
         known = run.shapes.get(key)
         if known is not None:
             run.last_block = known.block
             return Waits(known.reason)
     deferred = False
     reason = ""
-    found = plan(run, job, job.pods[:start])
+    # The verdict at the start size is the one just asked (nothing changed since).
+    found = plan(run, job, job.pods[:start], verdict)
     if isinstance(found, Defer):
         deferred = True
     elif isinstance(found, str):
@@ -130,17 +139,12 @@ def _largest_start(run: CycleRun, job: Job, lo: int, hi: int) -> tuple[Plan | No
     return best, False, ""
 
 
-def _memo_key(run: CycleRun, job: Job, start: int, least: int) -> tuple[object, ...] | None:
-    """What a "cannot start" answer for ``job`` depends on, or None with the memo off."""
-    if not run.shapes.on:
-        return None
+def _memo_key(
+    run: CycleRun, job: Job, full: Mode | QuotaBlock, start: int, least: int
+) -> tuple[object, ...]:
+    """What a "cannot start" answer for ``job`` depends on (``full``: its verdict at
+    the start size)."""
     tree = run.state.tree
-    full = tree.classify(
-        job.queue,
-        job.request_of(job.pods[:start]),
-        priority=job.priority,
-        preemptible=job.preemptible,
-    )
     small: object = None
     if least < start:
         small = _verdict(
@@ -157,13 +161,19 @@ def _verdict(verdict: Mode | QuotaBlock) -> object:
     return (verdict.node, verdict.resource, verdict.kind)
 
 
-def plan(run: CycleRun, job: Job, pods: tuple[Pod, ...]) -> Plan | str | Defer:
-    """How ``pods`` of ``job`` would start now, or why not (a pure query)."""
+def plan(
+    run: CycleRun, job: Job, pods: tuple[Pod, ...], verdict: Mode | QuotaBlock | None = None
+) -> Plan | str | Defer:
+    """How ``pods`` of ``job`` would start now, or why not (a pure query).
+
+    ``verdict`` is the quota tree's answer for ``pods`` if the caller just asked it.
+    """
     run.last_block = None
     request = job.request_of(pods)
-    verdict = run.state.tree.classify(
-        job.queue, request, priority=job.priority, preemptible=job.preemptible
-    )
+    if verdict is None:
+        verdict = run.state.tree.classify(
+            job.queue, request, priority=job.priority, preemptible=job.preemptible
+        )
     if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
         return DEFER
     if isinstance(verdict, Mode):
@@ -305,7 +315,7 @@ def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
         run.reclaims.forget()
         run.shapes.forget_borrowed_dependents()
     if plan.mode is Mode.OPPORTUNISTIC:
-        run.places.released(fit.cluster)  # a new victim for borrowed jobs there
+        run.places.victim(fit.cluster)  # a new victim for borrowed jobs there
     run.decisions.append(
         Admit(
             job.key,

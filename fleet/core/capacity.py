@@ -467,6 +467,9 @@ class CapacityPlacer:
     def holds(self, key: str) -> bool:
         return key in self._held
 
+    def may_have_victims(self, job: Job, mode: Mode) -> bool:
+        return bool(self._held) and not job.opportunistic and mode is not Mode.OPPORTUNISTIC
+
     def running(self) -> list[Charge]:
         return [h.info for h in self._held.values()]
 

@@ -7,7 +7,9 @@ wins (lowest cell level, least fragmentation, least loaded, name).  A cheap
 necessary check on the cluster's free totals, and the cluster's remembered
 "no" answers (:class:`fleet.core.cycle_memory.PlacementMemo`), skip most
 questions; a borrowed or opportunistic question that no cluster could take
-is answered at once until a release anywhere.  If no cluster fits, clusters
+is answered at once until a release anywhere (and an opportunistic question
+that no cluster took when the last pass began, for the whole pass: see
+:func:`idle_question`).  If no cluster fits, clusters
 are asked again with preemption allowed, least loaded first, until
 :data:`PREEMPTION_CLUSTERS` of them can take the gang; the fit with the
 fewest, then lowest-priority victims wins.
@@ -53,6 +55,10 @@ def place(
     # only victims, opportunistic jobs, count as a release where they start).
     everywhere = run.places.everywhere if run.places.on else None
     wide: tuple[object, ...] | None = None
+    if mode is Mode.OPPORTUNISTIC and run.places.idle:
+        why = run.places.idle.get((question, job.clusters))
+        if why is not None:
+            return why
     if everywhere is not None and not released and mode is not Mode.GUARANTEED:
         wide = (question, job.clusters)
         why = everywhere.get(wide)
@@ -96,6 +102,22 @@ def place(
     return reason
 
 
+def idle_question(run: CycleRun, job: Job) -> str | None:
+    """Ask once, as the last pass begins, where the opportunistic ``job`` would start.
+
+    Returns None if some cluster takes it now; otherwise why none does,
+    remembered for the rest of the pass for every job with the same
+    question (:attr:`fleet.core.cycle_memory.PlacementMemo.idle`).
+    """
+    pods = job.pods[: job.start_size]
+    found = place(run, job, pods, Mode.OPPORTUNISTIC, ())
+    if isinstance(found, Fit):
+        return None
+    question = (tuple(p.request for p in pods), Mode.OPPORTUNISTIC, job.gpu_sku, job.pinned_cell_id)
+    run.places.idle[((*question, None), job.clusters)] = found
+    return found
+
+
 def place_with_preemption(
     run: CycleRun,
     job: Job,
@@ -116,6 +138,10 @@ def place_with_preemption(
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
+        if run.places.on and not placer.may_have_victims(job, mode):
+            # With no victim allowed here the question is the one :func:`place`
+            # just asked without preemption (same released units): "no".
+            continue
         known = run.places.answers(placer.cluster)
         here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
         memo = mode is Mode.BORROWED and not here

@@ -36,7 +36,11 @@ Theory of operation:
    tail is parked as one group with the block (:mod:`fleet.core.waiting`),
    decided from the queue's counters in a few lookups, whatever its length.
    Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
-   ``Wait`` decision is reported only for a reason that changed.
+   ``Wait`` decision is reported only for a reason that changed.  Non-
+   preemptible jobs over their queue's ``min`` that follow a failed job wait
+   with one quota question each (:func:`rigid_run`), and the last pass leaves
+   out the opportunistic jobs whose placement question no cluster can answer,
+   asked once per question (:func:`idle_pass`), parked as one group each.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.
 
 The memories that keep a cycle cheap are in :mod:`fleet.core.cycle_memory`;
@@ -49,15 +53,15 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from fleet.core import admission, growth, quota_change
+from fleet.core import admission, cluster_choice, growth, quota_change
 from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
-from fleet.core.jobs import sort_key
-from fleet.core.quota import QuotaBlock
-from fleet.core.resources import Resources
+from fleet.core.jobs import Job, sort_key
+from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
+from fleet.core.resources import MAX_JOBS, Resources
 from fleet.core.state import SchedulerState
-from fleet.core.waiting import ParkedTail
+from fleet.core.waiting import IdleKey, ParkedTail
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
 
@@ -86,7 +90,12 @@ def cycle(
     run.phase = Pass.BORROWING
     serve(run, borrowing)
     run.phase = Pass.OPPORTUNISTIC
-    serve(run, {k: v for k, v in opportunistic.items() if k not in run.blocked})
+    last = {k: v for k, v in opportunistic.items() if k not in run.blocked}
+    if shortcuts.idle_groups:
+        last, lists = idle_pass(run, last)
+        serve(run, last, lists)
+    else:
+        serve(run, last)
     for name, keys in run.admitted.items():
         state.drop_pending(name, keys)
     if run.displaced:
@@ -123,8 +132,14 @@ def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
     return (0 if ratio < 1.0 else 1, ratio)
 
 
-def serve(run: CycleRun, work: dict[str, Span]) -> dict[str, Span]:
+def serve(
+    run: CycleRun, work: dict[str, Span], lists: dict[str, list[Job]] | None = None
+) -> dict[str, Span]:
     """One pass over ``work`` (queue -> positions in its pending list) in fair order.
+
+    ``lists`` gives, for some queues, the jobs to go through instead of
+    their pending list (the last pass's opportunistic jobs that some cluster
+    may take, :func:`idle_pass`).
 
     Returns, per queue, the jobs deferred to the borrowing pass: from the
     first job that must borrow on, in order, so that a queue's own order
@@ -147,7 +162,7 @@ def serve(run: CycleRun, work: dict[str, Span]) -> dict[str, Span]:
         i = cursors[name]
         if i >= end:
             continue
-        jobs = state.queues[name].pending
+        jobs = lists.get(name, state.queues[name].pending) if lists else state.queues[name].pending
         job = jobs[i]
         cursors[name] = i + 1
         outcome = admission.admit(run, job)
@@ -162,10 +177,14 @@ def serve(run: CycleRun, work: dict[str, Span]) -> dict[str, Span]:
         run.wait(job, outcome.reason)
         strict = state.queues[name].strict_fifo
         block = run.last_block
+        if not strict and block is None and not job.preemptible and run.shortcuts.bulk_wait:
+            cursors[name] = rigid_run(run, jobs, i + 1, end)
+            i = cursors[name] - 1  # the last job that waits
         if (
             not strict
             and block is not None
             and run.shortcuts.bulk_wait
+            and not (lists and name in lists)
             and wait_all(run, name, i, end, block)
         ):
             cursors[name] = end
@@ -179,6 +198,98 @@ def serve(run: CycleRun, work: dict[str, Span]) -> dict[str, Span]:
             continue
         heapq.heappush(heap, (key, rank, name))
     return deferred
+
+
+def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
+    """Wait the non-preemptible jobs from position ``at`` on that their queue's ``min``
+    stops, up to the first other job; returns its position.
+
+    A non-preemptible job must fit within its queue's ``min`` and preempts
+    nobody to get there, so a job whose every start size is over it waits
+    with the quota block's reason, and trying it changes nothing.  The jobs
+    that follow a failed one in the same queue are looked at right away (the
+    fair order would pop the queue again at once: nothing changed), each with
+    one quota question instead of a whole attempt; the run stops at the first
+    job that is preemptible or could start.
+    """
+    tree = run.state.tree
+    texts: dict[QuotaBlock, str] = {}  # jobs of one request share a text
+    k = at
+    while k < end:
+        job = jobs[k]
+        if job.preemptible or job.opportunistic:
+            break
+        start = job.start_size
+        verdict = tree.classify(
+            job.queue, job.request_of(job.pods[:start]), priority=job.priority, preemptible=False
+        )
+        if not isinstance(verdict, QuotaBlock) or verdict.kind != NON_PREEMPTIBLE_MIN:
+            break
+        if job.gang_size < start:
+            small = tree.classify(
+                job.queue, job.gang_request, priority=job.priority, preemptible=False
+            )
+            if not isinstance(small, QuotaBlock) or small.kind != NON_PREEMPTIBLE_MIN:
+                break
+        text = texts.get(verdict)
+        if text is None:
+            text = texts[verdict] = verdict.reason
+        run.wait(job, text)
+        k += 1
+    return k
+
+
+def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], dict[str, list[Job]]]:
+    """Ask each distinct opportunistic question once as the last pass begins.
+
+    The last pass only takes room (opportunistic jobs preempt nobody), so a
+    question that no cluster can answer now (:func:`fleet.core.cluster_choice.idle_question`)
+    stays unanswerable to the end of the pass, and is the answer of every
+    job that asks it.  A queue qualifies when it is BestEffortFIFO and no node
+    on its path limits ``kube-queue/max-jobs`` (the only quota an
+    opportunistic job is charged, which the pass's admissions take); its
+    opportunistic jobs are grouped by question (``QueueState.idle``).
+
+    With parking on, the jobs of an unanswerable question are parked as one
+    group in the book (``WaitBook.idle``) and the pass goes, per qualifying
+    queue, only through the others, merged in queue order: the returned
+    ``lists`` and their spans.  With parking off, every job is still tried
+    and gets the remembered answer (the full scan).
+    """
+    state = run.state
+    tree = state.tree
+    answers: dict[IdleKey, str | None] = {}
+    lists: dict[str, list[Job]] = {}
+    out: dict[str, Span] = {}
+    for name, span in work.items():
+        queue = state.queues[name]
+        if queue.strict_fifo or any(
+            MAX_JOBS in (tree.max_of(node) or {}) for node in tree.path_to_root(name)
+        ):
+            out[name] = span
+            continue
+        tried: list[list[Job]] = []
+        for key, group in queue.idle.items():
+            if key is None:
+                tried.append(group)
+                continue
+            if key not in answers:
+                answers[key] = cluster_choice.idle_question(run, group[0])
+            if answers[key] is None:
+                tried.append(group)
+        if not run.shortcuts.parking:
+            out[name] = span
+            continue
+        run.book.idle_queues.add(name)
+        jobs = tried[0] if len(tried) == 1 else list(heapq.merge(*tried, key=queue.idle_order))
+        if jobs:
+            lists[name] = jobs
+            out[name] = (0, len(jobs))
+    if run.shortcuts.parking:
+        for key, why in answers.items():
+            if why is not None:
+                run.book.idle[key] = why
+    return out, lists
 
 
 def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) -> bool:

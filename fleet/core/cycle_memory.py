@@ -19,7 +19,12 @@ every memory switched off through :class:`Shortcuts`).
 * :class:`PlacementMemo`: per cluster, its free resources and load, and the
   placement questions it answered "no" to without preemption (and, for
   borrowed jobs, with preemption: their only victims are opportunistic jobs),
-  until a bind or release there.
+  until a bind or release there (and a cluster with no unit the job may
+  preempt is not asked with preemption at all: the answer is the one it
+  gave without); and, for the last pass, the opportunistic
+  questions that no cluster could answer when the pass began
+  (:func:`fleet.core.cycle.idle_pass`): that pass only takes room (an
+  opportunistic job preempts nobody), so those answers hold to its end.
 """
 
 from __future__ import annotations
@@ -46,9 +51,13 @@ class Shortcuts:
     #: ``Wait`` is reported only for a changed reason; off: a full scan that
     #: checks and reports every waiting job every cycle
     parking: bool = True
+    #: the last pass asks each distinct opportunistic question once when it
+    #: begins; a question no cluster answers is the answer of all its jobs
+    #: (with parking on, they are not looked at one by one)
+    idle_groups: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 
@@ -122,6 +131,9 @@ class PlacementMemo:
     strict_nofit: dict[str, set[tuple[object, ...]]] = field(default_factory=dict)
     #: every (not draining) cluster with its load, least loaded first, until a load changes
     order: list[tuple[float, Placer]] | None = None
+    #: (opportunistic question, allowed clusters) -> why no cluster takes it,
+    #: asked when the last pass began; holds for that pass (only takes follow)
+    idle: dict[tuple[object, ...], str] = field(default_factory=dict)
 
     def answers(self, cluster: str) -> dict[tuple[object, ...], str]:
         """The cluster's remembered "no" answers (a scratch dict when the memo is off)."""
@@ -143,6 +155,12 @@ class PlacementMemo:
 
     def released(self, cluster: str) -> None:
         """Something was released in ``cluster``: every answer there may change."""
+        self.victim(cluster)
+        self.idle.clear()
+
+    def victim(self, cluster: str) -> None:
+        """A new preemption victim (an opportunistic job) in ``cluster``: answers
+        that could preempt it may change (the last pass's idle answers may not)."""
         self.room.pop(cluster, None)
         self.nofit.pop(cluster, None)
         self.strict_nofit.pop(cluster, None)

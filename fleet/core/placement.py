@@ -199,6 +199,14 @@ class Placer(Protocol):
         """Whether job ``key`` has pods placed here."""
         ...
 
+    def may_have_victims(self, job: Job, mode: Mode) -> bool:
+        """Whether some unit held here might be a victim of ``job`` in ``mode`` (cheap).
+
+        False only when no held unit is one the victim rules allow: then a
+        question with preemption is the same as one without.
+        """
+        ...
+
     def capacity(self) -> Resources:
         """Total healthy allocatable resources (cpu, memory, nvidia.com/gpu)."""
         ...

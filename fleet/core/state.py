@@ -34,7 +34,7 @@ from fleet.core.jobs import Job, Mode, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
-from fleet.core.waiting import WaitBook
+from fleet.core.waiting import IdleKey, WaitBook, idle_key
 
 
 class UnknownJob(KeyError):
@@ -101,6 +101,11 @@ class QueueState:
     start's request (``needs``: resource -> amount -> jobs) and how many of
     them are not preemptible (``rigid``), so that the cycle can tell in a
     few lookups whether a full ``max`` stops a whole tail of the queue.
+
+    Its opportunistic jobs are also kept grouped by their placement question
+    (``idle``: :func:`idle_key` -> the jobs in queue order), so that the
+    cycle's last pass can leave out, without looking at them, every job whose
+    question no cluster can answer (:func:`fleet.core.cycle.idle_pass`).
     """
 
     name: str
@@ -108,10 +113,40 @@ class QueueState:
     pending: list[Job] = field(default_factory=list)
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
     rigid: int = 0
+    idle: dict[IdleKey | None, list[Job]] = field(default_factory=dict)
+    #: opportunistic job key -> when it was queued here: jobs of equal
+    #: priority and submission keep the pending list's order across groups
+    stamps: dict[str, int] = field(default_factory=dict)
+    _queued: int = 0
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job, key=sort_key)
         self.count(job, 1)
+        if job.opportunistic:
+            group = self.idle.get(idle_key(job))
+            if group is None:
+                group = self.idle[idle_key(job)] = []
+            bisect.insort(group, job, key=sort_key)
+            self._queued += 1
+            self.stamps[job.key] = self._queued
+
+    def idle_order(self, job: Job) -> tuple[int, int, int]:
+        """An opportunistic job's place in the pending list (queue order, then queued)."""
+        return (*sort_key(job), self.stamps[job.key])
+
+    def forget_idle(self, job: Job) -> None:
+        """Take the opportunistic ``job`` out of its group (it left the queue)."""
+        if not job.opportunistic:
+            return
+        key = idle_key(job)
+        group = self.idle[key]
+        i = bisect.bisect_left(group, sort_key(job), key=sort_key)
+        while group[i] is not job and group[i].key != job.key:
+            i += 1
+        del group[i]
+        del self.stamps[job.key]
+        if not group:
+            del self.idle[key]
 
     def count(self, job: Job, sign: int) -> None:
         """Add (``sign`` 1) or take away (-1) ``job`` in the tail counters."""
@@ -234,6 +269,7 @@ class SchedulerState:
             if job.key == key:
                 del pending[i]
                 state.count(job, -1)
+                state.forget_idle(job)
                 return job
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
@@ -255,6 +291,7 @@ class SchedulerState:
                 left -= 1
         for i in reversed(found):
             state.count(pending[i], -1)
+            state.forget_idle(pending[i])
             del pending[i]
         for key in keys:
             self._pending_keys.pop(key, None)
@@ -369,6 +406,19 @@ class SchedulerState:
                 (recount.needs, recount.rigid)
                 == ({r: c for r, c in q.needs.items() if c}, q.rigid),
                 f"queue {q.name}: tail counters differ from a recount",
+            )
+            groups: dict[IdleKey | None, list[str]] = {}
+            for job in q.pending:
+                if job.opportunistic:
+                    groups.setdefault(idle_key(job), []).append(job.key)
+            require(
+                groups == {k: [j.key for j in g] for k, g in q.idle.items()},
+                f"queue {q.name}: opportunistic groups differ from its pending jobs",
+            )
+            merged = sorted((j for g in q.idle.values() for j in g), key=q.idle_order)
+            require(
+                [j.key for j in merged] == [j.key for j in q.pending if j.opportunistic],
+                f"queue {q.name}: opportunistic groups merged are not in queue order",
             )
         for key, run in self.running.items():
             require(run.complete or key in self.partial, f"partial job {key} is not tracked")

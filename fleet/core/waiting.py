@@ -10,9 +10,16 @@ block and its own request when somebody asks, so parking a tail of any
 length costs the same.  A job queued after the book was written (a new
 submission, a requeued job) has no reason until the next cycle, as before.
 
+Opportunistic jobs are parked by their placement question (:func:`idle_key`):
+when the cycle's last pass begins it asks each distinct question once, and a
+question no cluster can answer is written down once, with its reason, for
+every job that asks it (``WaitBook.idle``); the pass does not look at those
+jobs (:func:`fleet.core.cycle.idle_pass`).
+
 The cycle reports a :class:`~fleet.core.decisions.Wait` decision only for a
-job whose reason changed since the previous book (with parking on); the book
-answers for every pending job (:meth:`WaitBook.reason_of`).
+job whose reason changed since the previous book (with parking on; a parked
+group reports none); the book answers for every pending job
+(:meth:`WaitBook.reason_of`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,24 @@ from dataclasses import dataclass, field, replace
 
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import QuotaBlock
+
+#: What an opportunistic job asks every cluster when it is tried: its replica
+#: groups, how many pods it starts with, GPU type, pinned cell, allowed clusters.
+IdleKey = tuple[object, ...]
+
+
+def idle_key(job: Job) -> IdleKey | None:
+    """The placement question of an opportunistic job, or None if it may start smaller.
+
+    Two jobs with one key ask every placer the same question (an
+    opportunistic fit is queue-blind and never preempts), so one answer is
+    the answer for all of them.  A job that may start with fewer pods than
+    it asks for (``minAvailable``, elastic) is tried on its own.
+    """
+    start = job.start_size
+    if job.gang_size != start:
+        return None
+    return (job.groups, start, job.gpu_sku, job.pinned_cell_id, job.clusters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +71,10 @@ class WaitBook:
     single: dict[str, str] = field(default_factory=dict)
     #: queue -> its parked tail
     tails: dict[str, ParkedTail] = field(default_factory=dict)
+    #: idle key -> why no cluster takes its jobs (opportunistic jobs parked by question)
+    idle: dict[IdleKey, str] = field(default_factory=dict)
+    #: the queues whose opportunistic jobs ``idle`` answers for
+    idle_queues: set[str] = field(default_factory=set)
     #: jobs queued since the book was written (no reason yet)
     fresh: set[str] = field(default_factory=set)
 
@@ -60,11 +89,17 @@ class WaitBook:
         tail = self.tails.get(job.queue)
         if tail is not None and tail.holds(job):
             return tail.reason_for(job)
-        return ""
+        return self._idle_reason(job)
+
+    def _idle_reason(self, job: Job) -> str:
+        if not self.idle or not job.opportunistic or job.queue not in self.idle_queues:
+            return ""
+        key = idle_key(job)
+        return "" if key is None else self.idle.get(key, "")
 
     def queued(self, job: Job) -> None:
         """``job`` was (re)queued after this book was written: no reason yet."""
         self.single.pop(job.key, None)
         tail = self.tails.get(job.queue)
-        if tail is not None and tail.holds(job):
-            self.fresh.add(job.key)  # only where a parked tail would claim it
+        if (tail is not None and tail.holds(job)) or self._idle_reason(job):
+            self.fresh.add(job.key)  # only where a parked tail or group would claim it

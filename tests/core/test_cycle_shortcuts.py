@@ -90,7 +90,12 @@ SHORTCUTS = {
     "reclaim-memo": Shortcuts(
         bulk_wait=False, shape_memo=False, reclaim_memo=True, nofit_memo=False
     ),
-    "nofit-memo": Shortcuts(bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=True),
+    "nofit-memo": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=True, idle_groups=False
+    ),
+    "idle-groups": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=False
+    ),
     "all": Shortcuts(),
 }
 
@@ -211,3 +216,39 @@ def test_preempting_the_first_unit_of_a_grown_job_in_a_vc() -> None:
     admitted, preempted = last, seen[10]
     assert [(job, cluster) for job, cluster, _, _ in admitted] == [("default/j12", "c1")]
     assert preempted == [("default/j4", "")]  # the whole job, growth step included
+
+
+def test_non_preemptible_jobs_over_their_min_wait_together_with_their_own_reasons() -> None:
+    reasons: dict[str, dict[str, str]] = {}
+    for name, shortcuts in (("all", ALL_SHORTCUTS), ("none", NO_SHORTCUTS)):
+        state = fresh_state()
+        submit(state, make_job("fits", queue="team-a", gpus=4, preemptible=False, seq=0))
+        for i, gpus in enumerate((4, 2, 1, 4), start=1):
+            submit(state, make_job(f"r{i}", queue="team-a", gpus=gpus, preemptible=False, seq=i))
+        submit(state, make_job("borrower", queue="team-a", gpus=4, seq=9))
+        decisions = cycle(state, 0.0, shortcuts=shortcuts)
+        assert sorted(d.job for d in decisions if isinstance(d, Admit)) == [
+            "default/borrower",
+            "default/fits",
+        ]
+        reasons[name] = {j.key: state.waiting.reason_of(j) for j in state.pending()}
+    assert reasons["all"] == reasons["none"]
+    assert reasons["all"]["default/r2"] == (
+        "non-preemptible job needs to fit within min of queue team-a: "
+        "nvidia.com/gpu 4/4 guaranteed in use (needs 2 more)"
+    )
+    assert all("within min of queue team-a" in why for why in reasons["all"].values())
+
+
+def test_opportunistic_groups_keep_the_queue_order_of_equal_jobs() -> None:
+    # Same priority and submission number, different questions: the last pass
+    # must try them in the pending list's order (as queued), not group by group.
+    state = fresh_state()
+    submit(state, make_job("y", queue="team-a", gpus=4, priority=-1, seq=1))
+    submit(state, make_job("a", queue="team-a", gpus=8, priority=-1, seq=5))
+    submit(state, make_job("b", queue="team-a", gpus=4, priority=-1, seq=5))
+    queue = state.queues["team-a"]
+    merged = sorted((j for g in queue.idle.values() for j in g), key=queue.idle_order)
+    assert [j.key for j in merged] == ["default/y", "default/a", "default/b"]
+    assert [j.key for j in queue.pending] == ["default/y", "default/a", "default/b"]
+    state.check_invariants()

@@ -31,12 +31,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.lifecycle import JobState
 from fleet.core.resources import GPU, Resources
 from fleet.core.state import SchedulerState
-from tests.core.factories import make_job, make_node, make_nodes, make_state
+from tests.cells.factories import rack_config
+from tests.core.factories import make_job, make_node, make_nodes, make_state, make_tree
 
 TREE: dict[str, Any] = {
     "name": "root",
@@ -69,14 +72,19 @@ def acts(decisions: list[Decision]) -> list[Decision]:
 class ParkingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.states: dict[str, SchedulerState] = {
-            name: make_state(TREE, CLUSTERS) for name in MODES
-        }
+        self.states: dict[str, SchedulerState] = {name: self.make() for name in MODES}
         #: the scan's reasons, as a consumer of its Wait decisions keeps them
         self.scan_reasons: dict[str, str] = {}
         self.count = 0
         self.now = 0.0
         self.extra = 0
+
+    def make(self) -> SchedulerState:
+        """A fresh scheduler state (capacity placers)."""
+        return make_state(TREE, CLUSTERS)
+
+    def node_name(self, node: int) -> str:
+        return f"node-{node}"
 
     @property
     def parked(self) -> SchedulerState:
@@ -194,7 +202,7 @@ class ParkingMachine(RuleBasedStateMachine):
     def node_health(self, cluster: str, node: int, healthy: bool) -> None:
         if cluster not in self.parked.placers:
             return
-        self.each(events.NodeHealthChanged(cluster, f"node-{node}", healthy))
+        self.each(events.NodeHealthChanged(cluster, self.node_name(node), healthy))
         for key in sorted(self.parked.stopping):
             self.each(events.Stopped(key))
 
@@ -254,3 +262,29 @@ ParkingMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestParkingMachine = ParkingMachine.TestCase
+
+
+class CellParkingMachine(ParkingMachine):
+    """The same machine on the cell allocator (the service's placer): team-a owns a
+    VC of one 8-GPU node in c1, team-b one of a 4-GPU node in c2; team-c has none
+    (its guaranteed jobs use the shared pools, the other node of each cluster)."""
+
+    def make(self) -> SchedulerState:
+        placers = {
+            "c1": CellPlacer("c1", load_cell_config(rack_config(1, 2, 8, {"team-a": VC}))),
+            "c2": CellPlacer("c2", load_cell_config(rack_config(1, 2, 4, {"team-b": VC}))),
+        }
+        return SchedulerState(make_tree(TREE), placers)
+
+    def node_name(self, node: int) -> str:
+        return f"r0n{node}"
+
+
+VC = [("RACK.NODE", 1)]
+CellParkingMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCellParkingMachine = CellParkingMachine.TestCase

@@ -164,6 +164,8 @@ class Allocator:
         self.vc_bound: dict[str, dict[int, Reservation]] = {}
         self.configured: dict[str, dict[str, list[int]]] = {}
         self.pins: dict[str, Reservation] = {}
+        #: chain -> :meth:`shared_ceiling` (computed on first use)
+        self._ceiling: dict[str, int] = {}
         #: chain -> top cells with unreserved leaves (id -> cell).
         self.open_tops: dict[str, dict[int, Cell]] = {chain: {} for chain in topo.chain_types}
         #: chain -> [unreserved leaves in the chain].
@@ -304,6 +306,30 @@ class Allocator:
         return out
 
     # -- safety ---------------------------------------------------------------------------
+
+    def shared_ceiling(self, chain: str) -> int:
+        """The most leaves the shared pool of ``chain`` can ever hold while every VC is safe.
+
+        With no shortage, the free leaves cover the owed ones, and the VCs'
+        bound plus owed cells are their configured cells, so shared leaves are
+        at most the chain's leaves minus the configured VC cells and the pinned
+        cells (bad nodes only lower it).  Constant for a configuration; the
+        caller checks that the chain has no shortage (:meth:`shortage`).
+        """
+        known = self._ceiling.get(chain)
+        if known is None:
+            weights = self.weight[chain]
+            total = sum(top.size for top in self.topo.chain_tops[chain])
+            for levels in self.configured.values():
+                total -= sum(n * w for n, w in zip(levels[chain], weights, strict=True))
+            total -= sum(res.cell.size for res in self.pins.values() if res.cell.chain == chain)
+            known = self._ceiling[chain] = max(0, total)
+        return known
+
+    def shared_hopeless(self, chain: str, need: int) -> bool:
+        """Whether no placement of ``need`` shared leaves in ``chain`` can be safe now,
+        whoever leaves first (a take must not make any VC shorter of its cells)."""
+        return self.shared_ceiling(chain) < need and not any(self.shortage(chain))
 
     def shortage(self, chain: str, delta: list[int] | None = None) -> list[int]:
         """Owed cells per level (index = level) that the free cells cannot cover.

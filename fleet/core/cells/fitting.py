@@ -76,6 +76,13 @@ def fit(
     leaf_types = demands.leaf_types(state, job)
     if not leaf_types:
         return NoFit(cluster, f"no leaf cells of type {job.gpu_sku} in {cluster}")
+    if (
+        kind == KIND_SHARED
+        and not state.held.get(job.key)
+        and _no_shared_room(state, pods, leaf_types)
+    ):
+        # Answered from the counters: no search, no victims asked for.
+        return NoFit(cluster, why_not(state, job, kind, vc, pods, preempt))
     victims_ok: frozenset[str] = frozenset()
     if preempt:
         victims_ok = victims.allowed(state, job, mode, released)
@@ -112,6 +119,22 @@ def fit(
         where = ", ".join(refused)
         why += f" (a placement in chain(s) {where} could not be bound once the leaving jobs left)"
     return NoFit(cluster, why)
+
+
+def _no_shared_room(state: PlacerState, pods: Sequence[Pod], leaf_types: list[str]) -> bool:
+    """Whether no chain's shared pool can ever take the gang while the VCs are safe
+    (:meth:`~fleet.core.cells.allocator.Allocator.shared_hopeless`)."""
+    for leaf_type in leaf_types:
+        needs = demands.demands(state, pods, leaf_type)
+        if needs is None:
+            continue
+        need = sum(k for _, k in needs)
+        if need == 0:
+            return False
+        for chain in state.topo.leaf_chains[leaf_type]:
+            if not state.alloc.shared_hopeless(chain, need):
+                return False
+    return True
 
 
 def after_released(

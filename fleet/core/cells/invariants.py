@@ -56,6 +56,20 @@ def check(state: PlacerState) -> None:
         raise InvariantError(
             f"{state.cluster}: allocated drifted: kept {state.allocated}, recount {allocated}"
         )
+    by_mode: dict[Mode, set[str]] = {Mode.OPPORTUNISTIC: set(), Mode.BORROWED: set()}
+    by_queue: dict[str, set[str]] = {}
+    for key, held in state.held.items():
+        info = held.info
+        if info.preemptible:
+            if info.mode is Mode.GUARANTEED:
+                by_queue.setdefault(info.queue, set()).add(key)
+            else:
+                by_mode[info.mode].add(key)
+    kept_queues = {q: set(keys) for q, keys in state.victims_by_queue.items() if keys}
+    if {m: set(keys) for m, keys in state.victims_by_mode.items()} != by_mode or (
+        kept_queues != by_queue
+    ):
+        raise InvariantError(f"{state.cluster}: the victim indexes differ from the held units")
     owners: dict[int, str] = {}
     for key, held in state.held.items():
         if held.info.key != key:

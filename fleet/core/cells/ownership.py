@@ -124,6 +124,7 @@ def release(state: PlacerState, key: str) -> None:
             state.alloc.unbind_vc(res)
             health.reserve_bad_again(state, res.cell)
     j.delitem(state.held, key)
+    state.index_victim(held.info, -1)
     if key in state.restored:
         state.forget_restored(key)
     if key in state.demoted:

@@ -35,7 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.core.cells import binding, demands, fitting, health, invariants, ownership, restoring
+from fleet.core.cells import (
+    binding,
+    demands,
+    fitting,
+    health,
+    invariants,
+    ownership,
+    restoring,
+    victims,
+)
 from fleet.core.cells.allocator import Allocator, Journal
 from fleet.core.cells.spec import CellConfig
 from fleet.core.cells.state import CellFit, Held, PlacerState
@@ -104,6 +113,9 @@ class CellPlacer:
 
     def holds(self, key: str) -> bool:
         return key in self.state.held
+
+    def may_have_victims(self, job: Job, mode: Mode) -> bool:
+        return victims.any_allowed(self.state, job, mode)
 
     def running(self) -> list[Charge]:
         return [h.info for h in self.state.held.values()]

@@ -48,6 +48,8 @@ def search(
     """
     alloc = state.alloc
     need = sum(k for _, k in needs)
+    if alloc.shared_hopeless(chain, need):
+        return None  # no safe placement, whoever leaves (the VCs are owed the rest)
     tops: list[Cell]
     if question.preempt or question.released:
         # Victims' shared leaves may sit in tops with no unreserved leaf left.

@@ -139,8 +139,25 @@ class PlacerState:
         "suggested",
         "topo",
         "vc_spills",
+        "victims_by_mode",
+        "victims_by_queue",
         "whole_free_leaves",
     )
+
+    def index_victim(self, charge: Charge, sign: int) -> None:
+        """Add (``sign`` 1) or drop (-1) a held unit in the victim indexes (journaled)."""
+        if not charge.preemptible:
+            return
+        if charge.mode is Mode.GUARANTEED:
+            index = self.victims_by_queue.get(charge.queue)
+            if index is None:
+                index = self.victims_by_queue[charge.queue] = {}
+        else:
+            index = self.victims_by_mode[charge.mode]
+        if sign > 0:
+            self.j.setitem(index, charge.key, None)
+        else:
+            self.j.delitem(index, charge.key)
 
     def __init__(self, cluster: str, config: CellConfig) -> None:
         self.cluster = cluster
@@ -152,6 +169,14 @@ class PlacerState:
         self.j = Journal()
         self.alloc = Allocator(self.topo, config, self.j)
         self.held: dict[str, Held] = {}
+        #: the held units that may be preemption victims at all, by what may
+        #: preempt them (:func:`fleet.core.cells.victims.allowed`): opportunistic
+        #: and borrowed units by mode, guaranteed units by queue (kept with ``held``)
+        self.victims_by_mode: dict[Mode, dict[str, None]] = {
+            Mode.OPPORTUNISTIC: {},
+            Mode.BORROWED: {},
+        }
+        self.victims_by_queue: dict[str, dict[str, None]] = {}
         self.pins: dict[str, str] = {}  # job key -> pinned cell id
         self.node_caps = config.nodes()
         self.bad: set[str] = set()

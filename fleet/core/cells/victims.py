@@ -40,11 +40,44 @@ class Question:
 
 
 def allowed(state: PlacerState, job: Job, mode: Mode, released: frozenset[str]) -> frozenset[str]:
-    """Running jobs ``job`` may preempt here (not released ones, not itself)."""
+    """Running jobs ``job`` may preempt here (not released ones, not itself).
+
+    Only the units the rules could allow are looked at (the state's victim
+    indexes: opportunistic units for any job that may preempt, borrowed ones
+    and the queue's own guaranteed ones for a guaranteed job), not every
+    held unit.
+    """
+    if job.opportunistic or mode is Mode.OPPORTUNISTIC:
+        return frozenset()
+    pools = [state.victims_by_mode[Mode.OPPORTUNISTIC]]
+    if mode is Mode.GUARANTEED:
+        pools.append(state.victims_by_mode[Mode.BORROWED])
+        pools.append(state.victims_by_queue.get(job.queue, {}))
+    held = state.held
     return frozenset(
         key
-        for key, held in state.held.items()
-        if key not in released and key != job.key and placement.may_preempt(job, mode, held.info)
+        for pool in pools
+        for key in pool
+        if key not in released
+        and key != job.key
+        and placement.may_preempt(job, mode, held[key].info)
+    )
+
+
+def any_allowed(state: PlacerState, job: Job, mode: Mode) -> bool:
+    """Whether some held unit is a victim the rules allow ``job`` in ``mode`` (the
+    indexes of :func:`allowed`, stopping at the first)."""
+    if job.opportunistic or mode is Mode.OPPORTUNISTIC:
+        return False
+    pools = [state.victims_by_mode[Mode.OPPORTUNISTIC]]
+    if mode is Mode.GUARANTEED:
+        pools.append(state.victims_by_mode[Mode.BORROWED])
+        pools.append(state.victims_by_queue.get(job.queue, {}))
+    held = state.held
+    return any(
+        key != job.key and placement.may_preempt(job, mode, held[key].info)
+        for pool in pools
+        for key in pool
     )
 
 
