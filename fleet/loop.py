@@ -243,6 +243,13 @@ class SchedulerLoop:
         self._task = None
         self._watchers.clear()
 
+    def abandon(self, error: Exception) -> None:
+        """After :meth:`stop`: fail the exclusive work that will never run with ``error``."""
+        for item in self._inbox:
+            if isinstance(item, _Exclusive) and not item.done.done():
+                item.done.set_exception(error)
+        self._inbox.clear()
+
     # What the API and the members tell the loop ----------------------------------------
     def submitted(self, jobs: Iterable[Job]) -> None:
         """Jobs stored as Queued (their ``seq`` is their row id)."""
@@ -258,6 +265,10 @@ class SchedulerLoop:
             (intent,) = await job_rows.insert_intents(
                 session, [(job_id, "cancel", "")], self.clock.now()
             )
+        self._post(_Cancel(key, reason, intent))
+
+    def cancel_stored(self, intent: int, key: str, reason: str = "cancelled by the user") -> None:
+        """Hand the loop the cancellation of ``key`` that another replica stored as ``intent``."""
         self._post(_Cancel(key, reason, intent))
 
     async def exclusive(self, work: Callable[[SchedulerLoop], Awaitable[Any]]) -> Any:
