@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy import exists, select
+from sqlalchemy import exc, exists, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -137,7 +137,7 @@ class Leadership:
         if not self.leading or time.monotonic() >= self._valid_until:
             self._lost("its lease may have run out")
             raise Fenced(f"term {self.term} is over (lease not renewed in time)")
-        idle_ms = max(1, int(self.lease * 1000))
+        idle_ms = max(1, int(self.lease * 2000))  # a paused leader frees the row in 2 leases
         if not await leases.hold(session, self.identity, self.term, idle_ms=idle_ms):
             self._lost("the database refused a write of its term")
             raise Fenced(f"term {self.term} is over: another replica leads")
@@ -174,10 +174,15 @@ class Leadership:
             else:
                 await self._step_down("another replica took the lease")
         else:
-            async with self.db.write() as session:
-                term = await leases.acquire(
-                    session, self.identity, self.address, self.lease, wait_ms=wait_ms
-                )
+            try:
+                async with self.db.write() as session:
+                    term = await leases.acquire(
+                        session, self.identity, self.address, self.lease, wait_ms=wait_ms
+                    )
+            except exc.DBAPIError as e:
+                if not leases.lock_timed_out(e):
+                    raise
+                term = None  # the leader's transaction still holds it: its term runs
             if term is not None:
                 await self._become_leader(term, started)
         async with self.db.read() as session:

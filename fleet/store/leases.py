@@ -59,6 +59,19 @@ class Lease:
     remaining: float
 
 
+def lock_timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is PostgreSQL's ``lock_not_available`` (a leader's transaction
+    held the lease row longer than the statement would wait)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == "55P03":
+            return True
+        seen = seen.__cause__ or getattr(seen, "orig", None)
+        if seen is error:
+            return False
+    return False
+
+
 async def _lock_timeout(session: AsyncSession, ms: int) -> None:
     """Wait at most ``ms`` for a row lock in this transaction."""
     await session.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": str(ms)})
