@@ -99,6 +99,8 @@ class Leadership:
         #: terms this replica led, and how often it stepped down (for tests and logs)
         self.terms: list[int] = []
         self.step_downs = 0
+        #: what stopped the last start of the loop (raised by the first round of start())
+        self.failure: Exception | None = None
 
     @property
     def leading(self) -> bool:
@@ -106,10 +108,23 @@ class Leadership:
 
     # Lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Create the lease row if needed, then take part in the election."""
+        """Create the lease row if needed, then take part in the election.
+
+        The first round runs here: a replica that finds the lease free returns
+        leading, its loop restored and running (or raises what stopped it).
+        """
         async with self.db.write() as session:
             await leases.ensure(session)
+        await self._tick(time.monotonic())
         self._task = asyncio.create_task(self._run(), name="fleet-leadership")
+        leading = self._leading
+        if leading is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await leading
+            if self.failure is not None:
+                failure, self.failure = self.failure, None
+                await self.stop()
+                raise failure
 
     async def stop(self) -> None:
         """Leave the election; a leader stops leading and hands its lease back."""
@@ -137,10 +152,22 @@ class Leadership:
         if not self.leading or time.monotonic() >= self._valid_until:
             self._lost("its lease may have run out")
             raise Fenced(f"term {self.term} is over (lease not renewed in time)")
-        idle_ms = max(1, int(self.lease * 2000))  # a paused leader frees the row in 2 leases
+        # A leader paused inside a transaction frees the row after two leases.
+        idle_ms = max(1, int(self.lease * 2000))
         if not await leases.hold(session, self.identity, self.term, idle_ms=idle_ms):
             self._lost("the database refused a write of its term")
             raise Fenced(f"term {self.term} is over: another replica leads")
+
+    async def holds(self, session: AsyncSession) -> bool:
+        """Whether this replica leads, checked as :meth:`fence` does, without raising.
+
+        True: the transaction keeps the lease row until it ends, so it commits
+        within this term (before any other replica can lead).
+        """
+        if not self.leading or time.monotonic() >= self._valid_until:
+            return False
+        idle_ms = max(1, int(self.lease * 2000))
+        return await leases.hold(session, self.identity, self.term, idle_ms=idle_ms)
 
     def _lost(self, why: str) -> None:
         """Become a follower soon (from inside a fenced write, which must not wait for it)."""
@@ -150,6 +177,7 @@ class Leadership:
 
     # The election ---------------------------------------------------------------------------
     async def _run(self) -> None:
+        await asyncio.sleep(self.renew)  # start() ran the first round
         while True:
             started = time.monotonic()
             try:
@@ -205,6 +233,7 @@ class Leadership:
             raise
         except Exception as e:
             log.exception("could not start leading in term %d", term)
+            self.failure = e
             self._lost(f"starting failed ({type(e).__name__})")
 
     async def _step_down(self, why: str) -> None:
@@ -249,6 +278,10 @@ class JobFeed:
         self._posted: set[int] = set()  # cancel intents handed to the loop
         #: jobs handed to the loop (for logs and tests)
         self.handed = 0
+
+    def told(self, intent: int) -> None:
+        """The loop was handed cancellation ``intent`` already (by this replica)."""
+        self._posted.add(intent)
 
     async def start(self) -> None:
         await self._listen()

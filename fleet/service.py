@@ -263,12 +263,22 @@ async def _start_replica(
         if holder and holder[0].scheduling:
             holder[0].loop.submitted(jobs)
 
-    intake = Intake(db, clock, tell_loop, also=leases.post)
+    async def inbox(session: AsyncSession, job_ids: list[int]) -> None:
+        # The leader's loop is told after the commit; the transaction then holds
+        # the lease, so the commit lands in its term and a later leader sees the
+        # jobs when it restores.  Any other submission goes to the leader's inbox.
+        if not job_ids:
+            return
+        if svc.scheduling and await leadership.holds(session):
+            return
+        await leases.post(session, job_ids)
+
+    intake = Intake(db, clock, tell_loop, also=inbox)
     svc = Service(settings, clock, db, tree, tree_text, clusters, idle, intake)
     svc.stored_clusters = clusters_text
     holder.append(svc)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    svc.leadership = Leadership(
+    svc.leadership = leadership = Leadership(
         db,
         identity=identity,
         address=advertised(settings),
@@ -347,12 +357,18 @@ async def cancel(svc: Service, job_id: int, key: str) -> None:
     A follower stores it as the leader's loop does (a ``cancel`` intent); the
     leader's :class:`~fleet.leadership.JobFeed` hands it over.
     """
-    if svc.scheduling:
+    if svc.leadership is None:
         await svc.loop.cancel(job_id, key)
         return
     async with svc.db.write() as session:
-        await job_rows.insert_intents(session, [(job_id, "cancel", "")], svc.clock.now())
+        (intent,) = await job_rows.insert_intents(
+            session, [(job_id, "cancel", "")], svc.clock.now()
+        )
         await session.execute(sqlalchemy.text("SELECT pg_notify(:c, '')"), {"c": leases.CHANNEL})
+    feed = svc.feed
+    if svc.scheduling and feed is not None:
+        feed.told(intent)
+        svc.loop.cancel_stored(intent, key)
 
 
 async def stop(service: Service) -> None:
