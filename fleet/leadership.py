@@ -262,6 +262,8 @@ class Leadership:
             return self.address
         if seen is None or not seen.live or not seen.holder or seen.holder == self.identity:
             return None
+        if seen.address == self.address:  # a former process here: this one takes over
+            return None
         return seen.address or None
 
 

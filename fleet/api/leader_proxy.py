@@ -11,8 +11,9 @@ answer (an event stream too) is relayed as it comes.  So a client behind one
 Kubernetes Service sees one Fleet, whichever replica it reaches.  The leader
 authenticates, checks and audits forwarded requests itself; the follower
 does not.  While no replica leads (a failover, at most about a lease long)
-these routes answer 503 with ``Retry-After``; a request already forwarded
-once is never forwarded again.
+these routes answer 503 with ``Retry-After`` (a job's detail is then read
+from the database, without its waiting reason and estimate); a request
+already forwarded once is never forwarded again.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ LEADER_OPERATIONS: Final = frozenset(
         "watchViews",
     }
 )
+#: Of those, what a follower answers from the database when no leader answers
+#: (without what only the leader knows: a waiting job's reason, its estimate).
+LOCAL_FALLBACK: Final = frozenset({"getJob"})
 #: Set on a forwarded request (the replica it came from).
 FORWARDED: Final = "X-Fleet-Forwarded-By"
 #: Request headers passed on to the leader.
@@ -100,6 +104,8 @@ async def leader_proxy(request: web.Request, handler: Handler) -> web.StreamResp
     leadership = svc.leadership
     retry = leadership.lease
     if leadership.leading:
+        if request.match_info.route.name in LOCAL_FALLBACK:
+            return await handler(request)
         return _unavailable(
             request, "this replica is taking over the scheduler; retry in a moment", 1.0
         )
@@ -107,7 +113,10 @@ async def leader_proxy(request: web.Request, handler: Handler) -> web.StreamResp
         return _unavailable(
             request, "this replica no longer leads the scheduler; retry in a moment", retry
         )
+    operation = request.match_info.route.name
     address = leadership.leader_address()
+    if address is None and operation in LOCAL_FALLBACK:
+        return await handler(request)
     if address is None:
         return _unavailable(
             request,
@@ -115,7 +124,10 @@ async def leader_proxy(request: web.Request, handler: Handler) -> web.StreamResp
             "retry in a moment",
             retry,
         )
-    return await _forward(request, address, leadership.identity)
+    forwarded = await _forward(request, address, leadership.identity)
+    if forwarded.status == 503 and operation in LOCAL_FALLBACK:
+        return await handler(request)
+    return forwarded
 
 
 async def _forward(request: web.Request, address: str, identity: str) -> web.StreamResponse:

@@ -95,7 +95,9 @@ async def acquire(
     wait_ms: int,
     name: str = SCHEDULER,
 ) -> int | None:
-    """Take the lease if it has expired: the new term, or None (someone holds it).
+    """Take the lease if it has expired, or if it was taken at ``address`` (a former
+    process at this replica's own address, which is gone since this one may use the
+    address now): the new term, or None (someone else holds it).
 
     Waits at most ``wait_ms`` for a leader's transaction that holds the row.
     """
@@ -106,7 +108,8 @@ async def acquire(
         text(
             "UPDATE leases SET holder = :holder, term = term + 1, address = :address, "
             f"expires_at = {_NOW} + :seconds "
-            f"WHERE name = :name AND expires_at <= {_NOW} RETURNING term"
+            f"WHERE name = :name AND (expires_at <= {_NOW} OR address = :address) "
+            "RETURNING term"
         ),
         {"holder": holder, "address": address, "seconds": seconds, "name": name},
     )
