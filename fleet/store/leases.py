@@ -4,15 +4,17 @@ Theory of operation (decision 0021): one row of ``leases`` names the replica
 that leads the scheduler, its ``term`` and until when its lease runs, in
 seconds of the *database's* clock (``clock_timestamp()``), so replicas whose
 clocks disagree still agree on who leads.  A replica takes an expired lease
-with one conditional ``UPDATE`` that also adds one to the term; the leader
-extends it with another that names its term.  Every write transaction of the
-leader starts with :func:`hold`, which reads the row ``FOR SHARE`` under the
-leader's name, term and an unexpired lease: the row lock keeps any taker out
-until that transaction ends, and a transaction whose term is over finds no
-row and is rolled back.  So the writes of term N all land before term N+1
-begins.  A leader paused inside a transaction cannot hold the row forever:
-:func:`hold` also sets ``idle_in_transaction_session_timeout`` for that
-transaction, after which PostgreSQL ends the session and its locks.
+after locking the row ``FOR UPDATE``, with one conditional ``UPDATE`` that
+also adds one to the term; the leader extends it with another that names its
+term.  Every write transaction of the leader starts with :func:`hold`, which
+reads the row ``FOR KEY SHARE`` under the leader's name, term and an
+unexpired lease: that lock keeps any taker out until the transaction ends
+(while the leader's renewals, which change no key, go on), and a transaction
+whose term is over finds no row and is rolled back.  So the writes of term
+N all land before term N+1 begins.  A leader paused inside a transaction
+cannot hold the row forever: :func:`hold` also sets
+``idle_in_transaction_session_timeout`` for that transaction, after which
+PostgreSQL ends the session and its locks.
 
 ``job_inbox`` holds the ids of jobs that any replica stored; the leader
 takes them (``DELETE ... RETURNING`` in a fenced transaction) and reads
@@ -101,8 +103,10 @@ async def acquire(
 
     Waits at most ``wait_ms`` for a leader's transaction that holds the row.
     """
+    await _lock_timeout(session, wait_ms)
+    # FOR UPDATE waits for every leader transaction that holds the row (FOR KEY SHARE).
     await session.execute(
-        text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": str(wait_ms)}
+        text("SELECT term FROM leases WHERE name = :name FOR UPDATE"), {"name": name}
     )
     found = await session.execute(
         text(
@@ -126,10 +130,12 @@ async def renew(
     wait_ms: int,
     name: str = SCHEDULER,
 ) -> bool:
-    """Extend the lease of ``holder`` in ``term`` if it still runs; whether it did."""
-    await session.execute(
-        text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": str(wait_ms)}
-    )
+    """Extend the lease of ``holder`` in ``term`` if it still runs; whether it did.
+
+    A plain ``UPDATE`` of columns outside the key: it does not wait for the
+    leader's own transactions (FOR KEY SHARE), however busy they keep the row.
+    """
+    await _lock_timeout(session, wait_ms)
     found = await session.execute(
         text(
             f"UPDATE leases SET expires_at = {_NOW} + :seconds "
@@ -157,15 +163,16 @@ async def hold(
 ) -> bool:
     """The fencing statement: whether ``holder`` still leads in ``term`` (see the docstring).
 
-    True: the lease row is locked FOR SHARE until the transaction ends, so no
-    other replica can take the lease before this transaction commits.
+    True: the lease row is locked FOR KEY SHARE until the transaction ends, so
+    no other replica can take the lease (a taker locks it FOR UPDATE first)
+    before this transaction commits; the leader's renewals do not wait for it.
     """
     found = await session.execute(
         text(
             "SELECT l.term FROM leases AS l, "
             "(SELECT set_config('idle_in_transaction_session_timeout', :idle, true)) AS s "
             "WHERE l.name = :name AND l.holder = :holder AND l.term = :term "
-            f"AND l.expires_at > {_NOW} FOR SHARE OF l"
+            f"AND l.expires_at > {_NOW} FOR KEY SHARE OF l"
         ),
         {"holder": holder, "term": term, "name": name, "idle": str(idle_ms)},
     )

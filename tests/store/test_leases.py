@@ -137,6 +137,19 @@ async def test_a_transaction_of_the_leader_keeps_the_lease_until_it_ends(db: Dat
     await a.leadership.stop()
 
 
+async def test_the_leader_renews_while_its_own_transactions_hold_the_row(db: Database) -> None:
+    a = Replica(db, "a")
+    await a.leadership.start()
+    await a.leads_within(5)
+    async with a.db.write() as session:
+        async with db.write() as other:  # as the renewal task does, meanwhile
+            renewed = await leases.renew(other, "a", a.leadership.term, LEASE, wait_ms=200)
+        assert renewed
+        await admin_rows.replace_quota_cuts(session, {"while-renewing": 1.0})
+    assert await cuts(db) == ["while-renewing"]
+    await a.leadership.stop()
+
+
 async def test_a_leader_paused_inside_a_transaction_loses_it_to_the_database(
     db: Database,
 ) -> None:
