@@ -4,10 +4,11 @@ Real processes, real PostgreSQL, short leases (2 s, renewed every 0.5 s).
 32 clients submit through all three replicas; the leader is killed with
 SIGKILL while they do; another replica must lead within 10 s, every
 acknowledged job must exist once and run once (one admission and one
-dispatch in its event log).  Then the new leader is paused with SIGSTOP past
-its lease, a third replica takes over, an administrator's change is waiting
-at the paused one when it is resumed: the database must not hold what it
-would have written, and it must step down.
+dispatch in its event log).  Then the new leader, with jobs of its own under
+way, is paused with SIGSTOP past its lease, a third replica takes over, an
+administrator's change is waiting at the paused one when it is resumed: the
+database must not hold what it would have written, it must step down, and
+its jobs must each have run once.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ async def submit_all(replicas: list[Replica], names: list[str], acked: set[str])
     async def client(session: aiohttp.ClientSession) -> None:
         while not queue.empty():
             name = queue.get_nowait()
-            body = pytorchjob(name, gpus=1, duration="1s")
+            body = pytorchjob(name, gpus=1, duration="1s" if name.startswith("job") else "3s")
             for _attempt in range(20):
                 replica = replicas[next(turn) % len(replicas)]
                 try:
@@ -133,6 +134,17 @@ async def wait_until_all_ended(database: str, count: int, within: float) -> dict
     return states
 
 
+async def each_ran_once(database: str, states: dict[str, str]) -> None:
+    """Each job was admitted, dispatched, started and ended once (its event log)."""
+    events = await rows(
+        database, "SELECT j.name, e.reason FROM job_events e JOIN jobs j ON j.id = e.job_id"
+    )
+    per_job = Counter((e.name, e.reason) for e in events)
+    for name in states:
+        for reason in ("Admitted", "Dispatched", "Running", "Succeeded"):
+            assert per_job[name, reason] == 1, f"{name}: {reason} {per_job[name, reason]}x"
+
+
 async def test_three_replicas_survive_a_killed_and_a_paused_leader(
     database: str, replicas: list[Replica], tmp_path: Path
 ) -> None:
@@ -154,22 +166,17 @@ async def test_three_replicas_survive_a_killed_and_a_paused_leader(
         states = await wait_until_all_ended(database, JOBS, 40)
         assert set(acked) <= set(states), f"lost: {sorted(set(acked) - set(states))}"
         assert Counter(states.values()) == {"Succeeded": len(states)}
-        events = await rows(
-            database,
-            "SELECT j.name, e.reason FROM job_events e JOIN jobs j ON j.id = e.job_id",
-        )
-        per_job = Counter((e.name, e.reason) for e in events)
-        for name in states:
-            assert per_job[name, "Admitted"] == 1, f"{name} admitted {per_job[name, 'Admitted']}x"
-            assert per_job[name, "Dispatched"] == 1, (
-                f"{name} dispatched {per_job[name, 'Dispatched']}x"
-            )
-            assert per_job[name, "Succeeded"] == 1
+        await each_ran_once(database, states)
         assert not await rows(database, "SELECT job_id FROM job_inbox")
 
-        # Pause the leader past its lease: the third replica takes over.
+        # Pause the leader past its lease while it runs jobs: the third replica takes over.
         third = next(r for r in survivors if r is not second)
         lease_before = (await rows(database, "SELECT term FROM leases"))[0].term
+        late_names = [f"late-{n}" for n in range(24)]
+        late_acked: set[str] = set()
+        await submit_all([second], late_names, late_acked)
+        assert late_acked == set(late_names)
+        await asyncio.sleep(0.5)  # admitted and started by the leader about to pause
         second.proc.send_signal(signal.SIGSTOP)
         try:
             leader, _ = await leader_among(session, [third], 10)
@@ -224,3 +231,7 @@ async def test_three_replicas_survive_a_killed_and_a_paused_leader(
         else:
             raise AssertionError(f"the resumed replica did not step down: {state}")
         assert (await rows(database, "SELECT term FROM leases"))[0].term == term
+        # What the paused leader had under way ends once, under the new leader.
+        states = await wait_until_all_ended(database, JOBS + len(late_names), 40)
+        assert Counter(states.values()) == {"Succeeded": JOBS + len(late_names)}
+        await each_ran_once(database, states)
