@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import Running, SchedulerState, Transition
+from fleet.core.state import Running, SchedulerState, Transition, Unit
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
@@ -131,6 +132,9 @@ class LoopView:
     recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
 
+#: Event-loop turns the loop gives members' watches before writing deferred records.
+_TURNS_BEFORE_FLUSH = 2
+
 #: Views whose changed jobs the published view remembers (LoopView.recent).
 RECENT_VIEWS = 256
 
@@ -198,7 +202,14 @@ class SchedulerLoop:
         self.threaded = threaded
         #: cluster -> virtual cluster -> GPUs it is guaranteed there
         self.vc_sizes = {k: dict(v) for k, v in (vc_sizes or {}).items()}
-        self.view = LoopView()
+        self._view = LoopView()
+        #: the state changed since the view was published (it is made when read)
+        self._stale = False
+        #: the view was read while stale: publish it at the end of this iteration
+        self._wanted = False
+        self._iterating = False
+        self._thread = threading.get_ident()  # the event loop's: views are made there
+        self._waiting_views = 0  # callers of next_view waiting for the next one
         self._inbox: list[_Item] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # set while the loop waits with nothing to do
@@ -212,6 +223,12 @@ class SchedulerLoop:
         #: run at the end of every iteration (the service's administration, fleet.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
         self._changed: set[str] = set()  # jobs changed since the last published view
+        #: what acting on members left to record, written with the next transaction
+        self._deferred: list[_Deferred] = []
+        #: what the last published view was made of, to reuse what did not change
+        self._pending_seen: dict[str, PendingView] = {}
+        self._pending_jobs: dict[str, Job] = {}
+        self._vc_used = _VcUsage()
         self._published = asyncio.Event()  # set (and replaced) when a view is published
         #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
         self.telemetry: Telemetry | None = None
@@ -230,6 +247,7 @@ class SchedulerLoop:
             self._watchers.append(asyncio.create_task(self._watch(name, member)))
         await self._redo_intents()
         self._publish()
+        self._stale = False
         self._announce()
         self._task = asyncio.create_task(self._run(), name="fleet-scheduler-loop")
 
@@ -242,6 +260,10 @@ class SchedulerLoop:
                 await task
         self._task = None
         self._watchers.clear()
+        try:
+            await self.flush()
+        except Exception:  # the open intents are carried out again at the next start
+            log.exception("could not record what the members were told before stopping")
 
     def abandon(self, error: Exception) -> None:
         """After :meth:`stop`: fail the exclusive work that will never run with ``error``."""
@@ -319,6 +341,20 @@ class SchedulerLoop:
     async def _sleep(self) -> None:
         if self._wake.is_set():
             return
+        if self._deferred:
+            # Members often answer at once (a simulated one reports a job it
+            # created as started): let their watches post it, and record it with
+            # what was deferred in one transaction of the next iteration.
+            for _ in range(_TURNS_BEFORE_FLUSH):
+                await asyncio.sleep(0)
+                if self._wake.is_set():
+                    return
+        try:
+            await self.flush()  # nothing waits unwritten while the loop waits
+        except Exception:  # kept for the next transaction
+            log.exception("could not record what the members were told; retrying")
+        if self._wake.is_set():
+            return
         self._idle.set()
         waker = asyncio.create_task(self._wake.wait())
         timer = asyncio.create_task(self.clock.sleep(self.interval))
@@ -338,6 +374,13 @@ class SchedulerLoop:
             return await self._iterate()
 
     async def _iterate(self) -> list[Decision]:
+        self._iterating = True
+        try:
+            return await self._iterate_once()
+        finally:
+            self._iterating = False
+
+    async def _iterate_once(self) -> list[Decision]:
         self._wake.clear()
         items, self._inbox = self._inbox, []
         now = self.clock.now()
@@ -349,8 +392,12 @@ class SchedulerLoop:
         await self._act(actions)
         if self.after_iteration is not None:
             await self.after_iteration(self)
-        await self._off_loop(self._remember_and_publish, decisions)
-        self._announce()
+        self._remember(decisions)
+        if self._wanted or self._waiting_views:
+            await self._off_loop(self._publish)
+            self._announce()
+        else:
+            self._stale = True
         self.iterations += 1
         return decisions
 
@@ -582,8 +629,34 @@ class SchedulerLoop:
         """Write job transitions (state, units, events), deletion intents, the
         intents carried out and ``also``'s writes, in one transaction; the ids of
         the new intents."""
-        if not changes and not deletes and not done and not also:
+        if not changes and not deletes and not done and not also and not self._deferred:
             return []
+        updates, log_entries = self._transition_rows(changes, now)
+        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                await self._write_deferred(session, deferred)
+                await job_rows.update_jobs(session, updates)
+                await job_rows.insert_events(session, log_entries)
+                made = iter(
+                    await job_rows.insert_intents(
+                        session, [(i, "delete", c) for i, c in wanted if i is not None], now
+                    )
+                )
+                await job_rows.finish_intents(session, done, now)
+                for write in also:
+                    await write(session)
+        except BaseException:
+            self._deferred = deferred + self._deferred  # written with the next transaction
+            raise
+        self._recorded(changes)
+        return [None if i is None else next(made) for i, _ in wanted]
+
+    def _transition_rows(
+        self, changes: Sequence[Transition], now: float
+    ) -> tuple[list[dict[str, Any]], list[job_rows.EventValues]]:
+        """The job column changes and event log entries of ``changes``."""
         updates: list[dict[str, Any]] = []
         log_entries: list[job_rows.EventValues] = []
         for t in changes:
@@ -592,25 +665,44 @@ class SchedulerLoop:
                 continue
             updates.append(self._state_columns(row_id, t.job, t.new, now))
             log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
-        wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
-        async with self.db.write() as session:
-            await job_rows.update_jobs(session, updates)
-            await job_rows.insert_events(session, log_entries)
-            made = iter(
-                await job_rows.insert_intents(
-                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
-                )
-            )
-            await job_rows.finish_intents(session, done, now)
-            for write in also:
-                await write(session)
+        return updates, log_entries
+
+    def _recorded(self, changes: Sequence[Transition]) -> None:
+        """What the loop does once ``changes`` are stored."""
         self._changed.update(t.job for t in changes)
         for t in changes:  # the loop forgets jobs that ended
             if t.new in TERMINAL:
                 self._ids.pop(t.job, None)
                 if self.telemetry is not None:
                     self.telemetry.forget([t.job])
-        return [None if i is None else next(made) for i, _ in wanted]
+
+    def _defer(self, changes: Sequence[Transition], done: Sequence[int], now: float) -> None:
+        """Store ``changes`` and finish intents ``done`` with the loop's next transaction.
+
+        For what creating jobs in members leaves to record: the jobs' moves to
+        Dispatched and their create intents.  Until they are written, the
+        intents are open, and a restart creates the jobs again (idempotently)
+        and records them then; the next transaction comes with the next
+        iteration's first write, or before the loop waits (:meth:`_sleep`).
+        """
+        updates, log_entries = self._transition_rows(changes, now)
+        self._deferred.append(_Deferred(tuple(changes), updates, log_entries, tuple(done), now))
+
+    async def _write_deferred(self, session: AsyncSession, deferred: Sequence[_Deferred]) -> None:
+        """Write deferred records first in ``session`` (so later moves of a job follow)."""
+        if not deferred:
+            return
+        await job_rows.update_jobs(session, [u for d in deferred for u in d.updates])
+        await job_rows.insert_events(session, [e for d in deferred for e in d.log_entries])
+        for d in deferred:
+            await job_rows.finish_intents(session, d.done, d.time)
+        for d in deferred:
+            self._recorded(d.changes)
+
+    async def flush(self) -> None:
+        """Write what the loop deferred (:meth:`_defer`), if anything."""
+        if self._deferred:
+            await self._record([], self.clock.now())
 
     def _state_columns(self, row_id: int, key: str, new: JobState, now: float) -> dict[str, Any]:
         """The columns of job ``key`` that change when it moves to ``new``."""
@@ -634,19 +726,25 @@ class SchedulerLoop:
             return []
         updates, log_entries, planned, resized = writes
         now = self.state.now
-        async with self.db.write() as session:
-            await job_rows.update_jobs(session, updates)
-            await job_rows.insert_events(session, log_entries)
-            intents = await job_rows.insert_intents(
-                session,
-                [
-                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
-                    for row_id, d in planned
-                ],
-                now,
-            )
-            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
-            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                await self._write_deferred(session, deferred)
+                await job_rows.update_jobs(session, updates)
+                await job_rows.insert_events(session, log_entries)
+                intents = await job_rows.insert_intents(
+                    session,
+                    [
+                        (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                        for row_id, d in planned
+                    ],
+                    now,
+                )
+                admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+                heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
+        except BaseException:
+            self._deferred = deferred + self._deferred  # written with the next transaction
+            raise
         actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
@@ -764,18 +862,39 @@ class SchedulerLoop:
             if action.intent is not None:
                 done.append(action.intent)
         now = self.clock.now()
-        also = [self._failover_write(conflicts, now)] if conflicts else []
-        await self._record(changes, now, done=done, also=also)
+        if conflicts:
+            await self._record(changes, now, done=done, also=[self._failover_write(conflicts, now)])
+        elif changes or done:
+            self._defer(changes, done, now)
 
     # Publishing ---------------------------------------------------------------------------
-    def _remember_and_publish(self, decisions: Sequence[Decision]) -> None:
+    @property
+    def view(self) -> LoopView:
+        """What the loop knew after its last iteration (immutable; the API reads it).
+
+        A view is made when somebody reads it, not after every iteration: read
+        between iterations, it is made at once from the state; read while an
+        iteration runs (or from another thread, such as a metrics exporter's),
+        the last view is returned and the iteration publishes a new one when
+        it ends (as it does for every iteration while somebody waits in
+        :meth:`next_view`).  A replay, which reads none, makes none.
+        """
+        if self._stale:
+            if self._iterating or threading.get_ident() != self._thread:
+                self._wanted = True
+            else:
+                self._publish()
+                self._announce()
+        return self._view
+
+    def _remember(self, decisions: Sequence[Decision]) -> None:
         # The reasons of waiting jobs live in the core (``state.waiting``): the
         # cycle reports a Wait only when a reason changed, and a parked tail
         # has one reason for all its jobs.  Admitted and preempted jobs changed.
         self._changed.update(d.job for d in decisions if not isinstance(d, Wait))
-        self._publish()
 
     def _publish(self) -> None:
+        self._stale = self._wanted = False
         state = self.state
         tree = state.tree
         pending_by_leaf = {name: q.pending for name, q in state.queues.items()}
@@ -800,24 +919,31 @@ class SchedulerLoop:
         )
         reasons: dict[str, str] = {}
         pending: dict[str, tuple[PendingView, ...]] = {}
+        book = state.waiting
+        seen = self._pending_seen
+        fresh: dict[str, PendingView] = {}
         for leaf, jobs in pending_by_leaf.items():
             views = []
             for job in jobs:
-                reason = state.waiting.reason_of(job)
+                key = job.key
+                reason = book.reason_of(job)
                 if reason:
-                    reasons[job.key] = reason
-                views.append(
-                    PendingView(
-                        job.key, job.priority, job.priority_class, _quantities(job.request), reason
+                    reasons[key] = reason
+                # A job's view is kept while the job (an immutable record) and its
+                # reason stay the same: most of them, from one iteration to the next.
+                view = seen.get(key)
+                if view is None or view.reason != reason or self._pending_jobs.get(key) is not job:
+                    view = PendingView(
+                        key, job.priority, job.priority_class, _quantities(job.request), reason
                     )
-                )
+                    self._pending_jobs[key] = job
+                fresh[key] = view
+                views.append(view)
             pending[leaf] = tuple(views)
-        vc_used: dict[tuple[str, str], int] = {}
-        for run in state.running.values():
-            for unit in run.units:
-                if unit.charge.mode is Mode.GUARANTEED:
-                    where = (run.cluster, run.job.queue)
-                    vc_used[where] = vc_used.get(where, 0) + sum(len(p.gpus) for p in unit.pods)
+        self._pending_seen = fresh
+        if len(self._pending_jobs) > len(fresh):
+            self._pending_jobs = {key: self._pending_jobs[key] for key in fresh}
+        vc_used = self._vc_used.update(state.running) if self.vc_sizes else {}
         clusters = {
             name: ClusterGpus(
                 placer.capacity()["nvidia.com/gpu"],
@@ -835,12 +961,12 @@ class SchedulerLoop:
             if hasattr(placer, "doomed_cells")
         }
         for key, reason in reasons.items():  # a waiting job's reason changed
-            if self.view.reasons.get(key) != reason:
+            if self._view.reasons.get(key) != reason:
                 self._changed.add(key)
-        version = self.view.version + 1
-        recent = (*self.view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
+        version = self._view.version + 1
+        recent = (*self._view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
         self._changed.clear()
-        self.view = LoopView(
+        self._view = LoopView(
             True, state.now, queues, pending, reasons, clusters, doomed, version, recent
         )
 
@@ -852,9 +978,70 @@ class SchedulerLoop:
     async def next_view(self, after: int, timeout: float) -> LoopView:
         """The published view once its version is above ``after`` (or after ``timeout`` s)."""
         if self.view.version <= after:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._published.wait(), timeout)
+            self._waiting_views += 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._published.wait(), timeout)
+            finally:
+                self._waiting_views -= 1
         return self.view
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """Records :meth:`SchedulerLoop._defer` keeps for the loop's next transaction."""
+
+    changes: tuple[Transition, ...]
+    updates: list[dict[str, Any]]
+    log_entries: list[job_rows.EventValues]
+    done: tuple[int, ...]
+    time: float
+
+
+class _VcUsage:
+    """GPUs that guaranteed jobs use per (cluster, queue), kept up to date between views.
+
+    A running job's GPUs are counted again only when its record or its units
+    changed since the last view (compared by identity, which costs far less than
+    counting every pod of every running job after every iteration).
+    """
+
+    __slots__ = ("_by_job", "_totals")
+
+    def __init__(self) -> None:
+        #: job key -> (its record, its units, (cluster, queue), guaranteed GPUs)
+        self._by_job: dict[str, tuple[Running, list[Unit], tuple[str, str], int]] = {}
+        self._totals: dict[tuple[str, str], int] = {}
+
+    def update(self, running: Mapping[str, Running]) -> dict[tuple[str, str], int]:
+        """The totals for ``running`` (the state's running jobs), as a new dict."""
+        by_job = self._by_job
+        totals = self._totals
+        for key, run in running.items():
+            entry = by_job.get(key)
+            where = (run.cluster, run.job.queue)
+            if (
+                entry is not None
+                and entry[0] is run
+                and entry[2] == where
+                and entry[1] == run.units
+            ):
+                continue
+            if entry is not None:
+                totals[entry[2]] -= entry[3]
+            gpus = sum(
+                len(pod.gpus)
+                for unit in run.units
+                if unit.charge.mode is Mode.GUARANTEED
+                for pod in unit.pods
+            )
+            by_job[key] = (run, list(run.units), where, gpus)
+            totals[where] = totals.get(where, 0) + gpus
+        if len(by_job) > len(running):
+            for key in [k for k in by_job if k not in running]:
+                gone = by_job.pop(key)
+                totals[gone[2]] -= gone[3]
+        return {where: gpus for where, gpus in totals.items() if gpus}
 
 
 @dataclass(frozen=True, slots=True)

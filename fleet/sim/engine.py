@@ -371,7 +371,7 @@ async def replay(
     members: dict[str, MemberCluster] = dict(sims)
     with tempfile.TemporaryDirectory(prefix="fleet-sim-", dir=workdir) as tmp:
         url = f"sqlite+aiosqlite:///{Path(tmp) / 'replay.db'}"
-        db = await open_database(url, durability=Durability.FAST)
+        db = await open_database(url, durability=Durability.FAST, inline=True)
         loop = SchedulerLoop(
             db,
             clock,

@@ -36,6 +36,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from fleet.store import inline_sqlite
+
 #: Any constant shared by every Fleet replica: the key of the migration lock.
 MIGRATION_LOCK: Final = 0x466C656574  # "Fleet"
 #: How long a SQLite connection waits for a lock before failing (milliseconds).
@@ -73,8 +75,14 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def _sqlite_engine(url: str, *, immediate: bool, durability: Durability) -> AsyncEngine:
-    engine = create_async_engine(url)
+def _sqlite_engine(
+    url: str, *, immediate: bool, durability: Durability, inline: bool = False
+) -> AsyncEngine:
+    if inline:
+        path = make_url(url).database or ":memory:"
+        engine = create_async_engine(url, async_creator=inline_sqlite.creator(path))
+    else:
+        engine = create_async_engine(url)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -154,16 +162,25 @@ def unavailable(error: BaseException) -> bool:
 
 
 async def open_database(
-    url: str, *, migrate: bool = True, durability: Durability = Durability.SAFE
+    url: str,
+    *,
+    migrate: bool = True,
+    durability: Durability = Durability.SAFE,
+    inline: bool = False,
 ) -> Database:
-    """Open ``url`` (``sqlite+aiosqlite:///...`` or ``postgresql+asyncpg://...``) and migrate it."""
+    """Open ``url`` (``sqlite+aiosqlite:///...`` or ``postgresql+asyncpg://...``) and migrate it.
+
+    ``inline`` (SQLite only) runs SQLite on the event loop's thread instead of
+    aiosqlite's (:mod:`fleet.store.inline_sqlite`): for a replay, whose event
+    loop serves nothing else while it writes.
+    """
     try:
         backend = make_url(url).get_backend_name()
     except Exception as e:  # sqlalchemy raises ArgumentError for a malformed URL
         raise DatabaseError(f"not a database URL: {url!r} ({e})") from e
     if backend == "sqlite":
-        writer = _sqlite_engine(url, immediate=True, durability=durability)
-        reader = _sqlite_engine(url, immediate=False, durability=durability)
+        writer = _sqlite_engine(url, immediate=True, durability=durability, inline=inline)
+        reader = _sqlite_engine(url, immediate=False, durability=durability, inline=inline)
     elif backend == "postgresql":
         # Enough connections for the API's concurrent requests and the loop.  No
         # ping before each use (it costs three round trips per transaction): a

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, tuple_, update
+from sqlalchemy import Table, Update, bindparam, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -91,6 +91,41 @@ _HEAD = (
 )
 
 
+# The loop's and the intake's statements are built once: building one (and its
+# cache key) costs more than running it on SQLite.  Lists are expanding parameters.
+_HEADS_BY_NAMES = select(*_HEAD).where(
+    tuple_(_JOBS.c.namespace, _JOBS.c.name).in_(bindparam("keys", expanding=True))
+)
+_DISPATCH_HEADS = select(*_HEAD, _JOBS.c.manifest).where(
+    _JOBS.c.id.in_(bindparam("ids", expanding=True))
+)
+_RECORDS = select(_JOBS.c.id, _JOBS.c.record).where(
+    _JOBS.c.id.in_(bindparam("ids", expanding=True))
+)
+_INSERT_JOBS = insert(_JOBS).returning(_JOBS.c.id, sort_by_parameter_order=True)
+_INSERT_EVENTS = insert(_EVENTS)
+_INSERT_INTENTS = insert(_INTENTS).returning(_INTENTS.c.id, sort_by_parameter_order=True)
+_FINISH_INTENTS = (
+    update(_INTENTS)
+    .where(_INTENTS.c.id.in_(bindparam("ids", expanding=True)))
+    .values(done_at=bindparam("time"))
+)
+#: columns set -> the statement that sets them by id (built when first needed)
+_UPDATES: dict[tuple[str, ...], Update] = {}
+
+
+def _update_of(columns: tuple[str, ...]) -> Update:
+    statement = _UPDATES.get(columns)
+    if statement is None:
+        statement = (
+            update(_JOBS)
+            .where(_JOBS.c.id == bindparam("v_id"))
+            .values({c: bindparam(f"v_{c}", type_=_JOBS.c[c].type) for c in columns})
+        )
+        _UPDATES[columns] = statement
+    return statement
+
+
 async def heads_by_names(
     session: AsyncSession, keys: Iterable[tuple[str, str]]
 ) -> dict[str, JobHead]:
@@ -98,9 +133,7 @@ async def heads_by_names(
     wanted = list(dict.fromkeys(keys))
     if not wanted:
         return {}
-    rows = await session.execute(
-        select(*_HEAD).where(tuple_(_JOBS.c.namespace, _JOBS.c.name).in_(wanted))
-    )
+    rows = await session.execute(_HEADS_BY_NAMES, {"keys": wanted})
     return {f"{r.namespace}/{r.name}": JobHead(*r) for r in rows}
 
 
@@ -108,9 +141,7 @@ async def insert_jobs(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) 
     """Insert job rows (column values) in one statement; their ids, in order."""
     if not rows:
         return []
-    found = await session.execute(
-        insert(_JOBS).returning(_JOBS.c.id, sort_by_parameter_order=True), list(rows)
-    )
+    found = await session.execute(_INSERT_JOBS, list(rows))
     return [r.id for r in found]
 
 
@@ -118,7 +149,7 @@ async def insert_events(session: AsyncSession, events: Sequence[EventValues]) ->
     """Append to job event logs (one statement)."""
     if events:
         await session.execute(
-            insert(_EVENTS),
+            _INSERT_EVENTS,
             [
                 {
                     "job_id": e.job_id,
@@ -142,12 +173,7 @@ async def update_jobs(session: AsyncSession, changes: Sequence[Mapping[str, Any]
         columns = tuple(sorted(k for k in change if k != "id"))
         groups.setdefault(columns, []).append({f"v_{k}": v for k, v in change.items()})
     for columns, params in groups.items():
-        statement = (
-            update(_JOBS)
-            .where(_JOBS.c.id == bindparam("v_id"))
-            .values({c: bindparam(f"v_{c}", type_=_JOBS.c[c].type) for c in columns})
-        )
-        await session.execute(statement, params)
+        await session.execute(_update_of(columns), params)
 
 
 async def insert_intents(
@@ -157,7 +183,7 @@ async def insert_intents(
     if not intents:
         return []
     found = await session.execute(
-        insert(_INTENTS).returning(_INTENTS.c.id, sort_by_parameter_order=True),
+        _INSERT_INTENTS,
         [{"job_id": j, "kind": k, "cluster": c, "created_at": time} for j, k, c in intents],
     )
     return [r.id for r in found]
@@ -169,7 +195,7 @@ async def dispatch_heads(
     """Heads and manifests of jobs to create in a member, by id."""
     if not ids:
         return {}
-    rows = await session.execute(select(*_HEAD, _JOBS.c.manifest).where(_JOBS.c.id.in_(ids)))
+    rows = await session.execute(_DISPATCH_HEADS, {"ids": list(ids)})
     return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
 
 
@@ -177,7 +203,7 @@ async def records(session: AsyncSession, ids: Sequence[int]) -> dict[int, dict[s
     """Job id -> its core record (jobs that exist)."""
     if not ids:
         return {}
-    rows = await session.execute(select(_JOBS.c.id, _JOBS.c.record).where(_JOBS.c.id.in_(ids)))
+    rows = await session.execute(_RECORDS, {"ids": list(ids)})
     return {row[0]: row[1] for row in rows}
 
 
@@ -286,7 +312,7 @@ def add_intent(
 async def finish_intents(session: AsyncSession, ids: Sequence[int], time: float) -> None:
     """Mark intents done."""
     if ids:
-        await session.execute(update(IntentRow).where(IntentRow.id.in_(ids)).values(done_at=time))
+        await session.execute(_FINISH_INTENTS, {"ids": list(ids), "time": time})
 
 
 async def open_intents(session: AsyncSession) -> list[IntentRow]:

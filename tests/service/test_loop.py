@@ -226,3 +226,58 @@ async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_u
         svc.loop.state.check_invariants()
     finally:
         await service.stop(svc)
+
+
+async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transaction(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        loop = svc.loop
+        await loop.stop()  # iterations by hand from here
+        await submit(svc, pytorchjob("train", gpus=1, duration="1h"))
+        await loop.iterate()  # admitted, persisted, created in its member
+        assert loop.state.phase["team-a/train"].value == "Dispatched"
+        assert await states(svc) == {"team-a/train": "Admitted"}
+        async with svc.db.read() as session:
+            (intent,) = await job_rows.open_intents(session)
+        assert intent.kind == "create"
+        await loop.flush()
+        assert await states(svc) == {"team-a/train": "Dispatched"}
+        async with svc.db.read() as session:
+            assert await job_rows.open_intents(session) == []
+            row = await job_rows.by_name(session, "team-a", "train")
+            assert row is not None
+            events = [e.reason for e in await job_rows.events_of(session, row.id)]
+        assert events == ["Queued", "Admitted", "Dispatched"]
+    finally:
+        await service.stop(svc)
+
+
+async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_records_it_once(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        loop = svc.loop
+        await loop.stop()
+        await submit(svc, pytorchjob("train", gpus=1, duration="1h"))
+        await loop.iterate()
+        loop._deferred.clear()  # the process dies before its next transaction
+    finally:
+        await service.stop(svc)
+    assert await states_of(database_url) == {}  # Admitted: none of the states asked
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    try:
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/train": "Running"}
+        async with svc.db.read() as session:
+            assert await job_rows.open_intents(session) == []
+            row = await job_rows.by_name(session, "team-a", "train")
+            assert row is not None
+            events = [e.reason for e in await job_rows.events_of(session, row.id)]
+        assert events == ["Queued", "Admitted", "Dispatched", "Running"]
+    finally:
+        await service.stop(svc)
