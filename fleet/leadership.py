@@ -137,7 +137,7 @@ class Leadership:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._stepping_down
         term, was_leading = self.term, self.leading
-        await self._step_down("stopping")
+        await self._step_down("stopping", clean=True)
         if was_leading:
             try:
                 async with self.db.write() as session:
@@ -236,13 +236,16 @@ class Leadership:
             self.failure = e
             self._lost(f"starting failed ({type(e).__name__})")
 
-    async def _step_down(self, why: str) -> None:
+    async def _step_down(self, why: str, *, clean: bool = False) -> None:
+        """Stop leading: at once when the term is over; ``clean`` (this replica stops
+        while its lease runs): stop the loop first, so its last writes still land."""
         async with self._change:
             if not self.leading:
                 return
             log.warning("term %d over (%s): following", self.term, why)
-            self.role = "follower"
-            self._valid_until = 0.0
+            if not clean:
+                self.role = "follower"
+                self._valid_until = 0.0
             self.step_downs += 1
             if self._leading is not None:
                 if not self._leading.done():
@@ -254,6 +257,8 @@ class Leadership:
                 await self._follow()
             except Exception:
                 log.exception("stopping the scheduler after term %d", self.term)
+            self.role = "follower"
+            self._valid_until = 0.0
 
     def leader_address(self) -> str | None:
         """The base URL of the replica that leads, as last read (None: nobody leads now)."""

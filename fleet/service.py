@@ -47,7 +47,7 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.intake import Intake
 from fleet.leadership import JobFeed, Leadership
-from fleet.loop import LoopView, SchedulerLoop
+from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.settings import Settings
@@ -318,16 +318,19 @@ async def _follow(svc: Service) -> None:
     """Lost the lease (or stopping): stop the feed, the loop and the members at once."""
     loop = svc.loop
     svc.loop_runs = False
+    await loop.stop()
+    loop.abandon(Fenced("this replica no longer leads the scheduler; retry"))
     if svc.feed is not None:
         await svc.feed.stop()
         svc.feed = None
-    await loop.stop()
-    loop.abandon(Fenced("this replica no longer leads the scheduler; retry"))
     for member in loop.members.values():
         await member.close()
     for hook in svc.on_role:
         await hook(False)
-    loop.view = LoopView()  # a follower publishes nothing of its own
+    # A follower publishes no view of its own: an idle loop stands in until it leads.
+    svc.loop = SchedulerLoop(
+        svc.db, svc.clock, svc.tree, {}, {}, interval=svc.settings.schedule_interval
+    )
 
 
 async def _stored_configuration(session: AsyncSession) -> tuple[str, str]:
@@ -373,7 +376,8 @@ async def cancel(svc: Service, job_id: int, key: str) -> None:
 
 async def stop(service: Service) -> None:
     if service.leadership is not None:
-        await service.leadership.stop()  # a leader stops its loop and members first
+        await service.loop.stop()  # at once, as on SQLite (its last records still land)
+        await service.leadership.stop()  # then the members, and the lease is handed back
     await service.intake.close()
     await service.loop.stop()
     for member in service.loop.members.values():
