@@ -255,7 +255,7 @@ async def _start_replica(
     tree_text, clusters_text = await _configuration(db, settings, clock)
     tree, _ = convert.load_quota(tree_text)
     clusters = convert.load_clusters(clusters_text)
-    idle = SchedulerLoop(db, clock, tree, {}, {}, interval=settings.schedule_interval)
+    idle = _idle_loop(db, clock, tree, settings)
     holder: list[Service] = []
 
     def tell_loop(jobs: Sequence[Job]) -> None:
@@ -328,9 +328,14 @@ async def _follow(svc: Service) -> None:
     for hook in svc.on_role:
         await hook(False)
     # A follower publishes no view of its own: an idle loop stands in until it leads.
-    svc.loop = SchedulerLoop(
-        svc.db, svc.clock, svc.tree, {}, {}, interval=svc.settings.schedule_interval
-    )
+    svc.loop = _idle_loop(svc.db, svc.clock, svc.tree, svc.settings)
+
+
+def _idle_loop(db: Database, clock: Clock, tree: QuotaTree, settings: Settings) -> SchedulerLoop:
+    """What stands in for the loop on a follower: never started, it refuses exclusive work."""
+    idle = SchedulerLoop(db, clock, tree, {}, {}, interval=settings.schedule_interval)
+    idle.abandon(Fenced("this replica does not lead the scheduler; retry in a moment"))
+    return idle
 
 
 async def _stored_configuration(session: AsyncSession) -> tuple[str, str]:
