@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-kube bench-simulate bench-ui plan serve simulate-philly
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-ha bench-kube bench-simulate bench-ui plan serve simulate-philly
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,10 @@ bench: install
 # fleet serve on PostgreSQL and SQLite under 32 HTTP clients (BENCH_API_ARGS="--jobs 2000").
 bench-api: install
 	$(PY) bench/bench_api.py $(BENCH_API_ARGS)
+
+# Replicas on PostgreSQL: failover after SIGKILL, submissions/s through 1 and 3 (BENCH_HA_ARGS="--kills 5").
+bench-ha: install
+	$(PY) bench/bench_ha.py $(BENCH_HA_ARGS)
 
 # schemathesis against fleet serve on SQLite (BENCH_FUZZ_ARGS="--examples 500").
 bench-fuzz: install

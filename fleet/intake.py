@@ -21,13 +21,18 @@ still decided on its own, in arrival order (a later submission of the same
 batch sees the earlier ones' jobs), and when a batch fails in the database,
 its submissions are stored again one by one, so that one bad submission
 cannot take the others with it.
+
+**Other replicas.**  With ``also``, each transaction also runs
+``also(session, new job ids)``: on PostgreSQL, where any replica takes
+submissions and one leads the scheduler, that puts the new jobs in the
+leader's inbox in the same transaction (:mod:`fleet.store.leases`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,8 +109,11 @@ class Intake:
         notify: Callable[[Sequence[Job]], None],
         *,
         max_batch: int = MAX_BATCH,
+        also: Callable[[AsyncSession, list[int]], Awaitable[None]] | None = None,
     ) -> None:
         self.db = db
+        #: more writes in each transaction, given the ids of the jobs it creates
+        self.also = also
         self.clock = clock
         self.notify = notify
         self.max_batch = max_batch
@@ -140,6 +148,11 @@ class Intake:
         try:
             async with self.db.write() as session:
                 outcomes = await _store(session, [w.jobs for w in batch], self.clock.now())
+                if self.also is not None:
+                    created = [
+                        a.head.id for o in outcomes if isinstance(o, list) for a in o if a.created
+                    ]
+                    await self.also(session, created)
         except Exception as e:
             if len(batch) == 1:
                 _settle(batch[0].result, e)

@@ -218,6 +218,8 @@ class SchedulerLoop:
         self._thread = threading.get_ident()  # the event loop's: views are made there
         self._waiting_views = 0  # callers of next_view waiting for the next one
         self._inbox: list[_Item] = []
+        self._abandoned: Exception | None = None  # see abandon()
+        self._taken: list[_Item] = []  # the items of the iteration that runs
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()  # set while the loop waits with nothing to do
         self._task: asyncio.Task[None] | None = None
@@ -272,6 +274,16 @@ class SchedulerLoop:
         except Exception:  # the open intents are carried out again at the next start
             log.exception("could not record what the members were told before stopping")
 
+    def abandon(self, error: Exception) -> None:
+        """After :meth:`stop`: fail the exclusive work that will never run with ``error``
+        (and any asked for later)."""
+        self._abandoned = error
+        for item in [*self._taken, *self._inbox]:
+            if isinstance(item, _Exclusive) and not item.done.done():
+                item.done.set_exception(error)
+        self._inbox.clear()
+        self._taken = []
+
     # What the API and the members tell the loop ----------------------------------------
     def submitted(self, jobs: Iterable[Job]) -> None:
         """Jobs stored as Queued (their ``seq`` is their row id)."""
@@ -289,6 +301,10 @@ class SchedulerLoop:
             )
         self._post(_Cancel(key, reason, intent))
 
+    def cancel_stored(self, intent: int, key: str, reason: str = "cancelled by the user") -> None:
+        """Hand the loop the cancellation of ``key`` that another replica stored as ``intent``."""
+        self._post(_Cancel(key, reason, intent))
+
     async def exclusive(self, work: Callable[[SchedulerLoop], Awaitable[Any]]) -> Any:
         """Run ``work(loop)`` in the loop's next iteration, in order with the inbox; its result.
 
@@ -296,6 +312,8 @@ class SchedulerLoop:
         it only through :func:`fleet.core.events.apply`; what it raises is
         raised here.
         """
+        if self._abandoned is not None:
+            raise self._abandoned
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._post(_Exclusive(work, done))
         return await done
@@ -379,6 +397,7 @@ class SchedulerLoop:
     async def _iterate_once(self) -> list[Decision]:
         self._wake.clear()
         items, self._inbox = self._inbox, []
+        self._taken = items  # for abandon(), should the iteration be cancelled
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._apply_inbox(items)

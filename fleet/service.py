@@ -7,17 +7,34 @@ placer and one member backend per cluster, and starts the scheduler loop,
 which rebuilds the core's state from the jobs in the database.  :func:`stop`
 undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
 ``cleanup_ctx``; tests call them directly on a virtual clock.
+
+On PostgreSQL any number of replicas run on one database and one of them
+leads (:mod:`fleet.leadership`, decision 0021): every replica opens the
+database, takes submissions (which also go to the leader's inbox) and waits
+in the election with an idle loop; the one that wins builds the placers,
+the members and the loop from the configuration the database holds *then*,
+restores the state exactly as a restart does, and starts the loop (whose
+writes are fenced by its term) and the :class:`~fleet.leadership.JobFeed`;
+losing the lease stops them again.  Followers read the tree and the
+clusters again after every election round, so they check submissions
+against what the leader uses.  On SQLite there is one replica: the loop
+starts at once, without election or fencing, as it always did.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import sqlalchemy
 import yaml
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet import admin
 from fleet.clock import Clock
@@ -25,15 +42,18 @@ from fleet.clusters.base import MemberCluster
 from fleet.clusters.kube.cluster import KubeCluster
 from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
+from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.intake import Intake
+from fleet.leadership import JobFeed, Leadership
 from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.settings import Settings
-from fleet.store import configuration
-from fleet.store.database import Database, open_database
+from fleet.store import configuration, leases
+from fleet.store import jobs as job_rows
+from fleet.store.database import MIGRATION_LOCK, Database, Fenced, open_database
 
 log = logging.getLogger("fleet.service")
 
@@ -54,11 +74,35 @@ class Service:
     clusters: list[MemberClusterModel]
     loop: SchedulerLoop
     intake: Intake
+    #: the election on PostgreSQL; None on SQLite (one replica, which always schedules)
+    leadership: Leadership | None = None
+    #: what other replicas store, handed to the loop while this replica leads
+    feed: JobFeed | None = None
+    #: called with True once this replica's loop runs, with False when it stops
+    on_role: list[Callable[[bool], Awaitable[None]]] = field(default_factory=list)
+    #: the cluster documents a follower last read
+    stored_clusters: str = ""
+    #: a leader's loop has been restored and runs (PostgreSQL)
+    loop_runs: bool = False
+
+    @property
+    def role(self) -> str:
+        """``single`` (SQLite), ``leader`` or ``follower``."""
+        return "single" if self.leadership is None else self.leadership.role
+
+    @property
+    def scheduling(self) -> bool:
+        """Whether this replica's scheduler loop runs (a new leader's once it is restored)."""
+        return self.leadership is None or (self.leadership.leading and self.loop_runs)
 
 
 async def _configuration(db: Database, settings: Settings, clock: Clock) -> tuple[str, str]:
     """The quota tree and cluster documents in force, storing the shipped ones on first start."""
     async with db.write() as session:
+        if db.dialect == "postgresql":  # replicas starting together store them once
+            await session.execute(
+                sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+            )
         tree_row = await configuration.current_tree(session)
         if tree_row is None:
             text = settings.quota.read_text(encoding="utf-8")
@@ -122,14 +166,43 @@ def _members(
 async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> Service:
     """Open, configure and start everything; see the module docstring."""
     db = await open_database(settings.database_url)
+    if db.dialect == "postgresql":
+        try:
+            return await _start_replica(db, settings, clock, threaded=threaded)
+        except BaseException:
+            await db.close()
+            raise
     members: dict[str, MemberCluster] = {}
     try:
         tree_text, clusters_text = await _configuration(db, settings, clock)
-        tree, warnings = convert.load_quota(tree_text)
-        for warning in warnings:
-            log.warning("quota tree: %s", warning)
-        clusters = convert.load_clusters(clusters_text)
-        placers, members = _members(clusters, clock)
+        tree, clusters, loop = await _start_loop(
+            db, settings, clock, tree_text, clusters_text, threaded
+        )
+        members = loop.members
+        submissions = Intake(db, clock, loop.submitted)
+    except BaseException:
+        for member in members.values():
+            await member.close()
+        await db.close()
+        raise
+    return Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
+
+
+async def _start_loop(
+    db: Database,
+    settings: Settings,
+    clock: Clock,
+    tree_text: str,
+    clusters_text: str,
+    threaded: bool,
+) -> tuple[QuotaTree, list[MemberClusterModel], SchedulerLoop]:
+    """Build the placers, members and loop of this configuration; restore and start it."""
+    tree, warnings = convert.load_quota(tree_text)
+    for warning in warnings:
+        log.warning("quota tree: %s", warning)
+    clusters = convert.load_clusters(clusters_text)
+    placers, members = _members(clusters, clock)
+    try:
         for member in members.values():
             await start_member(member)
         loop = SchedulerLoop(
@@ -144,11 +217,9 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         )
         loop.tree_document = tree_text
         await loop.start(functools.partial(admin.restore, grace=settings.quota_cut_grace))
-        submissions = Intake(db, clock, loop.submitted)
     except BaseException:
         for member in members.values():
             await member.close()
-        await db.close()
         raise
     log.info(
         "scheduling %d queues on %d member clusters (%s)",
@@ -156,10 +227,162 @@ async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> S
         len(clusters),
         ", ".join(c.name for c in clusters),
     )
-    return Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
+    return tree, clusters, loop
+
+
+# Replicas on PostgreSQL -------------------------------------------------------------------
+
+
+def advertised(settings: Settings) -> str:
+    """The base URL other replicas reach this one at (``--advertise-url``, or host and port)."""
+    if settings.advertise_url:
+        return settings.advertise_url.rstrip("/")
+    host = settings.host
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.port}"
+
+
+async def _start_replica(
+    db: Database, settings: Settings, clock: Clock, *, threaded: bool
+) -> Service:
+    """A replica on PostgreSQL: it serves at once and schedules once it leads."""
+    tree_text, clusters_text = await _configuration(db, settings, clock)
+    tree, _ = convert.load_quota(tree_text)
+    clusters = convert.load_clusters(clusters_text)
+    idle = _idle_loop(db, clock, tree, settings)
+    holder: list[Service] = []
+
+    def tell_loop(jobs: Sequence[Job]) -> None:
+        # The leader's own submissions go straight to its loop (the inbox has them too).
+        if holder and holder[0].scheduling:
+            holder[0].loop.submitted(jobs)
+
+    async def inbox(session: AsyncSession, job_ids: list[int]) -> None:
+        # The leader's loop is told after the commit; the transaction then holds
+        # the lease, so the commit lands in its term and a later leader sees the
+        # jobs when it restores.  Any other submission goes to the leader's inbox.
+        if not job_ids:
+            return
+        if svc.scheduling and await leadership.holds(session):
+            return
+        await leases.post(session, job_ids)
+
+    intake = Intake(db, clock, tell_loop, also=inbox)
+    svc = Service(settings, clock, db, tree, tree_text, clusters, idle, intake)
+    svc.stored_clusters = clusters_text
+    holder.append(svc)
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    svc.leadership = leadership = Leadership(
+        db,
+        identity=identity,
+        address=advertised(settings),
+        lease=settings.leader_lease_seconds,
+        renew=settings.leader_renew_seconds,
+        lead=functools.partial(_lead, svc, threaded),
+        follow=functools.partial(_follow, svc),
+        following=functools.partial(refresh_configuration, svc),
+    )
+    await svc.leadership.start()
+    log.info("replica %s (%s) joined the election", identity, svc.leadership.address)
+    return svc
+
+
+async def _lead(svc: Service, threaded: bool, term: int) -> None:
+    """Won the election: restore the state from the database and run the loop, fenced."""
+    leadership = svc.leadership
+    if leadership is None:
+        raise ConfigurationError("only replicas on PostgreSQL take part in an election")
+    async with svc.db.read() as session:
+        tree_text, clusters_text = await _stored_configuration(session)
+    fenced = svc.db.fenced(leadership.fence)
+    tree, clusters, loop = await _start_loop(
+        fenced, svc.settings, svc.clock, tree_text, clusters_text, threaded
+    )
+    svc.tree, svc.tree_document, svc.clusters, svc.loop = tree, tree_text, clusters, loop
+    svc.loop_runs = True
+    for hook in svc.on_role:  # telemetry first: before the loop's first iteration
+        await hook(True)
+    feed = JobFeed(svc.db, loop)
+    svc.feed = feed
+    await feed.start()
+    log.info("term %d: the loop runs", term)
+
+
+async def _follow(svc: Service) -> None:
+    """Lost the lease (or stopping): stop the feed, the loop and the members at once."""
+    loop = svc.loop
+    svc.loop_runs = False
+    await loop.stop()
+    loop.abandon(Fenced("this replica no longer leads the scheduler; retry"))
+    if svc.feed is not None:
+        await svc.feed.stop()
+        svc.feed = None
+    for member in loop.members.values():
+        await member.close()
+    for hook in svc.on_role:
+        await hook(False)
+    # A follower publishes no view of its own: an idle loop stands in until it leads.
+    svc.loop = _idle_loop(svc.db, svc.clock, svc.tree, svc.settings)
+
+
+def _idle_loop(db: Database, clock: Clock, tree: QuotaTree, settings: Settings) -> SchedulerLoop:
+    """What stands in for the loop on a follower: never started, it refuses exclusive work."""
+    idle = SchedulerLoop(db, clock, tree, {}, {}, interval=settings.schedule_interval)
+    idle.abandon(Fenced("this replica does not lead the scheduler; retry in a moment"))
+    return idle
+
+
+async def _stored_configuration(session: AsyncSession) -> tuple[str, str]:
+    """The tree and cluster documents the database holds now."""
+    tree_row = await configuration.current_tree(session)
+    rows = await configuration.clusters(session)
+    if tree_row is None or not rows:
+        raise ConfigurationError("the database holds no quota tree or no member clusters")
+    return tree_row.document, "\n---\n".join(row.document for row in rows)
+
+
+async def refresh_configuration(svc: Service) -> None:
+    """A follower: take the tree and clusters the leader stored, to check submissions with."""
+    async with svc.db.read() as session:
+        tree_text, clusters_text = await _stored_configuration(session)
+    if tree_text != svc.tree_document:
+        svc.tree, _ = convert.load_quota(tree_text)
+        svc.tree_document = tree_text
+    if clusters_text != svc.stored_clusters:
+        svc.clusters = convert.load_clusters(clusters_text)
+        svc.stored_clusters = clusters_text
+
+
+async def cancel(svc: Service, job_id: int, key: str) -> None:
+    """Store the request to cancel job ``key`` and hand it to the loop that runs.
+
+    A follower stores it as the leader's loop does (a ``cancel`` intent); the
+    leader's :class:`~fleet.leadership.JobFeed` hands it over.
+    """
+    if svc.leadership is None:
+        await svc.loop.cancel(job_id, key)
+        return
+    async with svc.db.write() as session:
+        (intent,) = await job_rows.insert_intents(
+            session, [(job_id, "cancel", "")], svc.clock.now()
+        )
+        await session.execute(sqlalchemy.text("SELECT pg_notify(:c, '')"), {"c": leases.CHANNEL})
+    feed = svc.feed
+    if svc.scheduling and feed is not None:
+        feed.told(intent)
+        svc.loop.cancel_stored(intent, key)
 
 
 async def stop(service: Service) -> None:
+    if service.leadership is not None:
+        await service.loop.stop()  # at once, as on SQLite (its last records still land)
+        await service.leadership.stop()  # then the members, and the lease is handed back
     await service.intake.close()
     await service.loop.stop()
     for member in service.loop.members.values():

@@ -107,6 +107,33 @@ class Settings(BaseSettings):
         "times (a forecast by the simulator; only when something changed); 0 turns it off.",
     )
 
+    leader_lease_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="PostgreSQL: seconds a replica leads the scheduler without renewing its "
+        "lease; after a leader dies, another leads within about this long.",
+    )
+    leader_renew_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="PostgreSQL: seconds between two renewals of the leader's lease (and "
+        "between two attempts of a follower to take an expired one); below the lease.",
+    )
+    advertise_url: str | None = Field(
+        None,
+        description="PostgreSQL: the base URL other replicas reach this one at when it leads "
+        "(they forward the leader's routes there); none: http://HOST:PORT.",
+    )
+
+    @model_validator(mode="after")
+    def _renew_within_the_lease(self) -> Settings:
+        if self.leader_renew_seconds >= self.leader_lease_seconds:
+            raise ValueError(
+                f"leader_renew_seconds ({self.leader_renew_seconds}) must be below "
+                f"leader_lease_seconds ({self.leader_lease_seconds})"
+            )
+        return self
+
     @model_validator(mode="after")
     def _no_tokens_means_loopback(self) -> Settings:
         if self.tokens_file is None and not _loopback(self.host):

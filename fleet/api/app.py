@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import auth, keys, live, metrics, routes
+from fleet.api import auth, keys, leader_proxy, live, metrics, routes
 from fleet.api.audit import AuditLog
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
@@ -64,6 +64,7 @@ def create_app(
         middlewares=[
             metrics.tracing_middleware,  # a span per request
             problem_middleware,
+            leader_proxy.leader_proxy,  # followers forward the leader's routes (PostgreSQL)
             auth.access_middleware,
             last_resort,
         ],
@@ -87,7 +88,6 @@ def create_app(
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
         app[keys.AUDIT] = audit = AuditLog(svc.db)
-        watch_service(telemetry, svc)
         estimator = forecast.Estimator(
             svc.db,
             svc.clock,
@@ -96,8 +96,18 @@ def create_app(
             changed=lambda: (svc.loop.view.queues, svc.loop.view.pending),
         )
         app[keys.ESTIMATOR] = estimator
-        if settings.estimate_interval > 0:
-            estimator.start()
+
+        async def leading(now: bool) -> None:  # only the replica that schedules estimates
+            if now:
+                watch_service(telemetry, svc)
+                if settings.estimate_interval > 0:
+                    estimator.start()
+            else:
+                await estimator.stop()
+
+        svc.on_role.append(leading)
+        if svc.scheduling:
+            await leading(True)
         try:
             yield
         finally:
@@ -110,6 +120,7 @@ def create_app(
     routes.add_routes(app)
     metrics.add_route(app)
     live.setup(app)
+    leader_proxy.setup(app)
     ui.setup(app)  # the dashboard at /ui/, a client of the routes above
     return app
 
@@ -117,10 +128,9 @@ def create_app(
 def watch_service(telemetry: Telemetry, svc: service.Service) -> None:
     """Hook ``telemetry`` into the started service's loop, before its first iteration."""
     svc.loop.telemetry = telemetry
-    loop = svc.loop
     telemetry.observe(
-        lambda: loop.view,
-        lambda: {name: name not in loop.state.unready for name in sorted(loop.members)},
+        lambda: svc.loop.view,
+        lambda: {name: name not in svc.loop.state.unready for name in sorted(svc.loop.members)},
     )
-    pending = [p.job for jobs in loop.view.pending.values() for p in jobs]
+    pending = [p.job for jobs in svc.loop.view.pending.values() for p in jobs]
     telemetry.queued(pending, svc.clock.now())  # found at start: waiting since then

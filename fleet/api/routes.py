@@ -229,7 +229,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     auth.require_queues(request, [(f"job {row.namespace}/{row.name}", row.queue)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
-    await svc.loop.cancel(row.id, f"{row.namespace}/{row.name}")
+    await service.cancel(svc, row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
 
 
@@ -388,13 +388,24 @@ async def list_clusters(request: web.Request) -> web.Response:
 
 
 async def liveness(request: web.Request) -> web.Response:
-    return schemas.json_response(schemas.Liveness())
+    svc = request.app.get(keys.SERVICE)
+    if svc is None:
+        return schemas.json_response(schemas.Liveness())
+    leadership = svc.leadership
+    if leadership is None:
+        return schemas.json_response(schemas.Liveness(role=svc.role))
+    seen = leadership.seen
+    term = leadership.term if leadership.leading else (seen.term if seen is not None else None)
+    body = schemas.Liveness(role=svc.role, term=term, leader=leadership.leader_address())
+    return schemas.json_response(body)
 
 
 async def readiness(request: web.Request) -> web.Response:
     checks: dict[str, str] = {}
     svc = request.app.get(keys.SERVICE)
-    checks["state"] = "ok" if svc is not None and svc.loop.view.ready else "not rebuilt yet"
+    # A follower serves from the database and forwards the rest: it is ready as it is.
+    ready_state = svc is not None and (not svc.scheduling or svc.loop.view.ready)
+    checks["state"] = "ok" if ready_state else "not rebuilt yet"
     if svc is not None:
         try:
             await svc.db.ping()

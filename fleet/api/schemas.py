@@ -353,6 +353,17 @@ class Liveness(Schema):
     """The process answers."""
 
     status: str = Field(default="ok", description="Always ok.")
+    role: str | None = Field(
+        default=None,
+        description="single (SQLite: this process schedules), leader (it runs the scheduler "
+        "of a PostgreSQL database) or follower (it serves and forwards to the leader).",
+    )
+    term: int | None = Field(
+        default=None, description="The leader's term as this replica last saw it (PostgreSQL)."
+    )
+    leader: str | None = Field(
+        default=None, description="The base URL of the replica that leads, when one does."
+    )
 
 
 class Readiness(Schema):

@@ -79,6 +79,24 @@ def add_parser(sub: Any) -> None:
         help="after a quota cut leaves a queue over its limits, preempt its newest over-limit "
         "jobs once this long has passed (e.g. 10m; default: never)",
     )
+    p.add_argument(
+        "--leader-lease",
+        type=float,
+        metavar="SECONDS",
+        help="PostgreSQL: how long a leader's lease runs without renewal (default 15)",
+    )
+    p.add_argument(
+        "--leader-renew",
+        type=float,
+        metavar="SECONDS",
+        help="PostgreSQL: seconds between renewals of the lease, below --leader-lease (default 5)",
+    )
+    p.add_argument(
+        "--advertise-url",
+        metavar="URL",
+        help="PostgreSQL: the base URL other replicas reach this one at when it leads "
+        "(default http://HOST:PORT)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -103,9 +121,16 @@ def run(args: argparse.Namespace) -> int:
             "log_format",
             "otlp_endpoint",
             "tokens_file",
+            "advertise_url",
         )
         if (value := getattr(args, name, None)) is not None
     }
+    for flag, name in (
+        ("leader_lease", "leader_lease_seconds"),
+        ("leader_renew", "leader_renew_seconds"),
+    ):
+        if (value := getattr(args, flag, None)) is not None:
+            given[name] = value
     if getattr(args, "quota_cut_grace", None) is not None:
         from fleet.manifests.models import parse_duration
 

@@ -9,7 +9,10 @@ on their own engine; reads use a second engine with plain deferred
 transactions, so that readers never wait for the writer (WAL).  Every SQLite
 connection turns on WAL, foreign keys and a busy timeout.  On PostgreSQL the
 migrations run under an advisory lock, so several replicas may start at once.
-Sessions never expire their objects on commit.
+Sessions never expire their objects on commit.  A :meth:`Database.fenced`
+copy shares the engines and runs a fencing statement first in every write
+transaction (the scheduler's leader, :mod:`fleet.leadership`); the plain
+database runs none.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any, Final
 
@@ -56,6 +59,10 @@ class Durability(enum.Enum):
 
 class DatabaseError(Exception):
     """The database cannot be opened or migrated."""
+
+
+class Fenced(Exception):
+    """A write of a scheduler term that is over: refused, and rolled back (decision 0021)."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -108,6 +115,12 @@ class Database:
     #: SQLite takes one writer at a time: writers of this process queue here
     #: instead of in SQLite's busy handler, which sleeps between retries.
     _write_turn: asyncio.Lock | None = None
+    #: run first in every write transaction (it raises to refuse the write); None: nothing
+    fence: Callable[[AsyncSession], Awaitable[None]] | None = None
+
+    def fenced(self, fence: Callable[[AsyncSession], Awaitable[None]]) -> Database:
+        """The same database whose write transactions first run ``fence(session)``."""
+        return replace(self, fence=fence)
 
     @property
     def dialect(self) -> str:
@@ -118,6 +131,8 @@ class Database:
         """A session in one write transaction: committed on success, rolled back on error."""
         turn = self._write_turn if self._write_turn is not None else contextlib.nullcontext()
         async with turn, self._write_sessions() as session, session.begin():
+            if self.fence is not None:
+                await self.fence(session)
             yield session
 
     @contextlib.asynccontextmanager
@@ -140,6 +155,8 @@ class Database:
 def unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database cannot be used right now (a retry later may work)."""
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, Fenced):  # another replica leads now: a retry reaches it
         return True
     return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError | OSError)
 

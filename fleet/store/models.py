@@ -24,6 +24,9 @@ virtual time is recorded as it is.
 * ``node_health``: nodes marked bad (or healthy again) by an administrator.
 * ``quota_cuts``: when a tree change left a node over its limits (the
   ``--quota-cut-grace`` clock survives a restart).
+* ``leases``: the scheduler's leader, its term and lease (PostgreSQL only).
+* ``job_inbox``: jobs stored by any replica, until the leader picks them up
+  (PostgreSQL only).
 """
 
 from __future__ import annotations
@@ -178,3 +181,30 @@ class UnhealthyJobRow(Base):
     cluster: Mapped[str] = mapped_column(String(253))
     since: Mapped[float] = mapped_column(Float)
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class LeaseRow(Base):
+    """Who leads the scheduler (PostgreSQL; :mod:`fleet.leadership`).
+
+    ``term`` grows by one with every new leader; ``expires_at`` is in seconds
+    of the database's clock (``clock_timestamp()``), never a replica's.
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(253), default="")
+    term: Mapped[int] = mapped_column(Integer, default=0)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+    #: the base URL at which the holder serves the API (followers proxy to it)
+    address: Mapped[str] = mapped_column(Text, default="")
+
+
+class JobInboxRow(Base):
+    """A job stored by any replica that the leader has not picked up yet (PostgreSQL)."""
+
+    __tablename__ = "job_inbox"
+
+    job_id: Mapped[int] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )

@@ -216,3 +216,37 @@ def test_the_planner_itself_refuses_an_oversized_file(
     assert plan.run(build_parser().parse_args(argv)) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {running}: cannot read the running jobs file: the file has ")
+
+
+# fleet serve's leader election flags ---------------------------------------------------
+
+
+def test_a_renewal_not_below_the_lease_is_refused_before_anything_starts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/never.db"
+    code = main(["serve", "--database-url", url, "--leader-lease", "2", "--leader-renew", "2"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "leader_renew_seconds (2.0) must be below leader_lease_seconds (2.0)" in err
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_the_leader_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiohttp import web
+
+    seen: list[object] = []
+    monkeypatch.setattr(web, "run_app", lambda app, **kw: seen.append(app))
+    import fleet.api.app as app_module
+    import fleet.telemetry
+
+    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)
+    from fleet.settings import Settings
+
+    made: list[Settings] = []
+    monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))
+    argv = ["serve", "--leader-lease", "9", "--leader-renew", "3"]
+    assert main([*argv, "--advertise-url", "http://10.0.0.7:8080"]) == 0
+    (settings,) = made
+    assert (settings.leader_lease_seconds, settings.leader_renew_seconds) == (9.0, 3.0)
+    assert settings.advertise_url == "http://10.0.0.7:8080"

@@ -85,7 +85,9 @@ def by_kind(documents: list[Any]) -> dict[str, Any]:
     return kinds
 
 
-def test_the_defaults_render_a_hardened_single_scheduler(helm: Path, tmp_path: Path) -> None:
+def test_the_defaults_render_two_hardened_replicas_on_postgresql(
+    helm: Path, tmp_path: Path
+) -> None:
     kinds = by_kind(render(helm, tmp_path))
     assert set(kinds) == {
         "ServiceAccount",
@@ -96,8 +98,10 @@ def test_the_defaults_render_a_hardened_single_scheduler(helm: Path, tmp_path: P
         "PodDisruptionBudget",
     }
     deployment = kinds["Deployment"]
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas elect the scheduler's leader; pods roll one by one.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -110,6 +114,11 @@ def test_the_defaults_render_a_hardened_single_scheduler(helm: Path, tmp_path: P
     assert env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "database-url"
     assert "FLEET_OTLP_ENDPOINT" not in env
     assert env["FLEET_TOKENS_FILE"]["value"] == "/etc/fleet/tokens/tokens.yaml"
+    # Followers forward to the leader at its pod's address.
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["FLEET_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
+    assert env["FLEET_LEADER_LEASE_SECONDS"]["value"] == "15"
+    assert env["FLEET_LEADER_RENEW_SECONDS"]["value"] == "5"
     # The shipped seed configuration is what fleet serve accepts.
     config = kinds["ConfigMap"]["data"]
     assert [c.name for c in convert.load_clusters(config["clusters.yaml"])] == ["sim"]
@@ -141,19 +150,59 @@ def test_non_default_values_render_what_they_say(helm: Path, tmp_path: Path) -> 
     assert kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 0
 
 
-def test_more_than_one_replica_is_refused_until_there_is_leader_election(
-    helm: Path, tmp_path: Path
-) -> None:
+def template_error(helm: Path, tmp_path: Path, values: dict[str, Any]) -> str:
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump({"replicaCount": 2}))
+    path.write_text(yaml.safe_dump(values))
     done = subprocess.run(
         [str(helm), "template", "fleet", str(CHART), "--values", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert done.returncode != 0
-    assert "leader election" in done.stderr
+    assert done.returncode != 0, "helm template accepted the values"
+    return done.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "replicas", "strategy"),
+    [
+        pytest.param({"replicaCount": 3}, 3, "RollingUpdate", id="postgresql-three"),
+        pytest.param({"database": {"kind": "sqlite"}}, 1, "Recreate", id="sqlite-default"),
+        pytest.param(
+            {"database": {"url": "sqlite+aiosqlite:////var/lib/fleet/fleet.db"}},
+            1,
+            "Recreate",
+            id="sqlite-url",
+        ),
+    ],
+)
+def test_replicas_follow_the_database(
+    helm: Path, tmp_path: Path, values: dict[str, Any], replicas: int, strategy: str
+) -> None:
+    deployment = by_kind(render(helm, tmp_path, values))["Deployment"]
+    assert deployment["spec"]["replicas"] == replicas
+    assert deployment["spec"]["strategy"]["type"] == strategy
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({"replicaCount": 2, "database": {"kind": "sqlite"}}, id="sqlite-kind"),
+        pytest.param(
+            {"replicaCount": 2, "database": {"url": "sqlite+aiosqlite:////var/lib/fleet/f.db"}},
+            id="sqlite-url",
+        ),
+    ],
+)
+def test_more_than_one_replica_on_sqlite_is_refused(
+    helm: Path, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    assert "needs PostgreSQL" in template_error(helm, tmp_path, values)
+
+
+def test_a_renewal_as_long_as_the_lease_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = {"fleet": {"leaderLeaseSeconds": 5, "leaderRenewSeconds": 5}}
+    assert "leaderRenewSeconds must be below" in template_error(helm, tmp_path, values)
 
 
 def server_side_dry_run(admin: Admin, document: dict[str, Any]) -> dict[str, Any]:

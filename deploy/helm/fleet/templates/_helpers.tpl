@@ -33,3 +33,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "fleet.databaseSecret" -}}
 {{- default (include "fleet.fullname" .) .Values.database.existingSecret -}}
 {{- end -}}
+
+{{- /* "true" when the database is SQLite (one replica, no election), else "". */ -}}
+{{- define "fleet.sqlite" -}}
+{{- $url := "" -}}
+{{- if not .Values.database.existingSecret -}}{{- $url = .Values.database.url | default "" -}}{{- end -}}
+{{- if or (eq (.Values.database.kind | default "postgresql") "sqlite") (hasPrefix "sqlite" $url) -}}true{{- end -}}
+{{- end -}}
+
+{{- /* Replicas: replicaCount, or 2 on PostgreSQL and 1 on SQLite. */ -}}
+{{- define "fleet.replicas" -}}
+{{- if kindIs "invalid" .Values.replicaCount -}}
+{{- if include "fleet.sqlite" . -}}1{{- else -}}2{{- end -}}
+{{- else -}}
+{{- int .Values.replicaCount -}}
+{{- end -}}
+{{- end -}}
