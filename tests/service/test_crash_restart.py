@@ -84,7 +84,11 @@ async def killed_and_restarted(
     names = [f"job-{n}" for n in range(400)]
     acked: list[str] = []
     submitter = asyncio.create_task(submit_all(port, names, acked))
-    await asyncio.sleep(random.Random(os.getpid()).uniform(0.3, 1.5))
+    # Killed after a random number of acknowledgements (not a random time: a
+    # busy machine may answer none in the first second), while clients submit.
+    target = random.Random(os.getpid()).randint(5, 200)
+    while len(acked) < target and not submitter.done():
+        await asyncio.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     await asyncio.to_thread(proc.wait)
     await submitter
