@@ -79,7 +79,9 @@ def _sqlite_engine(
     url: str, *, immediate: bool, durability: Durability, inline: bool = False
 ) -> AsyncEngine:
     if inline:
-        path = make_url(url).database or ":memory:"
+        path = make_url(url).database
+        if not path or path == ":memory:":  # the reader and the writer would not share it
+            raise DatabaseError(f"an inline SQLite database must be a file: {url!r}")
         engine = create_async_engine(url, async_creator=inline_sqlite.creator(path))
     else:
         engine = create_async_engine(url)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import exc, select, text
 
 from fleet.store import jobs as job_rows
-from fleet.store.database import Durability, open_database
+from fleet.store.database import DatabaseError, Durability, open_database
 from fleet.store.models import JobRow
 
 
@@ -91,3 +91,8 @@ async def test_looking_jobs_up_by_name_uses_the_unique_index_on_sqlite(tmp_path:
         assert "SCAN jobs" not in details, details
     finally:
         await db.close()
+
+
+async def test_an_inline_database_must_be_a_file() -> None:
+    with pytest.raises(DatabaseError, match="must be a file"):
+        await open_database("sqlite+aiosqlite:///:memory:", inline=True)
