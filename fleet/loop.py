@@ -32,7 +32,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -234,9 +234,8 @@ class SchedulerLoop:
         self._changed: set[str] = set()  # jobs changed since the last published view
         #: what acting on members left to record, written with the next transaction
         self._deferred: list[_Deferred] = []
-        #: what the last published view was made of, to reuse what did not change
-        self._pending_seen: dict[str, PendingView] = {}
-        self._pending_jobs: dict[str, Job] = {}
+        #: job key -> (its record, its view) in the last published view, to reuse
+        self._pending_views: dict[str, tuple[Job, PendingView]] = {}
         self._vc_used = _VcUsage()
         self._published = asyncio.Event()  # set (and replaced) when a view is published
         #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
@@ -648,25 +647,17 @@ class SchedulerLoop:
             return []
         updates, log_entries = self._transition_rows(changes, now)
         wanted = [(self._ids.get(key), cluster) for key, cluster in deletes]
-        deferred, self._deferred = self._deferred, []
-        try:
-            async with self.db.write() as session:
-                await self._write_deferred(session, deferred)
-                await job_rows.update_jobs(session, updates)
-                await job_rows.insert_events(session, log_entries)
-                made = iter(
-                    await job_rows.insert_intents(
-                        session, [(i, "delete", c) for i, c in wanted if i is not None], now
-                    )
+        async with self._write() as session:
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            made = iter(
+                await job_rows.insert_intents(
+                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
                 )
-                await job_rows.finish_intents(session, done, now)
-                for write in also:
-                    await write(session)
-        except BaseException:
-            self._deferred = deferred + self._deferred  # written with the next transaction
-            raise
-        for d in deferred:
-            self._recorded(d.changes)
+            )
+            await job_rows.finish_intents(session, done, now)
+            for write in also:
+                await write(session)
         self._recorded(changes)
         return [None if i is None else next(made) for i, _ in wanted]
 
@@ -705,14 +696,26 @@ class SchedulerLoop:
         updates, log_entries = self._transition_rows(changes, now)
         self._deferred.append(_Deferred(tuple(changes), updates, log_entries, tuple(done), now))
 
-    async def _write_deferred(self, session: AsyncSession, deferred: Sequence[_Deferred]) -> None:
-        """Write deferred records first in ``session`` (so later moves of a job follow)."""
-        if not deferred:
-            return
-        await job_rows.update_jobs(session, [u for d in deferred for u in d.updates])
-        await job_rows.insert_events(session, [e for d in deferred for e in d.log_entries])
+    @contextlib.asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncSession]:
+        """A write transaction of the loop that starts with what was deferred (so a
+        job's later moves follow its earlier ones); kept for the next one if it fails."""
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                if deferred:
+                    await job_rows.update_jobs(session, [u for d in deferred for u in d.updates])
+                    await job_rows.insert_events(
+                        session, [e for d in deferred for e in d.log_entries]
+                    )
+                    for d in deferred:
+                        await job_rows.finish_intents(session, d.done, d.time)
+                yield session
+        except BaseException:
+            self._deferred = deferred + self._deferred
+            raise
         for d in deferred:
-            await job_rows.finish_intents(session, d.done, d.time)
+            self._recorded(d.changes)
 
     async def flush(self) -> None:
         """Write what the loop deferred (:meth:`_defer`), if anything."""
@@ -741,27 +744,19 @@ class SchedulerLoop:
             return []
         updates, log_entries, planned, resized = writes
         now = self.state.now
-        deferred, self._deferred = self._deferred, []
-        try:
-            async with self.db.write() as session:
-                await self._write_deferred(session, deferred)
-                await job_rows.update_jobs(session, updates)
-                await job_rows.insert_events(session, log_entries)
-                intents = await job_rows.insert_intents(
-                    session,
-                    [
-                        (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
-                        for row_id, d in planned
-                    ],
-                    now,
-                )
-                admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
-                heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
-        except BaseException:
-            self._deferred = deferred + self._deferred  # written with the next transaction
-            raise
-        for d in deferred:
-            self._recorded(d.changes)
+        async with self._write() as session:
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(resized)))
         actions: list[_Action] = [
             _Create(intent, *heads[row_id])
             if isinstance(d, Admit)
@@ -937,8 +932,8 @@ class SchedulerLoop:
         reasons: dict[str, str] = {}
         pending: dict[str, tuple[PendingView, ...]] = {}
         book = state.waiting
-        seen = self._pending_seen
-        fresh: dict[str, PendingView] = {}
+        seen = self._pending_views
+        fresh: dict[str, tuple[Job, PendingView]] = {}
         for leaf, jobs in pending_by_leaf.items():
             views = []
             for job in jobs:
@@ -948,18 +943,17 @@ class SchedulerLoop:
                     reasons[key] = reason
                 # A job's view is kept while the job (an immutable record) and its
                 # reason stay the same: most of them, from one iteration to the next.
-                view = seen.get(key)
-                if view is None or view.reason != reason or self._pending_jobs.get(key) is not job:
+                known = seen.get(key)
+                if known is not None and known[0] is job and known[1].reason == reason:
+                    view = known[1]
+                else:
                     view = PendingView(
                         key, job.priority, job.priority_class, _quantities(job.request), reason
                     )
-                    self._pending_jobs[key] = job
-                fresh[key] = view
+                fresh[key] = (job, view)
                 views.append(view)
             pending[leaf] = tuple(views)
-        self._pending_seen = fresh
-        if len(self._pending_jobs) > len(fresh):
-            self._pending_jobs = {key: self._pending_jobs[key] for key in fresh}
+        self._pending_views = fresh
         vc_used = self._vc_used.update(state.running) if self.vc_sizes else {}
         clusters = {
             name: ClusterGpus(

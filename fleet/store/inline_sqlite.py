@@ -134,9 +134,7 @@ class InlineConnection:
         self._open().create_function(*args, **kw)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self.stop()
 
     def stop(self) -> None:
         if self._conn is not None:

@@ -40,6 +40,23 @@ async def states(svc: Service) -> dict[str, str]:
     return {f"{r.namespace}/{r.name}": r.state for r in rows}
 
 
+async def admitted_by_hand(svc: Service, name: str) -> None:
+    """Stop the loop's task, submit ``name`` and run one iteration by hand: the job is
+    admitted, persisted and created in its member, its move to Dispatched deferred."""
+    await svc.loop.stop()
+    await submit(svc, pytorchjob(name, gpus=1, duration="1h"))
+    await svc.loop.iterate()
+
+
+async def reasons_and_open_intents(svc: Service, name: str) -> tuple[list[str], list[str]]:
+    """The event log reasons of team-a/``name`` and the kinds of the open intents."""
+    async with svc.db.read() as session:
+        row = await job_rows.by_name(session, "team-a", name)
+        assert row is not None
+        reasons = [e.reason for e in await job_rows.events_of(session, row.id)]
+        return reasons, [i.kind for i in await job_rows.open_intents(session)]
+
+
 async def states_of(database_url: str) -> dict[str, str]:
     """The stored states, read with no service running."""
     db = await open_database(database_url)
@@ -234,22 +251,14 @@ async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transacti
     clock = VirtualClock(0.0)
     svc = await service.start(settings(database_url), clock, threaded=False)
     try:
-        loop = svc.loop
-        await loop.stop()  # iterations by hand from here
-        await submit(svc, pytorchjob("train", gpus=1, duration="1h"))
-        await loop.iterate()  # admitted, persisted, created in its member
-        assert loop.state.phase["team-a/train"].value == "Dispatched"
+        await admitted_by_hand(svc, "train")
+        assert svc.loop.state.phase["team-a/train"].value == "Dispatched"
         assert await states(svc) == {"team-a/train": "Admitted"}
-        async with svc.db.read() as session:
-            (intent,) = await job_rows.open_intents(session)
-        assert intent.kind == "create"
-        await loop.flush()
+        assert (await reasons_and_open_intents(svc, "train"))[1] == ["create"]
+        await svc.loop.flush()
         assert await states(svc) == {"team-a/train": "Dispatched"}
-        async with svc.db.read() as session:
-            assert await job_rows.open_intents(session) == []
-            row = await job_rows.by_name(session, "team-a", "train")
-            assert row is not None
-            events = [e.reason for e in await job_rows.events_of(session, row.id)]
+        events, intents = await reasons_and_open_intents(svc, "train")
+        assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched"]
     finally:
         await service.stop(svc)
@@ -261,11 +270,8 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     clock = VirtualClock(0.0)
     svc = await service.start(settings(database_url), clock, threaded=False)
     try:
-        loop = svc.loop
-        await loop.stop()
-        await submit(svc, pytorchjob("train", gpus=1, duration="1h"))
-        await loop.iterate()
-        loop._deferred.clear()  # the process dies before its next transaction
+        await admitted_by_hand(svc, "train")
+        svc.loop._deferred.clear()  # the process dies before its next transaction
     finally:
         await service.stop(svc)
     assert await states_of(database_url) == {}  # Admitted: none of the states asked
@@ -273,11 +279,8 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     try:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/train": "Running"}
-        async with svc.db.read() as session:
-            assert await job_rows.open_intents(session) == []
-            row = await job_rows.by_name(session, "team-a", "train")
-            assert row is not None
-            events = [e.reason for e in await job_rows.events_of(session, row.id)]
+        events, intents = await reasons_and_open_intents(svc, "train")
+        assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched", "Running"]
     finally:
         await service.stop(svc)
