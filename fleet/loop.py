@@ -198,6 +198,7 @@ class SchedulerLoop:
         interval: float,
         threaded: bool = True,
         vc_sizes: Mapping[str, Mapping[str, int]] | None = None,
+        write_behind: bool = False,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -207,6 +208,11 @@ class SchedulerLoop:
         #: Run the cycle in a worker thread (the API stays responsive); off on a
         #: virtual clock, where everything must happen in the event loop's order.
         self.threaded = threaded
+        #: What the loop records without acting on it (members' reports, jobs'
+        #: moves to Dispatched) waits for its next transaction even while it
+        #: waits, instead of being written before; whoever reads the store calls
+        #: :meth:`flush` first.  For a store nobody else reads (a replay's).
+        self.write_behind = write_behind
         #: cluster -> virtual cluster -> GPUs it is guaranteed there
         self.vc_sizes = {k: dict(v) for k, v in (vc_sizes or {}).items()}
         self._view = LoopView()
@@ -354,7 +360,7 @@ class SchedulerLoop:
     async def _sleep(self) -> None:
         if self._wake.is_set():
             return
-        if self._deferred:
+        if self._deferred and not self.write_behind:
             # Members often answer at once (a simulated one reports a job it
             # created as started): let their watches post it, and record it with
             # what was deferred in one transaction of the next iteration.
@@ -362,12 +368,12 @@ class SchedulerLoop:
                 await asyncio.sleep(0)
                 if self._wake.is_set():
                     return
-        try:
-            await self.flush()  # nothing waits unwritten while the loop waits
-        except Exception:  # kept for the next transaction
-            log.exception("could not record what the members were told; retrying")
-        if self._wake.is_set():
-            return
+            try:
+                await self.flush()  # nothing waits unwritten while the loop waits
+            except Exception:  # kept for the next transaction
+                log.exception("could not record what the members were told; retrying")
+            if self._wake.is_set():
+                return
         self._idle.set()
         waker = asyncio.create_task(self._wake.wait())
         timer = asyncio.create_task(self.clock.sleep(self.interval))
@@ -403,6 +409,8 @@ class SchedulerLoop:
         await self._fail_over()
         decisions = await self._cycle(now)
         actions = await self._persist(decisions)
+        if not self.write_behind:
+            await self.flush()  # what the inbox deferred, when the cycle wrote nothing
         await self._act(actions)
         if self.after_iteration is not None:
             await self.after_iteration(self)
@@ -563,13 +571,19 @@ class SchedulerLoop:
                     for t in moved
                     if t.new is JobState.PREEMPTED and t.job in held
                 ]
-        intents = await self._record(changes, now, deletes=deletes, done=done)
-        await self._act(
-            [
-                _Delete(intent, key, cluster)
-                for intent, (key, cluster) in zip(intents, deletes, strict=True)
-            ]
-        )
+        exclusive = any(isinstance(item, _Exclusive) for item in items)
+        if deletes or done or exclusive:  # intents to act on, or work that reads the rows
+            intents = await self._record(changes, now, deletes=deletes, done=done)
+            await self._act(
+                [
+                    _Delete(intent, key, cluster)
+                    for intent, (key, cluster) in zip(intents, deletes, strict=True)
+                ]
+            )
+        elif changes:
+            # What members reported (starts, ends) goes with the cycle's transaction,
+            # or is written on its own before the iteration ends (_iterate_once).
+            self._defer(changes, (), now)
         for item in items:
             if isinstance(item, _Exclusive) and not item.done.done():
                 try:
@@ -687,11 +701,15 @@ class SchedulerLoop:
     def _defer(self, changes: Sequence[Transition], done: Sequence[int], now: float) -> None:
         """Store ``changes`` and finish intents ``done`` with the loop's next transaction.
 
-        For what creating jobs in members leaves to record: the jobs' moves to
-        Dispatched and their create intents.  Until they are written, the
-        intents are open, and a restart creates the jobs again (idempotently)
-        and records them then; the next transaction comes with the next
-        iteration's first write, or before the loop waits (:meth:`_sleep`).
+        For what creating jobs in members leaves to record (the jobs' moves to
+        Dispatched and their create intents) and for what members reported
+        (jobs started or ended), when nothing is to be acted on because of it.
+        Until they are written, the intents are open, and a restart creates
+        the jobs again (idempotently) and records them then, and members
+        report again what they report; what the inbox brought is written
+        with the cycle's decisions or on its own before the iteration ends,
+        what creating left with the next iteration's first write or before
+        the loop waits (:meth:`_sleep`).
         """
         updates, log_entries = self._transition_rows(changes, now)
         self._deferred.append(_Deferred(tuple(changes), updates, log_entries, tuple(done), now))

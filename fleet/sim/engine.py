@@ -273,6 +273,12 @@ def _seeded(row: JobRow) -> TraceJob:
     )
 
 
+async def _flushed(loop: SchedulerLoop) -> Database:
+    """The loop's store with everything the loop holds back written (it writes behind)."""
+    await loop.flush()
+    return loop.db
+
+
 async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[JobResult]:
     """Every trace job's outcome, from the store's jobs and events."""
     async with db.read() as session:
@@ -381,6 +387,7 @@ async def replay(
             interval=LOOP_INTERVAL,
             threaded=False,
             vc_sizes={c.name: convert.vc_gpus(c) for c in clusters},
+            write_behind=True,  # the store is read only through _flushed
         )
         samples: list[Sample] = []
         try:
@@ -397,7 +404,7 @@ async def replay(
                     samples.append(_sample(loop, node_gpus, now))
                     next_sample = now + sample_every
                     if observe is not None:
-                        await observe(db, now)
+                        await observe(await _flushed(loop), now)
                     if progress is not None:  # also while the last jobs run out
                         progress(i, n, now)
                 if i < n and jobs[i].submit <= now:
@@ -429,7 +436,7 @@ async def replay(
                     break
                 await clock.advance_to(target)
             end = clock.now()
-            results = await _results(db, jobs, end)
+            results = await _results(await _flushed(loop), jobs, end)
         finally:
             await loop.stop()
             for member in sims.values():

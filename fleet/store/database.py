@@ -9,8 +9,11 @@ on their own engine; reads use a second engine with plain deferred
 transactions, so that readers never wait for the writer (WAL).  Every SQLite
 connection turns on WAL, foreign keys and a busy timeout.  On PostgreSQL the
 migrations run under an advisory lock, so several replicas may start at once.
-Sessions never expire their objects on commit.  A :meth:`Database.fenced`
-copy shares the engines and runs a fencing statement first in every write
+Sessions never expire their objects on commit, and are closed directly (an
+``AsyncSession`` used as a context manager closes itself in a task of its
+own: three turns of the event loop per transaction; here the transaction has
+ended and given its connection back before the close).  A
+:meth:`Database.fenced` copy shares the engines and runs a fencing statement first in every write
 transaction (the scheduler's leader, :mod:`fleet.leadership`); the plain
 database runs none.
 """
@@ -132,16 +135,25 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A session in one write transaction: committed on success, rolled back on error."""
         turn = self._write_turn if self._write_turn is not None else contextlib.nullcontext()
-        async with turn, self._write_sessions() as session, session.begin():
-            if self.fence is not None:
-                await self.fence(session)
-            yield session
+        async with turn:
+            session = self._write_sessions()
+            try:
+                async with session.begin():
+                    if self.fence is not None:
+                        await self.fence(session)
+                    yield session
+            finally:
+                await session.close()
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A session for reading (one transaction, nothing is committed)."""
-        async with self._read_sessions() as session, session.begin():
-            yield session
+        session = self._read_sessions()
+        try:
+            async with session.begin():
+                yield session
+        finally:
+            await session.close()
 
     async def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""

@@ -174,10 +174,15 @@ async def insert_events(session: AsyncSession, events: Sequence[EventValues]) ->
 async def update_jobs(session: AsyncSession, changes: Sequence[Mapping[str, Any]]) -> None:
     """Set columns of jobs: each change names its job by ``id`` and the columns to set.
 
-    Changes that set the same columns are one statement with many parameter sets.
+    Changes apply in order: a job's changes become one (a later value of a
+    column wins), then jobs whose changes set the same columns are one
+    statement with many parameter sets (in whatever order: each job is in one).
     """
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    by_job: dict[int, dict[str, Any]] = {}
     for change in changes:
+        by_job.setdefault(change["id"], {}).update(change)
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for change in by_job.values():
         columns = tuple(sorted(k for k in change if k != "id"))
         groups.setdefault(columns, []).append({f"v_{k}": v for k, v in change.items()})
     for columns, params in groups.items():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from sqlalchemy import event
 
 from fleet import intake, service
 from fleet.clock import VirtualClock
@@ -262,6 +265,72 @@ async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transacti
         assert events == ["Queued", "Admitted", "Dispatched"]
     finally:
         await service.stop(svc)
+
+
+async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_room_for(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    logged: list[list[str]] = [[]]  # event reasons inserted, per committed transaction
+
+    def inserted(
+        _conn: Any, _cursor: Any, statement: str, params: Any, _ctx: Any, many: bool
+    ) -> None:
+        if statement.startswith("INSERT INTO job_events"):
+            rows = params if many else [params]
+            logged[-1] += [row[3] for row in rows]  # (job_id, time, type, reason, message)
+
+    engine = svc.db.writer.sync_engine
+    event.listen(engine, "after_cursor_execute", inserted)
+    event.listen(engine, "commit", lambda _conn: logged.append([]))
+    try:
+        # team-a's max is 32 GPUs: the second job starts when the first one ends.
+        await submit(svc, pytorchjob("first", workers=2, gpus=8, duration="90s"))
+        await submit(svc, pytorchjob("second", workers=3, gpus=8, duration="1h"))
+        await settle(svc, clock)
+        assert await states(svc) == {"team-a/first": "Running", "team-a/second": "Queued"}
+        del logged[:-1]
+        await settle(svc, clock, 91)
+        assert await states(svc) == {"team-a/first": "Succeeded", "team-a/second": "Running"}
+        assert [t for t in logged if t] == [
+            ["Succeeded", "Admitted"],  # the end, with the admission: one transaction
+            ["Dispatched", "Running"],
+        ]
+    finally:
+        event.remove(engine, "after_cursor_execute", inserted)
+        await service.stop(svc)
+
+
+async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flushed(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc.loop.write_behind = True
+    try:
+        await submit(svc, pytorchjob("train", gpus=1, duration="90s"))
+        await settle(svc, clock)
+        assert svc.loop.state.phase["team-a/train"].value == "Running"
+        assert await states(svc) == {"team-a/train": "Admitted"}  # decided: written at once
+        await svc.loop.flush()
+        assert await states(svc) == {"team-a/train": "Running"}
+        assert (await reasons_and_open_intents(svc, "train")) == (
+            ["Queued", "Admitted", "Dispatched", "Running"],
+            [],
+        )
+        await settle(svc, clock, 91)
+        assert await states(svc) == {"team-a/train": "Running"}  # its end waits too
+    finally:
+        await service.stop(svc)  # and is written when the loop stops
+    assert await states_of(database_url) == {}  # Succeeded: none of the states asked
+    db = await open_database(database_url)
+    try:
+        async with db.read() as session:
+            row = await job_rows.by_name(session, "team-a", "train")
+            assert row is not None and row.state == "Succeeded"
+    finally:
+        await db.close()
 
 
 async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_records_it_once(
