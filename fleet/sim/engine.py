@@ -65,6 +65,7 @@ from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.sim import policies
 from fleet.sim.traces import TraceError, TraceJob
+from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Durability, open_database
 from fleet.store.models import JobEventRow, JobRow
 
@@ -281,10 +282,26 @@ async def _flushed(loop: SchedulerLoop) -> Database:
 
 async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[JobResult]:
     """Every trace job's outcome, from the store's jobs and events."""
+    by_key = {tj.key: tj for tj in jobs}
     async with db.read() as session:
-        rows = {
-            f"{r.namespace}/{r.name}": r
-            for r in (await session.execute(select(JobRow).order_by(JobRow.id))).scalars()
+        # Columns, not ORM objects (a whole trace is a hundred thousand rows).
+        found = await session.execute(
+            select(
+                JobRow.id,
+                JobRow.namespace,
+                JobRow.name,
+                JobRow.created_at,
+                JobRow.state,
+                JobRow.cluster,
+                JobRow.mode,
+            ).order_by(JobRow.id)
+        )
+        rows = {f"{r.namespace}/{r.name}": r for r in found}
+        seeded = {
+            r.id: _seeded(r)
+            for r in await job_rows.by_ids(
+                session, [r.id for key, r in rows.items() if key not in by_key]
+            )
         }
         firsts: dict[int, dict[str, float]] = {}
         lasts: dict[int, dict[str, float]] = {}
@@ -308,9 +325,8 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
         for job_id, at in since.items():  # still running at the end
             ran[job_id] = ran.get(job_id, 0.0) + end - at
     out: list[JobResult] = []
-    by_key = {tj.key: tj for tj in jobs}
     for key, row in rows.items():
-        tj = by_key.get(key) or _seeded(row)
+        tj = by_key.get(key) or seeded[row.id]
         first = firsts.get(row.id, {})
         last = lasts.get(row.id, {})
         ended = last.get("Succeeded", last.get("Failed"))
