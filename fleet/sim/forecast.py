@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import json
 import logging
 import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.clock import Clock
@@ -94,23 +94,25 @@ def _fmt(seconds: float) -> str:
     return "".join(parts)
 
 
-def _annotation(row: JobRow, name: str) -> str | None:
-    metadata = row.manifest.get("metadata") or {}
+def _annotation(manifest: Mapping[str, Any], name: str) -> str | None:
+    metadata = manifest.get("metadata") or {}
     value = (metadata.get("annotations") or {}).get(name)
     return value if isinstance(value, str) else None
 
 
-def _expected(row: JobRow, medians: Mapping[str, tuple[float, int]]) -> tuple[float, str]:
-    """How long ``row``'s job is expected to run, and on what grounds."""
-    text = _annotation(row, EXPECTED_ANNOTATION)
+def _expected(
+    manifest: Mapping[str, Any], queue: str, medians: Mapping[str, tuple[float, int]]
+) -> tuple[float, str]:
+    """How long a job of ``queue`` submitted as ``manifest`` is expected to run, and why."""
+    text = _annotation(manifest, EXPECTED_ANNOTATION)
     if text is not None:
         with contextlib.suppress(ValueError):
             seconds = parse_duration(text)
             return seconds, f"runs {_fmt(seconds)} ({EXPECTED_ANNOTATION})"
-    median = medians.get(row.queue)
+    median = medians.get(queue)
     if median is not None:
         seconds, n = median
-        return seconds, f"runs {_fmt(seconds)} (median of queue {row.queue}'s last {n} runs)"
+        return seconds, f"runs {_fmt(seconds)} (median of queue {queue}'s last {n} runs)"
     return DEFAULT_EXPECTED, f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
 
 
@@ -148,16 +150,43 @@ async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
     return {q: (statistics.median(r), len(r)) for q, r in sorted(runs.items()) if r}
 
 
-def _with_duration(manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
-    out = copy.deepcopy(dict(manifest))
-    metadata = out.setdefault("metadata", {})
+#: What a forecast reads of a job: its documents as JSON text, decoded in the
+#: worker thread (:func:`_seeded`), not on the service's event loop.
+_READ = select(
+    JobRow.id,
+    JobRow.uid,
+    JobRow.namespace,
+    JobRow.name,
+    JobRow.spec_hash,
+    cast(JobRow.manifest, Text).label("manifest"),
+    cast(JobRow.policy, Text).label("policy"),
+    cast(JobRow.record, Text).label("record"),
+    cast(JobRow.units, Text).label("units"),
+    JobRow.queue,
+    JobRow.priority_class,
+    JobRow.priority,
+    JobRow.state,
+    JobRow.cluster,
+    JobRow.mode,
+    JobRow.created_at,
+).order_by(JobRow.id)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _with_duration(manifest: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``manifest`` (a fresh copy: changed in place), to run ``seconds`` in a simulated member."""
+    metadata = manifest.setdefault("metadata", {})
     annotations = metadata.get("annotations")
     metadata["annotations"] = dict(annotations) if isinstance(annotations, Mapping) else {}
     metadata["annotations"][DURATION_ANNOTATION] = f"{max(1, round(seconds * 1000))}ms"
-    return out
+    return manifest
 
 
-def _copy(row: JobRow, state: str, manifest: dict[str, Any], now: float) -> JobRow:
+def _copy(row: Any, state: str, manifest: dict[str, Any], now: float) -> JobRow:
+    """A copy of ``row`` (of :data:`_READ`) for the replay's store, in ``state``."""
     holding = state in HOLDING
     return JobRow(
         id=row.id,
@@ -166,13 +195,13 @@ def _copy(row: JobRow, state: str, manifest: dict[str, Any], now: float) -> JobR
         name=row.name,
         spec_hash=row.spec_hash,
         manifest=manifest,
-        policy=row.policy,
-        record=row.record,
+        policy=_json(row.policy),
+        record=_json(row.record),
         queue=row.queue,
         priority_class=row.priority_class,
         priority=row.priority,
         state=state,
-        units=list(row.units) if holding else [],
+        units=(_json(row.units) or []) if holding else [],
         cluster=row.cluster if holding else None,
         mode=row.mode if holding else None,
         reason="",
@@ -180,6 +209,29 @@ def _copy(row: JobRow, state: str, manifest: dict[str, Any], now: float) -> JobR
         created_at=row.created_at,
         updated_at=now,
     )
+
+
+def _seeded(
+    holding: Sequence[Any],  # rows of _READ
+    waiting: Sequence[Any],
+    since: Mapping[int, float],
+    medians: Mapping[str, tuple[float, int]],
+    now: float,
+) -> tuple[list[JobRow], dict[str, str]]:
+    """The rows a forecast's replay starts from, and what each waiting job's estimate assumes."""
+    seeded: list[JobRow] = []
+    for row in holding:
+        manifest = json.loads(row.manifest)
+        expected, _ = _expected(manifest, row.queue, medians)
+        remaining = max(1.0, since.get(row.id, now) + expected - now)
+        seeded.append(_copy(row, row.state, _with_duration(manifest, remaining), now))
+    assumes: dict[str, str] = {}
+    for row in waiting:
+        manifest = json.loads(row.manifest)
+        expected, why = _expected(manifest, row.queue, medians)
+        assumes[f"{row.namespace}/{row.name}"] = why
+        seeded.append(_copy(row, "Queued", _with_duration(manifest, expected), now))
+    return seeded, assumes
 
 
 async def forecast(
@@ -194,22 +246,14 @@ async def forecast(
 ) -> Forecast:
     """Run the simulator forward from the jobs in ``db`` (see the module docstring)."""
     async with db.read() as session:
-        holding = list(
-            (
-                await session.execute(
-                    select(JobRow).where(JobRow.state.in_(HOLDING)).order_by(JobRow.id)
-                )
-            ).scalars()
+        waiting = list(
+            await session.execute(
+                _READ.where(JobRow.state.in_(WAITING), JobRow.suspended.is_(False)).limit(max_jobs)
+            )
         )
-        waiting = [
-            row
-            for row in (
-                await session.execute(
-                    select(JobRow).where(JobRow.state.in_(WAITING)).order_by(JobRow.id)
-                )
-            ).scalars()
-            if not row.suspended
-        ][:max_jobs]
+        if not waiting:
+            return Forecast(now, horizon, assumes="no job waits")
+        holding = list(await session.execute(_READ.where(JobRow.state.in_(HOLDING))))
         since: dict[int, float] = {}
         if holding:
             found = await session.execute(
@@ -222,18 +266,7 @@ async def forecast(
             )
             since = {job_id: at for job_id, at in found}
         medians = await _medians(session)
-    if not waiting:
-        return Forecast(now, horizon, assumes="no job waits")
-    assumes: dict[str, str] = {}
-    seeded: list[JobRow] = []
-    for row in holding:
-        expected, _ = _expected(row, medians)
-        remaining = max(1.0, since.get(row.id, now) + expected - now)
-        seeded.append(_copy(row, row.state, _with_duration(row.manifest, remaining), now))
-    for row in waiting:
-        expected, why = _expected(row, medians)
-        assumes[f"{row.namespace}/{row.name}"] = why
-        seeded.append(_copy(row, "Queued", _with_duration(row.manifest, expected), now))
+    seeded, assumes = await asyncio.to_thread(_seeded, holding, waiting, since, medians, now)
 
     async def seed(session: AsyncSession) -> None:
         session.add_all(seeded)
