@@ -167,6 +167,11 @@ class Failover:
 
     # What members say --------------------------------------------------------------
 
+    @property
+    def noting(self) -> bool:
+        """Whether job events observed are waiting to be written (by :meth:`due`)."""
+        return bool(self._notes)
+
     def observe(self, cluster: str, event: MemberEvent, state: SchedulerState) -> bool:
         """Note ``event``; False when the core must not see it (an old copy's news)."""
         if isinstance(event, MemberReadiness):

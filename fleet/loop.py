@@ -572,7 +572,9 @@ class SchedulerLoop:
                     if t.new is JobState.PREEMPTED and t.job in held
                 ]
         exclusive = any(isinstance(item, _Exclusive) for item in items)
-        if deletes or done or exclusive:  # intents to act on, or work that reads the rows
+        # Written now: intents to act on, work that reads the rows, or failover's
+        # notes (written next, in a transaction of their own: the log stays in order).
+        if deletes or done or exclusive or self.failover.noting:
             intents = await self._record(changes, now, deletes=deletes, done=done)
             await self._act(
                 [
