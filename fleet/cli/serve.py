@@ -162,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level, settings.log_format)
     log = logging.getLogger("fleet.serve")
     log.info("database %s", settings.database_url)
+    from fleet.collector import FollowGrowth
+
+    FollowGrowth().install()  # full collections' pauses follow the growth (fleet.collector)
     web.run_app(
         create_app(settings),
         host=settings.host,

@@ -22,8 +22,10 @@ a job that does not start within those bounds gets no estimate.  Each
 estimate says what it assumes.
 
 :class:`Estimator` refreshes a forecast in the background every
-``interval`` seconds of the service's clock, when jobs wait; the API shows
-its latest as ``estimatedStart``.  With another quota tree
+``interval`` seconds of the service's clock, when jobs wait, and waits
+longer after a long forecast, so that forecasts take at most a tenth of the
+service's time (:data:`SHARE`); the API shows its latest as
+``estimatedStart``.  With another quota tree
 (``tree_document``) the same forecast answers "what would this change do"
 (``POST /api/v1/quota-tree?dryRun=Simulate``, ``fleet simulate --from-live``).
 """
@@ -59,6 +61,9 @@ HISTORY: Final = 50
 HORIZON: Final = 7 * 24 * 3600.0
 MAX_JOBS: Final = 1000
 WALL_LIMIT: Final = 20.0
+#: The share of the service's time the background estimates may take: after a
+#: forecast that took T seconds the next one waits at least T / SHARE - T.
+SHARE: Final = 0.1
 HOLDING: Final = ("Admitted", "Dispatched", "Running")
 WAITING: Final = ("Queued", "Preempted")
 
@@ -150,6 +155,8 @@ async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
     return {q: (statistics.median(r), len(r)) for q, r in sorted(runs.items()) if r}
 
 
+#: Rows of running jobs read at a time.
+_PART: Final = 500
 #: What a forecast reads of a job: its documents as JSON text, decoded in the
 #: worker thread (:func:`_seeded`), not on the service's event loop.
 _READ = select(
@@ -253,13 +260,18 @@ async def forecast(
         )
         if not waiting:
             return Forecast(now, horizon, assumes="no job waits")
-        holding = list(await session.execute(_READ.where(JobRow.state.in_(HOLDING))))
+        # In parts, so that the event loop serves requests between them.
+        parts = await session.stream(
+            _READ.where(JobRow.state.in_(HOLDING)).execution_options(yield_per=_PART)
+        )
+        holding = [row async for row in parts]
         since: dict[int, float] = {}
         if holding:
             found = await session.execute(
                 select(JobEventRow.job_id, func.max(JobEventRow.time))
                 .where(
-                    JobEventRow.job_id.in_([r.id for r in holding]),
+                    # a subquery, not thousands of ids as parameters
+                    JobEventRow.job_id.in_(select(JobRow.id).where(JobRow.state.in_(HOLDING))),
                     JobEventRow.reason == "Running",
                 )
                 .group_by(JobEventRow.job_id)
@@ -335,7 +347,9 @@ class Estimator:
     async def _loop(self) -> None:
         while True:
             marker = self.changed() if self.changed is not None else object()
+            took = 0.0
             if marker != self._seen:
+                started = self.clock.now()
                 try:
                     await self.refresh()
                     self._seen = marker
@@ -343,7 +357,10 @@ class Estimator:
                     raise
                 except Exception:  # an estimate is a convenience; never stop the service
                     log.exception("could not estimate start times; trying again later")
-            await self.clock.sleep(self.interval)
+                took = self.clock.now() - started
+            # A forecast shares the process (and its GIL) with the API and the loop:
+            # a long one (many running jobs) makes the next one wait longer.
+            await self.clock.sleep(max(self.interval, took / SHARE - took))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="fleet-start-estimates")

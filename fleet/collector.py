@@ -1,0 +1,57 @@
+"""Garbage collection in the long-running service: pauses that follow what is new.
+
+Theory of operation: CPython's cyclic collector makes a full collection
+whenever the objects that survived the younger collections have grown by a
+quarter since the last full one, and a full collection walks every tracked
+object of the process while it holds the GIL.  A service that holds tens of
+thousands of jobs (their records, placements, views, the cells) stops the
+API and the scheduler loop for hundreds of milliseconds at each one, and
+the pauses lengthen as the service takes on jobs.  :class:`FollowGrowth`
+moves what survived a full collection out of the collector's sight
+(``gc.freeze()``), so that the next full collection walks only the objects
+that became long-lived since: its pause follows the growth, not the heap.
+Frozen objects are still freed by reference counting; only a reference
+cycle among them that becomes garbage waits, until every ``thaw_every``-th
+full collection, which is preceded by ``gc.unfreeze()`` and walks (and
+frees) everything once.  Nothing is frozen that a collection just found to
+be garbage: the freeze comes right after the collection.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any, Final
+
+#: Full collections between two that walk every object (and free old cycles).
+THAW_EVERY: Final = 16
+
+
+class FollowGrowth:
+    """A ``gc.callbacks`` entry: freeze after each full collection, thaw every so often."""
+
+    def __init__(self, thaw_every: int = THAW_EVERY) -> None:
+        if thaw_every < 1:
+            raise ValueError(f"thaw_every must be at least 1, not {thaw_every}")
+        self.thaw_every = thaw_every
+        #: full collections seen
+        self.full = 0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase != "stop" or info.get("generation") != 2:
+            return
+        self.full += 1
+        if self.full % self.thaw_every == 0:
+            gc.unfreeze()  # the next full collection sees everything again
+        else:
+            gc.freeze()
+
+    def install(self) -> None:
+        """Follow the full collections of this process (once)."""
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        """Stop, and give every frozen object back to the collector."""
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+        gc.unfreeze()

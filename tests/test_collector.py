@@ -1,0 +1,64 @@
+"""The service's garbage collection: frozen after full collections, thawed every so often."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from fleet.collector import FollowGrowth
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+@pytest.fixture
+def policy() -> Iterator[FollowGrowth]:
+    gc.collect()
+    policy = FollowGrowth(thaw_every=3)
+    policy.install()
+    try:
+        yield policy
+    finally:
+        policy.remove()
+        gc.collect()
+
+
+def test_what_survives_a_full_collection_is_frozen_until_every_nth(policy: FollowGrowth) -> None:
+    gc.collect()  # first full collection: the survivors are frozen
+    assert policy.full == 1
+    assert gc.get_freeze_count() > 0
+    gc.collect()
+    assert gc.get_freeze_count() > 0
+    gc.collect()  # the third: thawed, the next one walks everything
+    assert policy.full == 3
+    assert gc.get_freeze_count() == 0
+    gc.collect(1)  # a younger collection is not counted
+    assert policy.full == 3
+
+
+def test_a_cycle_that_was_frozen_is_freed_by_the_thawed_collection(policy: FollowGrowth) -> None:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    gc.collect()  # the cycle is alive: frozen with the rest
+    del a, b
+    gc.collect()  # a full collection does not see it: frozen
+    assert gone() is not None
+    gc.collect()  # the third thaws
+    gc.collect()  # and this one walks everything again
+    assert gone() is None
+
+
+def test_installing_twice_follows_once(policy: FollowGrowth) -> None:
+    policy.install()
+    assert gc.callbacks.count(policy) == 1
+
+
+def test_thawing_less_than_every_collection_is_refused() -> None:
+    with pytest.raises(ValueError, match="thaw_every"):
+        FollowGrowth(thaw_every=0)
