@@ -287,8 +287,7 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     stop = at + lo
     tree = run.state.tree
     for request, group in queue.rigid_groups.items():
-        verdict = tree.classify(first.queue, request, priority=0, preemptible=False)
-        if isinstance(verdict, QuotaBlock) and verdict.kind == NON_PREEMPTIBLE_MIN:
+        if tree.stops_rigid(first.queue, request):
             continue
         i = bisect.bisect_left(group, key, key=sort_key)
         if i == len(group):

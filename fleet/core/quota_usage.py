@@ -324,6 +324,17 @@ class QuotaUsage(QuotaStructure):
                     )
         return None
 
+    def stops_rigid(self, queue: str, request: Resources) -> bool:
+        """Whether :meth:`classify` says a non-preemptible, non-opportunistic
+        ``request`` does not fit the queue's ``min`` (a ``NON_PREEMPTIBLE_MIN``
+        block), without building the block."""
+        leaf = self._leaf(queue)
+        if self._cut:
+            for n in self._paths[leaf]:
+                if n in self._cut and self.over_limit(n) is not None:
+                    return False
+        return not self._fits_min(leaf, request).fits
+
     def classify(
         self, queue: str, request: Resources, *, priority: int, preemptible: bool
     ) -> Mode | QuotaBlock:

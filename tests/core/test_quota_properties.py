@@ -22,7 +22,13 @@ from hypothesis.stateful import (
 
 from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
-from fleet.core.quota import QuotaBlock, QuotaNodeSpec, QuotaTree
+from fleet.core.quota import (
+    NON_PREEMPTIBLE_MIN,
+    QuotaBlock,
+    QuotaNodeSpec,
+    QuotaTree,
+    min_block,
+)
 from fleet.core.resources import GPU, MAX_JOBS, Resources
 from tests.core.quota_factories import with_paths
 
@@ -130,6 +136,13 @@ class QuotaMachine(RuleBasedStateMachine):
     def _admit(self, queue: str, request: Resources, priority: int, preemptible: bool) -> bool:
         verdict = self.t.classify(queue, request, priority=priority, preemptible=preemptible)
         event(f"classify: {verdict if isinstance(verdict, Mode) else verdict.kind}")
+        if priority >= 0 and not preemptible:
+            # The cycle's parked runs ask this instead of building the block.
+            stopped = isinstance(verdict, QuotaBlock) and verdict.kind == NON_PREEMPTIBLE_MIN
+            assert self.t.stops_rigid(queue, request) == stopped
+            if stopped:
+                floor, guaranteed = self.t.guarantee_of(queue)
+                assert min_block(queue, floor, guaranteed, request) == verdict
         if isinstance(verdict, QuotaBlock):
             if verdict.kind == "max":
                 assert verdict.used + verdict.request > verdict.limit, verdict
