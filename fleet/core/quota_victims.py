@@ -382,6 +382,8 @@ def queue_victims(
     deficits = _deficits(tree, path, request, removed)
     if not deficits:
         return []
+    if min(tree._ranks[leaf], default=priority) >= priority:
+        return None  # no preemptible job of the queue below ``priority`` (the leaf's count)
     candidates = sorted(
         (
             rec
