@@ -275,37 +275,32 @@ def _able_leaves(
     # the path nodes above ``top`` are left out (their subtrees are not under it).
     for m in path[path.index(top) + 1 :]:
         able[m] = ()
+
+    def above(node: int, rs: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of ``rs`` that ``node`` uses more of than its ``min``."""
+        here = used[node]
+        gone = removed.get(node)
+        floor = mins[node]
+        return tuple(
+            r for r in rs if here.get(r, 0) - (gone.get(r, 0) if gone else 0) > floor.get(r, 0)
+        )
+
     out: list[int] = []
     for other in sorted(tree._lending):
         if other == leaf:
             continue
-        known = able.get(other)
-        if known is not None:
-            rs = known
-        else:
+        chain = paths[other]
+        rs = able.get(chain[1])  # the parent's, most often known already
+        if rs is None:
             climb: list[int] = []
-            for node in paths[other]:
+            for node in chain[1:]:
                 if node in able:
                     break
                 climb.append(node)
             rs = able[node]
             for node in reversed(climb):
-                if rs:
-                    here = used[node]
-                    gone = removed.get(node)
-                    floor = mins[node]
-                    if len(rs) == 1:
-                        r = rs[0]
-                        if here.get(r, 0) - (gone.get(r, 0) if gone else 0) <= floor.get(r, 0):
-                            rs = ()
-                    else:
-                        rs = tuple(
-                            r
-                            for r in rs
-                            if here.get(r, 0) - (gone.get(r, 0) if gone else 0) > floor.get(r, 0)
-                        )
-                able[node] = rs
-        if rs:
+                rs = able[node] = above(node, rs) if rs else ()
+        if rs and above(other, rs):
             out.append(other)
     return out
 
