@@ -190,17 +190,20 @@ def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
     memo = run.places
     order = memo.order
     if order is not None and memo.moved:
-        moved = memo.moved
-        kept = [lp for lp in order if lp[1].cluster not in moved]
-        for _load, placer in order:
-            name = placer.cluster
-            if name in moved:
-                room = memo.room.get(name)
-                if room is None:
-                    room = memo.room[name] = _room(placer)
-                bisect.insort(kept, (room[1], placer), key=_rank)
-        moved.clear()
-        memo.order = order = kept
+        order = order.copy()  # a list handed out before stays as it was
+        for name in sorted(memo.moved):
+            placed = memo.placed.pop(name, None)
+            if placed is None:
+                continue  # not in the order (draining or not ready)
+            i = bisect.bisect_left(order, (placed, name), key=_rank)
+            placer = order.pop(i)[1]
+            room = memo.room.get(name)
+            if room is None:
+                room = memo.room[name] = _room(placer)
+            bisect.insort(order, (room[1], placer), key=_rank)
+            memo.placed[name] = room[1]
+        memo.moved.clear()
+        memo.order = order
     if order is None:
         draining = run.state.draining
         unready = run.state.unready
@@ -218,6 +221,7 @@ def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
         if memo.on:
             memo.order = order
             memo.moved.clear()
+            memo.placed = {placer.cluster: load for load, placer in order}
     if job.clusters is None:
         return order
     allowed = job.clusters

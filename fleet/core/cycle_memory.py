@@ -138,6 +138,8 @@ class PlacementMemo:
     order: list[tuple[float, Placer]] | None = None
     #: clusters whose load changed since ``order`` was last brought up to date
     moved: set[str] = field(default_factory=set)
+    #: the load each cluster of ``order`` sits there with
+    placed: dict[str, float] = field(default_factory=dict)
     #: (opportunistic question, allowed clusters) -> why no cluster takes it,
     #: asked when the last pass began; holds for that pass (only takes follow)
     idle: dict[tuple[object, ...], str] = field(default_factory=dict)
