@@ -38,7 +38,9 @@ Theory of operation:
    Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
    ``Wait`` decision is reported only for a reason that changed.  Non-
    preemptible jobs over their queue's ``min`` that follow a failed job wait
-   with one quota question each (:func:`rigid_run`), and the last pass leaves
+   together: the run is found from the queue's index of such jobs in a few
+   bisections and parked as one group (:func:`park_rigid_run`; without
+   parking, one quota question each: :func:`rigid_run`), and the last pass leaves
    out the opportunistic jobs whose placement question no cluster can answer,
    asked once per question (:func:`idle_pass`), parked as one group each.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.

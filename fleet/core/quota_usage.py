@@ -23,7 +23,9 @@ Theory of operation:
   and, when a reclaim may take it, in the leaf's reclaimable index.  The
   reclaim search (:mod:`fleet.core.quota_victims`) keeps each leaf's
   reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
-  the leaf marks that order stale (None).
+  the leaf marks that order stale (None).  The leaves that have reclaimable
+  jobs (``_lending``) and, per leaf, its preemptible charged jobs counted by
+  priority (``_ranks``) are kept too.
 * :meth:`QuotaUsage.set_node` keeps usage even when it is now above a lowered
   ``max``: that excess is *grandfathered* (``_over``).  It is accepted by
   :meth:`QuotaUsage.check_invariants` up to the usage at the time of the

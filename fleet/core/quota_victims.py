@@ -25,9 +25,13 @@ Theory of operation:
   each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
   borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
   jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
-  keyed lazily by their best remaining job.
+  keyed lazily by their best remaining job.  The heap starts with only the
+  leaves that could give something (:func:`_able_leaves`: from the tree's
+  index of leaves with reclaimable jobs, those whose chain is above its
+  ``min``), not every leaf under the blocking node.
 * The queue search takes the queue's own preemptible jobs below the request's
-  priority, lowest priority then newest.
+  priority, lowest priority then newest (none at once when the leaf's count
+  of preemptible jobs by priority has none below it).
 
 These are functions rather than methods so that the tree's classes hold only
 its state and accounting; they read the tree's counters and indexes directly

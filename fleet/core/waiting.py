@@ -10,6 +10,12 @@ block and its own request when somebody asks, so parking a tail of any
 length costs the same.  A job queued after the book was written (a new
 submission, a requeued job) has no reason until the next cycle, as before.
 
+A run of non-preemptible jobs that their queue's ``min`` stops
+(:func:`fleet.core.cycle.park_rigid_run`) is parked as one
+:class:`ParkedRun`: the range of queue order it covers, the ``min`` and the
+guaranteed usage of that moment; each job's text is worded from them and
+its own request when read, as the quota tree words it.
+
 Opportunistic jobs are parked by their placement question (:func:`idle_key`):
 when the cycle's last pass begins it asks each distinct question once, and a
 question no cluster can answer is written down once, with its reason, for
