@@ -304,8 +304,15 @@ def _able_leaves(
             rs = able[node]
             for node in reversed(climb):
                 rs = able[node] = above(node, rs) if rs else ()
-        if rs and above(other, rs):
-            out.append(other)
+        if not rs:
+            continue
+        here = used[other]
+        gone = removed.get(other)
+        floor = mins[other]
+        for r in rs:
+            if here.get(r, 0) - (gone.get(r, 0) if gone else 0) > floor.get(r, 0):
+                out.append(other)
+                break
     return out
 
 
