@@ -198,7 +198,7 @@ def plan_with_victims(
     now = run.now if tree.protects() else None
     victims: list[str] | None = None
     if not run.reclaims.known_to_fail(memo, shortfall):
-        victims = tree.reclaim_victims(job.queue, request, now)
+        victims = tree.reclaim_victims(job.queue, request, now, bounded=run.shortcuts.reclaim_bound)
         if victims is None:
             run.reclaims.record(memo, shortfall)
     if not victims:

@@ -121,6 +121,16 @@ class CapacityPlacer:
         freed = sorted(k for k in released if k in self._held)
         if not freed and not preempt and max(p.gpus for p in pods) > self._largest_free():
             return NoFit(self._cluster, self._why(job, pods))
+        if preempt:
+            need = sum(p.gpus for p in pods)
+            room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
+            # Upper bound from the per-mode counters before looking at any job
+            # (it also bounds a placement without victims: free and freed GPUs).
+            bound = room + self._mode_gpus[Mode.OPPORTUNISTIC]
+            if mode is Mode.GUARANTEED:
+                bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
+            if bound < need:
+                return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         placed = self._try(job, pods, freed)
         if placed is not None:
             return self._fit(placed, ())
@@ -128,14 +138,6 @@ class CapacityPlacer:
             return NoFit(self._cluster, self._why(job, pods))
         # Victims are chosen where they help: when a pod does not fit, the node
         # that can take it by preempting the fewest, cheapest jobs gives them up.
-        need = sum(p.gpus for p in pods)
-        room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
-        # Upper bound from the per-mode counters before looking at any job.
-        bound = room + self._mode_gpus[Mode.OPPORTUNISTIC]
-        if mode is Mode.GUARANTEED:
-            bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
-        if bound < need:
-            return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         victims: list[str] = []
         on_node: dict[str, list[Charge]] = {}
         candidates = [

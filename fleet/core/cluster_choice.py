@@ -19,6 +19,7 @@ each placer sees those it holds as free.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from fleet.core import resources
@@ -181,12 +182,28 @@ def _nowhere(run: CycleRun, job: Job) -> str:
 def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
     """The clusters ``job`` may use with their load, least loaded first (then by name).
 
-    The order of all clusters is kept until a bind or release changes a
-    cluster's load (:class:`~fleet.core.cycle_memory.PlacementMemo`), not
-    sorted again for every job.
+    The order of all clusters is kept (:class:`~fleet.core.cycle_memory.PlacementMemo`),
+    not sorted again for every job: a cluster whose load a bind or release
+    changed is taken out and put back in its place (a bisection) the next
+    time the order is asked for.
     """
     memo = run.places
     order = memo.order
+    if order is not None and memo.moved:
+        order = order.copy()  # a list handed out before stays as it was
+        for name in sorted(memo.moved):
+            placed = memo.placed.pop(name, None)
+            if placed is None:
+                continue  # not in the order (draining or not ready)
+            i = bisect.bisect_left(order, (placed, name), key=_rank)
+            placer = order.pop(i)[1]
+            room = memo.room.get(name)
+            if room is None:
+                room = memo.room[name] = _room(placer)
+            bisect.insort(order, (room[1], placer), key=_rank)
+            memo.placed[name] = room[1]
+        memo.moved.clear()
+        memo.order = order
     if order is None:
         draining = run.state.draining
         unready = run.state.unready
@@ -200,13 +217,20 @@ def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
             if room is None:
                 room = memo.room[name] = _room(placer)
             order.append((room[1], placer))
-        order.sort(key=lambda lp: (lp[0], lp[1].cluster))
+        order.sort(key=_rank)
         if memo.on:
             memo.order = order
+            memo.moved.clear()
+            memo.placed = {placer.cluster: load for load, placer in order}
     if job.clusters is None:
         return order
     allowed = job.clusters
     return [lp for lp in order if lp[1].cluster in allowed]
+
+
+def _rank(lp: tuple[float, Placer]) -> tuple[float, str]:
+    """The clusters' order: least loaded first, then by name."""
+    return lp[0], lp[1].cluster
 
 
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:

@@ -38,7 +38,9 @@ Theory of operation:
    Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
    ``Wait`` decision is reported only for a reason that changed.  Non-
    preemptible jobs over their queue's ``min`` that follow a failed job wait
-   with one quota question each (:func:`rigid_run`), and the last pass leaves
+   together: the run is found from the queue's index of such jobs in a few
+   bisections and parked as one group (:func:`park_rigid_run`; without
+   parking, one quota question each: :func:`rigid_run`), and the last pass leaves
    out the opportunistic jobs whose placement question no cluster can answer,
    asked once per question (:func:`idle_pass`), parked as one group each.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.
@@ -50,6 +52,7 @@ changes no decision.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import replace
 
@@ -61,7 +64,7 @@ from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS, Resources
 from fleet.core.state import SchedulerState
-from fleet.core.waiting import IdleKey, ParkedTail
+from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
 
@@ -119,7 +122,6 @@ def share(run: CycleRun, queue: str) -> tuple[int, float]:
 
 def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
     tree = state.tree
-    used = tree.used(queue)
     basis: Resources | None = tree.min_of(queue)
     if not basis:
         basis = tree.max_of(queue)
@@ -128,7 +130,7 @@ def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
     ratio = 0.0
     for name, amount in basis.items():
         if amount > 0:
-            ratio = max(ratio, used[name] / amount)
+            ratio = max(ratio, tree.used_of(queue, name) / amount)
     return (0 if ratio < 1.0 else 1, ratio)
 
 
@@ -211,7 +213,14 @@ def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
     fair order would pop the queue again at once: nothing changed), each with
     one quota question instead of a whole attempt; the run stops at the first
     job that is preemptible or could start.
+
+    With parking on, the run is found from the queue's index of rigid jobs
+    and parked as one group (:func:`park_rigid_run`) instead of being walked.
     """
+    if run.shortcuts.parking and at < end:
+        parked = park_rigid_run(run, jobs, at, end)
+        if parked is not None:
+            return parked
     tree = run.state.tree
     texts: dict[QuotaBlock, str] = {}  # jobs of one request share a text
     k = at
@@ -237,6 +246,67 @@ def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
         run.wait(job, text)
         k += 1
     return k
+
+
+def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | None:
+    """:func:`rigid_run` from the queue's indexes: the run parked as one group.
+
+    A job is in the run when it is rigid (not preemptible, not opportunistic)
+    and its smallest start does not fit the queue's ``min`` (then neither does
+    its largest, and :meth:`~fleet.core.quota.QuotaTree.classify` says so for
+    both).  So the run ends at the first job from ``at`` on that is not rigid,
+    or is rigid with a smallest start the ``min`` does take.  The first: the
+    rigid jobs from ``at`` on are the queue's ``rigid_jobs`` from ``at``'s
+    rank on as long as the two lists agree job for job (a bisection over that
+    prefix).  The second: one quota question per distinct request of the
+    queue's rigid jobs (``rigid_groups``), and a bisection in each group that
+    the ``min`` takes.  The run is parked in the book as one
+    :class:`~fleet.core.waiting.ParkedRun` (the jobs' texts are worded when
+    read) and reports no ``Wait``.  Returns the position where the run ends,
+    or None when jobs of equal queue order make the bounds ambiguous (the
+    caller walks the run then).
+    """
+    first = jobs[at]
+    if first.preemptible or first.opportunistic:
+        return None
+    queue = run.state.queues[first.queue]
+    if jobs is not queue.pending:
+        return None
+    key = sort_key(first)
+    if at > 0 and sort_key(jobs[at - 1]) == key:
+        return None
+    rigid = queue.rigid_jobs
+    rank = queue.rigid_rank(first)
+    # The longest prefix from ``at`` on where the pending list and the rigid
+    # jobs agree (a job out of step means a job that is not rigid came between).
+    lo, hi = 1, min(end - at, len(rigid) - rank)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if jobs[at + mid - 1] is rigid[rank + mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    stop = at + lo
+    tree = run.state.tree
+    for request, group in queue.rigid_groups.items():
+        if tree.stops_rigid(first.queue, request):
+            continue
+        i = bisect.bisect_left(group, key, key=sort_key)
+        if i == len(group):
+            continue
+        starts = group[i]
+        if starts is not first and sort_key(starts) == key:
+            return None
+        stop = min(stop, at + queue.rigid_rank(starts) - rank)
+    if stop == at:
+        return at
+    after = sort_key(jobs[stop]) if stop < len(jobs) else None
+    if after is not None and after == sort_key(jobs[stop - 1]):
+        return None
+    floor, guaranteed = tree.guarantee_of(first.queue)
+    parked = ParkedRun(first.queue, key, after, floor, guaranteed)
+    run.book.runs.setdefault(first.queue, []).append(parked)
+    return stop
 
 
 def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], dict[str, list[Job]]]:
@@ -318,11 +388,11 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     limit = tree.max_of(block.node)
     if limit is None or r not in limit:
         return False
-    room = limit[r] - tree.used(block.node)[r]
+    room = limit[r] - tree.used_of(block.node, r)
     leaf_min = tree.min_of(queue)
     if leaf_min and r not in leaf_min:
         return False  # the guarantee does not depend on r: cannot rule reclaim out
-    guaranteed = tree.guaranteed_used(queue)[r]
+    guaranteed = tree.guaranteed_of(queue, r)
     lowest = tree.lowest_preemptible_priority(queue)
     state = run.state.queues[queue]
     jobs = state.pending

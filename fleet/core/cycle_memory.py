@@ -55,9 +55,13 @@ class Shortcuts:
     #: begins; a question no cluster answers is the answer of all its jobs
     #: (with parking on, they are not looked at one by one)
     idle_groups: bool = True
+    #: the reclaim search starts only from the leaves that could give something
+    #: (:func:`fleet.core.quota_victims.reclaim_victims`); off: every leaf under
+    #: the blocking node
+    reclaim_bound: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 
@@ -129,8 +133,13 @@ class PlacementMemo:
     everywhere: dict[tuple[object, ...], str] = field(default_factory=dict)
     #: per cluster: guaranteed preemption questions it said no to, until a bind or release
     strict_nofit: dict[str, set[tuple[object, ...]]] = field(default_factory=dict)
-    #: every (not draining) cluster with its load, least loaded first, until a load changes
+    #: every (not draining) cluster with its load, least loaded first; a cluster
+    #: whose load changed is put back in its place when next asked (``moved``)
     order: list[tuple[float, Placer]] | None = None
+    #: clusters whose load changed since ``order`` was last brought up to date
+    moved: set[str] = field(default_factory=set)
+    #: the load each cluster of ``order`` sits there with
+    placed: dict[str, float] = field(default_factory=dict)
     #: (opportunistic question, allowed clusters) -> why no cluster takes it,
     #: asked when the last pass began; holds for that pass (only takes follow)
     idle: dict[tuple[object, ...], str] = field(default_factory=dict)
@@ -151,7 +160,7 @@ class PlacementMemo:
         """Something was bound in ``cluster``: its free room changed."""
         self.room.pop(cluster, None)
         self.strict_nofit.pop(cluster, None)
-        self.order = None
+        self.moved.add(cluster)
 
     def released(self, cluster: str) -> None:
         """Something was released in ``cluster``: every answer there may change."""
@@ -165,4 +174,4 @@ class PlacementMemo:
         self.nofit.pop(cluster, None)
         self.strict_nofit.pop(cluster, None)
         self.everywhere.clear()
-        self.order = None
+        self.moved.add(cluster)

@@ -41,6 +41,7 @@ from fleet.core.quota_usage import OVER_MIN as OVER_MIN
 from fleet.core.quota_usage import BlockKind as BlockKind
 from fleet.core.quota_usage import QuotaBlock as QuotaBlock
 from fleet.core.quota_usage import QuotaUsage
+from fleet.core.quota_usage import min_block as min_block
 from fleet.core.quota_victims import (
     over_limit_victims,
     protected_until,
@@ -69,15 +70,16 @@ class QuotaTree(QuotaUsage):
         return other
 
     def reclaim_victims(
-        self, queue: str, request: Resources, now: float | None = None
+        self, queue: str, request: Resources, now: float | None = None, *, bounded: bool = True
     ) -> list[str] | None:
         """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
 
         ``[]`` when it fits already; None when it cannot be made to fit; with
         ``now``, jobs within their ``reclaimMinRuntime`` are spared.  See
-        :func:`fleet.core.quota_victims.reclaim_victims`.
+        :func:`fleet.core.quota_victims.reclaim_victims` (``bounded``: which
+        leaves seed the search; the answer is the same).
         """
-        return reclaim_victims(self, queue, request, now)
+        return reclaim_victims(self, queue, request, now, bounded=bounded)
 
     def protection_ends(self, keys: list[str], which: int) -> float | None:
         """The latest time a minimum runtime (0: preempt, 1: reclaim) protects one of

@@ -23,7 +23,9 @@ Theory of operation:
   and, when a reclaim may take it, in the leaf's reclaimable index.  The
   reclaim search (:mod:`fleet.core.quota_victims`) keeps each leaf's
   reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
-  the leaf marks that order stale (None).
+  the leaf marks that order stale (None).  The leaves that have reclaimable
+  jobs (``_lending``) and, per leaf, its preemptible charged jobs counted by
+  priority (``_ranks``) are kept too.
 * :meth:`QuotaUsage.set_node` keeps usage even when it is now above a lowered
   ``max``: that excess is *grandfathered* (``_over``).  It is accepted by
   :meth:`QuotaUsage.check_invariants` up to the usage at the time of the
@@ -110,6 +112,27 @@ class QuotaBlock:
         return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
 
 
+def min_block(
+    queue: str, floor: Mapping[str, int], guaranteed: Mapping[str, int], request: Resources
+) -> QuotaBlock:
+    """Why a non-preemptible ``request`` does not fit ``queue``'s ``min`` (``floor``)
+    with ``guaranteed`` in use: the first resource of the ``min`` it would exceed
+    (the request's first resource if the queue has no ``min``).  The block
+    :meth:`QuotaUsage.classify` returns for such a job."""
+    over = next(
+        (r for r, cap in floor.items() if guaranteed.get(r, 0) + request.get(r, 0) > cap), None
+    )
+    r = over if over is not None else next(iter(request), MAX_JOBS)
+    return QuotaBlock(
+        node=queue,
+        resource=r,
+        used=guaranteed.get(r, 0),
+        request=request.get(r, 0),
+        limit=floor.get(r, 0),
+        kind=NON_PREEMPTIBLE_MIN,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class MinFit:
     """How a request compares with its leaf queue's ``min``.
@@ -183,6 +206,8 @@ class QuotaUsage(QuotaStructure):
     _leaf_jobs: list[dict[str, Admitted]]
     _leaf_borrowed: list[dict[str, Admitted]]  # reclaimable: borrowed, preemptible
     _borrowed_order: list[list[Admitted] | None]  # the same, cheapest first; None = stale
+    _lending: dict[int, None]  # the leaves with reclaimable jobs (order: none; sort to use)
+    _ranks: list[dict[int, int]]  # per leaf: priority -> its preemptible, charged jobs
 
     # Construction -------------------------------------------------------------
     def _init_usage(self) -> None:
@@ -198,6 +223,8 @@ class QuotaUsage(QuotaStructure):
         self._leaf_jobs = [{} for _ in range(n)]
         self._leaf_borrowed = [{} for _ in range(n)]
         self._borrowed_order = [None] * n
+        self._lending = {}
+        self._ranks = [{} for _ in range(n)]
 
     def _copy_usage_to(self, other: QuotaUsage) -> None:
         """Give ``other`` a deep copy of this usage (the records themselves are shared)."""
@@ -211,17 +238,33 @@ class QuotaUsage(QuotaStructure):
         other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
         other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
         other._borrowed_order = [None] * len(self._leaf_borrowed)
+        other._lending = dict(self._lending)
+        other._ranks = [dict(d) for d in self._ranks]
 
     # Usage --------------------------------------------------------------------
     def used(self, name: str) -> Resources:
         """Everything charged at or below the node (all modes)."""
         return Resources(self._used[self._node(name)])
 
+    def used_of(self, name: str, resource: str) -> int:
+        """``used(name)[resource]`` without building the vector (hot paths)."""
+        return self._used[self._node(name)].get(resource, 0)
+
+    def guaranteed_of(self, name: str, resource: str) -> int:
+        """``guaranteed_used(name)[resource]`` without building the vector (hot paths)."""
+        return self._guar[self._node(name)].get(resource, 0)
+
     def guaranteed_used(self, name: str) -> Resources:
         return Resources(self._guar[self._node(name)])
 
     def borrowed_used(self, name: str) -> Resources:
         return Resources(self._borr[self._node(name)])
+
+    def guarantee_of(self, queue: str) -> tuple[Mapping[str, int], dict[str, int]]:
+        """The leaf's ``min`` and a copy of its guaranteed usage now (for
+        :func:`min_block` later, when the usage may have moved on)."""
+        leaf = self._leaf(queue)
+        return self._min_d[leaf], dict(self._guar[leaf])
 
     def admitted_count(self, name: str) -> int:
         """How many admitted jobs (any mode) are charged at or below the node."""
@@ -240,14 +283,11 @@ class QuotaUsage(QuotaStructure):
     def lowest_preemptible_priority(self, queue: str) -> int | None:
         """The lowest priority among the queue's preemptible, charged jobs (None if none).
 
-        A job of this queue can preempt inside its queue only above it.
+        A job of this queue can preempt inside its queue only above it.  Read
+        from the leaf's count of such jobs per priority (a few priorities, not
+        every job).
         """
-        priorities = [
-            rec.priority
-            for rec in self._leaf_jobs[self._leaf(queue)].values()
-            if rec.preemptible and rec.priority >= 0
-        ]
-        return min(priorities, default=None)
+        return min(self._ranks[self._leaf(queue)], default=None)
 
     # Admission ----------------------------------------------------------------
     def _fits_min(self, leaf: int, request: Resources) -> MinFit:
@@ -286,6 +326,17 @@ class QuotaUsage(QuotaStructure):
                     )
         return None
 
+    def stops_rigid(self, queue: str, request: Resources) -> bool:
+        """Whether :meth:`classify` says a non-preemptible, non-opportunistic
+        ``request`` does not fit the queue's ``min`` (a ``NON_PREEMPTIBLE_MIN``
+        block), without building the block."""
+        leaf = self._leaf(queue)
+        if self._cut:
+            for n in self._paths[leaf]:
+                if n in self._cut and self.over_limit(n) is not None:
+                    return False
+        return not self._fits_min(leaf, request).fits
+
     def classify(
         self, queue: str, request: Resources, *, priority: int, preemptible: bool
     ) -> Mode | QuotaBlock:
@@ -311,15 +362,7 @@ class QuotaUsage(QuotaStructure):
         elif preemptible:
             mode = Mode.BORROWED
         else:
-            r = fit.over if fit.over is not None else next(iter(request), MAX_JOBS)
-            return QuotaBlock(
-                node=self._names[leaf],
-                resource=r,
-                used=self._guar[leaf].get(r, 0),
-                request=request.get(r, 0),
-                limit=self._min_d[leaf].get(r, 0),
-                kind=NON_PREEMPTIBLE_MIN,
-            )
+            return min_block(self._names[leaf], self._min_d[leaf], self._guar[leaf], request)
         block = self._max_block(path, request)
         return mode if block is None else block
 
@@ -333,16 +376,30 @@ class QuotaUsage(QuotaStructure):
         self._charge(rec, 1)
         self._jobs[key] = rec
         self._leaf_jobs[leaf][key] = rec
+        if rec.preemptible and rec.priority >= 0:
+            ranks = self._ranks[leaf]
+            ranks[rec.priority] = ranks.get(rec.priority, 0) + 1
         if _reclaimable(rec):
             self._leaf_borrowed[leaf][key] = rec
             self._borrowed_order[leaf] = None
+            self._lending[leaf] = None
 
     def release(self, key: str) -> Charge:
         """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
         rec = self._jobs.pop(key)
         del self._leaf_jobs[rec.leaf][key]
-        if self._leaf_borrowed[rec.leaf].pop(key, None) is not None:
+        if rec.preemptible and rec.priority >= 0:
+            ranks = self._ranks[rec.leaf]
+            left = ranks[rec.priority] - 1
+            if left:
+                ranks[rec.priority] = left
+            else:
+                del ranks[rec.priority]
+        lent = self._leaf_borrowed[rec.leaf]
+        if lent.pop(key, None) is not None:
             self._borrowed_order[rec.leaf] = None
+            if not lent:
+                del self._lending[rec.leaf]
         self._charge(rec, -1)
         return rec.charge
 
@@ -465,6 +522,23 @@ class QuotaUsage(QuotaStructure):
                         f"{self._names[leaf_index]}: stale reclaim order: "
                         f"kept {kept_order}, recount {order}"
                     )
+        for leaf_index, recs in enumerate(self._leaf_jobs):
+            ranks: dict[int, int] = {}
+            for rec in recs.values():
+                if rec.preemptible and rec.priority >= 0:
+                    ranks[rec.priority] = ranks.get(rec.priority, 0) + 1
+            if ranks != self._ranks[leaf_index]:
+                raise InvariantError(
+                    f"{self._names[leaf_index]}: stale count of preemptible jobs by "
+                    f"priority: kept {self._ranks[leaf_index]}, recount {ranks}"
+                )
+        lending = [i for i, recs in enumerate(self._leaf_borrowed) if recs]
+        if sorted(self._lending) != lending:
+            raise InvariantError(
+                f"stale index of leaves with reclaimable jobs: kept "
+                f"{sorted(self._names[i] for i in self._lending)}, "
+                f"recount {sorted(self._names[i] for i in lending)}"
+            )
         for m in range(n):
             for what, kept, recount in (
                 ("used", self._used[m], used[m]),

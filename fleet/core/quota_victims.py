@@ -25,9 +25,13 @@ Theory of operation:
   each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
   borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
   jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
-  keyed lazily by their best remaining job.
+  keyed lazily by their best remaining job.  The heap starts with only the
+  leaves that could give something (:func:`_able_leaves`: from the tree's
+  index of leaves with reclaimable jobs, those whose chain is above its
+  ``min``), not every leaf under the blocking node.
 * The queue search takes the queue's own preemptible jobs below the request's
-  priority, lowest priority then newest.
+  priority, lowest priority then newest (none at once when the leaf's count
+  of preemptible jobs by priority has none below it).
 
 These are functions rather than methods so that the tree's classes hold only
 its state and accounting; they read the tree's counters and indexes directly
@@ -117,7 +121,12 @@ def _sorted_borrowed(tree: QuotaUsage, leaf: int) -> list[Admitted]:
 
 
 def reclaim_victims(
-    tree: QuotaUsage, queue: str, request: Resources, now: float | None = None
+    tree: QuotaUsage,
+    queue: str,
+    request: Resources,
+    now: float | None = None,
+    *,
+    bounded: bool = True,
 ) -> list[str] | None:
     """Borrowed jobs of other queues to preempt so a guaranteed ``request`` fits.
 
@@ -128,7 +137,10 @@ def reclaim_victims(
     priority, then the queue borrowing most of the blocking resource
     (recomputed after each pick), then newest.  With ``now``, jobs that have
     run for less than their queue's ``reclaimMinRuntime`` are not taken.  A
-    pure query.
+    pure query.  ``bounded`` (the default) seeds the search only with the
+    leaves that could give something (:func:`_able_leaves`); off, with every
+    leaf under the blocking node that has reclaimable jobs (the same answer,
+    the reference the bounded walk is checked against).
     """
     leaf = tree._leaf(queue)
     if not tree._fits_min(leaf, request).fits:
@@ -174,9 +186,11 @@ def reclaim_victims(
     chains: dict[int, tuple[int, ...]] = {}
     orders: dict[int, list[Admitted]] = {}
     pos: dict[int, int] = {}
-    for other in tree._leaves_under[top]:
-        if other == leaf or not tree._leaf_borrowed[other]:
-            continue
+    if bounded:
+        seeds = _able_leaves(tree, top, leaf, path, deficits, removed)
+    else:
+        seeds = [o for o in tree._leaves_under[top] if o != leaf and tree._leaf_borrowed[o]]
+    for other in seeds:
         ordered = tree._borrowed_order[other]
         if ordered is None:
             ordered = _sorted_borrowed(tree, other)
@@ -232,6 +246,74 @@ def reclaim_victims(
         if pos[other] < len(recs):
             heapq.heappush(heap, (lower_key(other, blocking), other))
     return _prune(tree, path, request, picked)
+
+
+def _able_leaves(
+    tree: QuotaUsage,
+    top: int,
+    leaf: int,
+    path: tuple[int, ...],
+    deficits: list[tuple[int, str]],
+    removed: dict[int, dict[str, int]],
+) -> list[int]:
+    """The leaves under ``top`` whose jobs :func:`_givable` may let go now, in tree order.
+
+    Only leaves with reclaimable jobs are looked at (the tree's ``_lending``
+    index, not every leaf under ``top``), and of those only the ones whose
+    chain (from the leaf up to the reclaimer's ``path``) is above its own
+    ``min`` in a resource of a deficit at or above where the chain meets the
+    path: what :func:`_givable` asks when the search gets to the leaf.  A
+    chain node's answer is worked out once per search, for all the leaves
+    under it.  Usage and deficits only shrink during one search, so a leaf
+    left out here could never give anything later in it: the answer is the
+    one a search seeded with every leaf under ``top`` gives.
+    """
+    paths, used, mins = tree._paths, tree._used, tree._min_d
+    # A path node (up to ``top``) -> the resources of the deficits at or above it.
+    able: dict[int, tuple[str, ...]] = {}
+    for m in path:
+        able[m] = tuple(dict.fromkeys(r for n, r in deficits if n in paths[m]))
+        if m == top:
+            break
+    # Off-path nodes get, once, the resources their chain is above min in;
+    # the path nodes above ``top`` are left out (their subtrees are not under it).
+    for m in path[path.index(top) + 1 :]:
+        able[m] = ()
+
+    def above(node: int, rs: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of ``rs`` that ``node`` uses more of than its ``min``."""
+        here = used[node]
+        gone = removed.get(node)
+        floor = mins[node]
+        return tuple(
+            r for r in rs if here.get(r, 0) - (gone.get(r, 0) if gone else 0) > floor.get(r, 0)
+        )
+
+    out: list[int] = []
+    for other in sorted(tree._lending):
+        if other == leaf:
+            continue
+        chain = paths[other]
+        rs = able.get(chain[1])  # the parent's, most often known already
+        if rs is None:
+            climb: list[int] = []
+            for node in chain[1:]:
+                if node in able:
+                    break
+                climb.append(node)
+            rs = able[node]
+            for node in reversed(climb):
+                rs = able[node] = above(node, rs) if rs else ()
+        if not rs:
+            continue
+        here = used[other]
+        gone = removed.get(other)
+        floor = mins[other]
+        for r in rs:
+            if here.get(r, 0) - (gone.get(r, 0) if gone else 0) > floor.get(r, 0):
+                out.append(other)
+                break
+    return out
 
 
 def _over_limit_picks(
@@ -306,6 +388,8 @@ def queue_victims(
     deficits = _deficits(tree, path, request, removed)
     if not deficits:
         return []
+    if min(tree._ranks[leaf], default=priority) >= priority:
+        return None  # no preemptible job of the queue below ``priority`` (the leaf's count)
     candidates = sorted(
         (
             rec

@@ -34,6 +34,7 @@ from fleet.core.jobs import Job, Mode, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources
 from fleet.core.waiting import IdleKey, WaitBook, idle_key
 
 
@@ -102,6 +103,12 @@ class QueueState:
     them are not preemptible (``rigid``), so that the cycle can tell in a
     few lookups whether a full ``max`` stops a whole tail of the queue.
 
+    Its non-preemptible, non-opportunistic jobs (*rigid*: they start only
+    within the queue's ``min``) are also kept in queue order, all together
+    (``rigid_jobs``) and grouped by their smallest start's request
+    (``rigid_groups``), so that the cycle can tell in a few bisections how far
+    a run of them that the ``min`` stops goes (:func:`fleet.core.cycle.rigid_run`).
+
     Its opportunistic jobs are also kept grouped by their placement question
     (``idle``: :func:`idle_key` -> the jobs in queue order), so that the
     cycle's last pass can leave out, without looking at them, every job whose
@@ -113,6 +120,8 @@ class QueueState:
     pending: list[Job] = field(default_factory=list)
     needs: dict[str, dict[int, int]] = field(default_factory=dict)
     rigid: int = 0
+    rigid_jobs: list[Job] = field(default_factory=list)
+    rigid_groups: dict[Resources, list[Job]] = field(default_factory=dict)
     idle: dict[IdleKey | None, list[Job]] = field(default_factory=dict)
     #: opportunistic job key -> when it was queued here: jobs of equal
     #: priority and submission keep the pending list's order across groups
@@ -163,10 +172,36 @@ class QueueState:
                 del counts[amount]
         if not job.preemptible:
             self.rigid += sign
+            group = self.rigid_groups.get(job.gang_request)
+            if group is None:
+                group = self.rigid_groups[job.gang_request] = []
+            for jobs in (self.rigid_jobs, group):
+                if sign > 0:
+                    bisect.insort(jobs, job, key=sort_key)
+                else:
+                    _remove_job(jobs, job)
+            if not group:
+                del self.rigid_groups[job.gang_request]
+
+    def rigid_rank(self, job: Job) -> int:
+        """The position of the rigid ``job`` in ``rigid_jobs``."""
+        jobs = self.rigid_jobs
+        i = bisect.bisect_left(jobs, sort_key(job), key=sort_key)
+        while jobs[i] is not job:
+            i += 1
+        return i
 
     def split(self) -> int:
         """The position of the first opportunistic job (they sort last)."""
         return bisect.bisect_left(self.pending, 1, key=_opportunistic)
+
+
+def _remove_job(jobs: list[Job], job: Job) -> None:
+    """Take ``job`` out of ``jobs`` (sorted in queue order)."""
+    i = bisect.bisect_left(jobs, sort_key(job), key=sort_key)
+    while jobs[i] is not job and jobs[i].key != job.key:
+        i += 1
+    del jobs[i]
 
 
 def _opportunistic(job: Job) -> int:
@@ -406,6 +441,14 @@ class SchedulerState:
                 (recount.needs, recount.rigid)
                 == ({r: c for r, c in q.needs.items() if c}, q.rigid),
                 f"queue {q.name}: tail counters differ from a recount",
+            )
+            rigid = [j for j in q.pending if not j.preemptible and not j.opportunistic]
+            require(
+                all(a is b for a, b in zip(q.rigid_jobs, rigid, strict=False))
+                and len(q.rigid_jobs) == len(rigid)
+                and {k: [j.key for j in g] for k, g in q.rigid_groups.items()}
+                == {k: [j.key for j in g] for k, g in recount.rigid_groups.items()},
+                f"queue {q.name}: rigid jobs differ from its pending jobs (or their order)",
             )
             groups: dict[IdleKey | None, list[str]] = {}
             for job in q.pending:

@@ -10,6 +10,12 @@ block and its own request when somebody asks, so parking a tail of any
 length costs the same.  A job queued after the book was written (a new
 submission, a requeued job) has no reason until the next cycle, as before.
 
+A run of non-preemptible jobs that their queue's ``min`` stops
+(:func:`fleet.core.cycle.park_rigid_run`) is parked as one
+:class:`ParkedRun`: the range of queue order it covers, the ``min`` and the
+guaranteed usage of that moment; each job's text is worded from them and
+its own request when read, as the quota tree words it.
+
 Opportunistic jobs are parked by their placement question (:func:`idle_key`):
 when the cycle's last pass begins it asks each distinct question once, and a
 question no cluster can answer is written down once, with its reason, for
@@ -24,10 +30,12 @@ group reports none); the book answers for every pending job
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from fleet.core.jobs import Job, sort_key
-from fleet.core.quota import QuotaBlock
+from fleet.core.quota import QuotaBlock, min_block
+from fleet.core.resources import Resources
 
 #: What an opportunistic job asks every cluster when it is tried: its replica
 #: groups, how many pods it starts with, GPU type, pinned cell, allowed clusters.
@@ -55,12 +63,55 @@ class ParkedTail:
     queue: str
     after: tuple[int, int]
     block: QuotaBlock
+    #: request -> its text, worded once per distinct request
+    texts: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, job: Job) -> bool:
         return not job.opportunistic and sort_key(job) > self.after
 
     def reason_for(self, job: Job) -> str:
-        return replace(self.block, request=job.gang_request[self.block.resource]).reason
+        need = job.gang_request[self.block.resource]
+        text = self.texts.get(need)
+        if text is None:
+            text = self.texts[need] = replace(self.block, request=need).reason
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedRun:
+    """The non-preemptible jobs of ``queue`` sorted in ``[first, stop)`` (``stop``
+    None: to the end) wait because they do not fit the queue's ``min``.
+
+    ``floor`` is that ``min`` and ``guaranteed`` the queue's guaranteed usage
+    when the run was parked; a job's text is worded from them and its own
+    start's request when it is read, as :meth:`~fleet.core.quota.QuotaTree.classify`
+    words it (:func:`~fleet.core.quota.min_block`).
+    """
+
+    queue: str
+    first: tuple[int, int]
+    stop: tuple[int, int] | None
+    floor: Mapping[str, int]
+    guaranteed: dict[str, int]
+    #: request -> its text, worded once per distinct request
+    texts: dict[Resources, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def holds(self, job: Job) -> bool:
+        key = sort_key(job)
+        return (
+            not job.preemptible
+            and not job.opportunistic
+            and self.first <= key
+            and (self.stop is None or key < self.stop)
+        )
+
+    def reason_for(self, job: Job) -> str:
+        request = job.request_of(job.pods[: job.start_size])
+        text = self.texts.get(request)
+        if text is None:
+            block = min_block(self.queue, self.floor, self.guaranteed, request)
+            text = self.texts[request] = block.reason
+        return text
 
 
 @dataclass(slots=True)
@@ -71,6 +122,8 @@ class WaitBook:
     single: dict[str, str] = field(default_factory=dict)
     #: queue -> its parked tail
     tails: dict[str, ParkedTail] = field(default_factory=dict)
+    #: queue -> its parked runs of non-preemptible jobs over its ``min``
+    runs: dict[str, list[ParkedRun]] = field(default_factory=dict)
     #: idle key -> why no cluster takes its jobs (opportunistic jobs parked by question)
     idle: dict[IdleKey, str] = field(default_factory=dict)
     #: the queues whose opportunistic jobs ``idle`` answers for
@@ -89,7 +142,16 @@ class WaitBook:
         tail = self.tails.get(job.queue)
         if tail is not None and tail.holds(job):
             return tail.reason_for(job)
+        run = self._run_of(job)
+        if run is not None:
+            return run.reason_for(job)
         return self._idle_reason(job)
+
+    def _run_of(self, job: Job) -> ParkedRun | None:
+        for run in self.runs.get(job.queue, ()):
+            if run.holds(job):
+                return run
+        return None
 
     def _idle_reason(self, job: Job) -> str:
         if not self.idle or not job.opportunistic or job.queue not in self.idle_queues:
@@ -101,5 +163,9 @@ class WaitBook:
         """``job`` was (re)queued after this book was written: no reason yet."""
         self.single.pop(job.key, None)
         tail = self.tails.get(job.queue)
-        if (tail is not None and tail.holds(job)) or self._idle_reason(job):
-            self.fresh.add(job.key)  # only where a parked tail or group would claim it
+        if (
+            (tail is not None and tail.holds(job))
+            or self._run_of(job) is not None
+            or self._idle_reason(job)
+        ):
+            self.fresh.add(job.key)  # only where a parked tail, run or group would claim it

@@ -156,6 +156,8 @@ class ParkingMachine(RuleBasedStateMachine):
         pending = self.parked.pending()
         parked = sum(1 for j in pending if j.key not in self.parked.waiting.single)
         event("parked jobs" if parked else "no parked job")
+        runs = any(self.parked.waiting.runs.values())
+        event("parked run of non-preemptible jobs" if runs else "no parked run")
         event(f"{len(pending) // 5 * 5}+ pending")
         assert [j.key for j in pending] == [j.key for j in self.states["scan"].pending()]
         for job in pending:

@@ -22,7 +22,13 @@ from hypothesis.stateful import (
 
 from fleet.core.charges import Charge
 from fleet.core.jobs import Mode
-from fleet.core.quota import QuotaBlock, QuotaNodeSpec, QuotaTree
+from fleet.core.quota import (
+    NON_PREEMPTIBLE_MIN,
+    QuotaBlock,
+    QuotaNodeSpec,
+    QuotaTree,
+    min_block,
+)
 from fleet.core.resources import GPU, MAX_JOBS, Resources
 from tests.core.quota_factories import with_paths
 
@@ -130,6 +136,13 @@ class QuotaMachine(RuleBasedStateMachine):
     def _admit(self, queue: str, request: Resources, priority: int, preemptible: bool) -> bool:
         verdict = self.t.classify(queue, request, priority=priority, preemptible=preemptible)
         event(f"classify: {verdict if isinstance(verdict, Mode) else verdict.kind}")
+        if priority >= 0 and not preemptible:
+            # The cycle's parked runs ask this instead of building the block.
+            stopped = isinstance(verdict, QuotaBlock) and verdict.kind == NON_PREEMPTIBLE_MIN
+            assert self.t.stops_rigid(queue, request) == stopped
+            if stopped:
+                floor, guaranteed = self.t.guarantee_of(queue)
+                assert min_block(queue, floor, guaranteed, request) == verdict
         if isinstance(verdict, QuotaBlock):
             if verdict.kind == "max":
                 assert verdict.used + verdict.request > verdict.limit, verdict
@@ -337,3 +350,38 @@ def test_reclaim_takes_only_borrowed_jobs_of_other_queues_and_makes_room(
     assert trial.classify(queue, request, priority=0, preemptible=True) is Mode.GUARANTEED
     t.check_invariants()
     trial.check_invariants()
+
+
+@SETTINGS
+@given(spec=trees(), data=st.data())
+def test_bounded_reclaim_search_answers_as_the_search_over_every_leaf(
+    spec: QuotaNodeSpec, data: st.DataObject
+) -> None:
+    """The reclaim search seeded only with leaves that could give (subtrees at or
+    below their min left out) picks the same victims, in the same order, as
+    the search seeded with every leaf under the blocking node."""
+    t = QuotaTree.build(spec)
+    leaves = t.leaves()
+    for i in range(data.draw(st.integers(0, 60))):
+        queue = data.draw(st.sampled_from(leaves))
+        request = data.draw(requests)
+        priority = data.draw(priorities)
+        preemptible = data.draw(st.booleans())
+        verdict = t.classify(queue, request, priority=priority, preemptible=preemptible)
+        if isinstance(verdict, Mode):
+            t.admit(Charge(f"j{i}", f"j{i}", queue, priority, i, preemptible, verdict, request))
+        if i % 7 == 6 and t.jobs_of(queue):
+            t.release(t.jobs_of(queue)[0])  # guaranteed usage drops under borrowed work
+    for queue in leaves:
+        floor = t.min_of(queue)
+        request = Resources(
+            {
+                "cpu": data.draw(st.integers(0, max(floor["cpu"], 1))),
+                GPU: data.draw(st.integers(0, max(floor[GPU], 1))),
+                MAX_JOBS: 1,
+            }
+        )
+        bounded = t.reclaim_victims(queue, request)
+        reference = t.reclaim_victims(queue, request, bounded=False)
+        event(f"reclaim: {'none' if bounded is None else len(bounded)} victims")
+        assert bounded == reference
