@@ -13,9 +13,9 @@ Sessions never expire their objects on commit, and are closed directly (an
 ``AsyncSession`` used as a context manager closes itself in a task of its
 own: three turns of the event loop per transaction; here the transaction has
 ended and given its connection back before the close).  A
-:meth:`Database.fenced` copy shares the engines and runs a fencing statement first in every write
-transaction (the scheduler's leader, :mod:`fleet.leadership`); the plain
-database runs none.
+:meth:`Database.fenced` copy shares the engines and runs a fencing statement
+first in every write transaction (the scheduler's leader,
+:mod:`fleet.leadership`); the plain database runs none.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def _sqlite_engine(
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Connection) -> None:
-        # On the driver's cursor: a statement through the Connection costs
-        # more than the transaction's other statements (events, a result).
+        # On the driver's cursor: through the Connection, BEGIN would cost what a
+        # statement does (events, a result object), about 20 µs a transaction.
         cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(begin)

@@ -251,6 +251,32 @@ async def test_the_estimator_refreshes_only_after_the_live_state_changed() -> No
         await estimator.stop()
 
 
+async def test_after_a_long_forecast_the_next_waits_until_forecasts_take_a_tenth() -> None:
+    clock = VirtualClock(T0)
+    calls: list[float] = []
+
+    async def slow(db: Any, tree: str, clusters: str, now: float) -> forecast.Forecast:
+        calls.append(now)
+        await clock.sleep(10)  # each forecast takes 10 s of the service's time
+        return forecast.Forecast(now, 3600.0)
+
+    estimator = forecast.Estimator(
+        db=None,  # type: ignore[arg-type]  # the fake forecast does not read it
+        clock=clock,
+        documents=lambda: ("tree", "clusters"),
+        interval=30.0,
+        run=slow,  # no change marker: every turn refreshes
+    )
+    estimator.start()
+    try:
+        await clock.advance(0)
+        await clock.advance(200)
+        # 10 s forecasting, then 90 s waiting (not the 30 s interval): 10 % of the time
+        assert calls == [T0, T0 + 100, T0 + 200]
+    finally:
+        await estimator.stop()
+
+
 def test_describe_job_prints_the_estimated_start_and_its_assumptions(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
