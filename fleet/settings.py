@@ -106,6 +106,11 @@ class Settings(BaseSettings):
         description="Seconds between two refreshes of the pending jobs' estimated start "
         "times (a forecast by the simulator; only when something changed); 0 turns it off.",
     )
+    estimate_process: bool = Field(
+        True,
+        description="Run the forecasts behind estimated start times in a process of their "
+        "own, so that they do not slow the API and the scheduler; false: in a thread.",
+    )
 
     leader_lease_seconds: float = Field(
         15.0,

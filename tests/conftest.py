@@ -22,6 +22,7 @@ once on SQLite and once on PostgreSQL, each time with a fresh empty database.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +48,11 @@ _FAILED = pytest.StashKey[bool]()
 
 #: Classes whose every instance is recorded when ``__init__`` returns.
 CHECKED_CLASSES: tuple[type[Any], ...] = (SchedulerState, CapacityPlacer, CellPlacer)
+
+# Start-time forecasts run in a thread of each test's service: a process of their
+# own (the default) would start one more interpreter per service the tests run.
+# tests/sim/test_forecast.py runs them in that process too.
+os.environ.setdefault("FLEET_ESTIMATE_PROCESS", "false")
 
 
 class Checkable(Protocol):

@@ -27,6 +27,7 @@ from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
 from fleet.sim import forecast
+from fleet.sim.worker import ForecastWorker
 from fleet.store.database import unavailable
 from fleet.telemetry import Telemetry
 from fleet.ui import app as ui
@@ -88,12 +89,14 @@ def create_app(
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
         app[keys.AUDIT] = audit = AuditLog(svc.db)
+        worker = ForecastWorker() if settings.estimate_process else None
         estimator = forecast.Estimator(
             svc.db,
             svc.clock,
             lambda: (svc.tree_document, service.clusters_document(svc)),
             interval=settings.estimate_interval,
             changed=lambda: (svc.loop.view.queues, svc.loop.view.pending),
+            worker=worker,
         )
         app[keys.ESTIMATOR] = estimator
 
@@ -112,6 +115,8 @@ def create_app(
             yield
         finally:
             await estimator.stop()
+            if worker is not None:
+                worker.close()
             await audit.close()
             await service.stop(svc)
             telemetry.shutdown()

@@ -308,6 +308,7 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
             service.clusters_document(svc),
             svc.clock.now(),
             horizon=float(horizon),
+            worker=request.app[keys.ESTIMATOR].worker,
         )
     except forecast.UnknownQueues as e:
         raise ProblemError(invalid([field_error(str(e), path="spec.root")])) from None

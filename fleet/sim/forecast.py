@@ -15,7 +15,8 @@ job runs in the simulated members for what it is expected to take:
 
 No new submission is assumed.  The replay runs on a virtual clock from the
 store's present time, in a worker thread with an event loop of its own (the
-service's loop keeps serving), until every waiting job has started, or the
+service's loop keeps serving; in the service, in a process of its own:
+:mod:`fleet.sim.worker`), until every waiting job has started, or the
 ``horizon`` of virtual time or the ``wall_limit`` of real time is reached,
 and at most ``max_jobs`` waiting jobs (the first in order) are considered;
 a job that does not start within those bounds gets no estimate.  Each
@@ -48,7 +49,8 @@ from fleet.clock import Clock
 from fleet.clusters.sim import DURATION_ANNOTATION, parse_duration
 from fleet.sim import engine
 from fleet.sim.engine import EXPECTED_ANNOTATION
-from fleet.store.database import Database
+from fleet.sim.worker import ForecastWorker, reachable_from_another_process
+from fleet.store.database import Database, open_database
 from fleet.store.models import JobEventRow, JobRow
 
 log = logging.getLogger("fleet.sim.forecast")
@@ -250,8 +252,24 @@ async def forecast(
     horizon: float = HORIZON,
     max_jobs: int = MAX_JOBS,
     wall_limit: float | None = WALL_LIMIT,
+    worker: ForecastWorker | None = None,
 ) -> Forecast:
-    """Run the simulator forward from the jobs in ``db`` (see the module docstring)."""
+    """Run the simulator forward from the jobs in ``db`` (see the module docstring).
+
+    With a ``worker`` the whole forecast runs in the worker's process
+    (:mod:`fleet.sim.worker`), which reads ``db`` by its URL.
+    """
+    if worker is not None and reachable_from_another_process(db.url):
+        return await worker.call(
+            _forecast_by_url,
+            db.url,
+            tree_document,
+            clusters_document,
+            now,
+            horizon,
+            max_jobs,
+            wall_limit,
+        )
     async with db.read() as session:
         waiting = list(
             await session.execute(
@@ -312,6 +330,35 @@ async def forecast(
     return Forecast(now, horizon, estimates, preempted, summary)
 
 
+def _forecast_by_url(
+    url: str,
+    tree_document: str,
+    clusters_document: str,
+    now: float,
+    horizon: float,
+    max_jobs: int,
+    wall_limit: float | None,
+) -> Forecast:
+    """:func:`forecast` of the database at ``url``, on an event loop of its own (in a worker)."""
+
+    async def run() -> Forecast:
+        db = await open_database(url, migrate=False)
+        try:
+            return await forecast(
+                db,
+                tree_document,
+                clusters_document,
+                now,
+                horizon=horizon,
+                max_jobs=max_jobs,
+                wall_limit=wall_limit,
+            )
+        finally:
+            await db.close()
+
+    return asyncio.run(run())
+
+
 Documents = Callable[[], tuple[str, str]]
 
 
@@ -327,6 +374,7 @@ class Estimator:
         interval: float,
         changed: Callable[[], object] | None = None,
         run: Callable[..., Awaitable[Forecast]] = forecast,
+        worker: ForecastWorker | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -336,12 +384,15 @@ class Estimator:
         self.changed = changed
         self.latest: Forecast | None = None
         self._run = run
+        #: where forecasts run (None: in a thread of this process)
+        self.worker = worker
         self._seen: object = object()
         self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> Forecast:
         tree, clusters = self.documents()
-        self.latest = await self._run(self.db, tree, clusters, self.clock.now())
+        kw = {} if self.worker is None else {"worker": self.worker}
+        self.latest = await self._run(self.db, tree, clusters, self.clock.now(), **kw)
         return self.latest
 
     async def _loop(self) -> None:
@@ -358,8 +409,8 @@ class Estimator:
                 except Exception:  # an estimate is a convenience; never stop the service
                     log.exception("could not estimate start times; trying again later")
                 took = self.clock.now() - started
-            # A forecast shares the process (and its GIL) with the API and the loop:
-            # a long one (many running jobs) makes the next one wait longer.
+            # A forecast shares the machine (in a thread: the process and its GIL)
+            # with the API and the loop: a long one makes the next one wait longer.
             await self.clock.sleep(max(self.interval, took / SHARE - took))
 
     def start(self) -> None:
@@ -442,6 +493,7 @@ async def compare(
     *,
     horizon: float = 24 * 3600.0,
     wall_limit: float | None = WALL_LIMIT / 2,
+    worker: ForecastWorker | None = None,
 ) -> QuotaChange:
     """Forecast under the tree in force and under ``proposed_tree``, and compare.
 
@@ -463,7 +515,7 @@ async def compare(
             f"the proposed tree has no leaf for the queue of job(s) {shown}; "
             f"its leaves: {', '.join(proposed_leaves)}"
         )
-    kw: dict[str, Any] = {"horizon": horizon, "wall_limit": wall_limit}
+    kw: dict[str, Any] = {"horizon": horizon, "wall_limit": wall_limit, "worker": worker}
     before = await forecast(db, current_tree, clusters_document, now, **kw)
     after = await forecast(db, proposed_tree, clusters_document, now, **kw)
     queue_of: dict[str, str] = {}

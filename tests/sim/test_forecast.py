@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import os
+import signal
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from fleet.clock import VirtualClock
 from fleet.service import Service
 from fleet.settings import POLICIES
 from fleet.sim import forecast
+from fleet.sim.worker import ForecastWorker, reachable_from_another_process
 from fleet.store import jobs as job_rows
 from tests.service import helpers
 from tests.service.helpers import new_jobs, pytorchjob
@@ -128,8 +132,9 @@ async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
         await service.stop(svc)
 
 
+@pytest.mark.parametrize("estimate_process", [True, False], ids=["process", "thread"])
 async def test_the_api_shows_estimated_starts_with_their_assumptions(
-    aiohttp_client: Any, database_url: str
+    aiohttp_client: Any, database_url: str, estimate_process: bool
 ) -> None:
     clock = VirtualClock(T0)
     settings = helpers.settings(
@@ -137,6 +142,7 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
         estimate_interval=0,  # refreshed by hand below
+        estimate_process=estimate_process,
     )
     client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
     svc = client.app[keys.SERVICE]
@@ -156,9 +162,19 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
     assert [p["estimatedStart"]["time"] for p in queue["pending"]] == [estimate["time"]]
     running = await (await client.get("/api/v1/jobs/lab/a")).json()
     assert running["state"] == "Running" and running["estimatedStart"] is None
+    worker = client.app[keys.ESTIMATOR].worker
+    assert (worker is not None) == estimate_process
+    if worker is not None:  # the forecast ran in a process of its own, stopped with the app
+        (pid,) = worker.pids()
+        assert pid != os.getpid()
+        await client.close()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
-async def dry_run_client(aiohttp_client: Any, database_url: str) -> Any:
+async def dry_run_client(
+    aiohttp_client: Any, database_url: str, estimate_process: bool = False
+) -> Any:
     """lab-1 with quota-two-vcs: vc1 (at most 1 GPU) runs vc1-0 and holds vc1-1 back."""
     clock = VirtualClock(T0)
     settings = helpers.settings(
@@ -166,6 +182,7 @@ async def dry_run_client(aiohttp_client: Any, database_url: str) -> Any:
         clusters=POLICIES / "clusters" / "lab-1.yaml",
         quota=POLICIES / "lab" / "quota-two-vcs.yaml",
         estimate_interval=0,
+        estimate_process=estimate_process,
     )
     client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
     text = "---\n".join(
@@ -177,10 +194,11 @@ async def dry_run_client(aiohttp_client: Any, database_url: str) -> Any:
     return client
 
 
+@pytest.mark.parametrize("estimate_process", [True, False], ids=["process", "thread"])
 async def test_a_dry_run_of_a_tree_that_lets_vc1_borrow_starts_its_job_sooner(
-    aiohttp_client: Any, database_url: str
+    aiohttp_client: Any, database_url: str, estimate_process: bool
 ) -> None:
-    client = await dry_run_client(aiohttp_client, database_url)
+    client = await dry_run_client(aiohttp_client, database_url, estimate_process)
     proposed = (POLICIES / "lab" / "quota-two-vcs-borrowing.yaml").read_text(encoding="utf-8")
     resp = await client.post("/api/v1/quota-tree?dryRun=Simulate", data=proposed, headers=YAML)
     assert resp.status == 200, await resp.text()
@@ -299,3 +317,68 @@ def test_describe_job_prints_the_estimated_start_and_its_assumptions(
         "Estimated start: 2026-01-01T01:00:00Z "
         "(assumes: runs 5m (fleet.io/expected-duration); no new submissions)"
     ) in lines
+
+
+async def test_a_forecast_in_the_worker_process_is_the_forecast_made_in_a_thread(
+    database_url: str,
+) -> None:
+    svc, clock = await start(database_url)
+    worker = ForecastWorker()
+    try:
+        await submit(svc, job("a", gpus=1, run="1h", expected="1h"))
+        await submit(svc, job("b", gpus=1, run="30m", expected="30m"))
+        await submit(svc, job("c", gpus=2, run="10m", expected="10m"))
+        await submit(svc, job("d", gpus=1, run="20m"))
+        await helpers.settle(svc.loop, clock)
+        tree = svc.tree_document
+        clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
+        here = await forecast.forecast(svc.db, tree, clusters, clock.now())
+        assert not worker.pids()  # started by the first forecast
+        there = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+        assert there == here
+        assert there.estimates["lab/d"].assumes == "runs 1h (no duration declared, no history)"
+        assert there.estimates["lab/c"].start is not None
+        (pid,) = worker.pids()
+        assert pid != os.getpid()
+        # The process is reused, and stopped with the worker.
+        assert await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker) == here
+        assert worker.pids() == [pid] and worker.started == 1
+        worker.close()
+        assert not worker.pids()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        worker.close()
+        await service.stop(svc)
+
+
+async def test_a_worker_process_that_died_is_replaced_by_the_next_forecast(
+    database_url: str,
+) -> None:
+    svc, clock = await start(database_url)
+    worker = ForecastWorker()
+    try:
+        await submit(svc, job("a", gpus=2, run="1h", expected="1h"))
+        await submit(svc, job("b", gpus=1, run="5m", expected="5m"))
+        await helpers.settle(svc.loop, clock)
+        tree = svc.tree_document
+        clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
+        first = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+        assert first.estimates["lab/b"].start == T0 + 3600
+        (pid,) = worker.pids()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(BrokenProcessPool):
+            await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+        again = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+        assert again == first
+        assert worker.started == 2 and worker.pids() != [pid]
+    finally:
+        worker.close()
+        await service.stop(svc)
+
+
+def test_only_a_database_another_process_can_open_is_forecast_in_the_worker() -> None:
+    assert reachable_from_another_process("sqlite+aiosqlite:///./fleet.db")
+    assert reachable_from_another_process("postgresql+asyncpg://u@h:5432/fleet")
+    assert not reachable_from_another_process("sqlite+aiosqlite://")
+    assert not reachable_from_another_process("sqlite+aiosqlite:///:memory:")
