@@ -12,7 +12,9 @@ so its samples cover scheduling cycles too.
 
 Printed figures, per database:
 * the CPU time ``fleet serve`` and the clients used during the submissions
-  (both run on this machine: what one uses, the other cannot);
+  (all run on this machine: what one uses, the others cannot), and that of
+  ``fleet serve``'s worker processes (submissions read, forecasts) and of
+  PostgreSQL's server processes;
 * submissions per second (N / wall time of the submission phase);
 * p50 and p99 latency of a submission;
 * p50 and p99 latency of ``GET /api/v1/queues`` while the load runs;
@@ -184,13 +186,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def postgres_server() -> Any:
-    """A throwaway PostgreSQL server; yields its SQLAlchemy URL."""
+    """A throwaway PostgreSQL server; yields its SQLAlchemy URL and its postmaster's pid."""
     directory = tempfile.mkdtemp(prefix="fleet-bench-pg.")
     url = subprocess.run(
         [str(PG_SCRIPT), "start", directory], check=True, capture_output=True, text=True
     ).stdout.strip()
+    pid_files = sorted(Path(directory).glob("**/postmaster.pid"))
+    postmaster = int(pid_files[0].read_text().split()[0]) if pid_files else None
     try:
-        yield url
+        yield url, postmaster
     finally:
         subprocess.run([str(PG_SCRIPT), "stop", directory], check=False, capture_output=True)
 
@@ -266,6 +270,31 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants_cpu(root: int | None) -> float:
+    """CPU time of the live processes below ``root`` (children, their children...); 0 for None.
+
+    A process that exited during the run is not counted (its time is its
+    parent's once waited for); the workers measured here live throughout.
+    """
+    if root is None:
+        return 0.0
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    below = {root}
+    grew = True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in below} - below
+        below |= found
+        grew = bool(found)
+    total = sum(cpu_seconds(pid) for pid in below - {root})
+    return total if total == total else 0.0  # NaN: one exited while read
+
+
 def percentile(samples: list[float], p: float) -> float:
     if not samples:
         return float("nan")
@@ -329,7 +358,9 @@ async def all_names(session: aiohttp.ClientSession, base: str) -> list[str]:
         url = base + f"/api/v1/jobs?limit=1000&continue={page['continue']}"
 
 
-async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
+async def run_one(
+    kind: str, database_url: str, work: Path, jobs: int, postmaster: int | None = None
+) -> None:
     names = [f"job-{n:06d}" for n in range(jobs)]
     async with fleet_serve(database_url, work, jobs) as (base, pid):
         connector = aiohttp.TCPConnector(limit=CLIENTS + 4)
@@ -340,11 +371,24 @@ async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
             bodies = [submission(name) for name in names]  # built before the clock starts
             poller = asyncio.create_task(poll_queues(session, base, stop, reads))
             started = time.perf_counter()
-            cpu_before = cpu_seconds(pid), cpu_seconds()
+            cpu_before = (
+                cpu_seconds(pid),
+                cpu_seconds(),
+                descendants_cpu(pid),
+                cpu_seconds(postmaster) if postmaster else 0.0,
+                descendants_cpu(postmaster),
+            )
             latencies, failures = await submit_all(session, base, bodies)
             submitted = time.perf_counter() - started
             server_cpu = cpu_seconds(pid) - cpu_before[0]
             client_cpu = cpu_seconds() - cpu_before[1]
+            workers_cpu = descendants_cpu(pid) - cpu_before[2]
+            database_cpu = (
+                (cpu_seconds(postmaster) if postmaster else 0.0)
+                + descendants_cpu(postmaster)
+                - cpu_before[3]
+                - cpu_before[4]
+            )
             reads_during_submissions = len(reads)
             while await queued_left(session, base):
                 await asyncio.sleep(0.2)
@@ -372,6 +416,15 @@ async def run_one(kind: str, database_url: str, work: Path, jobs: int) -> None:
         f"CPU meanwhile:      fleet serve {server_cpu:.1f} s "
         f"({server_cpu / jobs * 1e6:,.0f} us per submission, the loop's work included), "
         f"clients {client_cpu:.1f} s, over {submitted:.1f} s on {os.cpu_count()} cores"
+    )
+    print(
+        f"                    its worker processes (parsing, forecasts) {workers_cpu:.1f} s "
+        f"({workers_cpu / jobs * 1e6:,.0f} us per submission)"
+        + (
+            f"; PostgreSQL {database_cpu:.1f} s ({database_cpu / jobs * 1e6:,.0f} us)"
+            if postmaster
+            else ""
+        )
     )
     print(f"all admitted after: {admitted:.1f} s from the first submission")
     print(
@@ -402,8 +455,8 @@ async def main_async(args: argparse.Namespace) -> None:
             if kind == "sqlite":
                 await run_one(kind, f"sqlite+aiosqlite:///{work / 'fleet.db'}", work, args.jobs)
             else:
-                with postgres_server() as url:
-                    await run_one(kind, url, work, args.jobs)
+                with postgres_server() as (url, postmaster):
+                    await run_one(kind, url, work, args.jobs, postmaster)
 
 
 def main() -> None:

@@ -258,7 +258,7 @@ def server(args: argparse.Namespace) -> Iterator[str]:
     if args.database_url:
         yield args.database_url
         return
-    with postgres_server() as url:
+    with postgres_server() as (url, _postmaster):
         yield url
 
 

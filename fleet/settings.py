@@ -106,6 +106,14 @@ class Settings(BaseSettings):
         description="Seconds between two refreshes of the pending jobs' estimated start "
         "times (a forecast by the simulator; only when something changed); 0 turns it off.",
     )
+    parse_processes: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Processes that read and check submitted YAML beside the one that serves "
+        "(it then spends its time on the database, the scheduler and the responses); 0: "
+        "submissions are read in the serving process.",
+    )
     estimate_process: bool = Field(
         True,
         description="Run the forecasts behind estimated start times in a process of their "

@@ -22,6 +22,7 @@ from aiohttp import web
 from fleet import service
 from fleet.api import auth, keys, leader_proxy, live, metrics, routes
 from fleet.api.audit import AuditLog
+from fleet.api.parse_workers import ParseWorkers
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
@@ -85,6 +86,9 @@ def create_app(
             ", ".join(app[keys.TOKENS].names()) or "none",
         )
 
+    if settings.parse_processes > 0:  # started at the first submission
+        app[keys.PARSE_WORKERS] = ParseWorkers(settings.parse_processes)
+
     async def run_service(app: web.Application) -> AsyncIterator[None]:
         svc = await service.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
@@ -117,6 +121,8 @@ def create_app(
             await estimator.stop()
             if worker is not None:
                 worker.close()
+            if keys.PARSE_WORKERS in app:
+                app[keys.PARSE_WORKERS].close()
             await audit.close()
             await service.stop(svc)
             telemetry.shutdown()

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from fleet.api.audit import AuditLog
 from fleet.api.openapi import Route
+from fleet.api.parse_workers import ParseWorkers
 from fleet.api.tokens import Caller, TokenStore
 from fleet.service import Service
 from fleet.settings import Settings
@@ -24,3 +25,5 @@ CALLER_KEY: Final = web.RequestKey("caller", Caller)
 ESTIMATOR: Final = web.AppKey("estimator", Estimator)
 #: the audit log's writer (while the service runs)
 AUDIT: Final = web.AppKey("audit", AuditLog)
+#: where submissions are read (absent: in the serving process)
+PARSE_WORKERS: Final = web.AppKey("parse_workers", ParseWorkers)

@@ -75,9 +75,13 @@ async def submit_jobs(request: web.Request) -> web.Response:
         max_replicas=settings.max_replicas_per_job,
         max_string=settings.max_string_length,
     )
-    submitted = parse_submission(
-        body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
-    )
+    workers = request.app.get(keys.PARSE_WORKERS)
+    if workers is None:
+        submitted = parse_submission(
+            body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
+        )
+    else:
+        submitted = await workers.parse(body, tree=svc.tree, clusters=svc.clusters, limits=limits)
     auth.require_queues(request, [(s.job.key, s.job.queue) for s in submitted])
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     try:

@@ -1,0 +1,204 @@
+"""Submissions parsed in processes of their own, beside the one that serves.
+
+Theory of operation: reading a submission (YAML, the models, the checks
+against the quota tree and the clusters: :func:`~fleet.api.submissions.parse_submission`)
+is pure CPU work and the largest part of what a submission costs the
+serving process, which also runs the scheduler loop and answers every other
+request on one interpreter lock.  :class:`ParseWorkers` hands bodies to
+``processes`` worker processes instead (``spawn``: fresh interpreters,
+started at the first submission) and waits for their answers; the serving
+process keeps only the database writes and the response.
+
+* **Batches.** Bodies that arrive while the serving process is busy are sent
+  together, one task per event-loop turn, so a task's fixed cost (two pipe
+  writes, two thread hand-offs) is shared by every request in it.
+* **The same answer.** A worker runs the same :func:`parse_submission` with
+  the tree and clusters the service holds at that moment: they are pickled
+  once per change (the objects the service replaces when an administrator
+  changes them) and a worker that has an older pair asks for the new one.
+  A body is answered with its jobs or its problem, exactly as in the serving
+  process.
+* **A worker that dies** (killed, out of memory) fails no request: its batch
+  is parsed in the serving process, and the next batch starts a new worker.
+  Bodies over the size limit are refused in the serving process, unread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fleet.api.problems import Problem, ProblemError
+from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
+from fleet.core.quota import QuotaTree
+from fleet.manifests.models import MemberClusterModel
+from fleet.workers import WorkerProcesses
+
+log = logging.getLogger("fleet.api.parse_workers")
+
+#: Bodies sent to a worker in one task at most.
+BATCH: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """What submissions are checked against, pickled once per change."""
+
+    generation: int
+    pickled: bytes
+
+
+class _Stale:
+    """A worker's answer when it holds an older tree and clusters than the task's."""
+
+
+#: What a worker answers for one body: its jobs, or the problem to answer with.
+Answer = list[Submitted] | Problem
+
+# In a worker process: the tree and clusters of the latest generation it was sent.
+_held: dict[str, Any] = {"generation": -1, "tree": None, "clusters": None}
+
+
+def _parse_batch(
+    generation: int,
+    config: bytes | None,
+    bodies: Sequence[tuple[bytes, SubmissionLimits]],
+) -> list[Answer] | _Stale:
+    """In a worker: each body's answer, against the tree and clusters of ``generation``."""
+    if _held["generation"] != generation:
+        if config is None:
+            return _Stale()
+        _held["tree"], _held["clusters"] = pickle.loads(config)
+        _held["generation"] = generation
+    tree: QuotaTree = _held["tree"]
+    clusters: list[MemberClusterModel] = _held["clusters"]
+    answers: list[Answer] = []
+    for body, limits in bodies:
+        try:
+            answers.append(
+                parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
+            )
+        except ProblemError as e:  # pickled as its problem (the exception's args differ)
+            answers.append(e.problem)
+    return answers
+
+
+@dataclass(slots=True)
+class _Waiting:
+    body: bytes
+    limits: SubmissionLimits
+    tree: QuotaTree
+    clusters: list[MemberClusterModel]
+    answer: asyncio.Future[Answer]
+
+
+class ParseWorkers:
+    """Parses submissions in ``processes`` worker processes (see the module docstring)."""
+
+    def __init__(self, processes: int) -> None:
+        self.workers = WorkerProcesses(processes)
+        self._waiting: list[_Waiting] = []
+        self._flushing = False
+        self._sending: set[asyncio.Task[None]] = set()
+        self._generations = itertools.count()
+        self._config: tuple[QuotaTree, list[MemberClusterModel], _Config] | None = None
+        #: tasks sent to the workers
+        self.tasks = 0
+
+    async def parse(
+        self,
+        body: bytes,
+        *,
+        tree: QuotaTree,
+        clusters: list[MemberClusterModel],
+        limits: SubmissionLimits,
+    ) -> list[Submitted]:
+        """What :func:`parse_submission` answers for ``body`` (raises ProblemError likewise)."""
+        if len(body) > limits.max_bytes:  # refused unread, here
+            return parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Answer] = loop.create_future()
+        self._waiting.append(_Waiting(body, limits, tree, clusters, answer))
+        if not self._flushing:
+            self._flushing = True
+            loop.call_soon(self._flush)
+        found = await answer
+        if isinstance(found, Problem):
+            raise ProblemError(found)
+        return found
+
+    def _flush(self) -> None:
+        self._flushing = False
+        waiting, self._waiting = self._waiting, []
+        # One task per tree and clusters (they change rarely), at most BATCH bodies each.
+        start = 0
+        for i in range(1, len(waiting) + 1):
+            if (
+                i == len(waiting)
+                or i - start >= BATCH
+                or waiting[i].tree is not waiting[start].tree
+                or waiting[i].clusters is not waiting[start].clusters
+            ):
+                task = asyncio.ensure_future(self._send(waiting[start:i]))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+                start = i
+
+    def _config_of(self, tree: QuotaTree, clusters: list[MemberClusterModel]) -> _Config:
+        held = self._config
+        if held is None or held[0] is not tree or held[1] is not clusters:
+            config = _Config(next(self._generations), pickle.dumps((tree, clusters)))
+            held = self._config = (tree, clusters, config)
+        return held[2]
+
+    async def _send(self, batch: list[_Waiting]) -> None:
+        config = self._config_of(batch[0].tree, batch[0].clusters)
+        bodies = [(w.body, w.limits) for w in batch]
+        try:
+            answers = await self._call(config.generation, None, bodies)
+            if isinstance(answers, _Stale):
+                answers = await self._call(config.generation, config.pickled, bodies)
+            if isinstance(answers, _Stale):  # cannot happen: the task carried the config
+                raise RuntimeError("a parse worker refused the configuration it was sent")
+        except BrokenProcessPool:
+            log.warning("a submission parser process died; parsing its batch here")
+            answers = [_parse_here(w) for w in batch]
+        except asyncio.CancelledError:
+            for w in batch:
+                w.answer.cancel()
+            raise
+        except Exception as e:
+            for w in batch:
+                if not w.answer.done():
+                    w.answer.set_exception(e)
+            return
+        for w, found in zip(batch, answers, strict=True):
+            if not w.answer.done():
+                w.answer.set_result(found)
+
+    async def _call(
+        self, generation: int, config: bytes | None, bodies: list[tuple[bytes, SubmissionLimits]]
+    ) -> list[Answer] | _Stale:
+        self.tasks += 1
+        return await self.workers.call(_parse_batch, generation, config, bodies)
+
+    def close(self) -> None:
+        """Stop the worker processes now (requests waiting for them are cancelled)."""
+        for task in list(self._sending):
+            task.cancel()
+        self.workers.close()
+
+
+def _parse_here(w: _Waiting) -> Answer:
+    try:
+        return parse_submission(
+            w.body, tree=w.tree, clusters=w.clusters, first_seq=0, limits=w.limits
+        )
+    except ProblemError as e:
+        return e.problem

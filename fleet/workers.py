@@ -1,0 +1,81 @@
+"""Worker processes for CPU work that should not hold the serving process's interpreter lock.
+
+Theory of operation: :class:`WorkerProcesses` is a process pool of a fixed
+size, started the first time work is handed to it (``spawn``: fresh
+interpreters that inherit none of the service's threads, event loop or open
+connections) and reused after that.  Work and answers are pickled.  A worker
+that dies (killed, out of memory) fails the work it had with
+``BrokenProcessPool``; the pool is then replaced at the next call.  Workers
+ignore Ctrl-C, which reaches the whole process group: the service stops them
+itself, and ``close`` stops them at once, also in the middle of a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import signal
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _leave_interrupts_to_the_service() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class WorkerProcesses:
+    """``processes`` worker processes (see the module docstring)."""
+
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError(f"a pool of worker processes needs at least one, not {processes}")
+        self.processes = processes
+        self._pool: ProcessPoolExecutor | None = None
+        #: pools started so far (a new one after a worker died)
+        self.started = 0
+
+    async def call(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` in a worker process."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_leave_interrupts_to_the_service,
+            )
+            self.started += 1
+        pool = self._pool
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, work, *args)
+        except BrokenProcessPool:
+            if self._pool is pool:  # a worker died: a new pool next time
+                self._pool = None
+                _stop(pool)
+            raise
+
+    def pids(self) -> list[int]:
+        """The workers' process ids (none before the first call)."""
+        return [] if self._pool is None else sorted(self._pool._processes)
+
+    def close(self) -> None:
+        """Stop the workers now (work under way is abandoned)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    # Work can run for long (a forecast, up to its wall limit): terminate, do not wait.
+    processes = list(pool._processes.values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
