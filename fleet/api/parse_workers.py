@@ -18,9 +18,11 @@ process keeps only the database writes and the response.
   changes them) and a worker that has an older pair asks for the new one.
   A body is answered with its jobs or its problem, exactly as in the serving
   process.
-* **A worker that dies** (killed, out of memory) fails no request: its batch
-  is parsed in the serving process, and the next batch starts a new worker.
-  Bodies over the size limit are refused in the serving process, unread.
+* **A worker that dies** (killed, out of memory, or one that cannot start)
+  fails no request: its batch is parsed in the serving process, and so is
+  everything for the next :data:`PAUSE` seconds; the first batch after that
+  starts a new worker.  Bodies over the size limit are refused in the
+  serving process, unread.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncio
 import itertools
 import logging
 import pickle
+import time
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -44,6 +47,8 @@ log = logging.getLogger("fleet.api.parse_workers")
 
 #: Bodies sent to a worker in one task at most.
 BATCH: Final = 64
+#: Seconds submissions are read in the serving process after a worker died.
+PAUSE: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ class ParseWorkers:
         self._sending: set[asyncio.Task[None]] = set()
         self._generations = itertools.count()
         self._config: tuple[QuotaTree, list[MemberClusterModel], _Config] | None = None
+        #: until when (time.monotonic()) bodies are read here: a worker died
+        self._paused_until = float("-inf")
         #: tasks sent to the workers
         self.tasks = 0
 
@@ -120,7 +127,7 @@ class ParseWorkers:
         limits: SubmissionLimits,
     ) -> list[Submitted]:
         """What :func:`parse_submission` answers for ``body`` (raises ProblemError likewise)."""
-        if len(body) > limits.max_bytes:  # refused unread, here
+        if len(body) > limits.max_bytes or time.monotonic() < self._paused_until:
             return parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Answer] = loop.create_future()
@@ -167,7 +174,10 @@ class ParseWorkers:
             if isinstance(answers, _Stale):  # cannot happen: the task carried the config
                 raise RuntimeError("a parse worker refused the configuration it was sent")
         except BrokenProcessPool:
-            log.warning("a submission parser process died; parsing its batch here")
+            log.warning(
+                "a submission parser process died; submissions are read here for %.0f s", PAUSE
+            )
+            self._paused_until = time.monotonic() + PAUSE
             answers = [_parse_here(w) for w in batch]
         except asyncio.CancelledError:
             for w in batch:

@@ -6,13 +6,14 @@ import asyncio
 import json
 import os
 import signal
+import time
 from typing import Any
 
 import pytest
 
-from fleet.api import keys
+from fleet.api import keys, parse_workers
 from fleet.api.app import create_app
-from fleet.api.parse_workers import ParseWorkers
+from fleet.api.parse_workers import PAUSE, ParseWorkers
 from fleet.api.problems import ProblemError
 from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
 from fleet.clock import VirtualClock
@@ -105,7 +106,9 @@ async def test_workers_check_against_the_tree_the_service_holds_now() -> None:
         workers.close()
 
 
-async def test_a_dead_worker_fails_no_submission_and_is_replaced() -> None:
+async def test_a_dead_worker_fails_no_submission_and_is_replaced_after_a_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     workers = ParseWorkers(1)
     members = list(clusters())
     good = BODIES["good"]
@@ -113,11 +116,16 @@ async def test_a_dead_worker_fails_no_submission_and_is_replaced() -> None:
         assert isinstance(await there(workers, good, tree(), members), list)
         (pid,) = workers.workers.pids()
         os.kill(pid, signal.SIGKILL)
-        # Its batch is read in the serving process instead...
+        # Its batch is read in the serving process instead, and so is the next...
         assert await there(workers, good, tree(), members) == here(good, tree(), members)
-        # ... and the next one in a new worker.
+        tasks = workers.tasks
         assert await there(workers, good, tree(), members) == here(good, tree(), members)
-        assert workers.workers.started == 2
+        assert workers.tasks == tasks and workers.workers.started == 1
+        # ... until the pause is over: then a new worker reads it.
+        real = time.monotonic
+        monkeypatch.setattr(parse_workers.time, "monotonic", lambda: real() + PAUSE)
+        assert await there(workers, good, tree(), members) == here(good, tree(), members)
+        assert workers.tasks > tasks and workers.workers.started == 2
         (new_pid,) = workers.workers.pids()
         assert new_pid != pid
     finally:
