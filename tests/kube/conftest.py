@@ -195,6 +195,8 @@ def members(
 def operators(members: dict[str, ControlPlane]) -> Iterator[dict[str, Operator]]:
     """Each member's stand-in operator, after every leftover of earlier tests is gone."""
     for name, plane in members.items():
+        if plane.apiserver is not None and plane.apiserver.poll() is not None:
+            plane.stop_apiserver()  # it died (an earlier test killed it, or it crashed)
         if plane.apiserver is None:
             plane.start_apiserver()
         clean(plane, NODES[name])
