@@ -257,7 +257,8 @@ class Allocator:
     def _tag_leaves(self, cell: Cell, res: Reservation | None) -> None:
         """Set every leaf's ``tag`` (journaled inline: a rack has dozens of leaves).
 
-        Also moves the cell's unowned leaves in or out of their nodes' ``shfree``.
+        Also moves the cell's unowned leaves in or out of their nodes' ``shfree``
+        and sets their bits in the nodes' ``tagmask``.
         """
         j = self.j
         sign = 1 if res is None else -1
@@ -265,9 +266,16 @@ class Allocator:
             for node in cell.node_cells:
                 if node.used < node.size:
                     j.add(node, "shfree", sign * (node.size - node.used))
-        elif cell.used < cell.size:
-            assert cell.node_cell is not None
-            j.add(cell.node_cell, "shfree", sign * (cell.size - cell.used))
+                j.set(node, "tagmask", 0 if res is None else node.bits)
+        else:
+            node = cell.node_cell
+            assert node is not None
+            if cell.used < cell.size:
+                j.add(node, "shfree", sign * (cell.size - cell.used))
+            if res is None:
+                j.set(node, "tagmask", node.tagmask & ~cell.bits)
+            else:
+                j.set(node, "tagmask", node.tagmask | cell.bits)
         log = j.log
         if log is None:
             for leaf in cell.leaves:

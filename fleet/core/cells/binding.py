@@ -52,7 +52,7 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
     if held is None:
         held = Held(charge, kind, vc)
         j.setitem(state.held, job.key, held)
-        state.index_victim(charge, 1)
+        state.index_unit(charge, 1)
     for cid in bindings:
         cell = state.topo.cells[cid]
         chain = cell.chain

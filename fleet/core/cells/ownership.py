@@ -7,8 +7,10 @@ four counters in step, all through the journal so a query can roll them back:
 reserved nor owned), the reservation's ``gused`` when a guaranteed (VC or
 pinned) job uses a leaf of it, and the state's fragmentation counters
 (``free_leaves``, ``whole_free_leaves``, healthy nodes only).
-:func:`own_many` does this for a pod's leaves at once, updating each ancestor's
-counter once per node instead of once per leaf.  Releasing a job frees its
+:func:`own_many` and :func:`disown_many` do this for a pod's leaves at once,
+updating each ancestor's counter once per node instead of once per leaf, and
+keep the nodes' ``freemask`` (unowned leaves as bits) and the chain's
+histogram of healthy nodes by unowned leaves (``PlacerState.free_hist``).  Releasing a job frees its
 leaves, returns its shared-pool reservations, and unbinds every VC cell that no
 guaranteed pod of the VC uses any more (a VC's virtual cell is bound only while
 it is used), re-reserving the freed parts of bad nodes; a released job's
@@ -29,79 +31,91 @@ def own_many(state: PlacerState, leaves: list[Cell], key: str, guaranteed: bool)
     Cells below a node are counted per leaf; the node and the cells above it once
     per node.  ``guaranteed``: the leaves count as their reservations' ``gused``.
     """
+    _change_owners(state, leaves, key, guaranteed)
+
+
+def disown_many(state: PlacerState, leaves: list[Cell], guaranteed: bool) -> None:
+    """Free owned ``leaves`` (the inverse of :func:`own_many`), counters updated once per node.
+
+    ``guaranteed``: their owner is a VC or pinned job, whose leaves count as their
+    reservations' ``gused``.
+    """
+    for leaf in leaves:
+        if leaf.owner is None:
+            raise InvariantError(f"cannot free {leaf}: it has no owner")
+    _change_owners(state, leaves, None, guaranteed)
+
+
+def _change_owners(
+    state: PlacerState, leaves: list[Cell], key: str | None, guaranteed: bool
+) -> None:
+    """Set the owner of ``leaves`` to ``key`` (None: free them) and keep every counter:
+    ``used`` up the tree, the nodes' ``shfree`` and ``freemask``, the chains' free
+    histograms, the fragmentation counters and the reservations' ``gused``."""
     j = state.j
     log = j.log
     record = log.extend if log is not None else _ignore
+    sign = -1 if key is None else 1
     below: dict[Cell, int] = {}
     per_node: dict[Cell, int] = {}
+    node_bits: dict[Cell, int] = {}
     gused: dict[Reservation, int] = {}
     unreserved: dict[Cell, int] = {}  # node -> leaves with no tag
-    free = whole = 0
     for leaf in leaves:
         node = leaf.node_cell
         assert node is not None
-        if node.healthy:
-            free += 1
-            if node.used == 0 and node not in per_node:
-                whole += node.size
         record((leaf, "owner", leaf.owner, setattr))
         leaf.owner = key
-        if node is leaf:
-            per_node[leaf] = 1
-        else:
+        if node is not leaf:
             c = leaf
             while c is not node:
                 below[c] = below.get(c, 0) + 1
                 parent = c.parent
                 assert parent is not None
                 c = parent
-            per_node[node] = per_node.get(node, 0) + 1
+        per_node[node] = per_node.get(node, 0) + 1
+        node_bits[node] = node_bits.get(node, 0) | leaf.bits
         tag = leaf.tag
         if tag is None:
             unreserved[node] = unreserved.get(node, 0) + 1
         elif guaranteed:
             gused[tag] = gused.get(tag, 0) + 1
     for node, n in unreserved.items():
-        j.add(node, "shfree", -n)
-    if free:
-        j.add(state, "free_leaves", -free)
-    if whole:
-        j.add(state, "whole_free_leaves", -whole)
+        record((node, "shfree", node.shfree, setattr))
+        node.shfree -= sign * n
     for cell, n in below.items():
         record((cell, "used", cell.used, setattr))
-        cell.used += n
+        cell.used += sign * n
+    free = whole = 0
     for node, n in per_node.items():
+        bits = node_bits[node]
+        record((node, "freemask", node.freemask, setattr))
+        if key is None:
+            node.freemask |= bits
+        else:
+            node.freemask &= ~bits
+        if node.healthy:
+            hist = state.free_hist[node.chain]
+            unowned = node.size - node.used
+            j.listitem(hist, unowned, -1)
+            j.listitem(hist, unowned - sign * n, 1)
+            free += n
+            if key is None:
+                if node.used == n:
+                    whole += node.size
+            elif node.used == 0:
+                whole += node.size
         up: Cell | None = node
         while up is not None:
             record((up, "used", up.used, setattr))
-            up.used += n
+            up.used += sign * n
             up = up.parent
+    if free:
+        j.add(state, "free_leaves", -sign * free)
+    if whole:
+        j.add(state, "whole_free_leaves", -sign * whole)
     for res, n in gused.items():
-        j.add(res, "gused", n)
-
-
-def unown(state: PlacerState, leaf: Cell) -> None:
-    """Free one owned leaf (the inverse of owning it)."""
-    j = state.j
-    node = leaf.node_cell
-    assert node is not None
-    key = leaf.owner
-    if key is None:
-        raise InvariantError(f"cannot free {leaf}: it has no owner")
-    held = state.held.get(key)
-    if held is not None and held.kind in GUARANTEED_KINDS and leaf.tag is not None:
-        j.add(leaf.tag, "gused", -1)
-    j.set(leaf, "owner", None)
-    if leaf.tag is None:
-        j.add(node, "shfree", 1)
-    c: Cell | None = leaf
-    while c is not None:
-        j.add(c, "used", -1)
-        c = c.parent
-    if node.healthy:
-        j.add(state, "free_leaves", 1)
-        if node.used == 0:
-            j.add(state, "whole_free_leaves", node.size)
+        j.add(res, "gused", sign * n)
 
 
 def release(state: PlacerState, key: str) -> None:
@@ -111,11 +125,14 @@ def release(state: PlacerState, key: str) -> None:
     touched: dict[int, Reservation] = {}
     for request in held.requests.values():
         j.set(state, "allocated", state.allocated - request)
+    guaranteed = held.kind in GUARANTEED_KINDS
     for leaves in held.leaves.values():
-        for leaf in leaves:
-            if held.kind == KIND_VC and leaf.tag is not None:
-                touched[leaf.tag.cell.id] = leaf.tag
-            unown(state, leaf)
+        if held.kind == KIND_VC:
+            for leaf in leaves:
+                if leaf.tag is not None:
+                    touched[leaf.tag.cell.id] = leaf.tag
+        if leaves:
+            disown_many(state, leaves, guaranteed)
     for res in held.shared:
         state.alloc.untake(res.cell)
         health.reserve_bad_again(state, res.cell)
@@ -124,7 +141,7 @@ def release(state: PlacerState, key: str) -> None:
             state.alloc.unbind_vc(res)
             health.reserve_bad_again(state, res.cell)
     j.delitem(state.held, key)
-    state.index_victim(held.info, -1)
+    state.index_unit(held.info, -1)
     if key in state.restored:
         state.forget_restored(key)
     if key in state.demoted:
