@@ -68,6 +68,9 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
     guaranteed = held.kind in GUARANTEED_KINDS
     # Shared pool: shortage per chain before the takes (checked once, after them).
     shared_before: dict[str, list[int]] = {}
+    # Other kinds take no cells: their pods' leaves are owned at once, after every check.
+    batch: list[Cell] = []
+    claimed: set[Cell] = set()
     for placement in fit.pods:
         pod = by_pod.get(placement.pod)
         if pod is None:
@@ -85,15 +88,25 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
                 raise BindError(
                     f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
                 )
+            if leaf in claimed:  # by an earlier pod (owned by now, one pod at a time)
+                raise ValueError(
+                    f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
+                )
             seen.add(leaf)
             leaves.append(leaf)
-        if kind == KIND_SHARED and leaves:
-            take_shared(state, job.key, held, leaves, shared_before)
-        ownership.own_many(state, leaves, job.key, guaranteed)
+        if kind == KIND_SHARED:
+            if leaves:
+                take_shared(state, job.key, held, leaves, shared_before)
+                ownership.own_many(state, leaves, job.key, guaranteed)
+        else:
+            batch.extend(leaves)
+            claimed.update(leaves)
         j.setitem(held.pods, placement.pod, placement)
         j.setitem(held.leaves, placement.pod, leaves)
         j.setitem(held.requests, placement.pod, pod.request)
         j.set(state, "allocated", state.allocated + pod.request)
+    if batch:
+        ownership.own_many(state, batch, job.key, guaranteed)
     for chain, before in shared_before.items():
         if not alloc.no_worse(chain, before):
             raise BindError(f"{job.key}: shared cells in chain {chain} are owed to a VC")

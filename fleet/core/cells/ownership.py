@@ -51,49 +51,47 @@ def _change_owners(
 ) -> None:
     """Set the owner of ``leaves`` to ``key`` (None: free them) and keep every counter:
     ``used`` up the tree, the nodes' ``shfree`` and ``freemask``, the chains' free
-    histograms, the fragmentation counters and the reservations' ``gused``."""
+    histograms, the fragmentation counters and the reservations' ``gused``.
+
+    Leaves are grouped by node as bit masks; a node's cells between it and its
+    leaves count their changed leaves by masking (``Cell.mids``)."""
     j = state.j
     log = j.log
     record = log.extend if log is not None else _ignore
     sign = -1 if key is None else 1
-    below: dict[Cell, int] = {}
-    per_node: dict[Cell, int] = {}
-    node_bits: dict[Cell, int] = {}
+    masks: dict[Cell, int] = {}
     gused: dict[Reservation, int] = {}
-    unreserved: dict[Cell, int] = {}  # node -> leaves with no tag
     for leaf in leaves:
         node = leaf.node_cell
         assert node is not None
-        record((leaf, "owner", leaf.owner, setattr))
+        masks[node] = masks.get(node, 0) | leaf.bits
+        if node is leaf:
+            record((leaf, "owner", leaf.owner, setattr))
+        else:
+            record((leaf, "owner", leaf.owner, setattr, leaf, "used", leaf.used, setattr))
+            leaf.used += sign
         leaf.owner = key
-        if node is not leaf:
-            c = leaf
-            while c is not node:
-                below[c] = below.get(c, 0) + 1
-                parent = c.parent
-                assert parent is not None
-                c = parent
-        per_node[node] = per_node.get(node, 0) + 1
-        node_bits[node] = node_bits.get(node, 0) | leaf.bits
-        tag = leaf.tag
-        if tag is None:
-            unreserved[node] = unreserved.get(node, 0) + 1
-        elif guaranteed:
-            gused[tag] = gused.get(tag, 0) + 1
-    for node, n in unreserved.items():
-        record((node, "shfree", node.shfree, setattr))
-        node.shfree -= sign * n
-    for cell, n in below.items():
-        record((cell, "used", cell.used, setattr))
-        cell.used += sign * n
+        if guaranteed:
+            tag = leaf.tag
+            if tag is not None:
+                gused[tag] = gused.get(tag, 0) + 1
     free = whole = 0
-    for node, n in per_node.items():
-        bits = node_bits[node]
+    for node, mask in masks.items():
+        n = mask.bit_count()
+        unreserved = (mask & ~node.tagmask).bit_count()
+        if unreserved:
+            record((node, "shfree", node.shfree, setattr))
+            node.shfree -= sign * unreserved
+        for mid in node.mids:
+            k = (mid.bits & mask).bit_count()
+            if k:
+                record((mid, "used", mid.used, setattr))
+                mid.used += sign * k
         record((node, "freemask", node.freemask, setattr))
         if key is None:
-            node.freemask |= bits
+            node.freemask |= mask
         else:
-            node.freemask &= ~bits
+            node.freemask &= ~mask
         if node.healthy:
             hist = state.free_hist[node.chain]
             unowned = node.size - node.used
@@ -114,8 +112,8 @@ def _change_owners(
         j.add(state, "free_leaves", -sign * free)
     if whole:
         j.add(state, "whole_free_leaves", -sign * whole)
-    for res, n in gused.items():
-        j.add(res, "gused", sign * n)
+    for res, count in gused.items():
+        j.add(res, "gused", sign * count)
 
 
 def release(state: PlacerState, key: str) -> None:
@@ -125,14 +123,13 @@ def release(state: PlacerState, key: str) -> None:
     touched: dict[int, Reservation] = {}
     for request in held.requests.values():
         j.set(state, "allocated", state.allocated - request)
-    guaranteed = held.kind in GUARANTEED_KINDS
-    for leaves in held.leaves.values():
-        if held.kind == KIND_VC:
-            for leaf in leaves:
-                if leaf.tag is not None:
-                    touched[leaf.tag.cell.id] = leaf.tag
-        if leaves:
-            disown_many(state, leaves, guaranteed)
+    mine = [leaf for leaves in held.leaves.values() for leaf in leaves]
+    if held.kind == KIND_VC:
+        for leaf in mine:
+            if leaf.tag is not None:
+                touched[leaf.tag.cell.id] = leaf.tag
+    if mine:
+        disown_many(state, mine, held.kind in GUARANTEED_KINDS)
     for res in held.shared:
         state.alloc.untake(res.cell)
         health.reserve_bad_again(state, res.cell)

@@ -37,6 +37,7 @@ class Cell:
         "leaf_index",
         "leaves",
         "level",
+        "mids",
         "node",
         "node_cell",
         "node_cells",
@@ -91,6 +92,8 @@ class Cell:
         self.tagmask = 0
         # Cells at or below node level: the bits of this cell's leaves in its node's masks.
         self.bits = 0
+        # Node cells only: the cells strictly between the node and its leaves.
+        self.mids: list[Cell] = []
         # Leaves used by any job in the subtree.
         self.used = 0
         # Unreserved leaves (``tag`` None) in the subtree, kept by the allocator for
@@ -243,5 +246,6 @@ class Topology:
             for sub in _below(cell):
                 if sub.children:
                     sub.bits = sum(leaf.bits for leaf in sub.leaves)
+                    cell.mids.append(sub)
             cell.bits = cell.freemask
         return cell
