@@ -399,6 +399,31 @@ class Allocator:
                     delta[child.level] += 1
         return delta
 
+    def binding_is_safe(self, cell: Cell, before: list[int]) -> bool:
+        """Whether binding an owed virtual cell of ``cell``'s level to the wholly free
+        ``cell`` leaves no level of its chain shorter than ``before`` (:meth:`no_worse`
+        after :meth:`bind_vc`, counted without binding: no state change).
+
+        The take removes the free root above ``cell`` from its level and pushes, at
+        each level from ``cell``'s up to below the root, the siblings of the path
+        (buddy splits); the owed cell bound is one owed cell less at ``cell``'s
+        level, which :meth:`shortage` counts like one more free cell there.
+        """
+        root = self.free_root_of(cell)
+        if root is None:
+            raise InvariantError(f"cannot bind {cell}: it is not wholly free")
+        delta = [0] * len(self.free[cell.chain])
+        delta[root.level] -= 1
+        c = cell
+        while c is not root:
+            parent = c.parent
+            assert parent is not None
+            delta[c.level] += len(parent.children) - 1
+            c = parent
+        delta[cell.level] += 1
+        after = self.shortage(cell.chain, delta)
+        return all(a <= b for a, b in zip(after, before, strict=True))
+
     def no_worse(self, chain: str, before: list[int]) -> bool:
         """Whether no level of ``chain`` is shorter of owed cells than in ``before``."""
         return all(a <= b for a, b in zip(self.shortage(chain), before, strict=True))

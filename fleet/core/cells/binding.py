@@ -79,8 +79,9 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
             raise BindError(f"{job.key}: pod {placement.pod} is already placed")
         leaves: list[Cell] = []
         seen: set[Cell] = set()
+        on_node = state.topo.node_leaf.get(placement.node, {})
         for index in placement.gpus:
-            leaf = state.topo.leaf_at.get((placement.node, index))
+            leaf = on_node.get(index)
             if leaf is None:
                 raise ValueError(f"{job.key}: no GPU {index} on node {placement.node}")
             check_leaf(job, held, leaf)

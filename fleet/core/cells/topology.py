@@ -191,6 +191,8 @@ class Topology:
         self.chain_tops: dict[str, list[Cell]] = {chain: [] for chain in config.chains}
         self.nodes: dict[str, list[Cell]] = {}
         self.leaf_at: dict[tuple[str, int], Cell] = {}
+        #: node name -> GPU index -> leaf (``leaf_at`` per node)
+        self.node_leaf: dict[str, dict[int, Cell]] = {}
         self.pinned: dict[str, Cell] = {}
         for spec in config.physical_cells:
             top = self._build(spec, spec.cell_type, None, None)
@@ -230,6 +232,7 @@ class Topology:
             assert cell.node is not None and cell.leaf_index is not None
             cell.leaves = [cell]
             self.leaf_at[(cell.node, cell.leaf_index)] = cell
+            self.node_leaf.setdefault(cell.node, {})[cell.leaf_index] = cell
         else:
             for child in cell.children:
                 cell.leaves.extend(child.leaves)
