@@ -1,0 +1,201 @@
+"""The counted searches answer exactly as the leaf-by-leaf ones (ADR 0027).
+
+``packing.pack`` without victims or released jobs reads the nodes' leaf masks
+and a memoized in-node choice (``packing.COUNTED``), and a fresh VC binding's
+safety is counted without binding (``vc_search.SAFETY_BY_BINDING`` off).  A
+state machine over random small clusters (several node sizes, VCs of node and
+pair cells, a shared pool, skuTypes, bad nodes) asks every question both ways
+on the same state and asks for identical answers: every ``fit`` (placement,
+level, fragmentation, victims, kind, bindings, or the same reason), and
+``pack`` under random cells for every kind of leaf filter, with leaves already
+picked by other pods of the gang.  The placer's invariants (leaf masks, free
+histograms, units by job) are recounted after every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
+
+from fleet.core.cells import packing, vc_search
+from fleet.core.cells.config import load_cell_config
+from fleet.core.cells.placer import CellPlacer
+from fleet.core.cells.victims import Question
+from fleet.core.charges import charge_for
+from fleet.core.jobs import Job, Mode, ReplicaGroup
+from fleet.core.placement import Fit, NoFit
+from fleet.core.resources import Resources
+
+from .test_state_machine import make_config
+
+
+@contextmanager
+def leaf_by_leaf() -> Iterator[None]:
+    """Every search as before the counted paths: leaf lists, safety by binding."""
+    counted, binding = packing.COUNTED, vc_search.SAFETY_BY_BINDING
+    packing.COUNTED, vc_search.SAFETY_BY_BINDING = False, True
+    try:
+        yield
+    finally:
+        packing.COUNTED, vc_search.SAFETY_BY_BINDING = counted, binding
+
+
+#: Gangs (leaf cells per pod) asked under every cell.
+GANGS = [(1,), (2,), (3,), (4,), (8,), (1, 1), (2, 1), (2, 2), (4, 4), (2, 2, 2), (8, 8), (0, 2)]
+
+
+def choice_view(choice: packing.Choice | None) -> object:
+    if choice is None:
+        return None
+    leaves = {idx: [leaf.id for leaf in ls] for idx, ls in sorted(choice.leaves.items())}
+    return leaves, choice.level, choice.key, sorted(choice.victims)
+
+
+class CountedMachine(RuleBasedStateMachine):
+    jobs = Bundle("jobs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.placer: CellPlacer | None = None
+        self.n = 0
+        self.nodes: list[str] = []
+        self.compared = 0
+
+    @initialize(
+        leaves=st.integers(1, 4),
+        nodes=st.integers(1, 4),
+        racks=st.integers(1, 3),
+        owed_a=st.integers(0, 3),
+        owed_b=st.integers(0, 2),
+        sku=st.booleans(),
+        spills=st.booleans(),
+    )
+    def setup(
+        self, leaves: int, nodes: int, racks: int, owed_a: int, owed_b: int, sku: bool, spills: bool
+    ) -> None:
+        config = load_cell_config(make_config(leaves, nodes, racks, owed_a, owed_b, sku))
+        self.placer = CellPlacer("counted", config, vc_spills=spills)
+        self.nodes = sorted(config.nodes())
+
+    def new_job(
+        self, queue: str, priority: int, borrowed: bool, pods: int, gpus: int
+    ) -> tuple[Job, Mode]:
+        self.n += 1
+        group = ReplicaGroup("Worker", pods, Resources({"nvidia.com/gpu": gpus}))
+        job = Job(f"ns/j{self.n}", queue, priority, self.n, (group,))
+        mode = (
+            Mode.OPPORTUNISTIC if priority < 0 else Mode.BORROWED if borrowed else Mode.GUARANTEED
+        )
+        return job, mode
+
+    def both(
+        self, job: Job, mode: Mode, preempt: bool, released: frozenset[str] = frozenset()
+    ) -> Fit | NoFit:
+        assert self.placer is not None
+        fit = self.placer.fit(job, job.pods, mode, preempt=preempt, released=released)
+        with leaf_by_leaf():
+            reference = self.placer.fit(job, job.pods, mode, preempt=preempt, released=released)
+        assert fit == reference
+        self.compared += 1
+        return fit
+
+    @rule(
+        target=jobs,
+        queue=st.sampled_from(["a", "a", "b", "team"]),
+        priority=st.sampled_from([-1, 10, 10, 100]),
+        borrowed=st.sampled_from([False, False, True]),
+        pods=st.integers(1, 4),
+        gpus=st.sampled_from([1, 1, 1, 2, 2, 3, 4, 8]),
+        preempt=st.booleans(),
+    )
+    def place(
+        self, queue: str, priority: int, borrowed: bool, pods: int, gpus: int, preempt: bool
+    ) -> str:
+        assert self.placer is not None
+        job, mode = self.new_job(queue, priority, borrowed, pods, gpus)
+        fit = self.both(job, mode, preempt)
+        if isinstance(fit, Fit):
+            for key in fit.victims:
+                self.placer.release(key)
+            self.placer.bind(job, charge_for(job, mode), fit)
+        return job.key
+
+    @rule(
+        queue=st.sampled_from(["a", "b", "team"]),
+        priority=st.sampled_from([10, 100, 120]),
+        pods=st.integers(1, 3),
+        gpus=st.integers(1, 8),
+        released=st.lists(jobs, max_size=2, unique=True),
+    )
+    def ask_with_released(
+        self, queue: str, priority: int, pods: int, gpus: int, released: list[str]
+    ) -> None:
+        job, mode = self.new_job(queue, priority, False, pods, gpus)
+        self.both(job, mode, True, frozenset(released))
+
+    @rule(picked=st.integers(0, 6), opportunistic=st.booleans())
+    def pack_under_every_cell(self, picked: int, opportunistic: bool) -> None:
+        """``pack`` under every cell, for every leaf filter and several gangs, with
+        some leaves already picked by other pods of the gang."""
+        assert self.placer is not None
+        state = self.placer.state
+        for root in state.topo.cells:
+            wants: list[object] = [packing.ANY, None]
+            if root.res is not None:
+                wants.append(root.res)
+            unowned = [c.id for c in root.leaves if c.owner is None]
+            for want in wants:
+                for ks in GANGS:
+                    needs = sorted(enumerate(ks), key=lambda d: -d[1])
+                    question = Question("ns/probe", frozenset(), frozenset())
+                    question.taken.update(unowned[:picked])
+                    counted = packing.pack(state, root, want, needs, question, opportunistic)
+                    with leaf_by_leaf():
+                        reference = packing.pack(state, root, want, needs, question, opportunistic)
+                    assert choice_view(counted) == choice_view(reference), (root, want, ks)
+                    self.compared += 1
+
+    @rule(key=jobs)
+    def release(self, key: str) -> None:
+        assert self.placer is not None
+        self.placer.release(key)
+
+    @rule(index=st.integers(0, 20), healthy=st.booleans())
+    def health(self, index: int, healthy: bool) -> None:
+        assert self.placer is not None
+        node = self.nodes[index % len(self.nodes)]
+        for key in self.placer.set_node_health(node, healthy):
+            self.placer.release(key)
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.placer is not None:
+            self.placer.check_invariants()
+
+
+CountedMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestCountedMachine = CountedMachine.TestCase
+
+
+def test_the_in_node_memo_is_per_shape_and_matches_the_leaf_by_leaf_choice() -> None:
+    """Every mask of a node type gives the choice ``in_node`` makes on a node's leaves."""
+    config = load_cell_config(make_config(4, 2, 1, 0, 0))
+    placer = CellPlacer("memo", config)
+    state = placer.state
+    node = state.topo.nodes[sorted(state.topo.nodes)[1]][0]
+    for mask in range(1, 1 << node.size):
+        free = [leaf for leaf in node.leaves if leaf.bits & mask]
+        for ks in [(1,), (2,), (2, 1), (4,), (3, 2), (2, 2, 2)]:
+            if sum(ks) > len(free):
+                continue
+            positions, level = packing.in_node_by_mask(state, node, mask, ks)
+            placed = packing.in_node(state, node, list(enumerate(ks)), free, [])
+            assert placed is not None
+            assert [[node.leaves[p] for p in ps] for ps in positions] == [
+                placed[0][i] for i in range(len(ks))
+            ]
+            assert level == placed[1]
