@@ -28,7 +28,7 @@ from fleet.core.cells.victims import Question
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit
-from fleet.core.resources import Resources
+from fleet.core.resources import GPU, Resources
 
 from .test_state_machine import make_config
 
@@ -199,3 +199,30 @@ def test_the_in_node_memo_is_per_shape_and_matches_the_leaf_by_leaf_choice() -> 
                 placed[0][i] for i in range(len(ks))
             ]
             assert level == placed[1]
+
+
+def test_across_nodes_the_shared_pool_ranks_nodes_by_fit_not_by_reservations() -> None:
+    """A gang spread over nodes takes the tightest node first; only opportunistic
+    gangs prefer nodes with fewer reserved leaves (the counted path like the other)."""
+    config = load_cell_config(make_config(4, 2, 1, 0, 1))
+    placer = CellPlacer("across", config)
+    state = placer.state
+    vc_job = Job("ns/vc", "b", 10, 1, (ReplicaGroup("Worker", 1, Resources({GPU: 1})),))
+    idle = Job("ns/idle", "team", -1, 2, (ReplicaGroup("Worker", 1, Resources({GPU: 1})),))
+    for job, mode in ((vc_job, Mode.GUARANTEED), (idle, Mode.OPPORTUNISTIC)):
+        fit = placer.fit(job, job.pods, mode)
+        assert isinstance(fit, Fit)
+        placer.bind(job, charge_for(job, mode), fit)
+    node0, node1 = (state.topo.nodes[name][0] for name in sorted(state.topo.nodes))
+    # node0: a pair bound to VC b (one GPU used), six unreserved free; node1: seven free.
+    assert (node0.tagmask.bit_count(), (node0.freemask & ~node0.tagmask).bit_count()) == (2, 6)
+    assert (node1.tagmask, node1.freemask.bit_count()) == (0, 7)
+    rack = node0.parent
+    assert rack is not None
+    for opportunistic, first in ((False, node0), (True, node1)):
+        question = Question("ns/gang", frozenset(), frozenset())
+        choice = packing.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
+        with leaf_by_leaf():
+            reference = packing.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
+        assert choice_view(choice) == choice_view(reference)
+        assert choice is not None and choice.leaves[0][0].node_cell is first
