@@ -27,7 +27,7 @@ from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.victims import Question
 from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
-from fleet.core.placement import Fit, NoFit
+from fleet.core.placement import Fit, NoFit, PodPlacement
 from fleet.core.resources import GPU, Resources
 
 from .test_state_machine import make_config
@@ -45,7 +45,22 @@ def leaf_by_leaf() -> Iterator[None]:
 
 
 #: Gangs (leaf cells per pod) asked under every cell.
-GANGS = [(1,), (2,), (3,), (4,), (8,), (1, 1), (2, 1), (2, 2), (4, 4), (2, 2, 2), (8, 8), (0, 2)]
+GANGS = [
+    (1,),
+    (2,),
+    (3,),
+    (4,),
+    (8,),
+    (1, 1),
+    (2, 1),
+    (2, 2),
+    (4, 4),
+    (2, 2, 2),
+    (8, 8),
+    (0, 2),
+    (4, 4, 4, 4),
+    (8, 8, 8),
+]
 
 
 def choice_view(choice: packing.Choice | None) -> object:
@@ -159,6 +174,31 @@ class CountedMachine(RuleBasedStateMachine):
                     assert choice_view(counted) == choice_view(reference), (root, want, ks)
                     self.compared += 1
 
+    @rule(picked=st.integers(0, 6), opportunistic=st.booleans())
+    def spread_over_the_tops(self, picked: int, opportunistic: bool) -> None:
+        """Gangs spread pod by pod over every top (any leaf, unreserved leaves)."""
+        assert self.placer is not None
+        state = self.placer.state
+        for chain, tops in state.topo.chain_tops.items():
+            unowned = [c.id for top in tops for c in top.leaves if c.owner is None]
+            for want in (packing.ANY, None):
+                containers = [(top, want) for top in tops]
+                for ks in GANGS:
+                    needs = sorted(enumerate(ks), key=lambda d: -d[1])
+                    question = Question("ns/probe", frozenset(), frozenset())
+                    question.taken.update(unowned[:picked])
+                    assert packing.countable(state, containers, question), chain
+                    counted = packing.spread_counted(
+                        state, containers, needs, question, opportunistic
+                    )
+                    reference = packing.spread(state, containers, needs, question, opportunistic)
+                    assert choice_view(counted) == choice_view(reference), (chain, want, ks)
+                    over = packing.best_over(state, containers, needs, question, opportunistic)
+                    with leaf_by_leaf():
+                        again = packing.best_over(state, containers, needs, question, opportunistic)
+                    assert choice_view(over) == choice_view(again), (chain, want, ks)
+                    self.compared += 1
+
     @rule(key=jobs)
     def release(self, key: str) -> None:
         assert self.placer is not None
@@ -226,3 +266,28 @@ def test_across_nodes_the_shared_pool_ranks_nodes_by_fit_not_by_reservations() -
             reference = packing.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
         assert choice_view(choice) == choice_view(reference)
         assert choice is not None and choice.leaves[0][0].node_cell is first
+
+
+def test_spreading_ranks_each_containers_best_node_by_fit_not_by_level() -> None:
+    """Pod by pod, every container offers its best node (lowest level first) and
+    the tightest offer wins, whatever its level (the counted path like the other)."""
+    config = load_cell_config(make_config(2, 1, 2, 0, 0))
+    placer = CellPlacer("spread", config)
+    state = placer.state
+    node0, node1 = (state.topo.nodes[name][0] for name in sorted(state.topo.nodes))
+    for n, (node, used) in enumerate(((node0, (0, 2)), (node1, (0,)))):
+        group = ReplicaGroup("Worker", 1, Resources({GPU: len(used)}))
+        job = Job(f"ns/idle{n}", "team", -1, n, (group,))
+        gpus = tuple(node.leaves[i].leaf_index or 0 for i in used)
+        pod = PodPlacement(job.pods[0].name, str(node.node), gpus)
+        placer.restore(job, charge_for(job, Mode.OPPORTUNISTIC), [pod])
+    # node0: two free GPUs in two pairs (a pod of 2 takes the node: level 3, none spare);
+    # node1: a free pair and one more GPU (level 2, one spare).
+    tops = [(top, packing.ANY) for top in state.topo.tops]
+    question = Question("ns/gang", frozenset(), frozenset())
+    needs = [(0, 2), (1, 2)]
+    counted = packing.spread_counted(state, tops, needs, question, False)
+    reference = packing.spread(state, tops, needs, question, False)
+    assert choice_view(counted) == choice_view(reference)
+    assert counted is not None
+    assert [counted.leaves[i][0].node_cell for i in (0, 1)] == [node0, node1]

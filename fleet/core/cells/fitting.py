@@ -198,6 +198,9 @@ def search(
     """Find a placement in ``chain``; returns (choice, kind, cells bound to the VC)."""
     held = state.held.get(job.key)
     if kind == KIND_OPP:
+        counted = packing.COUNTED and not question.preempt and not question.released
+        if counted and not opp_room(state, chain, needs):
+            return None
         tops = [(top, packing.ANY) for top in state.topo.chain_tops[chain]]
         choice = packing.best_over(state, tops, needs, question, opportunistic=True)
         return (choice, KIND_OPP, []) if choice else None
@@ -217,6 +220,31 @@ def search(
         return None
     choice = shared_search.search(state, chain, needs, question)
     return (choice, KIND_SHARED, []) if choice else None
+
+
+def opp_room(state: PlacerState, chain: str, needs: list[tuple[int, int]]) -> bool:
+    """Whether the chain's healthy nodes could hold every pod on unowned leaves.
+
+    A node with ``f`` unowned leaves holds at most ``f // k`` pods of ``k`` or
+    more leaves, so for every pod size ``k`` the nodes (counted by unowned
+    leaves: ``PlacerState.free_hist``) must offer as many places as there are
+    pods of at least ``k``: a necessary condition, read from counters.
+    """
+    hist = state.free_hist[chain]
+    top = len(hist)
+    sizes = sorted({k for _, k in needs if k > 0}, reverse=True)
+    for k in sizes:
+        if k >= top:
+            return False
+        pods = sum(1 for _, n in needs if n >= k)
+        places = 0
+        for f in range(k, top):
+            places += hist[f] * (f // k)
+            if places >= pods:
+                break
+        if places < pods:
+            return False
+    return True
 
 
 def answer(

@@ -91,8 +91,120 @@ def best_over(
         ):
             best = choice
     if best is None and len(needs) > 1:
-        best = spread(state, list(containers), needs, question, opportunistic)
+        if countable(state, containers, question):
+            best = spread_counted(state, containers, needs, question, opportunistic)
+        else:
+            best = spread(state, list(containers), needs, question, opportunistic)
     return best
+
+
+def countable(
+    state: PlacerState, containers: Sequence[tuple[Cell, object]], question: Question
+) -> bool:
+    """Whether :func:`spread_counted` answers for ``containers`` as :func:`spread` does."""
+    if not COUNTED or question.preempt or question.released or state.suggested is not None:
+        return False
+    return all(
+        (want is ANY or want is None or want is root.res) and root.node_cells
+        for root, want in containers
+    )
+
+
+def spread_counted(
+    state: PlacerState,
+    containers: Sequence[tuple[Cell, object]],
+    needs: list[tuple[int, int]],
+    question: Question,
+    opportunistic: bool,
+) -> Choice | None:
+    """:func:`spread` without victims or released jobs, from the nodes' leaf masks.
+
+    Pod by pod (largest first) each container offers its best node as
+    :func:`pack` ranks them (level first) and the pod goes to the offer with the
+    smallest key (preference, spare, node id), as in :func:`spread`.  A
+    container's offer is remembered until a pod lands in it or the pod size
+    changes, so a gang of equal pods looks at each container about once.
+    """
+    picked = _taken_bits(state, question.taken) if question.taken else {}
+    index = {root.id: i for i, (root, _) in enumerate(containers)}
+    offers: dict[int, tuple[int, Offer | None]] = {}
+    leaves: dict[int, list[Cell]] = {}
+    for idx, k in needs:
+        if k == 0:
+            leaves[idx] = []
+            continue
+        best: Offer | None = None
+        for i, (root, want) in enumerate(containers):
+            known = offers.get(i)
+            if known is not None and known[0] == k:
+                offer = known[1]
+            else:
+                offer = _offer(state, root, want, k, picked, opportunistic)
+                offers[i] = (k, offer)
+            if offer is not None and (best is None or offer[0] < best[0]):
+                best = offer
+        if best is None:
+            return None
+        _, node, positions = best
+        chosen = [node.leaves[p] for p in positions]
+        leaves[idx] = chosen
+        bits = 0
+        for leaf in chosen:
+            bits |= leaf.bits
+        picked[node.id] = picked.get(node.id, 0) | bits
+        up: Cell | None = node
+        while up is not None:  # the containers holding the node offer again
+            i = index.get(up.id)
+            if i is not None:
+                offers.pop(i, None)
+            up = up.parent
+    return Choice(leaves, (0,), set())
+
+
+#: A container's best node for one pod: (key without level, node, leaf positions).
+Offer = tuple[tuple[int, ...], Cell, tuple[int, ...]]
+
+
+def _offer(
+    state: PlacerState,
+    root: Cell,
+    want: object,
+    k: int,
+    picked: dict[int, int],
+    opportunistic: bool,
+) -> Offer | None:
+    """The node :func:`pack` picks under ``root`` for one pod of ``k`` leaves."""
+    if root.size - root.used < k:
+        return None
+    floor = demands.lowest_level_in(state, root.chain, k)
+    shared = want is None
+    ks = (k,)
+    best: tuple[int, ...] | None = None
+    best_node: Cell | None = None
+    best_at: tuple[int, ...] = ()
+    for node in root.node_cells:
+        if not node.healthy:
+            continue
+        mask = node.freemask
+        if shared:
+            mask &= ~node.tagmask
+        mask &= ~picked.get(node.id, 0)
+        cnt = mask.bit_count()
+        if cnt < k:
+            continue
+        pref = node.tagmask.bit_count() if opportunistic else 0
+        spare = cnt - k
+        if best is not None and (floor, pref, spare, node.id) >= best:
+            continue
+        positions, level = in_node_by_mask(state, node, mask, ks)
+        key = (level, pref, spare, node.id)
+        if best is None or key < best:
+            best, best_node, best_at = key, node, positions[0]
+            if level == floor and pref == 0 and spare == 0:
+                break
+    if best is None or best_node is None:
+        return None
+    return (0, 0, best[1], best[2], best[3]), best_node, best_at
 
 
 def usable(
