@@ -164,6 +164,8 @@ class Allocator:
         self.vc_bound: dict[str, dict[int, Reservation]] = {}
         self.configured: dict[str, dict[str, list[int]]] = {}
         self.pins: dict[str, Reservation] = {}
+        #: reservations of bad nodes' parts (while there are none, no chain is short)
+        self.bad_roots = 0
         #: chain -> :meth:`shared_ceiling` (computed on first use)
         self._ceiling: dict[str, int] = {}
         #: chain -> top cells with unreserved leaves (id -> cell).
@@ -235,6 +237,8 @@ class Allocator:
                 self._push(child)
         self._pop(cell)
         self.j.set(cell, "res", res)
+        if res.kind == BAD:
+            self.j.add(self, "bad_roots", 1)
         self._tag_leaves(cell, res)
         self._count_unres(cell, -cell.size)
 
@@ -242,6 +246,8 @@ class Allocator:
         """Release the reservation rooted at ``cell`` and merge free buddies."""
         if cell.res is None:
             raise InvariantError(f"cannot release {cell}: no reservation is rooted there")
+        if cell.res.kind == BAD:
+            self.j.add(self, "bad_roots", -1)
         self.j.set(cell, "res", None)
         self._tag_leaves(cell, None)
         self._count_unres(cell, cell.size)
@@ -338,6 +344,17 @@ class Allocator:
         """Whether no placement of ``need`` shared leaves in ``chain`` can be safe now,
         whoever leaves first (a take must not make any VC shorter of its cells)."""
         return self.shared_ceiling(chain) < need and not any(self.shortage(chain))
+
+    def settled_hopeless(self, chain: str, need: int) -> bool:
+        """:meth:`shared_hopeless` in a settled state (no take tried and not undone).
+
+        There a chain is short of owed cells only because of bad nodes (every take
+        keeps the shortage from growing: :meth:`check` recounts it), so while no
+        part of a node is reserved as bad the shortage is not counted.
+        """
+        if self.shared_ceiling(chain) >= need:
+            return False
+        return self.bad_roots == 0 or not any(self.shortage(chain))
 
     def shortage(self, chain: str, delta: list[int] | None = None) -> list[int]:
         """Owed cells per level (index = level) that the free cells cannot cover.
@@ -591,6 +608,13 @@ class Allocator:
                         )
         if total != self.owed:
             raise InvariantError(f"owed cells drifted: kept {self.owed}, recount {total}")
+        bad = sum(1 for cell in self.topo.cells if cell.res is not None and cell.res.kind == BAD)
+        if bad != self.bad_roots:
+            raise InvariantError(f"bad reservations drifted: kept {self.bad_roots}, recount {bad}")
+        if not bad:
+            for chain in self.free:
+                if any(self.shortage(chain)):
+                    raise InvariantError(f"chain {chain} is short of owed cells with no bad node")
 
 
 def _reservations_in(cell: Cell) -> Iterator[Reservation]:

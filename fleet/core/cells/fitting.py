@@ -132,7 +132,7 @@ def _no_shared_room(state: PlacerState, pods: Sequence[Pod], leaf_types: list[st
         if need == 0:
             return False
         for chain in state.topo.leaf_chains[leaf_type]:
-            if not state.alloc.shared_hopeless(chain, need):
+            if not state.alloc.settled_hopeless(chain, need):
                 return False
     return True
 

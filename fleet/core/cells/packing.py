@@ -84,7 +84,13 @@ def best_over(
 ) -> Choice | None:
     """The best packing in any one of ``containers`` (cell, want), else spread over them."""
     best: Choice | None = None
+    # Without victims or released jobs a cell with fewer unowned leaves than the
+    # gang is rejected by ``pack``'s first counter: not asked at all.
+    counted = not question.preempt and not question.released
+    need = sum(k for _, k in needs)
     for cell, want in containers:
+        if counted and need and cell.size - cell.used < need:
+            continue
         choice = pack(state, cell, want, needs, question, opportunistic)
         if choice is not None and (
             best is None or (choice.level, choice.key) < (best.level, best.key)
@@ -104,10 +110,10 @@ def countable(
     """Whether :func:`spread_counted` answers for ``containers`` as :func:`spread` does."""
     if not COUNTED or question.preempt or question.released or state.suggested is not None:
         return False
-    return all(
-        (want is ANY or want is None or want is root.res) and root.node_cells
-        for root, want in containers
-    )
+    for root, want in containers:
+        if not root.node_cells or not (want is ANY or want is None or want is root.res):
+            return False
+    return True
 
 
 def spread_counted(
