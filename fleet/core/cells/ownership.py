@@ -46,6 +46,13 @@ def disown_many(state: PlacerState, leaves: list[Cell], guaranteed: bool) -> Non
     _change_owners(state, leaves, None, guaranteed)
 
 
+def unown(state: PlacerState, leaf: Cell) -> None:
+    """Free one owned leaf (the inverse of owning it)."""
+    key = leaf.owner
+    held = state.held.get(key) if key is not None else None
+    disown_many(state, [leaf], held is not None and held.kind in GUARANTEED_KINDS)
+
+
 def _change_owners(
     state: PlacerState, leaves: list[Cell], key: str | None, guaranteed: bool
 ) -> None:
