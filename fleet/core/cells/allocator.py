@@ -274,14 +274,14 @@ class Allocator:
                     j.add(node, "shfree", sign * (node.size - node.used))
                 j.set(node, "tagmask", 0 if res is None else node.bits)
         else:
-            node = cell.node_cell
-            assert node is not None
+            holder = cell.node_cell
+            assert holder is not None
             if cell.used < cell.size:
-                j.add(node, "shfree", sign * (cell.size - cell.used))
+                j.add(holder, "shfree", sign * (cell.size - cell.used))
             if res is None:
-                j.set(node, "tagmask", node.tagmask & ~cell.bits)
+                j.set(holder, "tagmask", holder.tagmask & ~cell.bits)
             else:
-                j.set(node, "tagmask", node.tagmask | cell.bits)
+                j.set(holder, "tagmask", holder.tagmask | cell.bits)
         log = j.log
         if log is None:
             for leaf in cell.leaves:

@@ -160,9 +160,9 @@ def spread_counted(
         picked[node.id] = picked.get(node.id, 0) | bits
         up: Cell | None = node
         while up is not None:  # the containers holding the node offer again
-            i = index.get(up.id)
-            if i is not None:
-                offers.pop(i, None)
+            at = index.get(up.id)
+            if at is not None:
+                offers.pop(at, None)
             up = up.parent
     return Choice(leaves, (0,), set())
 
