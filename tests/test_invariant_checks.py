@@ -330,7 +330,7 @@ def _free_histogram() -> tuple[Checkable, str]:
 
 def _units_by_job() -> tuple[Checkable, str]:
     placer = _cells_with_job()
-    placer.state.units.clear()
+    placer.state.units["default/a"] = {"default/a#2": None}
     return placer, "c1: the units by job differ from the held units"
 
 

@@ -101,7 +101,8 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
                 ownership.own_many(state, leaves, job.key, guaranteed)
         else:
             batch.extend(leaves)
-            claimed.update(leaves)
+            if len(fit.pods) > 1:
+                claimed.update(leaves)
         j.setitem(held.pods, placement.pod, placement)
         j.setitem(held.leaves, placement.pod, leaves)
         j.setitem(held.requests, placement.pod, pod.request)

@@ -9,7 +9,7 @@ counters), the capacity of the healthy nodes, the sum of the placed pods'
 requests, one owner per leaf that is exactly the job holding it, each leaf
 reserved as its job's kind requires, ``used`` per cell, ``shfree`` and the
 free and reserved leaf masks per node, the chains' histograms of healthy
-nodes by unowned leaves, the held units by job,
+nodes by unowned leaves, the held growth units by job,
 the fragmentation counters, ``gused`` per VC and pinned reservation (a bound
 VC cell is always in use), while no node is bad, every VC's guarantee, that
 restore records describe their jobs and are indexed by their chains, and that
@@ -146,7 +146,8 @@ def check(state: PlacerState) -> None:
             )
     units: dict[str, set[str]] = {}
     for key, held in state.held.items():
-        units.setdefault(held.info.job, set()).add(key)
+        if held.info.is_growth:
+            units.setdefault(held.info.job, set()).add(key)
     if {job: set(keys) for job, keys in state.units.items()} != units:
         raise InvariantError(f"{state.cluster}: the units by job differ from the held units")
     if free != state.free_leaves:

@@ -31,19 +31,26 @@ def own_many(state: PlacerState, leaves: list[Cell], key: str, guaranteed: bool)
     Cells below a node are counted per leaf; the node and the cells above it once
     per node.  ``guaranteed``: the leaves count as their reservations' ``gused``.
     """
-    _change_owners(state, leaves, key, guaranteed)
+    for leaf in leaves:
+        if leaf.owner is not None:
+            raise InvariantError(f"cannot give {leaf} to {key}: {leaf.owner} owns it")
+    _change_owners(state, leaves, None, key, guaranteed)
 
 
 def disown_many(state: PlacerState, leaves: list[Cell], guaranteed: bool) -> None:
-    """Free owned ``leaves`` (the inverse of :func:`own_many`), counters updated once per node.
+    """Free ``leaves`` of one owner (the inverse of :func:`own_many`), counters updated
+    once per node.
 
     ``guaranteed``: their owner is a VC or pinned job, whose leaves count as their
     reservations' ``gused``.
     """
+    old = leaves[0].owner if leaves else None
     for leaf in leaves:
         if leaf.owner is None:
             raise InvariantError(f"cannot free {leaf}: it has no owner")
-    _change_owners(state, leaves, None, guaranteed)
+        if leaf.owner != old:
+            raise InvariantError(f"cannot free {leaf} with {old}'s: {leaf.owner} owns it")
+    _change_owners(state, leaves, old, None, guaranteed)
 
 
 def unown(state: PlacerState, leaf: Cell) -> None:
@@ -53,64 +60,83 @@ def unown(state: PlacerState, leaf: Cell) -> None:
     disown_many(state, [leaf], held is not None and held.kind in GUARANTEED_KINDS)
 
 
+def _undo_owners(leaves: list[Cell], sign: int, old: str | None) -> None:
+    """Journal undo of :func:`_change_owners`' per-leaf changes (owner and ``used``)."""
+    for leaf in leaves:
+        leaf.owner = old
+        if leaf.node_cell is not leaf:
+            leaf.used -= sign
+
+
 def _change_owners(
-    state: PlacerState, leaves: list[Cell], key: str | None, guaranteed: bool
+    state: PlacerState, leaves: list[Cell], old: str | None, key: str | None, guaranteed: bool
 ) -> None:
-    """Set the owner of ``leaves`` to ``key`` (None: free them) and keep every counter:
-    ``used`` up the tree, the nodes' ``shfree`` and ``freemask``, the chains' free
-    histograms, the fragmentation counters and the reservations' ``gused``.
+    """Give ``leaves``, all owned by ``old``, to ``key`` (None: free them) and keep
+    every counter: ``used`` up the tree, the nodes' ``shfree`` and ``freemask``, the
+    chains' free histograms, the fragmentation counters and the reservations' ``gused``.
 
     Leaves are grouped by node as bit masks; a node's cells between it and its
-    leaves count their changed leaves by masking (``Cell.mids``)."""
+    leaves count their changed leaves by masking (``Cell.mids``).  The leaves'
+    own changes are one journal entry (they all had the same owner).  A node
+    met again after another one is simply counted again: every update below is
+    relative to the node's counters of that moment."""
     j = state.j
     log = j.log
     record = log.extend if log is not None else _ignore
     sign = -1 if key is None else 1
-    masks: dict[Cell, int] = {}
+    record((leaves, sign, old, _undo_owners))
+    # Runs of leaves in one node, as (node, bits); a node may come back in a later
+    # run: every count below is added per run, so that is the same as one run.
+    runs: list[tuple[Cell, int]] = []
     gused: dict[Reservation, int] = {}
+    node: Cell | None = None
+    mask = 0
     for leaf in leaves:
-        node = leaf.node_cell
-        assert node is not None
-        masks[node] = masks.get(node, 0) | leaf.bits
-        if node is leaf:
-            record((leaf, "owner", leaf.owner, setattr))
-        else:
-            record((leaf, "owner", leaf.owner, setattr, leaf, "used", leaf.used, setattr))
-            leaf.used += sign
+        at = leaf.node_cell
+        assert at is not None
+        if at is not node:
+            if node is not None:
+                runs.append((node, mask))
+            node, mask = at, 0
+        mask |= leaf.bits
         leaf.owner = key
+        if at is not leaf:
+            leaf.used += sign
         if guaranteed:
             tag = leaf.tag
             if tag is not None:
                 gused[tag] = gused.get(tag, 0) + 1
+    if node is not None:
+        runs.append((node, mask))
     free = whole = 0
-    for node, mask in masks.items():
-        n = mask.bit_count()
-        unreserved = (mask & ~node.tagmask).bit_count()
+    for cell, bits in runs:
+        n = bits.bit_count()
+        unreserved = (bits & ~cell.tagmask).bit_count()
         if unreserved:
-            record((node, "shfree", node.shfree, setattr))
-            node.shfree -= sign * unreserved
-        for mid in node.mids:
-            k = (mid.bits & mask).bit_count()
+            record((cell, "shfree", cell.shfree, setattr))
+            cell.shfree -= sign * unreserved
+        for mid in cell.mids:
+            k = (mid.bits & bits).bit_count()
             if k:
                 record((mid, "used", mid.used, setattr))
                 mid.used += sign * k
-        record((node, "freemask", node.freemask, setattr))
+        record((cell, "freemask", cell.freemask, setattr))
         if key is None:
-            node.freemask |= mask
+            cell.freemask |= bits
         else:
-            node.freemask &= ~mask
-        if node.healthy:
-            hist = state.free_hist[node.chain]
-            unowned = node.size - node.used
+            cell.freemask &= ~bits
+        if cell.healthy:
+            hist = state.free_hist[cell.chain]
+            unowned = cell.size - cell.used
             j.listitem(hist, unowned, -1)
             j.listitem(hist, unowned - sign * n, 1)
             free += n
             if key is None:
-                if node.used == n:
-                    whole += node.size
-            elif node.used == 0:
-                whole += node.size
-        up: Cell | None = node
+                if cell.used == n:
+                    whole += cell.size
+            elif cell.used == 0:
+                whole += cell.size
+        up: Cell | None = cell
         while up is not None:
             record((up, "used", up.used, setattr))
             up.used += sign * n

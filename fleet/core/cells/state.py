@@ -153,6 +153,9 @@ class PlacerState:
 
     def index_unit(self, charge: Charge, sign: int) -> None:
         """Add (``sign`` 1) or drop (-1) a held unit in the job and victim indexes (journaled)."""
+        self.index_victim(charge, sign)
+        if not charge.is_growth:
+            return
         units = self.units.get(charge.job)
         if sign > 0:
             if units is None:
@@ -163,7 +166,6 @@ class PlacerState:
             self.j.delitem(units, charge.key)
             if not units:
                 self.j.delitem(self.units, charge.job)
-        self.index_victim(charge, sign)
 
     def index_victim(self, charge: Charge, sign: int) -> None:
         """Add (``sign`` 1) or drop (-1) a held unit in the victim indexes (journaled)."""
@@ -190,7 +192,7 @@ class PlacerState:
         self.j = Journal()
         self.alloc = Allocator(self.topo, config, self.j)
         self.held: dict[str, Held] = {}
-        #: job -> the keys of its units held here (kept with ``held``)
+        #: job -> the keys of its growth units held here (kept with ``held``)
         self.units: dict[str, dict[str, None]] = {}
         #: the held units that may be preemption victims at all, by what may
         #: preempt them (:func:`fleet.core.cells.victims.allowed`): opportunistic
