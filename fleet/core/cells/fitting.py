@@ -318,13 +318,17 @@ def fragmentation_after(state: PlacerState, choice: Choice) -> float:
     free, whole = state.free_leaves, state.whole_free_leaves
     touched: set[int] = set()
     for ls in choice.leaves.values():
+        last = None
         for leaf in ls:
             node = leaf.node_cell
             assert node is not None
             if node.healthy:
                 free -= 1
-                if node.used == 0 and node.id not in touched:
-                    whole -= node.size
+            if node is last:
+                continue  # a pod's leaves are in one node: count the node once
+            last = node
+            if node.healthy and node.used == 0 and node.id not in touched:
+                whole -= node.size
             touched.add(node.id)
     return (free - whole) / free if free > 0 else 0.0
 
@@ -361,7 +365,7 @@ def placements_of(
         if ls:
             node = ls[0].node
             assert node is not None
-            out.append(PodPlacement(pod.name, node, tuple(leaf.leaf_index or 0 for leaf in ls)))
+            out.append(PodPlacement(pod.name, node, tuple([leaf.leaf_index or 0 for leaf in ls])))
         else:
             if anchor is None:
                 anchor = anchor_node(state, job, leaves)

@@ -498,25 +498,34 @@ def across_counted(
     opportunistic: bool,
 ) -> tuple[dict[int, list[Cell]], int] | None:
     """:func:`across` without victims, from (node, usable count, mask, reserved leaves)."""
+    # First-fit decreasing as :func:`across` ranks nodes without victims: fewest
+    # reserved leaves (opportunistic only), then least spare, then id.
     remaining = {n.id: cnt for n, cnt, _, _ in nodes}
-    by_id = {n.id: (n, mask, reserved) for n, _, mask, reserved in nodes}
+    by_id = {n.id: (n, mask, reserved if opportunistic else 0) for n, _, mask, reserved in nodes}
     assign: dict[int, list[tuple[int, int]]] = {}
     pref_total = 0
     for idx, k in needs:
         best_id = -1
-        best_key: tuple[int, ...] | None = None
+        best_pref = best_spare = 0
         for nid, nf in remaining.items():
             if nf < k:
                 continue
-            reserved = by_id[nid][2] if opportunistic else 0
-            key = (0, reserved, nf - k, nid)
-            if best_key is None or key < best_key:
-                best_id, best_key = nid, key
-        if best_key is None:
+            pref = by_id[nid][2]
+            spare = nf - k
+            if (
+                best_id < 0
+                or pref < best_pref
+                or (
+                    pref == best_pref
+                    and (spare < best_spare or (spare == best_spare and nid < best_id))
+                )
+            ):
+                best_id, best_pref, best_spare = nid, pref, spare
+        if best_id < 0:
             return None
         remaining[best_id] -= k
         assign.setdefault(best_id, []).append((idx, k))
-        pref_total += best_key[1]
+        pref_total += best_pref
     leaves: dict[int, list[Cell]] = {}
     for nid, dems in assign.items():
         node, mask, _ = by_id[nid]
