@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
@@ -291,3 +291,44 @@ def test_spreading_ranks_each_containers_best_node_by_fit_not_by_level() -> None
     assert choice_view(counted) == choice_view(reference)
     assert counted is not None
     assert [counted.leaves[i][0].node_cell for i in (0, 1)] == [node0, node1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    owed=st.integers(2, 6),
+    placed=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 3), st.integers(1, 8)),
+        min_size=2,
+        max_size=14,
+    ),
+    leave=st.sets(st.integers(0, 13)),
+)
+def test_a_vc_with_several_bound_cells_answers_as_the_search_of_every_cell(
+    owed: int, placed: list[tuple[str, int, int]], leave: set[int]
+) -> None:
+    """A VC's bound cells are looked at in id order and skipped when their lower
+    bound cannot beat the best found: every gang gets the answer of the search
+    that packs every bound cell."""
+    config = load_cell_config(make_config(4, 4, 2, owed, 1))
+    placer = CellPlacer("bound", config)
+    for n, (queue, pods, gpus) in enumerate(placed):
+        group = ReplicaGroup("Worker", pods, Resources({GPU: gpus}))
+        job = Job(f"ns/p{n}", queue, 10, n, (group,))
+        fit = placer.fit(job, job.pods, Mode.GUARANTEED)
+        if isinstance(fit, Fit):
+            placer.bind(job, charge_for(job, Mode.GUARANTEED), fit)
+    for n in sorted(leave):
+        placer.release(f"ns/p{n}")
+    placer.check_invariants()
+    for queue in ("a", "b"):
+        for ks in GANGS:
+            if not any(ks):
+                continue
+            groups = tuple(
+                ReplicaGroup(f"W{i}", 1, Resources({GPU: k})) for i, k in enumerate(ks) if k
+            )
+            job = Job("ns/probe", queue, 10, 99, groups)
+            fit = placer.fit(job, job.pods, Mode.GUARANTEED)
+            with leaf_by_leaf():
+                reference = placer.fit(job, job.pods, Mode.GUARANTEED)
+            assert fit == reference, (queue, ks)

@@ -17,7 +17,7 @@ chain's unreserved leaves) reject a gang that cannot fit before any packing.
 
 from __future__ import annotations
 
-from fleet.core.cells import packing
+from fleet.core.cells import demands, packing
 from fleet.core.cells.packing import Choice
 from fleet.core.cells.state import PlacerState
 from fleet.core.cells.topology import Cell, Reservation
@@ -50,7 +50,18 @@ def search(
         if room < total:
             return None
     best: tuple[tuple[int, ...], Choice, list[Cell]] | None = None
-    for res in bound:
+    # Bound cells in id order, each skipped when even its best conceivable key
+    # cannot beat the best found (:func:`_lower_bound`): the minimum is the same.
+    floor = demands.lowest_level_in(state, chain, total) if total else 0
+    in_node = floor <= state.topo.node_level[chain]
+    for res in sorted(bound, key=_cell_id) if len(bound) > 1 else bound:
+        if (
+            packing.COUNTED
+            and best is not None
+            and total
+            and _lower_bound(res.cell, floor, in_node) >= best[0]
+        ):
+            continue
         choice = packing.pack(state, res.cell, res, needs, question, False)
         if choice is not None:
             key = (choice.level, 0, *choice.key)
@@ -71,6 +82,24 @@ def search(
     if len(needs) <= 1 and not bound and not any(owed):
         return None
     return spread_vc(state, vc, chain, needs, question)
+
+
+def _lower_bound(root: Cell, floor: int, in_node: bool) -> tuple[int, ...]:
+    """No placement under ``root`` has a smaller key ``(level, 0, *choice.key)``.
+
+    Its level is at least ``floor``; every id in a key (a node's, or the cell
+    holding a placement across nodes) is at least ``root``'s (ids follow the
+    tree, depth first).  When the gang may fit in one node the id comes after
+    the spare leaves; otherwise only placements across nodes exist, whose key
+    ends with the cell's id.
+    """
+    if in_node:
+        return (floor, 0, 0, 0, 0, 0, root.id)
+    return (floor, 0, 0, 0, 0, root.id)
+
+
+def _cell_id(res: Reservation) -> int:
+    return res.cell.id
 
 
 def fresh(
