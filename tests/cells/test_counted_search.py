@@ -332,3 +332,23 @@ def test_a_vc_with_several_bound_cells_answers_as_the_search_of_every_cell(
             with leaf_by_leaf():
                 reference = placer.fit(job, job.pods, Mode.GUARANTEED)
             assert fit == reference, (queue, ks)
+
+
+def test_a_chain_short_of_owed_cells_still_lends_what_keeps_it_no_shorter() -> None:
+    """The shared pool's counter answer (every cell owed to a VC: no room) holds
+    only while no chain is short; with a bad node the VC is short of a rack, and
+    a GPU beside the bad node keeps it no shorter, so the job fits there."""
+    raw = make_config(4, 2, 2, 0, 0)
+    raw["virtualClusters"] = {"a": {"virtualCells": [{"cellType": "RACK", "cellNumber": 2}]}}
+    config = load_cell_config(raw)  # VC a is owed both racks
+    placer = CellPlacer("short", config)
+    first = sorted(config.nodes())[0]
+    assert placer.set_node_health(first, False) == []
+    assert placer.doomed_cells() == {"a": 1}
+    job = Job("ns/s", "team", 10, 1, (ReplicaGroup("Worker", 1, Resources({GPU: 1})),))
+    fit = placer.fit(job, job.pods, Mode.GUARANTEED)
+    with leaf_by_leaf():
+        reference = placer.fit(job, job.pods, Mode.GUARANTEED)
+    assert fit == reference
+    assert isinstance(fit, Fit)
+    assert fit.pods[0].node == sorted(config.nodes())[1]  # beside the bad node

@@ -132,7 +132,11 @@ def _no_shared_room(state: PlacerState, pods: Sequence[Pod], leaf_types: list[st
         if need == 0:
             return False
         for chain in state.topo.leaf_chains[leaf_type]:
-            if not state.alloc.settled_hopeless(chain, need):
+            if packing.COUNTED:
+                hopeless = state.alloc.settled_hopeless(chain, need)
+            else:
+                hopeless = state.alloc.shared_hopeless(chain, need)
+            if not hopeless:
                 return False
     return True
 
