@@ -80,11 +80,18 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
         leaves: list[Cell] = []
         seen: set[Cell] = set()
         on_node = state.topo.node_leaf.get(placement.node, {})
+        # check_leaf's verdict depends on the node's health, the owner and the tag:
+        # an unowned leaf of a healthy node under the tag last found right passes.
+        passed: object = _UNSEEN
         for index in placement.gpus:
             leaf = on_node.get(index)
             if leaf is None:
                 raise ValueError(f"{job.key}: no GPU {index} on node {placement.node}")
-            check_leaf(job, held, leaf)
+            node = leaf.node_cell
+            tag = leaf.tag
+            if tag is not passed or leaf.owner is not None or node is None or not node.healthy:
+                check_leaf(job, held, leaf)
+                passed = tag
             if leaf in seen:
                 raise BindError(
                     f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
@@ -149,6 +156,10 @@ def take_shared(
     # A new list through the journal: a rolled back bind (or fit) of a job already
     # held must not leave reservations behind in its list.
     state.j.set(held, "shared", held.shared + taken)
+
+
+#: No tag has passed :func:`check_leaf` yet.
+_UNSEEN = object()
 
 
 def check_leaf(job: Job, held: Held, leaf: Cell) -> None:

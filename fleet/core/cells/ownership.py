@@ -91,6 +91,8 @@ def _change_owners(
     gused: dict[Reservation, int] = {}
     node: Cell | None = None
     mask = 0
+    run_tag: Reservation | None = None  # guaranteed leaves: a run of one reservation
+    run = 0
     for leaf in leaves:
         at = leaf.node_cell
         assert at is not None
@@ -104,10 +106,16 @@ def _change_owners(
             leaf.used += sign
         if guaranteed:
             tag = leaf.tag
-            if tag is not None:
-                gused[tag] = gused.get(tag, 0) + 1
+            if tag is run_tag:
+                run += 1
+            else:
+                if run_tag is not None:
+                    gused[run_tag] = gused.get(run_tag, 0) + run
+                run_tag, run = tag, 1
     if node is not None:
         runs.append((node, mask))
+    if run_tag is not None:
+        gused[run_tag] = gused.get(run_tag, 0) + run
     free = whole = 0
     for cell, bits in runs:
         n = bits.bit_count()
@@ -158,9 +166,11 @@ def release(state: PlacerState, key: str) -> None:
         j.set(state, "allocated", state.allocated - request)
     mine = [leaf for leaves in held.leaves.values() for leaf in leaves]
     if held.kind == KIND_VC:
+        last: Reservation | None = None
         for leaf in mine:
-            if leaf.tag is not None:
-                touched[leaf.tag.cell.id] = leaf.tag
+            tag = leaf.tag
+            if tag is not None and tag is not last:
+                touched[tag.cell.id] = last = tag
     if mine:
         disown_many(state, mine, held.kind in GUARANTEED_KINDS)
     for res in held.shared:
