@@ -316,6 +316,30 @@ def _shfree() -> tuple[Checkable, str]:
     return placer, "Cell(NODE@1/r1n1) shfree drifted: kept 7, recount 8"
 
 
+def _free_mask() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.topo.nodes["r1n1"][0].freemask &= ~1
+    return placer, "Cell(NODE@1/r1n1) masks drifted: kept free 11111110 tagged 0, recount"
+
+
+def _free_histogram() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.free_hist["RACK"][8] -= 1
+    return placer, "c1: free histogram of RACK drifted: kept [0, 0, 0, 0, 1, 0, 0, 0, 2]"
+
+
+def _units_by_job() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.units["default/a"] = {"default/a#2": None}
+    return placer, "c1: the units by job differ from the held units"
+
+
+def _bad_reservations() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    placer.state.alloc.bad_roots = 1
+    return placer, "bad reservations drifted: kept 1, recount 0"
+
+
 @pytest.mark.corrupts_state
 @pytest.mark.parametrize(
     "corrupt",
@@ -332,6 +356,10 @@ def _shfree() -> tuple[Checkable, str]:
         _open_transaction,
         _stray_owner,
         _shfree,
+        _free_mask,
+        _free_histogram,
+        _units_by_job,
+        _bad_reservations,
     ],
     ids=lambda f: f.__name__.strip("_"),
 )

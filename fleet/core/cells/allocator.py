@@ -164,6 +164,8 @@ class Allocator:
         self.vc_bound: dict[str, dict[int, Reservation]] = {}
         self.configured: dict[str, dict[str, list[int]]] = {}
         self.pins: dict[str, Reservation] = {}
+        #: reservations of bad nodes' parts (while there are none, no chain is short)
+        self.bad_roots = 0
         #: chain -> :meth:`shared_ceiling` (computed on first use)
         self._ceiling: dict[str, int] = {}
         #: chain -> top cells with unreserved leaves (id -> cell).
@@ -235,6 +237,8 @@ class Allocator:
                 self._push(child)
         self._pop(cell)
         self.j.set(cell, "res", res)
+        if res.kind == BAD:
+            self.j.add(self, "bad_roots", 1)
         self._tag_leaves(cell, res)
         self._count_unres(cell, -cell.size)
 
@@ -242,6 +246,8 @@ class Allocator:
         """Release the reservation rooted at ``cell`` and merge free buddies."""
         if cell.res is None:
             raise InvariantError(f"cannot release {cell}: no reservation is rooted there")
+        if cell.res.kind == BAD:
+            self.j.add(self, "bad_roots", -1)
         self.j.set(cell, "res", None)
         self._tag_leaves(cell, None)
         self._count_unres(cell, cell.size)
@@ -257,7 +263,8 @@ class Allocator:
     def _tag_leaves(self, cell: Cell, res: Reservation | None) -> None:
         """Set every leaf's ``tag`` (journaled inline: a rack has dozens of leaves).
 
-        Also moves the cell's unowned leaves in or out of their nodes' ``shfree``.
+        Also moves the cell's unowned leaves in or out of their nodes' ``shfree``
+        and sets their bits in the nodes' ``tagmask``.
         """
         j = self.j
         sign = 1 if res is None else -1
@@ -265,9 +272,16 @@ class Allocator:
             for node in cell.node_cells:
                 if node.used < node.size:
                     j.add(node, "shfree", sign * (node.size - node.used))
-        elif cell.used < cell.size:
-            assert cell.node_cell is not None
-            j.add(cell.node_cell, "shfree", sign * (cell.size - cell.used))
+                j.set(node, "tagmask", 0 if res is None else node.bits)
+        else:
+            holder = cell.node_cell
+            assert holder is not None
+            if cell.used < cell.size:
+                j.add(holder, "shfree", sign * (cell.size - cell.used))
+            if res is None:
+                j.set(holder, "tagmask", holder.tagmask & ~cell.bits)
+            else:
+                j.set(holder, "tagmask", holder.tagmask | cell.bits)
         log = j.log
         if log is None:
             for leaf in cell.leaves:
@@ -331,6 +345,17 @@ class Allocator:
         whoever leaves first (a take must not make any VC shorter of its cells)."""
         return self.shared_ceiling(chain) < need and not any(self.shortage(chain))
 
+    def settled_hopeless(self, chain: str, need: int) -> bool:
+        """:meth:`shared_hopeless` in a settled state (no take tried and not undone).
+
+        There a chain is short of owed cells only because of bad nodes (every take
+        keeps the shortage from growing: :meth:`check` recounts it), so while no
+        part of a node is reserved as bad the shortage is not counted.
+        """
+        if self.shared_ceiling(chain) >= need:
+            return False
+        return self.bad_roots == 0 or not any(self.shortage(chain))
+
     def shortage(self, chain: str, delta: list[int] | None = None) -> list[int]:
         """Owed cells per level (index = level) that the free cells cannot cover.
 
@@ -390,6 +415,31 @@ class Allocator:
                 else:
                     delta[child.level] += 1
         return delta
+
+    def binding_is_safe(self, cell: Cell, before: list[int]) -> bool:
+        """Whether binding an owed virtual cell of ``cell``'s level to the wholly free
+        ``cell`` leaves no level of its chain shorter than ``before`` (:meth:`no_worse`
+        after :meth:`bind_vc`, counted without binding: no state change).
+
+        The take removes the free root above ``cell`` from its level and pushes, at
+        each level from ``cell``'s up to below the root, the siblings of the path
+        (buddy splits); the owed cell bound is one owed cell less at ``cell``'s
+        level, which :meth:`shortage` counts like one more free cell there.
+        """
+        root = self.free_root_of(cell)
+        if root is None:
+            raise InvariantError(f"cannot bind {cell}: it is not wholly free")
+        delta = [0] * len(self.free[cell.chain])
+        delta[root.level] -= 1
+        c = cell
+        while c is not root:
+            parent = c.parent
+            assert parent is not None
+            delta[c.level] += len(parent.children) - 1
+            c = parent
+        delta[cell.level] += 1
+        after = self.shortage(cell.chain, delta)
+        return all(a <= b for a, b in zip(after, before, strict=True))
 
     def no_worse(self, chain: str, before: list[int]) -> bool:
         """Whether no level of ``chain`` is shorter of owed cells than in ``before``."""
@@ -558,6 +608,13 @@ class Allocator:
                         )
         if total != self.owed:
             raise InvariantError(f"owed cells drifted: kept {self.owed}, recount {total}")
+        bad = sum(1 for cell in self.topo.cells if cell.res is not None and cell.res.kind == BAD)
+        if bad != self.bad_roots:
+            raise InvariantError(f"bad reservations drifted: kept {self.bad_roots}, recount {bad}")
+        if not bad:
+            for chain in self.free:
+                if any(self.shortage(chain)):
+                    raise InvariantError(f"chain {chain} is short of owed cells with no bad node")
 
 
 def _reservations_in(cell: Cell) -> Iterator[Reservation]:

@@ -52,7 +52,7 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
     if held is None:
         held = Held(charge, kind, vc)
         j.setitem(state.held, job.key, held)
-        state.index_victim(charge, 1)
+        state.index_unit(charge, 1)
     for cid in bindings:
         cell = state.topo.cells[cid]
         chain = cell.chain
@@ -68,6 +68,9 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
     guaranteed = held.kind in GUARANTEED_KINDS
     # Shared pool: shortage per chain before the takes (checked once, after them).
     shared_before: dict[str, list[int]] = {}
+    # Other kinds take no cells: their pods' leaves are owned at once, after every check.
+    batch: list[Cell] = []
+    claimed: set[Cell] = set()
     for placement in fit.pods:
         pod = by_pod.get(placement.pod)
         if pod is None:
@@ -76,24 +79,43 @@ def commit(state: PlacerState, job: Job, charge: Charge, fit: CellFit) -> None:
             raise BindError(f"{job.key}: pod {placement.pod} is already placed")
         leaves: list[Cell] = []
         seen: set[Cell] = set()
+        on_node = state.topo.node_leaf.get(placement.node, {})
+        # check_leaf's verdict depends on the node's health, the owner and the tag:
+        # an unowned leaf of a healthy node under the tag last found right passes.
+        passed: object = _UNSEEN
         for index in placement.gpus:
-            leaf = state.topo.leaf_at.get((placement.node, index))
+            leaf = on_node.get(index)
             if leaf is None:
                 raise ValueError(f"{job.key}: no GPU {index} on node {placement.node}")
-            check_leaf(job, held, leaf)
+            node = leaf.node_cell
+            tag = leaf.tag
+            if tag is not passed or leaf.owner is not None or node is None or not node.healthy:
+                check_leaf(job, held, leaf)
+                passed = tag
             if leaf in seen:
                 raise BindError(
                     f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
                 )
+            if leaf in claimed:  # by an earlier pod (owned by now, one pod at a time)
+                raise ValueError(
+                    f"{job.key}: GPU {leaf.leaf_index} of {leaf.node} is held by {job.key}"
+                )
             seen.add(leaf)
             leaves.append(leaf)
-        if kind == KIND_SHARED and leaves:
-            take_shared(state, job.key, held, leaves, shared_before)
-        ownership.own_many(state, leaves, job.key, guaranteed)
+        if kind == KIND_SHARED:
+            if leaves:
+                take_shared(state, job.key, held, leaves, shared_before)
+                ownership.own_many(state, leaves, job.key, guaranteed)
+        else:
+            batch.extend(leaves)
+            if len(fit.pods) > 1:
+                claimed.update(leaves)
         j.setitem(held.pods, placement.pod, placement)
         j.setitem(held.leaves, placement.pod, leaves)
         j.setitem(held.requests, placement.pod, pod.request)
         j.set(state, "allocated", state.allocated + pod.request)
+    if batch:
+        ownership.own_many(state, batch, job.key, guaranteed)
     for chain, before in shared_before.items():
         if not alloc.no_worse(chain, before):
             raise BindError(f"{job.key}: shared cells in chain {chain} are owed to a VC")
@@ -134,6 +156,10 @@ def take_shared(
     # A new list through the journal: a rolled back bind (or fit) of a job already
     # held must not leave reservations behind in its list.
     state.j.set(held, "shared", held.shared + taken)
+
+
+#: No tag has passed :func:`check_leaf` yet.
+_UNSEEN = object()
 
 
 def check_leaf(job: Job, held: Held, leaf: Cell) -> None:

@@ -132,7 +132,11 @@ def _no_shared_room(state: PlacerState, pods: Sequence[Pod], leaf_types: list[st
         if need == 0:
             return False
         for chain in state.topo.leaf_chains[leaf_type]:
-            if not state.alloc.shared_hopeless(chain, need):
+            if packing.COUNTED:
+                hopeless = state.alloc.settled_hopeless(chain, need)
+            else:
+                hopeless = state.alloc.shared_hopeless(chain, need)
+            if not hopeless:
                 return False
     return True
 
@@ -198,6 +202,9 @@ def search(
     """Find a placement in ``chain``; returns (choice, kind, cells bound to the VC)."""
     held = state.held.get(job.key)
     if kind == KIND_OPP:
+        counted = packing.COUNTED and not question.preempt and not question.released
+        if counted and not opp_room(state, chain, needs):
+            return None
         tops = [(top, packing.ANY) for top in state.topo.chain_tops[chain]]
         choice = packing.best_over(state, tops, needs, question, opportunistic=True)
         return (choice, KIND_OPP, []) if choice else None
@@ -217,6 +224,31 @@ def search(
         return None
     choice = shared_search.search(state, chain, needs, question)
     return (choice, KIND_SHARED, []) if choice else None
+
+
+def opp_room(state: PlacerState, chain: str, needs: list[tuple[int, int]]) -> bool:
+    """Whether the chain's healthy nodes could hold every pod on unowned leaves.
+
+    A node with ``f`` unowned leaves holds at most ``f // k`` pods of ``k`` or
+    more leaves, so for every pod size ``k`` the nodes (counted by unowned
+    leaves: ``PlacerState.free_hist``) must offer as many places as there are
+    pods of at least ``k``: a necessary condition, read from counters.
+    """
+    hist = state.free_hist[chain]
+    top = len(hist)
+    sizes = sorted({k for _, k in needs if k > 0}, reverse=True)
+    for k in sizes:
+        if k >= top:
+            return False
+        pods = sum(1 for _, n in needs if n >= k)
+        places = 0
+        for f in range(k, top):
+            places += hist[f] * (f // k)
+            if places >= pods:
+                break
+        if places < pods:
+            return False
+    return True
 
 
 def answer(
@@ -290,13 +322,17 @@ def fragmentation_after(state: PlacerState, choice: Choice) -> float:
     free, whole = state.free_leaves, state.whole_free_leaves
     touched: set[int] = set()
     for ls in choice.leaves.values():
+        last = None
         for leaf in ls:
             node = leaf.node_cell
             assert node is not None
             if node.healthy:
                 free -= 1
-                if node.used == 0 and node.id not in touched:
-                    whole -= node.size
+            if node is last:
+                continue  # a pod's leaves are in one node: count the node once
+            last = node
+            if node.healthy and node.used == 0 and node.id not in touched:
+                whole -= node.size
             touched.add(node.id)
     return (free - whole) / free if free > 0 else 0.0
 
@@ -333,7 +369,7 @@ def placements_of(
         if ls:
             node = ls[0].node
             assert node is not None
-            out.append(PodPlacement(pod.name, node, tuple(leaf.leaf_index or 0 for leaf in ls)))
+            out.append(PodPlacement(pod.name, node, tuple([leaf.leaf_index or 0 for leaf in ls])))
         else:
             if anchor is None:
                 anchor = anchor_node(state, job, leaves)

@@ -7,7 +7,8 @@ and the buddy free lists no longer count it.  When a reservation covering a
 bad node is released later (a job leaves, a VC cell is unbound), the freed
 parts of the bad node are reserved as bad again (:func:`reserve_bad_again`).
 A node that comes back has its bad reservations released.  The fragmentation
-counters and the capacity total follow the node's health.  Bad nodes may leave
+counters, the chain's histogram of healthy nodes by unowned leaves and the
+capacity total follow the node's health.  Bad nodes may leave
 the VCs' owed cells with too few free cells to bind to: the allocator's
 shortage count says how many, attributed to VCs in name order
 (:func:`doomed_cells`) — no other VC's guarantee is ever broken for it.
@@ -33,6 +34,7 @@ def set_node_health(state: PlacerState, node: str, healthy: bool) -> list[str]:
         unowned = cell.size - cell.used
         sign = 1 if healthy else -1
         j.add(state, "free_leaves", sign * unowned)
+        j.listitem(state.free_hist[cell.chain], unowned, sign)
         if cell.used == 0:
             j.add(state, "whole_free_leaves", sign * cell.size)
         j.set(cell, "healthy", healthy)

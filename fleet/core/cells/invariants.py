@@ -7,7 +7,9 @@ disagrees — no journal transaction or undo scope left open, the allocator's
 own state (``Allocator.check``: flags, free lists, unreserved leaves, owed
 counters), the capacity of the healthy nodes, the sum of the placed pods'
 requests, one owner per leaf that is exactly the job holding it, each leaf
-reserved as its job's kind requires, ``used`` per cell, ``shfree`` per node,
+reserved as its job's kind requires, ``used`` per cell, ``shfree`` and the
+free and reserved leaf masks per node, the chains' histograms of healthy
+nodes by unowned leaves, the held growth units by job,
 the fragmentation counters, ``gused`` per VC and pinned reservation (a bound
 VC cell is always in use), while no node is bad, every VC's guarantee, that
 restore records describe their jobs and are indexed by their chains, and that
@@ -102,6 +104,7 @@ def check(state: PlacerState) -> None:
                     )
     gused: dict[int, int] = {}
     free = whole = 0
+    hists: dict[str, list[int]] = {}
     for cell in reversed(state.topo.cells):
         if not cell.children:
             if (cell.owner is not None) != (cell.id in owners):
@@ -121,10 +124,32 @@ def check(state: PlacerState) -> None:
             shfree = sum(1 for x in cell.leaves if x.tag is None and x.owner is None)
             if cell.shfree != shfree:
                 raise InvariantError(f"{cell} shfree drifted: kept {cell.shfree}, recount {shfree}")
+            freemask = sum(1 << i for i, x in enumerate(cell.leaves) if x.owner is None)
+            tagmask = sum(1 << i for i, x in enumerate(cell.leaves) if x.tag is not None)
+            if cell.freemask != freemask or cell.tagmask != tagmask:
+                raise InvariantError(
+                    f"{cell} masks drifted: kept free {cell.freemask:b} tagged {cell.tagmask:b}, "
+                    f"recount {freemask:b} {tagmask:b}"
+                )
         if cell.is_node and cell.healthy:
             free += cell.size - cell.used
+            hist = hists.setdefault(cell.chain, [0] * len(state.free_hist[cell.chain]))
+            hist[cell.size - cell.used] += 1
             if cell.used == 0:
                 whole += cell.size
+    for chain, kept in state.free_hist.items():
+        recount = hists.get(chain, [0] * len(kept))
+        if kept != recount:
+            raise InvariantError(
+                f"{state.cluster}: free histogram of {chain} drifted: kept {kept}, "
+                f"recount {recount}"
+            )
+    units: dict[str, set[str]] = {}
+    for key, held in state.held.items():
+        if held.info.is_growth:
+            units.setdefault(held.info.job, set()).add(key)
+    if {job: set(keys) for job, keys in state.units.items()} != units:
+        raise InvariantError(f"{state.cluster}: the units by job differ from the held units")
     if free != state.free_leaves:
         raise InvariantError(
             f"{state.cluster}: free leaves drifted: kept {state.free_leaves}, recount {free}"

@@ -31,6 +31,7 @@ from fleet.core.cells import allocator, demands, topology
 from fleet.core.cells.state import PlacerState
 from fleet.core.cells.topology import Cell
 from fleet.core.cells.victims import Question
+from fleet.core.checks import InvariantError
 
 #: Leaf filter: any leaf (opportunistic) — otherwise ``None`` (unreserved) or a Reservation.
 ANY: Final = object()
@@ -46,10 +47,19 @@ class Choice:
 
     key: tuple[int, ...]
 
-    def __init__(self, leaves: dict[int, list[Cell]], key: tuple[int, ...], victims: set[str]):
+    def __init__(
+        self,
+        leaves: dict[int, list[Cell]],
+        key: tuple[int, ...],
+        victims: set[str],
+        level: int | None = None,
+    ):
         self.leaves = leaves
         self.key = key
         self.victims = victims
+        if level is not None:  # known by the caller (the lowest common cell's level)
+            self.level = level
+            return
         cells = [leaf for ls in leaves.values() for leaf in ls]
         common = topology.lowest_common(cells)
         if common is None:
@@ -74,15 +84,133 @@ def best_over(
 ) -> Choice | None:
     """The best packing in any one of ``containers`` (cell, want), else spread over them."""
     best: Choice | None = None
+    # Without victims or released jobs a cell with fewer unowned leaves than the
+    # gang is rejected by ``pack``'s first counter: not asked at all.
+    counted = not question.preempt and not question.released
+    need = sum(k for _, k in needs)
     for cell, want in containers:
+        if counted and need and cell.size - cell.used < need:
+            continue
         choice = pack(state, cell, want, needs, question, opportunistic)
         if choice is not None and (
             best is None or (choice.level, choice.key) < (best.level, best.key)
         ):
             best = choice
     if best is None and len(needs) > 1:
-        best = spread(state, list(containers), needs, question, opportunistic)
+        if countable(state, containers, question):
+            best = spread_counted(state, containers, needs, question, opportunistic)
+        else:
+            best = spread(state, list(containers), needs, question, opportunistic)
     return best
+
+
+def countable(
+    state: PlacerState, containers: Sequence[tuple[Cell, object]], question: Question
+) -> bool:
+    """Whether :func:`spread_counted` answers for ``containers`` as :func:`spread` does."""
+    if not COUNTED or question.preempt or question.released or state.suggested is not None:
+        return False
+    for root, want in containers:
+        if not root.node_cells or not (want is ANY or want is None or want is root.res):
+            return False
+    return True
+
+
+def spread_counted(
+    state: PlacerState,
+    containers: Sequence[tuple[Cell, object]],
+    needs: list[tuple[int, int]],
+    question: Question,
+    opportunistic: bool,
+) -> Choice | None:
+    """:func:`spread` without victims or released jobs, from the nodes' leaf masks.
+
+    Pod by pod (largest first) each container offers its best node as
+    :func:`pack` ranks them (level first) and the pod goes to the offer with the
+    smallest key (preference, spare, node id), as in :func:`spread`.  A
+    container's offer is remembered until a pod lands in it or the pod size
+    changes, so a gang of equal pods looks at each container about once.
+    """
+    picked = _taken_bits(state, question.taken) if question.taken else {}
+    index = {root.id: i for i, (root, _) in enumerate(containers)}
+    offers: dict[int, tuple[int, Offer | None]] = {}
+    leaves: dict[int, list[Cell]] = {}
+    for idx, k in needs:
+        if k == 0:
+            leaves[idx] = []
+            continue
+        best: Offer | None = None
+        for i, (root, want) in enumerate(containers):
+            known = offers.get(i)
+            if known is not None and known[0] == k:
+                offer = known[1]
+            else:
+                offer = _offer(state, root, want, k, picked, opportunistic)
+                offers[i] = (k, offer)
+            if offer is not None and (best is None or offer[0] < best[0]):
+                best = offer
+        if best is None:
+            return None
+        _, node, positions = best
+        chosen = [node.leaves[p] for p in positions]
+        leaves[idx] = chosen
+        bits = 0
+        for leaf in chosen:
+            bits |= leaf.bits
+        picked[node.id] = picked.get(node.id, 0) | bits
+        up: Cell | None = node
+        while up is not None:  # the containers holding the node offer again
+            at = index.get(up.id)
+            if at is not None:
+                offers.pop(at, None)
+            up = up.parent
+    return Choice(leaves, (0,), set())
+
+
+#: A container's best node for one pod: (key without level, node, leaf positions).
+Offer = tuple[tuple[int, ...], Cell, tuple[int, ...]]
+
+
+def _offer(
+    state: PlacerState,
+    root: Cell,
+    want: object,
+    k: int,
+    picked: dict[int, int],
+    opportunistic: bool,
+) -> Offer | None:
+    """The node :func:`pack` picks under ``root`` for one pod of ``k`` leaves."""
+    if root.size - root.used < k:
+        return None
+    floor = demands.lowest_level_in(state, root.chain, k)
+    shared = want is None
+    ks = (k,)
+    best: tuple[int, ...] | None = None
+    best_node: Cell | None = None
+    best_at: tuple[int, ...] = ()
+    for node in root.node_cells:
+        if not node.healthy:
+            continue
+        mask = node.freemask
+        if shared:
+            mask &= ~node.tagmask
+        mask &= ~picked.get(node.id, 0)
+        cnt = mask.bit_count()
+        if cnt < k:
+            continue
+        pref = node.tagmask.bit_count() if opportunistic else 0
+        spare = cnt - k
+        if best is not None and (floor, pref, spare, node.id) >= best:
+            continue
+        positions, level = in_node_by_mask(state, node, mask, ks)
+        key = (level, pref, spare, node.id)
+        if best is None or key < best:
+            best, best_node, best_at = key, node, positions[0]
+            if level == floor and pref == 0 and spare == 0:
+                break
+    if best is None or best_node is None:
+        return None
+    return (0, 0, best[1], best[2], best[3]), best_node, best_at
 
 
 def usable(
@@ -170,6 +298,13 @@ def pack(
             room = root.unres
         if room < need:
             return None
+        if (
+            COUNTED
+            and state.suggested is None
+            and (want is ANY or want is None or want is root.res)
+            and (root.is_node or root.node_cells)
+        ):
+            return pack_counted(state, root, want, needs, need, question, opportunistic)
     info, total = usable(state, root, want, question)
     if total < need:
         return None
@@ -219,6 +354,185 @@ def pack(
         if best is not None:
             return best
     return None
+
+
+def pack_counted(
+    state: PlacerState,
+    root: Cell,
+    want: object,
+    needs: list[tuple[int, int]],
+    need: int,
+    question: Question,
+    opportunistic: bool,
+) -> Choice | None:
+    """:func:`pack` without victims or released jobs, from the nodes' leaf masks.
+
+    The same answer as the leaf-by-leaf search: a node's usable leaves are its
+    unowned leaves (``freemask``; for the shared pool also unreserved:
+    ``~tagmask``; inside the wanted reservation every leaf carries it) less the
+    ones the gang already picked, so the candidate key ``(level, 0, 0,
+    preference, spare, node id)`` is known from counters except for the level,
+    which is the in-node buddy choice for that mask (:func:`in_node_by_mask`,
+    memoized).  A node whose key cannot beat the best one even at the lowest
+    level is not packed at all.  ``root`` is a node or a cell above nodes.
+    """
+    nodes = root.node_cells
+    taken = _taken_bits(state, question.taken) if question.taken else None
+    floor = demands.lowest_level_in(state, root.chain, need)
+    ks = tuple(k for _, k in needs)
+    shared = want is None
+    best_key: tuple[int, ...] | None = None
+    best_node: Cell | None = None
+    best_in: tuple[tuple[tuple[int, ...], ...], int] | None = None
+    for node in nodes:
+        if not node.healthy:
+            continue
+        mask = node.freemask
+        if shared:
+            mask &= ~node.tagmask
+        if taken is not None:
+            mask &= ~taken.get(node.id, 0)
+        cnt = mask.bit_count()
+        if cnt < need:
+            continue
+        pref = node.tagmask.bit_count() if opportunistic else 0
+        spare = cnt - need
+        if best_key is not None and (floor, 0, 0, pref, spare, node.id) >= best_key:
+            continue
+        placed = in_node_by_mask(state, node, mask, ks)
+        key = (placed[1], 0, 0, pref, spare, node.id)
+        if best_key is None or key < best_key:
+            best_key, best_node, best_in = key, node, placed
+            if placed[1] == floor and pref == 0 and spare == 0:
+                break
+    if best_node is not None and best_key is not None and best_in is not None:
+        leaves = {
+            idx: [best_node.leaves[p] for p in best_in[0][i]] for i, (idx, _) in enumerate(needs)
+        }
+        return Choice(leaves, best_key[1:], set(), level=best_in[1])
+    if root.is_node:
+        return None
+    # Across nodes: the lowest cell above node level whose nodes hold the gang.
+    info: dict[int, tuple[Cell, int, int, int]] = {}
+    for node in nodes:
+        if not node.healthy:
+            continue
+        mask = node.freemask
+        if shared:
+            mask &= ~node.tagmask
+        if taken is not None:
+            mask &= ~taken.get(node.id, 0)
+        if mask:
+            info[node.id] = (node, mask.bit_count(), mask, node.tagmask.bit_count())
+    best: Choice | None = None
+    node_level = state.topo.node_level[root.chain]
+    for level in range(node_level + 1, root.level + 1):
+        for cell in cells_at(state, root, level):
+            members = [info[n.id] for n in cell.node_cells if n.id in info]
+            if sum(m[1] for m in members) < need:
+                continue
+            placed_multi = across_counted(state, members, needs, opportunistic)
+            if placed_multi is None:
+                continue
+            leaves, pref_total = placed_multi
+            mkey: tuple[int, ...] = (0, 0, pref_total, cell.id)
+            if best is None or mkey < best.key:
+                best = Choice(leaves, mkey, set())
+        if best is not None:
+            return best
+    return None
+
+
+def _taken_bits(state: PlacerState, taken: set[int]) -> dict[int, int]:
+    """Node id -> bits of the leaves in ``taken`` (leaf ids)."""
+    out: dict[int, int] = {}
+    cells = state.topo.cells
+    for cid in taken:
+        leaf = cells[cid]
+        node = leaf.node_cell
+        assert node is not None
+        out[node.id] = out.get(node.id, 0) | leaf.bits
+    return out
+
+
+#: Bound on memoized in-node choices per placer (cleared when reached).
+MEMO_LIMIT = 100_000
+
+#: Whether :func:`pack` takes the counted path (tests switch it off to compare).
+COUNTED = True
+
+
+def in_node_by_mask(
+    state: PlacerState, node: Cell, mask: int, ks: tuple[int, ...]
+) -> tuple[tuple[tuple[int, ...], ...], int]:
+    """:func:`in_node` without victims for the leaves of ``mask``, by leaf positions.
+
+    Nodes of one cell type have the same shape (the config fixes every child
+    count) and their cells' ids follow that shape, so the buddy choice depends
+    only on (cell type, mask, leaves per pod): it is computed once per
+    placer and remembered (``PlacerState.in_node_memo``).  Returns (positions
+    in ``node.leaves`` per pod in ``ks``'s order, level of the lowest common cell).
+    """
+    memo = state.in_node_memo
+    key = (node.ctype.name, mask, ks)
+    hit = memo.get(key)
+    if hit is None:
+        free = [leaf for leaf in node.leaves if leaf.bits & mask]
+        placed = in_node(state, node, list(enumerate(ks)), free, [])
+        if placed is None:
+            raise InvariantError(f"{node}: {sum(ks)} of {len(free)} free leaves not placed")
+        out, level, _ = placed
+        positions = tuple(
+            tuple(leaf.bits.bit_length() - 1 for leaf in out[i]) for i in range(len(ks))
+        )
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        hit = memo[key] = (positions, level)
+    return hit
+
+
+def across_counted(
+    state: PlacerState,
+    nodes: list[tuple[Cell, int, int, int]],
+    needs: list[tuple[int, int]],
+    opportunistic: bool,
+) -> tuple[dict[int, list[Cell]], int] | None:
+    """:func:`across` without victims, from (node, usable count, mask, reserved leaves)."""
+    # First-fit decreasing as :func:`across` ranks nodes without victims: fewest
+    # reserved leaves (opportunistic only), then least spare, then id.
+    remaining = {n.id: cnt for n, cnt, _, _ in nodes}
+    by_id = {n.id: (n, mask, reserved if opportunistic else 0) for n, _, mask, reserved in nodes}
+    assign: dict[int, list[tuple[int, int]]] = {}
+    pref_total = 0
+    for idx, k in needs:
+        best_id = -1
+        best_pref = best_spare = 0
+        for nid, nf in remaining.items():
+            if nf < k:
+                continue
+            pref = by_id[nid][2]
+            spare = nf - k
+            if (
+                best_id < 0
+                or pref < best_pref
+                or (
+                    pref == best_pref
+                    and (spare < best_spare or (spare == best_spare and nid < best_id))
+                )
+            ):
+                best_id, best_pref, best_spare = nid, pref, spare
+        if best_id < 0:
+            return None
+        remaining[best_id] -= k
+        assign.setdefault(best_id, []).append((idx, k))
+        pref_total += best_pref
+    leaves: dict[int, list[Cell]] = {}
+    for nid, dems in assign.items():
+        node, mask, _ = by_id[nid]
+        positions, _level = in_node_by_mask(state, node, mask, tuple(k for _, k in dems))
+        for i, (idx, _) in enumerate(dems):
+            leaves[idx] = [node.leaves[p] for p in positions[i]]
+    return leaves, pref_total
 
 
 def cells_at(state: PlacerState, root: Cell, level: int) -> list[Cell]:

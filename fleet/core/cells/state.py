@@ -68,6 +68,10 @@ class CellFit(Fit):
     bindings: tuple[int, ...] = ()
 
 
+#: An in-node choice by leaf positions: (positions per pod in demand order, level).
+InNode = tuple[tuple[tuple[int, ...], ...], int]
+
+
 class Held:
     """One placed job: its pods, their leaves and requests, its shared reservations."""
 
@@ -126,8 +130,10 @@ class PlacerState:
         "config",
         "demoted",
         "fallbacks",
+        "free_hist",
         "free_leaves",
         "held",
+        "in_node_memo",
         "j",
         "marks",
         "node_caps",
@@ -138,11 +144,28 @@ class PlacerState:
         "subcells",
         "suggested",
         "topo",
+        "units",
         "vc_spills",
         "victims_by_mode",
         "victims_by_queue",
         "whole_free_leaves",
     )
+
+    def index_unit(self, charge: Charge, sign: int) -> None:
+        """Add (``sign`` 1) or drop (-1) a held unit in the job and victim indexes (journaled)."""
+        self.index_victim(charge, sign)
+        if not charge.is_growth:
+            return
+        units = self.units.get(charge.job)
+        if sign > 0:
+            if units is None:
+                units = {}
+                self.j.setitem(self.units, charge.job, units)
+            self.j.setitem(units, charge.key, None)
+        elif units is not None:
+            self.j.delitem(units, charge.key)
+            if not units:
+                self.j.delitem(self.units, charge.job)
 
     def index_victim(self, charge: Charge, sign: int) -> None:
         """Add (``sign`` 1) or drop (-1) a held unit in the victim indexes (journaled)."""
@@ -169,6 +192,8 @@ class PlacerState:
         self.j = Journal()
         self.alloc = Allocator(self.topo, config, self.j)
         self.held: dict[str, Held] = {}
+        #: job -> the keys of its growth units held here (kept with ``held``)
+        self.units: dict[str, dict[str, None]] = {}
         #: the held units that may be preemption victims at all, by what may
         #: preempt them (:func:`fleet.core.cells.victims.allowed`): opportunistic
         #: and borrowed units by mode, guaranteed units by queue (kept with ``held``)
@@ -190,10 +215,21 @@ class PlacerState:
         # Fragmentation counters: healthy unowned leaves, and those in wholly free nodes.
         self.free_leaves = 0
         self.whole_free_leaves = 0
+        #: chain -> healthy nodes by their number of unowned leaves (index = that number)
+        self.free_hist: dict[str, list[int]] = {}
         for nodes in self.topo.nodes.values():
             for node in nodes:
                 self.free_leaves += node.size
                 self.whole_free_leaves += node.size
+                hist = self.free_hist.setdefault(node.chain, [])
+                if len(hist) <= node.size:
+                    hist.extend([0] * (node.size + 1 - len(hist)))
+                hist[node.size] += 1
+        for chain in self.topo.chain_types:
+            self.free_hist.setdefault(chain, [0])
+        #: (node cell type, usable leaves mask, leaves per pod) -> the in-node buddy
+        #: choice without victims: (leaf positions per pod, level) (see ``packing``)
+        self.in_node_memo: dict[tuple[str, int, tuple[int, ...]], InNode] = {}
         # Caches of the packing: a node's cells by (level, id); cells at a level under a cell.
         self.subcells: dict[int, list[Cell]] = {}
         self.at_level: dict[tuple[int, int], list[Cell]] = {}

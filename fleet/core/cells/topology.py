@@ -24,10 +24,12 @@ class Cell:
 
     __slots__ = (
         "address",
+        "bits",
         "chain",
         "children",
         "ctype",
         "free_root",
+        "freemask",
         "healthy",
         "id",
         "index",
@@ -35,6 +37,7 @@ class Cell:
         "leaf_index",
         "leaves",
         "level",
+        "mids",
         "node",
         "node_cell",
         "node_cells",
@@ -46,6 +49,7 @@ class Cell:
         "size",
         "split",
         "tag",
+        "tagmask",
         "top",
         "unres",
         "used",
@@ -81,6 +85,15 @@ class Cell:
         # Node cells only: leaves neither reserved nor owned (what the shared pool may
         # take without victims), kept by the allocator (tags) and the placer (owners).
         self.shfree = 0
+        # Node cells only: bit masks over the node's leaves (bit i = ``leaves[i]``) of
+        # the unowned leaves (kept by the placer) and of the reserved ones (kept by
+        # the allocator), so a node's usable leaves are a few integer operations.
+        self.freemask = 0
+        self.tagmask = 0
+        # Cells at or below node level: the bits of this cell's leaves in its node's masks.
+        self.bits = 0
+        # Node cells only: the cells strictly between the node and its leaves.
+        self.mids: list[Cell] = []
         # Leaves used by any job in the subtree.
         self.used = 0
         # Unreserved leaves (``tag`` None) in the subtree, kept by the allocator for
@@ -120,6 +133,13 @@ class Reservation:
     def __repr__(self) -> str:
         who = self.vc or self.job or ""
         return f"Reservation({self.kind}:{who}@{self.cell.address})"
+
+
+def _below(cell: Cell) -> Iterator[Cell]:
+    """Every cell strictly below ``cell``."""
+    for child in cell.children:
+        yield child
+        yield from _below(child)
 
 
 def descendants_at(cell: Cell, level: int) -> Iterator[Cell]:
@@ -171,6 +191,8 @@ class Topology:
         self.chain_tops: dict[str, list[Cell]] = {chain: [] for chain in config.chains}
         self.nodes: dict[str, list[Cell]] = {}
         self.leaf_at: dict[tuple[str, int], Cell] = {}
+        #: node name -> GPU index -> leaf (``leaf_at`` per node)
+        self.node_leaf: dict[str, dict[int, Cell]] = {}
         self.pinned: dict[str, Cell] = {}
         for spec in config.physical_cells:
             top = self._build(spec, spec.cell_type, None, None)
@@ -210,6 +232,7 @@ class Topology:
             assert cell.node is not None and cell.leaf_index is not None
             cell.leaves = [cell]
             self.leaf_at[(cell.node, cell.leaf_index)] = cell
+            self.node_leaf.setdefault(cell.node, {})[cell.leaf_index] = cell
         else:
             for child in cell.children:
                 cell.leaves.extend(child.leaves)
@@ -220,4 +243,12 @@ class Topology:
         cell.unres = cell.size
         if cell.is_node:
             cell.shfree = cell.size
+            cell.freemask = (1 << cell.size) - 1
+            for i, leaf in enumerate(cell.leaves):
+                leaf.bits = 1 << i
+            for sub in _below(cell):
+                if sub.children:
+                    sub.bits = sum(leaf.bits for leaf in sub.leaves)
+                    cell.mids.append(sub)
+            cell.bits = cell.freemask
         return cell

@@ -17,7 +17,7 @@ chain's unreserved leaves) reject a gang that cannot fit before any packing.
 
 from __future__ import annotations
 
-from fleet.core.cells import packing
+from fleet.core.cells import demands, packing
 from fleet.core.cells.packing import Choice
 from fleet.core.cells.state import PlacerState
 from fleet.core.cells.topology import Cell, Reservation
@@ -26,6 +26,10 @@ from fleet.core.checks import InvariantError
 
 #: Free cells of a level that may fail to hold the gang before ``fresh`` gives up.
 FRESH_TRIES = 64
+
+#: Check a fresh binding's safety by binding for real in an undo scope (tests
+#: compare it with the counted check, the default).
+SAFETY_BY_BINDING = False
 
 
 def search(
@@ -46,7 +50,18 @@ def search(
         if room < total:
             return None
     best: tuple[tuple[int, ...], Choice, list[Cell]] | None = None
-    for res in bound:
+    # Bound cells in id order, each skipped when even its best conceivable key
+    # cannot beat the best found (:func:`_lower_bound`): the minimum is the same.
+    floor = demands.lowest_level_in(state, chain, total) if total else 0
+    in_node = floor <= state.topo.node_level[chain]
+    for res in sorted(bound, key=_cell_id) if len(bound) > 1 else bound:
+        if (
+            packing.COUNTED
+            and best is not None
+            and total
+            and _lower_bound(res.cell, floor, in_node) >= best[0]
+        ):
+            continue
         choice = packing.pack(state, res.cell, res, needs, question, False)
         if choice is not None:
             key = (choice.level, 0, *choice.key)
@@ -69,6 +84,24 @@ def search(
     return spread_vc(state, vc, chain, needs, question)
 
 
+def _lower_bound(root: Cell, floor: int, in_node: bool) -> tuple[int, ...]:
+    """No placement under ``root`` has a smaller key ``(level, 0, *choice.key)``.
+
+    Its level is at least ``floor``; every id in a key (a node's, or the cell
+    holding a placement across nodes) is at least ``root``'s (ids follow the
+    tree, depth first).  When the gang may fit in one node the id comes after
+    the spare leaves; otherwise only placements across nodes exist, whose key
+    ends with the cell's id.
+    """
+    if in_node:
+        return (floor, 0, 0, 0, 0, 0, root.id)
+    return (floor, 0, 0, 0, 0, root.id)
+
+
+def _cell_id(res: Reservation) -> int:
+    return res.cell.id
+
+
 def fresh(
     state: PlacerState,
     vc: str,
@@ -88,11 +121,15 @@ def fresh(
             if tried > FRESH_TRIES:
                 return None
             continue
-        # Safety: binding must not break any other VC's guarantee.
-        state.mark()
-        alloc.bind_vc(vc, cell)
-        safe = alloc.no_worse(chain, before)
-        state.undo()
+        # Safety: binding must not break any other VC's guarantee (counted, as
+        # ``bind_vc`` then ``no_worse`` would answer: ``SAFETY_BY_BINDING`` does that).
+        if SAFETY_BY_BINDING:
+            state.mark()
+            alloc.bind_vc(vc, cell)
+            safe = alloc.no_worse(chain, before)
+            state.undo()
+        else:
+            safe = alloc.binding_is_safe(cell, before)
         if safe:
             return choice
     return None

@@ -102,6 +102,6 @@ def leaving(state: PlacerState, keys: Iterable[str]) -> list[str]:
     held = state.held
     out = {key for key in keys if key in held}
     whole = {held[key].info.job for key in out if not held[key].info.is_growth}
-    if whole:
-        out.update(key for key, h in held.items() if h.info.job in whole)
+    for job in whole:  # its growth units (its first unit is ``job`` itself)
+        out.update(state.units.get(job, ()))
     return sorted(out)
