@@ -119,7 +119,7 @@ class CapacityPlacer:
         # Sorted: the order of a frozenset of keys changes with the hash seed, and the
         # order the freed jobs' nodes are tried in decides where the pods go.
         freed = sorted(k for k in released if k in self._held)
-        if not freed and not preempt and max(p.gpus for p in pods) > self._largest_free():
+        if not freed and not preempt and not self.may_fit(pods):
             return NoFit(self._cluster, self._why(job, pods))
         if preempt:
             need = sum(p.gpus for p in pods)
@@ -131,7 +131,7 @@ class CapacityPlacer:
                 bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
             if bound < need:
                 return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
-        placed = self._try(job, pods, freed)
+        placed = self._try(job, pods, freed) if freed or self.may_fit(pods) else None
         if placed is not None:
             return self._fit(placed, ())
         if not preempt:
@@ -215,6 +215,39 @@ class CapacityPlacer:
                 if held[k].info.priority < job.priority
             ]
         return [info for info in out if placement.may_preempt(job, mode, info)]
+
+    def slots(self, gpus: int) -> int:
+        """How many pods of ``gpus`` GPUs the healthy nodes' free GPUs could take at
+        most: the sum over nodes of ``free // gpus``, from the free-GPU buckets'
+        sizes (a few lookups, not a walk over nodes)."""
+        buckets = self._buckets
+        return sum(len(buckets.get(c, ())) * (c // gpus) for c in range(gpus, self._max_gpus + 1))
+
+    def may_fit(self, pods: Sequence[Pod]) -> bool:
+        """A necessary condition, from the free-GPU buckets, for ``pods`` to fit now.
+
+        A pod of at least ``g`` GPUs takes at least ``g`` of its node's free
+        GPUs, so a node with ``f`` free holds at most ``f // g`` of them: for
+        every GPU size ``g`` of the gang, the pods of ``g`` or more GPUs must
+        not outnumber :meth:`slots` ``(g)``.  For pods that differ only in GPUs
+        on nodes that limit only GPUs, and no GPU type asked, this is also
+        sufficient (each pod placed takes one slot of its size); cpu, memory
+        and GPU types can only make the real placement fail more often, so a
+        False here is the answer the placement would give.
+        """
+        sizes = sorted((p.gpus for p in pods if p.gpus), reverse=True)
+        if not sizes:
+            return True
+        if sizes[0] > self._largest_free():
+            return False
+        count = 0
+        for i, g in enumerate(sizes):
+            count = i + 1
+            if i + 1 < len(sizes) and sizes[i + 1] == g:
+                continue  # count every pod of this size first
+            if self.slots(g) < count:
+                return False
+        return True
 
     def _largest_free(self) -> int:
         """The most free GPUs on any one node (a look at the buckets, not the nodes)."""

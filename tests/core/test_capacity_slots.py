@@ -1,0 +1,105 @@
+"""The capacity placer's slot counts: a gang is refused from the free-GPU buckets only
+when placing it pod by pod would fail too.
+
+The property test builds random clusters (nodes of 2-8 GPUs, some with cpu,
+some of a GPU type, some bad), binds and releases random jobs, and then asks
+random gangs of mixed sizes.  ``may_fit`` must never say no to a gang that
+the pod-by-pod placement takes, and for gangs of GPUs only without a GPU type
+on nodes that limit only GPUs it must say exactly what the placement says.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleet.core.capacity import CapacityPlacer
+from fleet.core.charges import charge_for
+from fleet.core.jobs import Job, Mode, ReplicaGroup
+from fleet.core.placement import Fit, NoFit
+from fleet.core.resources import Resources
+from tests.core.factories import make_job
+
+GPU = "nvidia.com/gpu"
+
+
+def gang(name: str, sizes: list[int], cpu: int = 0, sku: str | None = None) -> Job:
+    groups = tuple(
+        ReplicaGroup(f"R{i}", 1, Resources({GPU: g, **({"cpu": cpu * 1000} if cpu else {})}))
+        for i, g in enumerate(sizes)
+    )
+    return Job(key=f"ns/{name}", queue="a", priority=10, seq=0, groups=groups, gpu_sku=sku)
+
+
+def by_pods(p: CapacityPlacer, job: Job) -> bool:
+    """The reference: the placement pod by pod on the placer's own nodes."""
+    return p._try(job, job.pods, ()) is not None
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[CapacityPlacer, bool]:
+    count = draw(st.integers(1, 6))
+    sizes = draw(st.lists(st.sampled_from([2, 4, 8]), min_size=count, max_size=count))
+    limited = draw(st.booleans())  # some nodes also limit cpu
+    nodes = {
+        f"n{i}": Resources({GPU: g, **({"cpu": 2000 * g} if limited and i % 2 else {})})
+        for i, g in enumerate(sizes)
+    }
+    typed = draw(st.booleans())
+    skus = {f"n{i}": "H100" for i in range(0, count, 2)} if typed else None
+    p = CapacityPlacer("c1", nodes, skus=skus)
+    held: list[str] = []
+    for n, want in enumerate(draw(st.lists(st.integers(1, 8), max_size=12))):
+        job = make_job(f"held{n}", gpus=want, seq=n)
+        fit = p.fit(job, job.pods, Mode.GUARANTEED)
+        if isinstance(fit, Fit):
+            p.bind(job, charge_for(job, Mode.GUARANTEED), fit)
+            held.append(job.key)
+    for key in draw(st.lists(st.sampled_from(held), unique=True)) if held else []:
+        p.release(key)
+    # Some nodes bad, never all of them.
+    for i in draw(st.lists(st.integers(0, count - 1), unique=True, max_size=min(2, count - 1))):
+        p.set_node_health(f"n{i}", False)
+    p.check_invariants()
+    return p, limited or typed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    clusters(),
+    st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1, max_size=6),
+    st.integers(0, 3),
+    st.sampled_from([None, "H100"]),
+)
+def test_slots_refuse_only_what_the_placement_refuses(
+    cluster: tuple[CapacityPlacer, bool], sizes: list[int], cpu: int, sku: str | None
+) -> None:
+    p, constrained = cluster
+    job = gang("g", sizes, cpu=cpu, sku=sku)
+    placed = by_pods(p, job)
+    if placed:
+        assert p.may_fit(job.pods), (sizes, p.running())
+    if not constrained and not cpu and sku is None and len(set(sizes)) == 1:
+        assert p.may_fit(job.pods) == placed, sizes
+    fit = p.fit(job, job.pods, Mode.GUARANTEED)
+    assert isinstance(fit, Fit) == placed
+
+
+def test_slots_count_whole_pods_per_node() -> None:
+    p = CapacityPlacer("c1", {"n0": Resources({GPU: 8}), "n1": Resources({GPU: 8})})
+    three = make_job("three", gpus=3)
+    fit = p.fit(three, three.pods, Mode.GUARANTEED)
+    assert isinstance(fit, Fit)
+    p.bind(three, charge_for(three, Mode.GUARANTEED), fit)
+    # n0 has 5 free, n1 has 8: two 4-GPU pods fit on n1, one on n0.
+    assert [p.slots(g) for g in (1, 2, 4, 8)] == [13, 6, 3, 1]
+    assert p.may_fit(gang("four", [4, 4, 4]).pods)
+    assert not p.may_fit(gang("four", [4, 4, 4, 4]).pods)
+    mixed = gang("mixed", [8, 4, 4])
+    # Only necessary for mixed sizes: the counts allow it, the placement does not
+    # (the 8 takes n1 whole, n0 holds one 4).
+    assert p.may_fit(mixed.pods)
+    assert isinstance(p.fit(mixed, mixed.pods, Mode.GUARANTEED), NoFit)
+    refused = p.fit(gang("x", [4] * 4), gang("x", [4] * 4).pods, Mode.GUARANTEED)
+    assert isinstance(refused, NoFit)
+    assert refused.reason == "4 pod(s) with 16 GPU(s) do not fit (13 GPU(s) free)"
