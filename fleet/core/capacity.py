@@ -221,7 +221,12 @@ class CapacityPlacer:
         most: the sum over nodes of ``free // gpus``, from the free-GPU buckets'
         sizes (a few lookups, not a walk over nodes)."""
         buckets = self._buckets
-        return sum(len(buckets.get(c, ())) * (c // gpus) for c in range(gpus, self._max_gpus + 1))
+        total = 0
+        for c in range(gpus, self._max_gpus + 1):
+            bucket = buckets.get(c)
+            if bucket:
+                total += len(bucket) * (c // gpus)
+        return total
 
     def may_fit(self, pods: Sequence[Pod]) -> bool:
         """A necessary condition, from the free-GPU buckets, for ``pods`` to fit now.
@@ -235,17 +240,24 @@ class CapacityPlacer:
         and GPU types can only make the real placement fail more often, so a
         False here is the answer the placement would give.
         """
-        sizes = sorted((p.gpus for p in pods if p.gpus), reverse=True)
-        if not sizes:
-            return True
-        if sizes[0] > self._largest_free():
+        largest = self._largest_free()
+        if len(pods) == 1:
+            return pods[0].gpus <= largest
+        sizes = [p.gpus for p in pods]
+        top = max(sizes, default=0)
+        if top > largest:
             return False
-        count = 0
+        if top == 0:
+            return True
+        if min(sizes) == top:  # one size (the usual gang)
+            return self.slots(top) >= len(sizes)
+        sizes.sort(reverse=True)
         for i, g in enumerate(sizes):
-            count = i + 1
+            if g == 0:
+                break
             if i + 1 < len(sizes) and sizes[i + 1] == g:
                 continue  # count every pod of this size first
-            if self.slots(g) < count:
+            if self.slots(g) < i + 1:
                 return False
         return True
 

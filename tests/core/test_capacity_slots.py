@@ -95,6 +95,7 @@ def test_slots_count_whole_pods_per_node() -> None:
     assert [p.slots(g) for g in (1, 2, 4, 8)] == [13, 6, 3, 1]
     assert p.may_fit(gang("four", [4, 4, 4]).pods)
     assert not p.may_fit(gang("four", [4, 4, 4, 4]).pods)
+    assert not p.may_fit(gang("eights", [8, 8, 1]).pods)  # one node has 8 free
     mixed = gang("mixed", [8, 4, 4])
     # Only necessary for mixed sizes: the counts allow it, the placement does not
     # (the 8 takes n1 whole, n0 holds one 4).
