@@ -52,12 +52,15 @@ class _Held:
     info: Charge
     pods: list[PodPlacement] = field(default_factory=list)
     requests: list[Resources] = field(default_factory=list)
+    gpus: int = 0  # GPUs of its pods, counted
+
+
+_MODE_RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
 
 
 def victim_order(victim: Charge) -> tuple[int, int, int]:
     """Cheapest victims first: opportunistic, borrowed, guaranteed; low priority; newest."""
-    rank = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}[victim.mode]
-    return (rank, victim.priority, -victim.seq)
+    return (_MODE_RANK[victim.mode], victim.priority, -victim.seq)
 
 
 def _victim_key(victim: Charge) -> tuple[tuple[int, int, int], str]:
@@ -163,7 +166,7 @@ class CapacityPlacer:
         return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
 
     def _gpus_of(self, key: str) -> int:
-        return sum(len(pp.gpus) for pp in self._held[key].pods)
+        return self._held[key].gpus
 
     def _cheapest_room(
         self,
@@ -389,6 +392,7 @@ class CapacityPlacer:
             self._take(node, req, pp.gpus)
             held.pods.append(pp)
             held.requests.append(req)
+            held.gpus += len(pp.gpus)
             self._count_gpus(held.info, len(pp.gpus))
 
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
@@ -564,6 +568,8 @@ class CapacityPlacer:
         guaranteed: set[tuple[str, str]] = set()
         for key, held in self._held.items():
             gpus = sum(len(pp.gpus) for pp in held.pods)
+            if held.gpus != gpus:
+                raise InvariantError(f"{key}: {held.gpus} GPUs counted, its pods hold {gpus}")
             by_mode[held.info.mode] += gpus
             if held.info.mode is Mode.GUARANTEED:
                 by_queue[held.info.queue] = by_queue.get(held.info.queue, 0) + gpus

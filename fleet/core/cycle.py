@@ -62,7 +62,7 @@ from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
-from fleet.core.resources import MAX_JOBS, Resources
+from fleet.core.resources import MAX_JOBS
 from fleet.core.state import SchedulerState
 from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail
 
@@ -121,16 +121,9 @@ def share(run: CycleRun, queue: str) -> tuple[int, float]:
 
 
 def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
-    tree = state.tree
-    basis: Resources | None = tree.min_of(queue)
-    if not basis:
-        basis = tree.max_of(queue)
-    if not basis:
+    ratio = state.tree.share_of(queue)
+    if ratio is None:
         return _NO_SHARE
-    ratio = 0.0
-    for name, amount in basis.items():
-        if amount > 0:
-            ratio = max(ratio, tree.used_of(queue, name) / amount)
     return (0 if ratio < 1.0 else 1, ratio)
 
 

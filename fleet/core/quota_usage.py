@@ -275,6 +275,21 @@ class QuotaUsage(QuotaStructure):
         """``used(name)[resource]`` without building the vector (hot paths)."""
         return self._used[self._node(name)].get(resource, 0)
 
+    def share_of(self, name: str) -> float | None:
+        """The largest ratio, over the resources the node's ``min`` names (its ``max``
+        without a ``min``), of its usage to that amount; None with neither (hot path:
+        the cycle's fair order asks it after every admission)."""
+        n = self._node(name)
+        basis = self._min_d[n] or self._max_d[n]
+        if not basis:
+            return None
+        used = self._used[n]
+        ratio = 0.0
+        for r, amount in basis.items():
+            if amount > 0:
+                ratio = max(ratio, used.get(r, 0) / amount)
+        return ratio
+
     def guaranteed_of(self, name: str, resource: str) -> int:
         """``guaranteed_used(name)[resource]`` without building the vector (hot paths)."""
         return self._guar[self._node(name)].get(resource, 0)

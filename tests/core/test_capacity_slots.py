@@ -104,3 +104,73 @@ def test_slots_count_whole_pods_per_node() -> None:
     refused = p.fit(gang("x", [4] * 4), gang("x", [4] * 4).pods, Mode.GUARANTEED)
     assert isinstance(refused, NoFit)
     assert refused.reason == "4 pod(s) with 16 GPU(s) do not fit (13 GPU(s) free)"
+
+
+@st.composite
+def full_clusters(
+    draw: st.DrawFn,
+) -> tuple[CapacityPlacer, dict[str, list[tuple[Mode, str, int, int]]]]:
+    """Nodes of 8 GPUs filled with one-pod jobs of every mode (distinct submission
+    numbers, so every victim order is distinct); per node, what runs there."""
+    nodes = {f"n{i}": Resources({GPU: 8}) for i in range(draw(st.integers(1, 6)))}
+    p = CapacityPlacer("c1", nodes)
+    held: dict[str, list[tuple[Mode, str, int, int]]] = {n: [] for n in nodes}
+    seqs = iter(draw(st.permutations(range(60))))
+    for _ in range(draw(st.integers(1, 30))):
+        mode = draw(st.sampled_from([Mode.OPPORTUNISTIC, Mode.BORROWED, Mode.GUARANTEED]))
+        queue = draw(st.sampled_from(["a", "b"]))
+        priority = -1 if mode is Mode.OPPORTUNISTIC else draw(st.sampled_from([5, 10, 50]))
+        seq = next(seqs)
+        job = make_job(
+            f"h{seq}", queue=queue, gpus=draw(st.integers(1, 8)), priority=priority, seq=seq
+        )
+        fit = p.fit(job, job.pods, mode)
+        if isinstance(fit, Fit):
+            p.bind(job, charge_for(job, mode), fit)
+            held[fit.pods[0].node].append((mode, job.key, job.pods[0].gpus, seq))
+    return p, held
+
+
+RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(full_clusters(), st.integers(1, 8), st.sampled_from([10, 60]))
+def test_a_pod_that_needs_victims_takes_the_fewest_then_cheapest_on_one_node(
+    cluster: tuple[CapacityPlacer, dict[str, list[tuple[Mode, str, int, int]]]],
+    gpus: int,
+    priority: int,
+) -> None:
+    """The node that frees the pod's GPUs by the fewest victims, then the cheapest
+    most expensive one (opportunistic, borrowed, then lower guaranteed of its queue;
+    low priority; newest), worked out here node by node."""
+    p, held = cluster
+    job = make_job("new", queue="a", gpus=gpus, priority=priority, seq=99)
+    if isinstance(p.fit(job, job.pods, Mode.GUARANTEED), Fit):
+        return  # it fits without victims
+    best: tuple[tuple[int, tuple[int, int, int]], list[str]] | None = None
+    priorities = {c.key: c.priority for c in p.running()}
+    queues = {c.key: c.queue for c in p.running()}
+    for jobs in held.values():
+        free = 8 - sum(g for _, _, g, _ in jobs)
+        allowed = [
+            (RANK[mode], priorities[key], -seq, key, g)
+            for mode, key, g, seq in jobs
+            if mode is not Mode.GUARANTEED or (queues[key] == "a" and priorities[key] < priority)
+        ]
+        taken: list[str] = []
+        worst = (0, 0, 0)
+        for rank, prio, neg_seq, key, g in sorted(allowed):
+            if free >= gpus:
+                break
+            taken.append(key)
+            worst = (rank, prio, neg_seq)
+            free += g
+        if taken and free >= gpus and (best is None or (len(taken), worst) < best[0]):
+            best = ((len(taken), worst), taken)
+    fit = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True)
+    if best is None:
+        assert isinstance(fit, NoFit)
+    else:
+        assert isinstance(fit, Fit), fit
+        assert list(fit.victims) == best[1]
