@@ -65,11 +65,12 @@ def place(
         why = everywhere.get(wide)
         if why is not None:
             return why
+    held = _held_by_cluster(run, released) if released else None
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
         key = question[:-1] if placer.queue_blind else question
-        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
+        here = held.get(name, _NONE) if held is not None else _NONE
         if not here:
             if not _may_fit(run.places.room[name][0], need):
                 misses.append(f"{name}: not enough free capacity")
@@ -136,6 +137,7 @@ def place_with_preemption(
     # holds for the cycle until a release in that cluster.
     question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
     wide = question[1:]
+    held = _held_by_cluster(run, released) if released else None
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
@@ -144,7 +146,7 @@ def place_with_preemption(
             # just asked without preemption (same released units): "no".
             continue
         known = run.places.answers(placer.cluster)
-        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
+        here = held.get(placer.cluster, _NONE) if held is not None else _NONE
         memo = mode is Mode.BORROWED and not here
         if memo and question in known:
             continue
@@ -168,6 +170,18 @@ def place_with_preemption(
         if len(fit.victims) <= 1 and top < 0:
             break  # one opportunistic victim: no cluster can do better on victims
     return best[1] if best else None
+
+
+def _held_by_cluster(run: CycleRun, released: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """The released units by the cluster whose placer holds them (each unit's
+    running job says where it runs), instead of asking every placer about each."""
+    units = run.state.units
+    by: dict[str, list[str]] = {}
+    for key in released:
+        owner = units.get(key)
+        if owner is not None and run.state.placers[owner.cluster].holds(key):
+            by.setdefault(owner.cluster, []).append(key)
+    return {name: frozenset(keys) for name, keys in by.items()}
 
 
 def _nowhere(run: CycleRun, job: Job) -> str:
