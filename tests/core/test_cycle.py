@@ -232,6 +232,20 @@ def test_fair_share_serves_the_queue_furthest_below_its_share() -> None:
     assert running_per_queue(state) == {"team-a": 4, "team-b": 4}
 
 
+def test_fair_share_takes_turns_between_queues_that_borrow() -> None:
+    """Above their ``min`` both queues borrow; after each admission the queue now
+    further above its share waits for the other's turn."""
+    state = make_state(GPU_TREE, {"c1": make_nodes(3, gpus=8)})
+    for i in range(8):
+        submit(state, make_job(f"a{i}", queue="team-a", gpus=2))
+    for i in range(8):
+        submit(state, make_job(f"b{i}", queue="team-b", gpus=2))
+    decisions = run(state)
+    assert running_per_queue(state) == {"team-a": 6, "team-b": 6}
+    # The borrowing pass alternates: a, b, a, b (ties go to the tree's order).
+    assert admitted(decisions)[-4:] == ["default/a4", "default/b4", "default/a5", "default/b5"]
+
+
 # Preemption ----------------------------------------------------------------------------
 
 
