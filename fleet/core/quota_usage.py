@@ -229,6 +229,8 @@ class QuotaUsage(QuotaStructure):
     _lend_index: dict[tuple[int, str], list[tuple[LendKey, int]]]
     #: (node, resource) -> leaf -> its key in that order
     _lend_keys: dict[tuple[int, str], dict[int, LendKey]]
+    #: leaves whose borrowed jobs changed since the orders were last brought up to date
+    _lend_dirty: set[int]
 
     # Construction -------------------------------------------------------------
     def _init_usage(self) -> None:
@@ -248,6 +250,7 @@ class QuotaUsage(QuotaStructure):
         self._ranks = [{} for _ in range(n)]
         self._lend_index = {}
         self._lend_keys = {}
+        self._lend_dirty = set()
 
     def _copy_usage_to(self, other: QuotaUsage) -> None:
         """Give ``other`` a deep copy of this usage (the records themselves are shared)."""
@@ -265,6 +268,7 @@ class QuotaUsage(QuotaStructure):
         other._ranks = [dict(d) for d in self._ranks]
         other._lend_index = {}  # built again when a search asks
         other._lend_keys = {}
+        other._lend_dirty = set()
 
     # Usage --------------------------------------------------------------------
     def used(self, name: str) -> Resources:
@@ -424,7 +428,7 @@ class QuotaUsage(QuotaStructure):
             self._borrowed_order[leaf] = None
             self._lending[leaf] = None
         if rec.mode is Mode.BORROWED and self._lend_index:
-            self._relend(leaf)
+            self._lend_dirty.add(leaf)
 
     def release(self, key: str) -> Charge:
         """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
@@ -444,7 +448,7 @@ class QuotaUsage(QuotaStructure):
                 del self._lending[rec.leaf]
         self._charge(rec, -1)
         if rec.mode is Mode.BORROWED and self._lend_index:
-            self._relend(rec.leaf)
+            self._lend_dirty.add(rec.leaf)
         return rec.charge
 
     # The reclaim search's order of lending leaves ---------------------------------
@@ -452,11 +456,17 @@ class QuotaUsage(QuotaStructure):
         """The leaves under ``node`` with reclaimable jobs, in the order a reclaim
         search blocked on ``resource`` takes them: by :func:`lend_key`, then leaf.
 
-        Built when first asked for a (node, resource), then kept: every
-        admission or release of a borrowed job moves its leaf in the orders
-        above it (a bisection), so a search reads its leaves in order instead
-        of keying every lending leaf again.  Not to be changed by the caller.
+        Built when first asked for a (node, resource), then kept: an
+        admission or release of a borrowed job marks its leaf, and the next
+        search moves each marked leaf in the orders above it (a bisection; a
+        leaf charged and given back in between, as a search's "what if" does,
+        is moved once), so a search reads its leaves in order instead of
+        keying every lending leaf again.  Not to be changed by the caller.
         """
+        if self._lend_dirty:
+            for leaf in self._lend_dirty:
+                self._relend(leaf)
+            self._lend_dirty.clear()
         index = self._lend_index.get((node, resource))
         if index is None:
             keys = {
@@ -625,6 +635,7 @@ class QuotaUsage(QuotaStructure):
                     f"{self._names[leaf_index]}: stale count of preemptible jobs by "
                     f"priority: kept {self._ranks[leaf_index]}, recount {ranks}"
                 )
+        dirty = self._lend_dirty  # marked leaves are moved when a search next asks
         for (node, r), index in self._lend_index.items():
             keys = {
                 leaf: lend_key(
@@ -632,13 +643,14 @@ class QuotaUsage(QuotaStructure):
                     self._borr[leaf].get(r, 0),
                 )
                 for leaf, recs in enumerate(self._leaf_borrowed)
-                if recs and node in self._paths[leaf]
+                if recs and node in self._paths[leaf] and leaf not in dirty
             }
             in_order = sorted((k, i) for i, k in keys.items())
-            if index != in_order or self._lend_keys[(node, r)] != keys:
+            kept_keys = {i: k for i, k in self._lend_keys[(node, r)].items() if i not in dirty}
+            if [e for e in index if e[1] not in dirty] != in_order or kept_keys != keys:
                 raise InvariantError(
                     f"{self._names[node]}: stale lending order for {r}: kept "
-                    f"{[(self._names[i], k) for k, i in index]}, recount "
+                    f"{[(self._names[i], k) for k, i in index if i not in dirty]}, recount "
                     f"{[(self._names[i], k) for k, i in in_order]}"
                 )
         lending = [i for i, recs in enumerate(self._leaf_borrowed) if recs]
