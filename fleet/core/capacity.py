@@ -95,6 +95,10 @@ class CapacityPlacer:
         self._mode_gpus: dict[Mode, int] = dict.fromkeys(Mode, 0)  # GPUs held per mode
         self._queue_gpus: dict[str, int] = {}  # GPUs of guaranteed jobs per queue
         self._guaranteed_by_queue: dict[str, dict[str, None]] = {}
+        #: node -> GPUs its guaranteed units hold (only other victims' GPUs can be freed)
+        self._guarded: dict[str, int] = {}
+        #: GPUs not held by guaranteed units -> how many healthy nodes have that many
+        self._open: dict[int, int] = {}
         self._bad: set[str] = set()
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
@@ -102,6 +106,7 @@ class CapacityPlacer:
             self._nodes[name] = node
             self._rank[name] = len(self._rank)
             self._buckets.setdefault(gpus, []).append(name)
+            self._open[gpus] = self._open.get(gpus, 0) + 1
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
@@ -132,7 +137,7 @@ class CapacityPlacer:
             bound = room + self._mode_gpus[Mode.OPPORTUNISTIC]
             if mode is Mode.GUARANTEED:
                 bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
-            if bound < need:
+            if bound < need or (mode is Mode.GUARANTEED and not self._may_free(job, pods, freed)):
                 return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
         placed = self._try(job, pods, freed) if freed or self.may_fit(pods) else None
         if placed is not None:
@@ -261,6 +266,44 @@ class CapacityPlacer:
             if i + 1 < len(sizes) and sizes[i + 1] == g:
                 continue  # count every pod of this size first
             if self.slots(g) < i + 1:
+                return False
+        return True
+
+    def _may_free(self, job: Job, pods: Sequence[Pod], freed: Sequence[str]) -> bool:
+        """A necessary condition for a guaranteed ``job`` to fit ``pods`` by preempting
+        (``freed`` already going): per node, only the GPUs that guaranteed units of
+        other queues hold stay taken.
+
+        Its victims are opportunistic and borrowed units and its own queue's lower
+        priorities, so on a node it can have at most the GPUs not held by other
+        queues' guaranteed units (and, of those, the freed ones): as with
+        :meth:`may_fit`, the pods of ``g`` or more GPUs must not outnumber what
+        those GPUs hold in pods of ``g``.  Counted from the nodes' guaranteed GPUs
+        (:attr:`_open`, a few lookups), corrected on the few nodes where the job's
+        own queue or a freed unit holds guaranteed GPUs.
+        """
+        sizes = sorted((p.gpus for p in pods if p.gpus), reverse=True)
+        if not sizes:
+            return True
+        extra: dict[str, int] = {}  # node -> its guaranteed GPUs that may still go
+        held = self._held
+        for key in self._guaranteed_by_queue.get(job.queue, ()):
+            for pp in held[key].pods:
+                extra[pp.node] = extra.get(pp.node, 0) + len(pp.gpus)
+        for key in freed:
+            h = held[key]
+            if h.info.mode is Mode.GUARANTEED and h.info.queue != job.queue:
+                for pp in h.pods:
+                    extra[pp.node] = extra.get(pp.node, 0) + len(pp.gpus)
+        for i, g in enumerate(sizes):
+            if i + 1 < len(sizes) and sizes[i + 1] == g:
+                continue  # count every pod of this size first
+            slots = sum(n * (c // g) for c, n in self._open.items() if c >= g)
+            for name, more in extra.items():
+                if name not in self._bad:
+                    base = self._nodes[name].gpus - self._guarded.get(name, 0)
+                    slots += (base + more) // g - base // g
+            if slots < i + 1:
                 return False
         return True
 
@@ -393,7 +436,7 @@ class CapacityPlacer:
             held.pods.append(pp)
             held.requests.append(req)
             held.gpus += len(pp.gpus)
-            self._count_gpus(held.info, len(pp.gpus))
+            self._count_gpus(held.info, len(pp.gpus), node)
 
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
         """Take a bad node out of the buckets and the capacity; put it back when healthy."""
@@ -403,13 +446,16 @@ class CapacityPlacer:
         if healthy == (node not in self._bad):
             return []
         free = len(target.free_gpus)
+        unguarded = target.gpus - self._guarded.get(node, 0)
         if healthy:
             self._bad.discard(node)
             self._bucket_add(free, node)
+            self._count_open(unguarded, 1)
             self._capacity = self._capacity + target.capacity
             return []
         self._bad.add(node)
         self._bucket_remove(free, node)
+        self._count_open(unguarded, -1)
         self._capacity = self._capacity - target.capacity
         return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
 
@@ -469,12 +515,24 @@ class CapacityPlacer:
             del self._guaranteed_by_queue[held.info.queue][key]
         for pp, req in zip(held.pods, held.requests, strict=True):
             self._give(self._nodes[pp.node], req, pp.gpus)
-            self._count_gpus(held.info, -len(pp.gpus))
+            self._count_gpus(held.info, -len(pp.gpus), self._nodes[pp.node])
 
-    def _count_gpus(self, info: Charge, gpus: int) -> None:
+    def _count_gpus(self, info: Charge, gpus: int, node: _Node) -> None:
         self._mode_gpus[info.mode] += gpus
         if info.mode is Mode.GUARANTEED:
             self._queue_gpus[info.queue] = self._queue_gpus.get(info.queue, 0) + gpus
+            before = self._guarded.get(node.name, 0)
+            self._guarded[node.name] = before + gpus
+            if node.name not in self._bad:
+                self._count_open(node.gpus - before, -1)
+                self._count_open(node.gpus - before - gpus, 1)
+
+    def _count_open(self, gpus: int, nodes: int) -> None:
+        left = self._open.get(gpus, 0) + nodes
+        if left:
+            self._open[gpus] = left
+        else:
+            del self._open[gpus]
 
     def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
         before = len(node.free_gpus)
@@ -615,6 +673,27 @@ class CapacityPlacer:
         if self.allocated() != allocated:
             raise InvariantError(
                 f"allocated total drifted: kept {self.allocated()}, recount {allocated}"
+            )
+        guarded: dict[str, int] = {}
+        for held in self._held.values():
+            if held.info.mode is Mode.GUARANTEED:
+                for pp in held.pods:
+                    guarded[pp.node] = guarded.get(pp.node, 0) + len(pp.gpus)
+        guarded = {n: g for n, g in guarded.items() if g}
+        if {n: g for n, g in self._guarded.items() if g} != guarded:
+            raise InvariantError(
+                f"guaranteed GPUs per node drifted: kept "
+                f"{ {n: g for n, g in self._guarded.items() if g} }, recount {guarded}"
+            )
+        opened: dict[int, int] = {}
+        for name, node in self._nodes.items():
+            if name not in self._bad:
+                left = node.gpus - guarded.get(name, 0)
+                opened[left] = opened.get(left, 0) + 1
+        if opened != self._open:
+            raise InvariantError(
+                f"nodes by GPUs not held by guaranteed units drifted: kept {self._open}, "
+                f"recount {opened}"
             )
         bucketed = sum(len(b) for b in self._buckets.values())
         healthy = len(self._nodes) - len(self._bad)

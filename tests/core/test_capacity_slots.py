@@ -10,7 +10,7 @@ on nodes that limit only GPUs it must say exactly what the placement says.
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from fleet.core.capacity import CapacityPlacer
@@ -174,3 +174,55 @@ def test_a_pod_that_needs_victims_takes_the_fewest_then_cheapest_on_one_node(
     else:
         assert isinstance(fit, Fit), fit
         assert list(fit.victims) == best[1]
+
+
+@st.composite
+def mixed_clusters(draw: st.DrawFn) -> CapacityPlacer:
+    """Nodes of 4 or 8 GPUs holding gangs of every mode, of two queues, some bad."""
+    sizes = draw(st.lists(st.sampled_from([4, 8]), min_size=1, max_size=6))
+    p = CapacityPlacer("c1", {f"n{i}": Resources({GPU: g}) for i, g in enumerate(sizes)})
+    for n in range(draw(st.integers(0, 16))):
+        mode = draw(st.sampled_from([Mode.OPPORTUNISTIC, Mode.BORROWED, Mode.GUARANTEED]))
+        priority = -1 if mode is Mode.OPPORTUNISTIC else draw(st.sampled_from([5, 10, 50]))
+        job = make_job(
+            f"h{n}",
+            queue=draw(st.sampled_from(["a", "b"])),
+            pods=draw(st.integers(1, 3)),
+            gpus=draw(st.sampled_from([1, 2, 4, 8])),
+            priority=priority,
+            preemptible=draw(st.booleans()) or mode is not Mode.GUARANTEED,
+            seq=n,
+        )
+        fit = p.fit(job, job.pods, mode)
+        if isinstance(fit, Fit):
+            p.bind(job, charge_for(job, mode), fit)
+    for i in draw(st.lists(st.integers(0, len(sizes) - 1), unique=True, max_size=len(sizes) - 1)):
+        p.set_node_health(f"n{i}", False)
+    p.check_invariants()
+    return p
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mixed_clusters(),
+    st.integers(1, 4),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([10, 60]),
+    st.data(),
+)
+def test_the_guaranteed_gpu_count_refuses_only_what_preemption_cannot_place(
+    p: CapacityPlacer, pods: int, gpus: int, priority: int, data: st.DataObject
+) -> None:
+    """A guaranteed gang refused from the nodes' guaranteed GPUs (``_may_free``) is
+    one the search with preemption refuses too, with the same reason; with the
+    count left out, every answer is the same."""
+    job = make_job("new", queue="a", pods=pods, gpus=gpus, priority=priority, seq=99)
+    keys = [c.key for c in p.running()]
+    released = (
+        frozenset(data.draw(st.lists(st.sampled_from(keys), unique=True))) if keys else frozenset()
+    )
+    counted = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True, released=released)
+    event(f"refused by the count: {not p._may_free(job, job.pods, sorted(released))}")
+    p._may_free = lambda *_: True  # the search alone
+    searched = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True, released=released)
+    assert counted == searched
