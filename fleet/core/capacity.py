@@ -13,12 +13,19 @@ Theory of operation:
   have ``g`` free first (best fit), and only walks a bucket when cpu or memory
   rule a node out.  A pod without GPUs goes to the first node with room.
 * A gang is placed pod by pod on a scratch overlay; if one pod does not fit,
-  nothing is placed (``NoFit``).  Asking never changes the placer.
+  nothing is placed (``NoFit``).  Asking never changes the placer.  Before
+  that, the buckets' sizes say how many pods of each GPU size the free GPUs
+  could hold at most (:meth:`CapacityPlacer.slots`); a gang of more is
+  refused without placing it (:meth:`CapacityPlacer.may_fit`).
 * With ``preempt=True``, whenever a pod of the gang does not fit, the node
   that can take it by preempting the fewest, then cheapest, further jobs
   gives them up (cheapest in the order of :func:`victim_order`:
   opportunistic, then borrowed, then lower-priority guaranteed jobs of the
-  same queue; newest first), until the gang fits or no node can.
+  same queue; newest first), until the gang fits or no node can.  For a
+  guaranteed job the nodes are first counted by the GPUs their guaranteed
+  units leave (only those of other queues stay taken), and a gang those
+  slots cannot hold is refused before any victim is looked at
+  (:meth:`CapacityPlacer._may_free`).
 * A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
   SKU); a job without one lands anywhere.
 """

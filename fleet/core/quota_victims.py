@@ -25,10 +25,15 @@ Theory of operation:
   each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
   borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
   jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
-  keyed lazily by their best remaining job.  The heap starts with only the
-  leaves that could give something (:func:`_able_leaves`: from the tree's
-  index of leaves with reclaimable jobs, those whose chain is above its
-  ``min``), not every leaf under the blocking node.
+  keyed lazily by their best remaining job.  Usually no heap is built over
+  the leaves at all: the tree keeps the lending leaves under a node in the
+  heap's starting order (:meth:`~fleet.core.quota_usage.QuotaUsage.lending_order`),
+  and the search reads that order, with a small heap only for the leaves it
+  put back (:func:`_search_in_order`).  After over-limit picks, the heap
+  starts with only the leaves that could give something
+  (:func:`_able_leaves`: from the tree's index of leaves with reclaimable
+  jobs, those whose chain is above its ``min``), not every leaf under the
+  blocking node.
 * The queue search takes the queue's own preemptible jobs below the request's
   priority, lowest priority then newest (none at once when the leaf's count
   of preemptible jobs by priority has none below it).
