@@ -202,7 +202,11 @@ def plan_with_victims(
         if victims is None:
             run.reclaims.record(memo, shortfall)
     if not victims:
-        victims = tree.queue_victims(job.queue, request, job.priority, now)
+        # The queue's own lower priorities; none below the job's (the leaf's
+        # count says so) and the search would answer None after a walk.
+        lowest = tree.lowest_preemptible_priority(job.queue)
+        if lowest is not None and lowest < job.priority:
+            victims = tree.queue_victims(job.queue, request, job.priority, now)
     if not victims:
         note = "" if now is None else _protection_note(run, job, request)
         if not note:

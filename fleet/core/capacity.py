@@ -13,12 +13,19 @@ Theory of operation:
   have ``g`` free first (best fit), and only walks a bucket when cpu or memory
   rule a node out.  A pod without GPUs goes to the first node with room.
 * A gang is placed pod by pod on a scratch overlay; if one pod does not fit,
-  nothing is placed (``NoFit``).  Asking never changes the placer.
+  nothing is placed (``NoFit``).  Asking never changes the placer.  Before
+  that, the buckets' sizes say how many pods of each GPU size the free GPUs
+  could hold at most (:meth:`CapacityPlacer.slots`); a gang of more is
+  refused without placing it (:meth:`CapacityPlacer.may_fit`).
 * With ``preempt=True``, whenever a pod of the gang does not fit, the node
   that can take it by preempting the fewest, then cheapest, further jobs
   gives them up (cheapest in the order of :func:`victim_order`:
   opportunistic, then borrowed, then lower-priority guaranteed jobs of the
-  same queue; newest first), until the gang fits or no node can.
+  same queue; newest first), until the gang fits or no node can.  For a
+  guaranteed job the nodes are first counted by the GPUs their guaranteed
+  units leave (only those of other queues stay taken), and a gang those
+  slots cannot hold is refused before any victim is looked at
+  (:meth:`CapacityPlacer._may_free`).
 * A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
   SKU); a job without one lands anywhere.
 """
@@ -52,12 +59,15 @@ class _Held:
     info: Charge
     pods: list[PodPlacement] = field(default_factory=list)
     requests: list[Resources] = field(default_factory=list)
+    gpus: int = 0  # GPUs of its pods, counted
+
+
+_MODE_RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
 
 
 def victim_order(victim: Charge) -> tuple[int, int, int]:
     """Cheapest victims first: opportunistic, borrowed, guaranteed; low priority; newest."""
-    rank = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}[victim.mode]
-    return (rank, victim.priority, -victim.seq)
+    return (_MODE_RANK[victim.mode], victim.priority, -victim.seq)
 
 
 def _victim_key(victim: Charge) -> tuple[tuple[int, int, int], str]:
@@ -92,6 +102,10 @@ class CapacityPlacer:
         self._mode_gpus: dict[Mode, int] = dict.fromkeys(Mode, 0)  # GPUs held per mode
         self._queue_gpus: dict[str, int] = {}  # GPUs of guaranteed jobs per queue
         self._guaranteed_by_queue: dict[str, dict[str, None]] = {}
+        #: node -> GPUs its guaranteed units hold (only other victims' GPUs can be freed)
+        self._guarded: dict[str, int] = {}
+        #: GPUs not held by guaranteed units -> how many healthy nodes have that many
+        self._open: dict[int, int] = {}
         self._bad: set[str] = set()
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
@@ -99,6 +113,7 @@ class CapacityPlacer:
             self._nodes[name] = node
             self._rank[name] = len(self._rank)
             self._buckets.setdefault(gpus, []).append(name)
+            self._open[gpus] = self._open.get(gpus, 0) + 1
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
@@ -119,7 +134,7 @@ class CapacityPlacer:
         # Sorted: the order of a frozenset of keys changes with the hash seed, and the
         # order the freed jobs' nodes are tried in decides where the pods go.
         freed = sorted(k for k in released if k in self._held)
-        if not freed and not preempt and max(p.gpus for p in pods) > self._largest_free():
+        if not freed and not preempt and not self.may_fit(pods):
             return NoFit(self._cluster, self._why(job, pods))
         if preempt:
             need = sum(p.gpus for p in pods)
@@ -129,9 +144,9 @@ class CapacityPlacer:
             bound = room + self._mode_gpus[Mode.OPPORTUNISTIC]
             if mode is Mode.GUARANTEED:
                 bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
-            if bound < need:
+            if bound < need or (mode is Mode.GUARANTEED and not self._may_free(job, pods, freed)):
                 return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
-        placed = self._try(job, pods, freed)
+        placed = self._try(job, pods, freed) if freed or self.may_fit(pods) else None
         if placed is not None:
             return self._fit(placed, ())
         if not preempt:
@@ -163,7 +178,7 @@ class CapacityPlacer:
         return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
 
     def _gpus_of(self, key: str) -> int:
-        return sum(len(pp.gpus) for pp in self._held[key].pods)
+        return self._held[key].gpus
 
     def _cheapest_room(
         self,
@@ -215,6 +230,89 @@ class CapacityPlacer:
                 if held[k].info.priority < job.priority
             ]
         return [info for info in out if placement.may_preempt(job, mode, info)]
+
+    def slots(self, gpus: int) -> int:
+        """How many pods of ``gpus`` GPUs the healthy nodes' free GPUs could take at
+        most: the sum over nodes of ``free // gpus``, from the free-GPU buckets'
+        sizes (a few lookups, not a walk over nodes)."""
+        buckets = self._buckets
+        total = 0
+        for c in range(gpus, self._max_gpus + 1):
+            bucket = buckets.get(c)
+            if bucket:
+                total += len(bucket) * (c // gpus)
+        return total
+
+    def may_fit(self, pods: Sequence[Pod]) -> bool:
+        """A necessary condition, from the free-GPU buckets, for ``pods`` to fit now.
+
+        A pod of at least ``g`` GPUs takes at least ``g`` of its node's free
+        GPUs, so a node with ``f`` free holds at most ``f // g`` of them: for
+        every GPU size ``g`` of the gang, the pods of ``g`` or more GPUs must
+        not outnumber :meth:`slots` ``(g)``.  For pods that differ only in GPUs
+        on nodes that limit only GPUs, and no GPU type asked, this is also
+        sufficient (each pod placed takes one slot of its size); cpu, memory
+        and GPU types can only make the real placement fail more often, so a
+        False here is the answer the placement would give.
+        """
+        largest = self._largest_free()
+        if len(pods) == 1:
+            return pods[0].gpus <= largest
+        sizes = [p.gpus for p in pods]
+        top = max(sizes, default=0)
+        if top > largest:
+            return False
+        if top == 0:
+            return True
+        if min(sizes) == top:  # one size (the usual gang)
+            return self.slots(top) >= len(sizes)
+        sizes.sort(reverse=True)
+        for i, g in enumerate(sizes):
+            if g == 0:
+                break
+            if i + 1 < len(sizes) and sizes[i + 1] == g:
+                continue  # count every pod of this size first
+            if self.slots(g) < i + 1:
+                return False
+        return True
+
+    def _may_free(self, job: Job, pods: Sequence[Pod], freed: Sequence[str]) -> bool:
+        """A necessary condition for a guaranteed ``job`` to fit ``pods`` by preempting
+        (``freed`` already going): per node, only the GPUs that guaranteed units of
+        other queues hold stay taken.
+
+        Its victims are opportunistic and borrowed units and its own queue's lower
+        priorities, so on a node it can have at most the GPUs not held by other
+        queues' guaranteed units (and, of those, the freed ones): as with
+        :meth:`may_fit`, the pods of ``g`` or more GPUs must not outnumber what
+        those GPUs hold in pods of ``g``.  Counted from the nodes' guaranteed GPUs
+        (:attr:`_open`, a few lookups), corrected on the few nodes where the job's
+        own queue or a freed unit holds guaranteed GPUs.
+        """
+        sizes = sorted((p.gpus for p in pods if p.gpus), reverse=True)
+        if not sizes:
+            return True
+        extra: dict[str, int] = {}  # node -> its guaranteed GPUs that may still go
+        held = self._held
+        for key in self._guaranteed_by_queue.get(job.queue, ()):
+            for pp in held[key].pods:
+                extra[pp.node] = extra.get(pp.node, 0) + len(pp.gpus)
+        for key in freed:
+            h = held[key]
+            if h.info.mode is Mode.GUARANTEED and h.info.queue != job.queue:
+                for pp in h.pods:
+                    extra[pp.node] = extra.get(pp.node, 0) + len(pp.gpus)
+        for i, g in enumerate(sizes):
+            if i + 1 < len(sizes) and sizes[i + 1] == g:
+                continue  # count every pod of this size first
+            slots = sum(n * (c // g) for c, n in self._open.items() if c >= g)
+            for name, more in extra.items():
+                if name not in self._bad:
+                    base = self._nodes[name].gpus - self._guarded.get(name, 0)
+                    slots += (base + more) // g - base // g
+            if slots < i + 1:
+                return False
+        return True
 
     def _largest_free(self) -> int:
         """The most free GPUs on any one node (a look at the buckets, not the nodes)."""
@@ -344,7 +442,8 @@ class CapacityPlacer:
             self._take(node, req, pp.gpus)
             held.pods.append(pp)
             held.requests.append(req)
-            self._count_gpus(held.info, len(pp.gpus))
+            held.gpus += len(pp.gpus)
+            self._count_gpus(held.info, len(pp.gpus), node)
 
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
         """Take a bad node out of the buckets and the capacity; put it back when healthy."""
@@ -354,13 +453,16 @@ class CapacityPlacer:
         if healthy == (node not in self._bad):
             return []
         free = len(target.free_gpus)
+        unguarded = target.gpus - self._guarded.get(node, 0)
         if healthy:
             self._bad.discard(node)
             self._bucket_add(free, node)
+            self._count_open(unguarded, 1)
             self._capacity = self._capacity + target.capacity
             return []
         self._bad.add(node)
         self._bucket_remove(free, node)
+        self._count_open(unguarded, -1)
         self._capacity = self._capacity - target.capacity
         return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
 
@@ -420,12 +522,24 @@ class CapacityPlacer:
             del self._guaranteed_by_queue[held.info.queue][key]
         for pp, req in zip(held.pods, held.requests, strict=True):
             self._give(self._nodes[pp.node], req, pp.gpus)
-            self._count_gpus(held.info, -len(pp.gpus))
+            self._count_gpus(held.info, -len(pp.gpus), self._nodes[pp.node])
 
-    def _count_gpus(self, info: Charge, gpus: int) -> None:
+    def _count_gpus(self, info: Charge, gpus: int, node: _Node) -> None:
         self._mode_gpus[info.mode] += gpus
         if info.mode is Mode.GUARANTEED:
             self._queue_gpus[info.queue] = self._queue_gpus.get(info.queue, 0) + gpus
+            before = self._guarded.get(node.name, 0)
+            self._guarded[node.name] = before + gpus
+            if node.name not in self._bad:
+                self._count_open(node.gpus - before, -1)
+                self._count_open(node.gpus - before - gpus, 1)
+
+    def _count_open(self, gpus: int, nodes: int) -> None:
+        left = self._open.get(gpus, 0) + nodes
+        if left:
+            self._open[gpus] = left
+        else:
+            del self._open[gpus]
 
     def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
         before = len(node.free_gpus)
@@ -519,6 +633,8 @@ class CapacityPlacer:
         guaranteed: set[tuple[str, str]] = set()
         for key, held in self._held.items():
             gpus = sum(len(pp.gpus) for pp in held.pods)
+            if held.gpus != gpus:
+                raise InvariantError(f"{key}: {held.gpus} GPUs counted, its pods hold {gpus}")
             by_mode[held.info.mode] += gpus
             if held.info.mode is Mode.GUARANTEED:
                 by_queue[held.info.queue] = by_queue.get(held.info.queue, 0) + gpus
@@ -564,6 +680,27 @@ class CapacityPlacer:
         if self.allocated() != allocated:
             raise InvariantError(
                 f"allocated total drifted: kept {self.allocated()}, recount {allocated}"
+            )
+        guarded: dict[str, int] = {}
+        for held in self._held.values():
+            if held.info.mode is Mode.GUARANTEED:
+                for pp in held.pods:
+                    guarded[pp.node] = guarded.get(pp.node, 0) + len(pp.gpus)
+        guarded = {n: g for n, g in guarded.items() if g}
+        if {n: g for n, g in self._guarded.items() if g} != guarded:
+            raise InvariantError(
+                f"guaranteed GPUs per node drifted: kept "
+                f"{ {n: g for n, g in self._guarded.items() if g} }, recount {guarded}"
+            )
+        opened: dict[int, int] = {}
+        for name, node in self._nodes.items():
+            if name not in self._bad:
+                left = node.gpus - guarded.get(name, 0)
+                opened[left] = opened.get(left, 0) + 1
+        if opened != self._open:
+            raise InvariantError(
+                f"nodes by GPUs not held by guaranteed units drifted: kept {self._open}, "
+                f"recount {opened}"
             )
         bucketed = sum(len(b) for b in self._buckets.values())
         healthy = len(self._nodes) - len(self._bad)

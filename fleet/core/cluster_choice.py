@@ -43,7 +43,9 @@ def place(
         return _nowhere(run, job)
     need = _sum(pods)
     best: tuple[tuple[int, float, float, str], Fit] | None = None
+    # The reason names the first three clusters' misses and counts the rest.
     misses: list[str] = []
+    missed = 0
     question = (
         tuple(p.request for p in pods),
         mode,
@@ -65,24 +67,34 @@ def place(
         why = everywhere.get(wide)
         if why is not None:
             return why
+    held = _held_by_cluster(run, released) if released else None
+    blind = question[:-1]
+    room = run.places.room
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
-        key = question[:-1] if placer.queue_blind else question
-        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
+        key = blind if placer.queue_blind else question
+        here = held.get(name, _NONE) if held is not None else _NONE
         if not here:
-            if not _may_fit(run.places.room[name][0], need):
-                misses.append(f"{name}: not enough free capacity")
+            if not _may_fit(room[name][0], need):
+                missed += 1
+                if missed <= 3:
+                    misses.append(f"{name}: not enough free capacity")
                 continue
             why = known.get(key)
             if why is not None:
-                misses.append(why)
+                missed += 1
+                if missed <= 3:
+                    misses.append(why)
                 continue
         fit = placer.fit(job, pods, mode, released=here)
         if isinstance(fit, NoFit):
-            misses.append(f"{name}: {fit.reason}")
+            why = f"{name}: {fit.reason}"
+            missed += 1
+            if missed <= 3:
+                misses.append(why)
             if not here:
-                known[key] = misses[-1]
+                known[key] = why
             continue
         rank = (fit.level, fit.fragmentation, load, placer.cluster)
         if best is None or rank < best[0]:
@@ -95,9 +107,9 @@ def place(
         victim_fit = place_with_preemption(run, job, pods, mode, released, placers)
         if victim_fit is not None:
             return victim_fit
-    reason = "no cluster fits the gang: " + "; ".join(misses[:3])
-    if len(misses) > 3:
-        reason += f"; and {len(misses) - 3} more"
+    reason = "no cluster fits the gang: " + "; ".join(misses)
+    if missed > 3:
+        reason += f"; and {missed - 3} more"
     if wide is not None and everywhere is not None:
         everywhere[wide] = reason
     return reason
@@ -136,6 +148,7 @@ def place_with_preemption(
     # holds for the cycle until a release in that cluster.
     question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
     wide = question[1:]
+    held = _held_by_cluster(run, released) if released else None
     for load, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
@@ -144,7 +157,7 @@ def place_with_preemption(
             # just asked without preemption (same released units): "no".
             continue
         known = run.places.answers(placer.cluster)
-        here = frozenset(k for k in released if placer.holds(k)) if released else _NONE
+        here = held.get(placer.cluster, _NONE) if held is not None else _NONE
         memo = mode is Mode.BORROWED and not here
         if memo and question in known:
             continue
@@ -168,6 +181,18 @@ def place_with_preemption(
         if len(fit.victims) <= 1 and top < 0:
             break  # one opportunistic victim: no cluster can do better on victims
     return best[1] if best else None
+
+
+def _held_by_cluster(run: CycleRun, released: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """The released units by the cluster whose placer holds them (each unit's
+    running job says where it runs), instead of asking every placer about each."""
+    units = run.state.units
+    by: dict[str, list[str]] = {}
+    for key in released:
+        owner = units.get(key)
+        if owner is not None and run.state.placers[owner.cluster].holds(key):
+            by.setdefault(owner.cluster, []).append(key)
+    return {name: frozenset(keys) for name, keys in by.items()}
 
 
 def _nowhere(run: CycleRun, job: Job) -> str:

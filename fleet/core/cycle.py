@@ -62,7 +62,7 @@ from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
-from fleet.core.resources import MAX_JOBS, Resources
+from fleet.core.resources import MAX_JOBS
 from fleet.core.state import SchedulerState
 from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail
 
@@ -121,16 +121,9 @@ def share(run: CycleRun, queue: str) -> tuple[int, float]:
 
 
 def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
-    tree = state.tree
-    basis: Resources | None = tree.min_of(queue)
-    if not basis:
-        basis = tree.max_of(queue)
-    if not basis:
+    ratio = state.tree.share_of(queue)
+    if ratio is None:
         return _NO_SHARE
-    ratio = 0.0
-    for name, amount in basis.items():
-        if amount > 0:
-            ratio = max(ratio, tree.used_of(queue, name) / amount)
     return (0 if ratio < 1.0 else 1, ratio)
 
 
@@ -154,8 +147,15 @@ def serve(
     heapq.heapify(heap)
     cursors = {name: span[0] for name, span in work.items()}
     deferred: dict[str, Span] = {}
-    while heap:
-        key, rank, name = heapq.heappop(heap)
+    # A queue that goes back into the heap and would come out first again is
+    # taken at once (``nxt``) instead of pushed and popped: the heap's order.
+    nxt: tuple[tuple[int, float], int, str] | None = None
+    while heap or nxt is not None:
+        if nxt is not None:
+            key, rank, name = nxt
+            nxt = None
+        else:
+            key, rank, name = heapq.heappop(heap)
         current = share(run, name)
         if current != key:
             heapq.heappush(heap, (current, rank, name))
@@ -169,7 +169,7 @@ def serve(
         cursors[name] = i + 1
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
-            heapq.heappush(heap, (share(run, name), rank, name))
+            nxt = _back(heap, (share(run, name), rank, name))
             continue
         if isinstance(outcome, admission.Defer):
             # The queue's order holds: this job and every job behind it wait
@@ -198,8 +198,18 @@ def serve(
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:
                     run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}")
             continue
-        heapq.heappush(heap, (key, rank, name))
+        nxt = _back(heap, (key, rank, name))
     return deferred
+
+
+def _back(
+    heap: list[tuple[tuple[int, float], int, str]], entry: tuple[tuple[int, float], int, str]
+) -> tuple[tuple[int, float], int, str]:
+    """Put ``entry`` back into ``heap`` and return the smallest entry, popped: ``entry``
+    itself when it is smaller than every other (one queue has one entry at a time)."""
+    if heap and heap[0] < entry:
+        return heapq.heapreplace(heap, entry)
+    return entry
 
 
 def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
@@ -384,6 +394,11 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     if at + 1 >= end:
         return False
     tree = run.state.tree
+    lowest = tree.lowest_preemptible_priority(queue)
+    state = run.state.queues[queue]
+    jobs = state.pending
+    if run.shortcuts.parking and lowest is not None and jobs[at + 1].priority > lowest:
+        return False  # the next job (the highest priority behind) may preempt
     r = block.resource
     limit = tree.max_of(block.node)
     if limit is None or r not in limit:
@@ -393,12 +408,7 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     if leaf_min and r not in leaf_min:
         return False  # the guarantee does not depend on r: cannot rule reclaim out
     guaranteed = tree.guaranteed_of(queue, r)
-    lowest = tree.lowest_preemptible_priority(queue)
-    state = run.state.queues[queue]
-    jobs = state.pending
     if run.shortcuts.parking:
-        if lowest is not None and jobs[at + 1].priority > lowest:
-            return False  # the next job (the highest priority behind) may preempt
         # What the cycle already looked at in this queue (counted once per
         # cycle, as its cursor moves on): what is behind is the rest.
         seen = run.seen.get((queue, r))

@@ -56,8 +56,8 @@ class Shortcuts:
     #: (with parking on, they are not looked at one by one)
     idle_groups: bool = True
     #: the reclaim search starts only from the leaves that could give something
-    #: (:func:`fleet.core.quota_victims.reclaim_victims`); off: every leaf under
-    #: the blocking node
+    #: (:func:`fleet.core.quota_victims.reclaim_victims`), read from the tree's
+    #: kept lending order; off: a heap over every leaf under the blocking node
     reclaim_bound: bool = True
 
 

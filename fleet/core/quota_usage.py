@@ -25,7 +25,12 @@ Theory of operation:
   reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
   the leaf marks that order stale (None).  The leaves that have reclaimable
   jobs (``_lending``) and, per leaf, its preemptible charged jobs counted by
-  priority (``_ranks``) are kept too.
+  priority (``_ranks``) are kept too.  For a (node, resource) a reclaim search
+  has asked about, the leaves under the node with reclaimable jobs are kept
+  in the order the search takes them (:meth:`QuotaUsage.lending_order`:
+  their cheapest job's priority, most borrowed of the resource, that job's
+  newest submission, leaf), moved by every admission or release of a
+  borrowed job of theirs.
 * :meth:`QuotaUsage.set_node` keeps usage even when it is now above a lowered
   ``max``: that excess is *grandfathered* (``_over``).  It is accepted by
   :meth:`QuotaUsage.check_invariants` up to the usage at the time of the
@@ -40,6 +45,7 @@ construction, copying and the victim searches.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -183,6 +189,17 @@ def cheapest_first(rec: Admitted) -> tuple[int, int]:
     return (rec.priority, -rec.seq)
 
 
+#: A lending leaf's place in a reclaim search: its cheapest job's priority, minus
+#: what it borrows of the blocking resource, minus that job's submission number.
+LendKey = tuple[int, int, int]
+
+
+def lend_key(head: Admitted, borrowed: int) -> LendKey:
+    """Where a leaf whose cheapest reclaimable job is ``head`` and that borrows
+    ``borrowed`` of the blocking resource comes in a reclaim search."""
+    return (head.priority, -borrowed, -head.seq)
+
+
 def add_to(counter: dict[str, int], vec: Iterable[tuple[str, int]], sign: int) -> None:
     """Add (``sign`` 1) or subtract (-1) ``vec``'s amounts in ``counter``."""
     for r, v in vec:
@@ -208,6 +225,12 @@ class QuotaUsage(QuotaStructure):
     _borrowed_order: list[list[Admitted] | None]  # the same, cheapest first; None = stale
     _lending: dict[int, None]  # the leaves with reclaimable jobs (order: none; sort to use)
     _ranks: list[dict[int, int]]  # per leaf: priority -> its preemptible, charged jobs
+    #: (node, resource) -> the lending leaves under the node in reclaim order (as asked)
+    _lend_index: dict[tuple[int, str], list[tuple[LendKey, int]]]
+    #: (node, resource) -> leaf -> its key in that order
+    _lend_keys: dict[tuple[int, str], dict[int, LendKey]]
+    #: leaves whose borrowed jobs changed since the orders were last brought up to date
+    _lend_dirty: set[int]
 
     # Construction -------------------------------------------------------------
     def _init_usage(self) -> None:
@@ -225,6 +248,9 @@ class QuotaUsage(QuotaStructure):
         self._borrowed_order = [None] * n
         self._lending = {}
         self._ranks = [{} for _ in range(n)]
+        self._lend_index = {}
+        self._lend_keys = {}
+        self._lend_dirty = set()
 
     def _copy_usage_to(self, other: QuotaUsage) -> None:
         """Give ``other`` a deep copy of this usage (the records themselves are shared)."""
@@ -240,6 +266,9 @@ class QuotaUsage(QuotaStructure):
         other._borrowed_order = [None] * len(self._leaf_borrowed)
         other._lending = dict(self._lending)
         other._ranks = [dict(d) for d in self._ranks]
+        other._lend_index = {}  # built again when a search asks
+        other._lend_keys = {}
+        other._lend_dirty = set()
 
     # Usage --------------------------------------------------------------------
     def used(self, name: str) -> Resources:
@@ -249,6 +278,21 @@ class QuotaUsage(QuotaStructure):
     def used_of(self, name: str, resource: str) -> int:
         """``used(name)[resource]`` without building the vector (hot paths)."""
         return self._used[self._node(name)].get(resource, 0)
+
+    def share_of(self, name: str) -> float | None:
+        """The largest ratio, over the resources the node's ``min`` names (its ``max``
+        without a ``min``), of its usage to that amount; None with neither (hot path:
+        the cycle's fair order asks it after every admission)."""
+        n = self._node(name)
+        basis = self._min_d[n] or self._max_d[n]
+        if not basis:
+            return None
+        used = self._used[n]
+        ratio = 0.0
+        for r, amount in basis.items():
+            if amount > 0:
+                ratio = max(ratio, used.get(r, 0) / amount)
+        return ratio
 
     def guaranteed_of(self, name: str, resource: str) -> int:
         """``guaranteed_used(name)[resource]`` without building the vector (hot paths)."""
@@ -383,6 +427,8 @@ class QuotaUsage(QuotaStructure):
             self._leaf_borrowed[leaf][key] = rec
             self._borrowed_order[leaf] = None
             self._lending[leaf] = None
+        if rec.mode is Mode.BORROWED and self._lend_index:
+            self._lend_dirty.add(leaf)
 
     def release(self, key: str) -> Charge:
         """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
@@ -401,7 +447,64 @@ class QuotaUsage(QuotaStructure):
             if not lent:
                 del self._lending[rec.leaf]
         self._charge(rec, -1)
+        if rec.mode is Mode.BORROWED and self._lend_index:
+            self._lend_dirty.add(rec.leaf)
         return rec.charge
+
+    # The reclaim search's order of lending leaves ---------------------------------
+    def lending_order(self, node: int, resource: str) -> list[tuple[LendKey, int]]:
+        """The leaves under ``node`` with reclaimable jobs, in the order a reclaim
+        search blocked on ``resource`` takes them: by :func:`lend_key`, then leaf.
+
+        Built when first asked for a (node, resource), then kept: an
+        admission or release of a borrowed job marks its leaf, and the next
+        search moves each marked leaf in the orders above it (a bisection; a
+        leaf charged and given back in between, as a search's "what if" does,
+        is moved once), so a search reads its leaves in order instead of
+        keying every lending leaf again.  Not to be changed by the caller.
+        """
+        if self._lend_dirty:
+            for leaf in self._lend_dirty:
+                self._relend(leaf)
+            self._lend_dirty.clear()
+        index = self._lend_index.get((node, resource))
+        if index is None:
+            keys = {
+                leaf: lend_key(self._head(leaf), self._borr[leaf].get(resource, 0))
+                for leaf in self._lending
+                if node in self._paths[leaf]
+            }
+            index = self._lend_index[(node, resource)] = sorted((k, i) for i, k in keys.items())
+            self._lend_keys[(node, resource)] = keys
+        return index
+
+    def _head(self, leaf: int) -> Admitted:
+        """The leaf's cheapest reclaimable job (it has one)."""
+        ordered = self._borrowed_order[leaf]
+        if ordered is not None:
+            return ordered[0]
+        return min(self._leaf_borrowed[leaf].values(), key=cheapest_first)
+
+    def _relend(self, leaf: int) -> None:
+        """The leaf's borrowed jobs changed: move it in every lending order above it."""
+        path = self._paths[leaf]
+        head = self._head(leaf) if self._leaf_borrowed[leaf] else None
+        for (node, r), index in self._lend_index.items():
+            if node not in path:
+                continue
+            keys = self._lend_keys[(node, r)]
+            old = keys.pop(leaf, None)
+            if old is not None:
+                i = bisect.bisect_left(index, (old, leaf))
+                if i == len(index) or index[i] != (old, leaf):
+                    raise InvariantError(
+                        f"{self._names[leaf]} is not where its lending order at "
+                        f"{self._names[node]} kept it"
+                    )
+                del index[i]
+            if head is not None:
+                new = keys[leaf] = lend_key(head, self._borr[leaf].get(r, 0))
+                bisect.insort(index, (new, leaf))
 
     def _charge(self, rec: Admitted, sign: int) -> None:
         path = self._paths[rec.leaf]
@@ -531,6 +634,24 @@ class QuotaUsage(QuotaStructure):
                 raise InvariantError(
                     f"{self._names[leaf_index]}: stale count of preemptible jobs by "
                     f"priority: kept {self._ranks[leaf_index]}, recount {ranks}"
+                )
+        dirty = self._lend_dirty  # marked leaves are moved when a search next asks
+        for (node, r), index in self._lend_index.items():
+            keys = {
+                leaf: lend_key(
+                    min(self._leaf_borrowed[leaf].values(), key=cheapest_first),
+                    self._borr[leaf].get(r, 0),
+                )
+                for leaf, recs in enumerate(self._leaf_borrowed)
+                if recs and node in self._paths[leaf] and leaf not in dirty
+            }
+            in_order = sorted((k, i) for i, k in keys.items())
+            kept_keys = {i: k for i, k in self._lend_keys[(node, r)].items() if i not in dirty}
+            if [e for e in index if e[1] not in dirty] != in_order or kept_keys != keys:
+                raise InvariantError(
+                    f"{self._names[node]}: stale lending order for {r}: kept "
+                    f"{[(self._names[i], k) for k, i in index if i not in dirty]}, recount "
+                    f"{[(self._names[i], k) for k, i in in_order]}"
                 )
         lending = [i for i, recs in enumerate(self._leaf_borrowed) if recs]
         if sorted(self._lending) != lending:

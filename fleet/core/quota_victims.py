@@ -25,10 +25,15 @@ Theory of operation:
   each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
   borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
   jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
-  keyed lazily by their best remaining job.  The heap starts with only the
-  leaves that could give something (:func:`_able_leaves`: from the tree's
-  index of leaves with reclaimable jobs, those whose chain is above its
-  ``min``), not every leaf under the blocking node.
+  keyed lazily by their best remaining job.  Usually no heap is built over
+  the leaves at all: the tree keeps the lending leaves under a node in the
+  heap's starting order (:meth:`~fleet.core.quota_usage.QuotaUsage.lending_order`),
+  and the search reads that order, with a small heap only for the leaves it
+  put back (:func:`_search_in_order`).  After over-limit picks, the heap
+  starts with only the leaves that could give something
+  (:func:`_able_leaves`: from the tree's index of leaves with reclaimable
+  jobs, those whose chain is above its ``min``), not every leaf under the
+  blocking node.
 * The queue search takes the queue's own preemptible jobs below the request's
   priority, lowest priority then newest (none at once when the leaf's count
   of preemptible jobs by priority has none below it).
@@ -183,6 +188,8 @@ def reclaim_victims(
     # actual best is worse goes back with its actual key (lazy evaluation).
     # A leaf that cannot give anything now never can later in this query:
     # usage and deficits only shrink.
+    if bounded and not picked:
+        return _search_in_order(tree, leaf, path, request, deficits, top, now)
     chains: dict[int, tuple[int, ...]] = {}
     orders: dict[int, list[Admitted]] = {}
     pos: dict[int, int] = {}
@@ -245,6 +252,110 @@ def reclaim_victims(
         deficits = _deficits(tree, path, request, removed)
         if pos[other] < len(recs):
             heapq.heappush(heap, (lower_key(other, blocking), other))
+    return _prune(tree, path, request, picked)
+
+
+def _search_in_order(
+    tree: QuotaUsage,
+    leaf: int,
+    path: tuple[int, ...],
+    request: Resources,
+    deficits: list[tuple[int, str]],
+    top: int,
+    now: float | None,
+) -> list[str] | None:
+    """The reclaim search of :func:`reclaim_victims`, reading the lending leaves in
+    the order the tree keeps (:meth:`~fleet.core.quota_usage.QuotaUsage.lending_order`)
+    instead of keying each of them into a heap first.
+
+    Nothing is picked yet, so a leaf's key in the kept order is the key the
+    heap would start it with.  The next leaf is the smaller of the kept
+    order's next entry and the top of a small heap of the leaves already
+    looked at and put back (with a larger key after a pick, or their actual
+    key): the heap's order, over every lending leaf under ``top``.  A leaf
+    that cannot give (its chain at or below its ``min``: :func:`_givable`
+    says so) is dropped when it comes up, as the search over every leaf
+    drops it.  When the blocking resource changes, every leaf still in play
+    is keyed again, as the heap does.
+    """
+    removed: dict[int, dict[str, int]] = {}
+    on_path = set(path)
+    blocking = deficits[0][1]
+    index = tree.lending_order(top, blocking)
+    cursor = 0
+    again: list[tuple[tuple[int, int, int], int]] = []
+    chains: dict[int, tuple[int, ...]] = {}
+    orders: dict[int, list[Admitted]] = {}
+    pos: dict[int, int] = {}
+    picked: list[Admitted] = []
+    borrowed_order = tree._borrowed_order
+    borr = tree._borr
+
+    def order_of(other: int) -> list[Admitted]:
+        ordered = orders.get(other)
+        if ordered is None:
+            ordered = borrowed_order[other]
+            if ordered is None:
+                ordered = _sorted_borrowed(tree, other)
+            orders[other] = ordered
+        return ordered
+
+    def lower_key(other: int, r: str) -> tuple[int, int, int]:
+        head = order_of(other)[pos.get(other, 0)]
+        gone = removed.get(other)
+        borrowed = borr[other].get(r, 0) - (gone.get(r, 0) if gone else 0)
+        return (head.priority, -borrowed, -head.seq)
+
+    while deficits:
+        if deficits[0][1] != blocking:
+            blocking = deficits[0][1]
+            live = [o for _, o in index if o != leaf and pos.get(o, 0) < len(order_of(o))]
+            again = [(lower_key(o, blocking), o) for o in live]
+            heapq.heapify(again)
+            cursor = len(index)
+        while cursor < len(index) and index[cursor][1] == leaf:
+            cursor += 1
+        if cursor < len(index) and (not again or index[cursor] < again[0]):
+            key, other = index[cursor]
+            cursor += 1
+        elif again:
+            key, other = heapq.heappop(again)
+        else:
+            return None
+        chain = chains.get(other)
+        if chain is None:
+            chain = chains[other] = tuple(n for n in tree._paths[other] if n not in on_path)
+        givable = _givable(tree, other, chain, deficits, removed)
+        if not givable:
+            pos[other] = len(order_of(other))  # nothing more from this leaf
+            continue
+        recs = order_of(other)
+        i = pos.get(other, 0)
+        while i < len(recs) and (
+            not any(recs[i].request.get(r, 0) > 0 for r in givable)
+            or protected(tree, recs[i], now, RECLAIM)
+        ):
+            i += 1
+        if i >= len(recs):
+            pos[other] = len(recs)
+            continue
+        rec = recs[i]
+        gone = removed.get(other)
+        actual = (
+            rec.priority,
+            -(borr[other].get(blocking, 0) - (gone.get(blocking, 0) if gone else 0)),
+            -rec.seq,
+        )
+        if actual > key:
+            pos[other] = i
+            heapq.heappush(again, (actual, other))
+            continue
+        pos[other] = i + 1
+        picked.append(rec)
+        _remove(tree, removed, rec, 1)
+        deficits = _deficits(tree, path, request, removed)
+        if pos[other] < len(recs):
+            heapq.heappush(again, (lower_key(other, blocking), other))
     return _prune(tree, path, request, picked)
 
 

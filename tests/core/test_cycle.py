@@ -232,6 +232,20 @@ def test_fair_share_serves_the_queue_furthest_below_its_share() -> None:
     assert running_per_queue(state) == {"team-a": 4, "team-b": 4}
 
 
+def test_fair_share_takes_turns_between_queues_that_borrow() -> None:
+    """Above their ``min`` both queues borrow; after each admission the queue now
+    further above its share waits for the other's turn."""
+    state = make_state(GPU_TREE, {"c1": make_nodes(3, gpus=8)})
+    for i in range(8):
+        submit(state, make_job(f"a{i}", queue="team-a", gpus=2))
+    for i in range(8):
+        submit(state, make_job(f"b{i}", queue="team-b", gpus=2))
+    decisions = run(state)
+    assert running_per_queue(state) == {"team-a": 6, "team-b": 6}
+    # The borrowing pass alternates: a, b, a, b (ties go to the tree's order).
+    assert admitted(decisions)[-4:] == ["default/a4", "default/b4", "default/a5", "default/b5"]
+
+
 # Preemption ----------------------------------------------------------------------------
 
 
@@ -327,6 +341,29 @@ def test_same_input_gives_the_same_decisions() -> None:
 def test_decisions_carry_the_time_they_were_made() -> None:
     decisions = run(build_busy_state(), 42.0)
     assert decisions and {d.at for d in decisions} == {42.0}
+
+
+@pytest.mark.parametrize(("clusters", "rest"), [(3, ""), (4, "; and 1 more"), (6, "; and 3 more")])
+def test_no_cluster_fits_names_three_clusters_and_counts_the_rest(clusters: int, rest: str) -> None:
+    nodes = {f"c{i}": make_nodes(1, gpus=8, prefix=f"c{i}-node") for i in range(clusters)}
+    state = make_state(GPU_TREE, nodes)
+    submit(state, make_job("wide", queue="team-a", gpus=8, pods=2))
+    decisions = run(state)
+    assert waits(decisions)["default/wide"] == (
+        "no cluster fits the gang: c0: not enough free capacity; "
+        "c1: not enough free capacity; c2: not enough free capacity" + rest
+    )
+
+
+def test_no_cluster_fits_names_three_placers_answers_and_counts_the_rest() -> None:
+    nodes = {f"c{i}": make_nodes(2, gpus=4, prefix=f"c{i}-node") for i in range(4)}
+    state = make_state(GPU_TREE, nodes)
+    submit(state, make_job("whole", queue="team-a", gpus=8))
+    decisions = run(state)
+    miss = "1 pod(s) with 8 GPU(s) do not fit (8 GPU(s) free)"
+    assert waits(decisions)["default/whole"] == (
+        f"no cluster fits the gang: c0: {miss}; c1: {miss}; c2: {miss}; and 1 more"
+    )
 
 
 def test_opportunistic_jobs_take_what_is_left_after_the_other_jobs() -> None:

@@ -11,7 +11,16 @@ from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
 from fleet.core.quota import QuotaBlock, QuotaError, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import MAX_JOBS, Resources, typed_gpu
-from tests.core.quota_factories import Ledger, ack_tree, node, req, res, tree, with_paths
+from tests.core.quota_factories import (
+    Ledger,
+    ack_tree,
+    flat_tree,
+    node,
+    req,
+    res,
+    tree,
+    with_paths,
+)
 
 GPU = "nvidia.com/gpu"
 MakeLedger = Callable[[QuotaTree], Ledger]
@@ -537,6 +546,30 @@ def test_reclaim_spreads_one_request_over_the_biggest_borrowers(ledger_for: Make
     victims = ledger.tree.reclaim_victims("b.1", req(cpu=10))
     assert victims is not None
     assert [ledger_queue_of(v) for v in victims] == ["a.2", "a.1"]
+
+
+def test_reclaim_comes_back_to_a_leaf_that_still_borrows_most(ledger_for: MakeLedger) -> None:
+    """After a pick, the leaf it came from is weighed again against the leaves not
+    looked at yet (the kept lending order and the leaves already taken from)."""
+    t = flat_tree(
+        node("a", min={"cpu": 1}, max={"cpu": 8}),
+        node("b", min={"cpu": 1}, max={"cpu": 8}),
+        node("r", min={"cpu": 4}, max={"cpu": 8}),
+        capacity={"cpu": 8},
+    )
+    ledger = ledger_for(t)
+    for queue, count in (("a", 5), ("b", 2)):
+        for _ in range(count):
+            ledger.admit(queue, req(cpu=1))
+    assert t.reclaim_victims("r", req(cpu=2))  # the tree keeps its lending order from now on
+    newest_b = ledger.admit("b", req(cpu=1), expect=Mode.BORROWED)
+    # a borrows 4, b borrows 2: a, a (2 left each, b's newest is the newest), then b.
+    victims = t.reclaim_victims("r", req(cpu=3))
+    assert victims is not None
+    assert [ledger_queue_of(v) for v in victims] == ["a", "a", "b"]
+    assert victims[-1] == newest_b
+    assert victims == t.reclaim_victims("r", req(cpu=3), bounded=False)
+    t.check_invariants()
 
 
 def test_reclaim_is_a_pure_query(ledger_for: MakeLedger) -> None:

@@ -106,6 +106,11 @@ requests = st.builds(
     st.integers(0, 4),
 )
 priorities = st.sampled_from([-1, 0, 5, 10, 100])
+small_requests = st.builds(
+    lambda cpu, gpu: Resources({"cpu": cpu, GPU: gpu, MAX_JOBS: 1}),
+    st.integers(0, 1),
+    st.integers(1, 2),
+)
 
 
 @dataclass
@@ -385,3 +390,81 @@ def test_bounded_reclaim_search_answers_as_the_search_over_every_leaf(
         reference = t.reclaim_victims(queue, request, bounded=False)
         event(f"reclaim: {'none' if bounded is None else len(bounded)} victims")
         assert bounded == reference
+
+
+@st.composite
+def wide_trees(draw: st.DrawFn) -> QuotaNodeSpec:
+    """A full tree of 2-4 groups of 2-5 leaves whose ``min`` sums to the root's
+    ``max`` (the cycle benchmark's shape, small): many leaves borrow at once."""
+    shape = draw(st.lists(st.integers(2, 5), min_size=2, max_size=4))
+    mins = [
+        [{"cpu": draw(st.integers(0, 4)), GPU: draw(st.integers(1, 6))} for _ in range(n)]
+        for n in shape
+    ]
+    total = {r: sum(mn[r] for group in mins for mn in group) for r in ("cpu", GPU)}
+    groups = []
+    for g, group in enumerate(mins):
+        group_min = {r: sum(mn[r] for mn in group) for r in total}
+        group_max = {r: min(total[r], 2 * v + 2) for r, v in group_min.items()}
+        leaves = tuple(
+            QuotaNodeSpec(
+                name=f"q{g}-{i}",
+                min=Resources(mn),
+                max=Resources(
+                    {r: min(group_max[r], v * draw(st.integers(1, 4)) + 2) for r, v in mn.items()}
+                ),
+                namespaces=(f"ns-{g}-{i}",),
+            )
+            for i, mn in enumerate(group)
+        )
+        groups.append(
+            QuotaNodeSpec(
+                name=f"g{g}", min=Resources(group_min), max=Resources(group_max), children=leaves
+            )
+        )
+    return with_paths(
+        QuotaNodeSpec(
+            name="root", min=Resources(total), max=Resources(total), children=tuple(groups)
+        )
+    )
+
+
+@SETTINGS
+@given(spec=st.one_of(trees(), wide_trees()), data=st.data())
+def test_the_kept_lending_order_follows_admissions_and_releases(
+    spec: QuotaNodeSpec, data: st.DataObject
+) -> None:
+    """Searches read the lending leaves from an order the tree keeps between them;
+    after any admissions and releases the search still picks what the search
+    over every leaf picks, and the kept order equals a recount."""
+    t = QuotaTree.build(spec)
+    leaves = t.leaves()
+    # Small jobs make searches that need several victims, from one leaf or many.
+    sizes = data.draw(st.sampled_from([requests, small_requests]))
+    for step in range(data.draw(st.integers(1, 5))):
+        # A queue's jobs end (it is below its min again) while the others fill
+        # the room: the next searches have borrowed jobs to reclaim.
+        for key in t.jobs_of(data.draw(st.sampled_from(leaves))):
+            t.release(key)
+        for i in range(data.draw(st.integers(0, 40))):
+            n = 100 * step + i
+            queue = data.draw(st.sampled_from(leaves))
+            request = data.draw(sizes)
+            priority = data.draw(priorities)
+            preemptible = data.draw(st.booleans())
+            verdict = t.classify(queue, request, priority=priority, preemptible=preemptible)
+            if isinstance(verdict, Mode):
+                t.admit(Charge(f"j{n}", f"j{n}", queue, priority, n, preemptible, verdict, request))
+        for queue in leaves:
+            floor = t.min_of(queue)
+            request = Resources(
+                {
+                    "cpu": data.draw(st.integers(0, floor["cpu"])),
+                    GPU: data.draw(st.integers(0, max(floor[GPU], 1))),
+                    MAX_JOBS: 1,
+                }
+            )
+            kept = t.reclaim_victims(queue, request)
+            assert kept == t.reclaim_victims(queue, request, bounded=False)
+            event(f"reclaim: {'none' if kept is None else len(kept)} victims")
+        t.check_invariants()
