@@ -49,12 +49,10 @@ _FAILED = pytest.StashKey[bool]()
 #: Classes whose every instance is recorded when ``__init__`` returns.
 CHECKED_CLASSES: tuple[type[Any], ...] = (SchedulerState, CapacityPlacer, CellPlacer)
 
-# Start-time forecasts and submissions are read in each test's serving process: the
-# worker processes of the defaults would start more interpreters per service the
-# tests run.  tests/sim/test_forecast.py and tests/api/test_parse_workers.py run
-# them in their processes.
+# Start-time forecasts run in a thread of each test's service: the worker process
+# of the default would start one more interpreter per service the tests run.
+# tests/sim/test_forecast.py runs them in that process too.
 os.environ.setdefault("FLEET_ESTIMATE_PROCESS", "false")
-os.environ.setdefault("FLEET_PARSE_PROCESSES", "0")
 
 
 class Checkable(Protocol):

@@ -86,7 +86,7 @@ def create_app(
             ", ".join(app[keys.TOKENS].names()) or "none",
         )
 
-    if settings.parse_processes > 0:  # started at the first submission
+    if settings.parse_processes > 0:  # they start at the first submission
         app[keys.PARSE_WORKERS] = ParseWorkers(settings.parse_processes)
 
     async def run_service(app: web.Application) -> AsyncIterator[None]:
