@@ -83,15 +83,17 @@ def _parse_batch(
         _held["generation"] = generation
     tree: QuotaTree = _held["tree"]
     clusters: list[MemberClusterModel] = _held["clusters"]
-    answers: list[Answer] = []
-    for body, limits in bodies:
-        try:
-            answers.append(
-                parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
-            )
-        except ProblemError as e:  # pickled as its problem (the exception's args differ)
-            answers.append(e.problem)
-    return answers
+    return [_answer(body, tree, clusters, limits) for body, limits in bodies]
+
+
+def _answer(
+    body: bytes, tree: QuotaTree, clusters: list[MemberClusterModel], limits: SubmissionLimits
+) -> Answer:
+    """What :func:`parse_submission` answers for ``body``: its jobs, or its problem."""
+    try:
+        return parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
+    except ProblemError as e:  # sent as its problem (the exception's args do not pickle back)
+        return e.problem
 
 
 @dataclass(slots=True)
@@ -178,7 +180,7 @@ class ParseWorkers:
                 "a submission parser process died; submissions are read here for %.0f s", PAUSE
             )
             self._paused_until = time.monotonic() + PAUSE
-            answers = [_parse_here(w) for w in batch]
+            answers = [_answer(w.body, w.tree, w.clusters, w.limits) for w in batch]
         except asyncio.CancelledError:
             for w in batch:
                 w.answer.cancel()
@@ -203,12 +205,3 @@ class ParseWorkers:
         for task in list(self._sending):
             task.cancel()
         self.workers.close()
-
-
-def _parse_here(w: _Waiting) -> Answer:
-    try:
-        return parse_submission(
-            w.body, tree=w.tree, clusters=w.clusters, first_seq=0, limits=w.limits
-        )
-    except ProblemError as e:
-        return e.problem
