@@ -7,24 +7,41 @@ connections) and reused after that.  Work and answers are pickled.  A worker
 that dies (killed, out of memory) fails the work it had with
 ``BrokenProcessPool``; the pool is then replaced at the next call.  Workers
 ignore Ctrl-C, which reaches the whole process group: the service stops them
-itself, and ``close`` stops them at once, also in the middle of a task.
+itself, and ``close`` stops them at once, also in the middle of a task.  A
+service killed outright cannot: its workers exit within a second of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
 
+#: Seconds between a worker's checks that the service still runs.
+ORPHAN_CHECK: Final = 1.0
 
-def _leave_interrupts_to_the_service() -> None:
+
+def _serve_the_service(service: int) -> None:
+    """In a worker, first: ignore Ctrl-C, and exit once the service process is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        # A service killed outright (SIGKILL) cannot stop its workers: each
+        # notices that it was handed to another parent and exits.
+        while os.getppid() == service:
+            time.sleep(ORPHAN_CHECK)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="fleet-worker-watch", daemon=True).start()
 
 
 class WorkerProcesses:
@@ -44,7 +61,8 @@ class WorkerProcesses:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.processes,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_leave_interrupts_to_the_service,
+                initializer=_serve_the_service,
+                initargs=(os.getpid(),),
             )
             self.started += 1
         pool = self._pool
