@@ -334,6 +334,14 @@ def _units_by_job() -> tuple[Checkable, str]:
     return placer, "c1: the units by job differ from the held units"
 
 
+def _closed_vc_cell() -> tuple[Checkable, str]:
+    placer = _cells_with_job()
+    opened = placer.state.alloc.vc_open["team-a"]
+    chain = next(chain for chain, cells in opened.items() if cells)
+    opened[chain].clear()
+    return placer, f"c1: open cells of VC team-a in {chain} drifted: kept [], recount ["
+
+
 def _bad_reservations() -> tuple[Checkable, str]:
     placer = _cells_with_job()
     placer.state.alloc.bad_roots = 1
@@ -359,6 +367,7 @@ def _bad_reservations() -> tuple[Checkable, str]:
         _free_mask,
         _free_histogram,
         _units_by_job,
+        _closed_vc_cell,
         _bad_reservations,
     ],
     ids=lambda f: f.__name__.strip("_"),

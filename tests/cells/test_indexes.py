@@ -126,3 +126,32 @@ def test_lowest_level_is_a_lower_bound_reached_by_tight_fits() -> None:
             assert fit.level == level
     zero = job("zero", "team", 2, 0)
     assert p.lowest_level(zero, zero.pods) == 0
+
+
+def test_a_vc_keeps_its_open_cells_and_spreads_into_a_cell_it_just_bound() -> None:
+    cfg = config(racks=2)
+    cfg["virtualClusters"] = {"a": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 2}]}}
+    p = CellPlacer("c", load_cell_config(cfg))
+    opened = p.state.alloc.vc_open["a"]
+
+    def open_nodes() -> list[str]:
+        return sorted(res.cell.node for cells in opened.values() for res in cells.values())
+
+    # Three 4-GPU pods fit in no one node: the second goes into the node the first
+    # one's pod had VC "a" bind, the third binds the VC's other node.
+    fit = place(p, job("g", "a", 3, 4))
+    per_node = {pod.node: 0 for pod in fit.pods}
+    for pod in fit.pods:
+        per_node[pod.node] += 1
+    assert sorted(per_node.values()) == [1, 2]
+    half = next(node for node, n in per_node.items() if n == 1)
+    assert open_nodes() == [half]  # the full node is no longer open
+    second = place(p, job("h", "a", 1, 4))
+    assert [pod.node for pod in second.pods] == [half]
+    assert open_nodes() == []
+    p.release("t/h")
+    p.check_invariants()
+    assert open_nodes() == [half]
+    p.release("t/g")
+    p.check_invariants()
+    assert open_nodes() == []  # unbound with its last pod

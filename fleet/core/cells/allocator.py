@@ -162,6 +162,9 @@ class Allocator:
             self.weight[chain] = weights
         self.vc_owed: dict[str, dict[str, list[int]]] = {}
         self.vc_bound: dict[str, dict[int, Reservation]] = {}
+        #: vc -> chain -> its bound reservations whose cell has an unowned leaf
+        #: (cell id -> reservation): all a search without victims can use there
+        self.vc_open: dict[str, dict[str, dict[int, Reservation]]] = {}
         self.configured: dict[str, dict[str, list[int]]] = {}
         self.pins: dict[str, Reservation] = {}
         #: reservations of bad nodes' parts (while there are none, no chain is short)
@@ -186,6 +189,7 @@ class Allocator:
             self.vc_owed[vc] = owed
             self.configured[vc] = {chain: list(levels) for chain, levels in owed.items()}
             self.vc_bound[vc] = {}
+            self.vc_open[vc] = {chain: {} for chain in topo.chain_types}
             for pid in spec.pinned:
                 cell = topo.pinned[pid]
                 res = Reservation(PIN, cell, vc=vc)
@@ -490,6 +494,8 @@ class Allocator:
         self.j.listitem(self.vc_owed[vc][cell.chain], cell.level, -1)
         self.j.listitem(self.owed[cell.chain], cell.level, -1)
         self.j.setitem(self.vc_bound[vc], cell.id, res)
+        if cell.used < cell.size:
+            self.j.setitem(self.vc_open[vc][cell.chain], cell.id, res)
         return res
 
     def unbind_vc(self, res: Reservation) -> None:
@@ -500,6 +506,21 @@ class Allocator:
         self.j.listitem(self.vc_owed[res.vc][cell.chain], cell.level, 1)
         self.j.listitem(self.owed[cell.chain], cell.level, 1)
         self.j.delitem(self.vc_bound[res.vc], cell.id)
+        opened = self.vc_open[res.vc][cell.chain]
+        if cell.id in opened:
+            self.j.delitem(opened, cell.id)
+
+    def reopen(self, res: Reservation) -> None:
+        """Keep bound ``res`` in its VC's open cells exactly while its cell has an
+        unowned leaf (after owners changed inside it)."""
+        cell = res.cell
+        assert res.vc is not None
+        opened = self.vc_open[res.vc][cell.chain]
+        if cell.used < cell.size:
+            if cell.id not in opened:
+                self.j.setitem(opened, cell.id, res)
+        elif cell.id in opened:
+            self.j.delitem(opened, cell.id)
 
     # -- bad nodes ------------------------------------------------------------------------
 

@@ -159,11 +159,22 @@ def check(state: PlacerState) -> None:
             f"{state.cluster}: leaves of wholly free nodes drifted: "
             f"kept {state.whole_free_leaves}, recount {whole}"
         )
-    for bound in alloc.vc_bound.values():
+    for vc, bound in alloc.vc_bound.items():
         for res in bound.values():
             _check_gused(res, gused)
             if res.gused <= 0:
                 raise InvariantError(f"{res} is bound but no guaranteed job uses it")
+        for chain, opened in alloc.vc_open[vc].items():
+            open_recount = {
+                cid: res
+                for cid, res in bound.items()
+                if res.cell.chain == chain and res.cell.used < res.cell.size
+            }
+            if opened != open_recount:
+                raise InvariantError(
+                    f"{state.cluster}: open cells of VC {vc} in {chain} drifted: kept "
+                    f"{sorted(opened)}, recount {sorted(open_recount)}"
+                )
     for res in alloc.pins.values():
         _check_gused(res, gused)
     if not state.bad:

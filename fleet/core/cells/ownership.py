@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from fleet.core.cells import allocator, health
 from fleet.core.cells.state import GUARANTEED_KINDS, KIND_VC, PlacerState
-from fleet.core.cells.topology import Cell, Reservation
+from fleet.core.cells.topology import Cell, Reservation, ReservationKind
 from fleet.core.checks import InvariantError
 
 
@@ -93,6 +93,9 @@ def _change_owners(
     mask = 0
     run_tag: Reservation | None = None  # guaranteed leaves: a run of one reservation
     run = 0
+    # VC bindings the leaves are in (their open state may change), in order.
+    bindings: dict[Reservation, None] = {}
+    last_tag: Reservation | None = None
     for leaf in leaves:
         at = leaf.node_cell
         assert at is not None
@@ -104,8 +107,12 @@ def _change_owners(
         leaf.owner = key
         if at is not leaf:
             leaf.used += sign
+        tag = leaf.tag
+        if tag is not last_tag:
+            last_tag = tag
+            if tag is not None and tag.kind is ReservationKind.VC:
+                bindings[tag] = None
         if guaranteed:
-            tag = leaf.tag
             if tag is run_tag:
                 run += 1
             else:
@@ -155,6 +162,8 @@ def _change_owners(
         j.add(state, "whole_free_leaves", -sign * whole)
     for res, count in gused.items():
         j.add(res, "gused", sign * count)
+    for res in bindings:
+        state.alloc.reopen(res)
 
 
 def release(state: PlacerState, key: str) -> None:

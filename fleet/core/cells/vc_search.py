@@ -37,18 +37,30 @@ def search(
 ) -> tuple[Choice, list[Cell]] | None:
     """The best placement for VC ``vc`` in ``chain``: (choice, cells to bind to ``vc``)."""
     alloc = state.alloc
-    bound = [r for r in alloc.vc_bound[vc].values() if r.cell.chain == chain]
     total = sum(k for _, k in needs)
     owed = alloc.vc_owed[vc][chain]
     weights = alloc.weight[chain]
-    if not question.preempt and not question.released:
+    counted = not question.preempt and not question.released
+    if counted:
+        # Without victims only cells with unowned leaves can take pods: the open
+        # ones (a VC may hold a thousand full cells), and of those the ones with
+        # room for the gang (:func:`packing.pack` answers None for the others).
+        opened = alloc.vc_open[vc][chain]
         # Counters only: unowned leaves of the bound cells plus what the owed cells
         # could still add (bounded by the chain's unreserved leaves).
         fresh_room = sum(n * w for n, w in zip(owed, weights, strict=True))
-        room = sum(r.cell.size - r.cell.used for r in bound)
+        room = 0
+        bound = []
+        for r in opened.values():
+            unowned = r.cell.size - r.cell.used
+            room += unowned
+            if unowned >= total:
+                bound.append(r)
         room += min(fresh_room, alloc.unres_total[chain][0])
         if room < total:
             return None
+    else:
+        bound = [r for r in alloc.vc_bound[vc].values() if r.cell.chain == chain]
     best: tuple[tuple[int, ...], Choice, list[Cell]] | None = None
     # Bound cells in id order, each skipped when even its best conceivable key
     # cannot beat the best found (:func:`_lower_bound`): the minimum is the same.
@@ -79,7 +91,11 @@ def search(
                 best = (key, found, [fresh_cell(found, level)])
     if best is not None:
         return best[1], best[2]
-    if len(needs) <= 1 and not bound and not any(owed):
+    if (
+        len(needs) <= 1
+        and not any(owed)
+        and not any(r.cell.chain == chain for r in alloc.vc_bound[vc].values())
+    ):
         return None
     return spread_vc(state, vc, chain, needs, question)
 
@@ -155,10 +171,13 @@ def spread_vc(
                 leaves[idx] = []
                 continue
             placed: Choice | None = None
-            bound = sorted(
-                (r for r in alloc.vc_bound[vc].values() if r.cell.chain == chain),
-                key=lambda r: (r not in used_containers, r.cell.id),
+            # Without victims a full cell cannot take a pod: the open ones suffice.
+            candidates = (
+                alloc.vc_open[vc][chain].values()
+                if counted
+                else (r for r in alloc.vc_bound[vc].values() if r.cell.chain == chain)
             )
+            bound = sorted(candidates, key=lambda r: (r not in used_containers, r.cell.id))
             for res in bound:
                 cell = res.cell
                 if counted and cell.size - cell.used - picked.get(cell.id, 0) < k:
