@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from fleet.store import inline_sqlite
+from fleet.store import inline_sqlite, json_text
 
 #: Any constant shared by every Fleet replica: the key of the migration lock.
 MIGRATION_LOCK: Final = 0x466C656574  # "Fleet"
@@ -78,6 +78,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+#: JSON columns are written and read with orjson (:mod:`fleet.store.json_text`).
+_JSON_CODEC: Final = {"json_serializer": json_text.dumps, "json_deserializer": json_text.loads}
+
+
 def _sqlite_engine(
     url: str, *, immediate: bool, durability: Durability, inline: bool = False
 ) -> AsyncEngine:
@@ -85,9 +89,9 @@ def _sqlite_engine(
         path = make_url(url).database
         if not path or path == ":memory:":  # the reader and the writer would not share it
             raise DatabaseError(f"an inline SQLite database must be a file: {url!r}")
-        engine = create_async_engine(url, async_creator=inline_sqlite.creator(path))
+        engine = create_async_engine(url, async_creator=inline_sqlite.creator(path), **_JSON_CODEC)
     else:
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, **_JSON_CODEC)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -209,7 +213,7 @@ async def open_database(
         # connection found dead fails its transaction, which is answered 503 or
         # retried by the loop, and the pool then replaces every older connection.
         writer = reader = create_async_engine(
-            url, pool_size=POSTGRES_POOL_SIZE, max_overflow=POSTGRES_POOL_SIZE
+            url, pool_size=POSTGRES_POOL_SIZE, max_overflow=POSTGRES_POOL_SIZE, **_JSON_CODEC
         )
     else:
         raise DatabaseError(
