@@ -53,12 +53,12 @@ from fleet.clusters.base import (
 )
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
-from fleet.core.jobs import Job, Mode
+from fleet.core.jobs import Job
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import Running, SchedulerState, Transition, Unit
+from fleet.core.state import Running, SchedulerState, Transition
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
@@ -242,7 +242,6 @@ class SchedulerLoop:
         self._deferred: list[_Deferred] = []
         #: job key -> (its record, its view) in the last published view, to reuse
         self._pending_views: dict[str, tuple[Job, PendingView]] = {}
-        self._vc_used = _VcUsage()
         self._published = asyncio.Event()  # set (and replaced) when a view is published
         #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
         self.telemetry: Telemetry | None = None
@@ -974,7 +973,7 @@ class SchedulerLoop:
                 views.append(view)
             pending[leaf] = tuple(views)
         self._pending_views = fresh
-        vc_used = self._vc_used.update(state.running) if self.vc_sizes else {}
+        vc_used = state.guaranteed_gpus
         clusters = {
             name: ClusterGpus(
                 placer.capacity()["nvidia.com/gpu"],
@@ -1027,52 +1026,6 @@ class _Deferred:
     log_entries: list[job_rows.EventValues]
     done: tuple[int, ...]
     time: float
-
-
-class _VcUsage:
-    """GPUs that guaranteed jobs use per (cluster, queue), kept up to date between views.
-
-    A running job's GPUs are counted again only when its record or its units
-    changed since the last view (compared by identity, which costs far less than
-    counting every pod of every running job after every iteration).
-    """
-
-    __slots__ = ("_by_job", "_totals")
-
-    def __init__(self) -> None:
-        #: job key -> (its record, its units, (cluster, queue), guaranteed GPUs)
-        self._by_job: dict[str, tuple[Running, list[Unit], tuple[str, str], int]] = {}
-        self._totals: dict[tuple[str, str], int] = {}
-
-    def update(self, running: Mapping[str, Running]) -> dict[tuple[str, str], int]:
-        """The totals for ``running`` (the state's running jobs), as a new dict."""
-        by_job = self._by_job
-        totals = self._totals
-        for key, run in running.items():
-            entry = by_job.get(key)
-            where = (run.cluster, run.job.queue)
-            if (
-                entry is not None
-                and entry[0] is run
-                and entry[2] == where
-                and entry[1] == run.units
-            ):
-                continue
-            if entry is not None:
-                totals[entry[2]] -= entry[3]
-            gpus = sum(
-                len(pod.gpus)
-                for unit in run.units
-                if unit.charge.mode is Mode.GUARANTEED
-                for pod in unit.pods
-            )
-            by_job[key] = (run, list(run.units), where, gpus)
-            totals[where] = totals.get(where, 0) + gpus
-        if len(by_job) > len(running):
-            for key in [k for k in by_job if k not in running]:
-                gone = by_job.pop(key)
-                totals[gone[2]] -= gone[3]
-        return {where: gpus for where, gpus in totals.items() if gpus}
 
 
 @dataclass(frozen=True, slots=True)

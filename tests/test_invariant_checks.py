@@ -21,6 +21,7 @@ from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.charges import Charge, charge_for
+from fleet.core.cycle import cycle
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
@@ -288,6 +289,17 @@ def _running_but_not_held() -> tuple[Checkable, str]:
     return state, "running job default/a is not held by its cluster c1"
 
 
+def _miscounted_guaranteed_gpus() -> tuple[Checkable, str]:
+    state = make_state(TREE, {"c1": make_nodes(1, gpus=8)})
+    submit(state, make_job("a", gpus=2))
+    cycle(state, 0.0)
+    state.guaranteed_gpus[("c1", "team-a")] += 1
+    return state, (
+        "guaranteed GPUs per cluster and queue drifted: kept [(('c1', 'team-a'), 3)], "
+        "recount [(('c1', 'team-a'), 2)]"
+    )
+
+
 def _cells_with_job() -> CellPlacer:
     placer = CellPlacer("c1", load_cell_config(CELLS))
     job = make_job("a", gpus=4)
@@ -361,6 +373,7 @@ def _bad_reservations() -> tuple[Checkable, str]:
         _lost_gpu,
         _out_of_order,
         _running_but_not_held,
+        _miscounted_guaranteed_gpus,
         _open_transaction,
         _stray_owner,
         _shfree,

@@ -365,6 +365,7 @@ def _put_back(run: CycleRun, stops: list[_Stop]) -> None:
             placer.restore(owner.job_for(unit), unit.charge, unit.pods)
             state.tree.admit(unit.charge)
             state.units[unit.charge.key] = owner
+            state.count_unit(owner.cluster, unit, 1)
         owner.units[:] = stop.before
         if stop.whole:
             state.track(owner)

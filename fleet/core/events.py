@@ -483,6 +483,7 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
         for unit in run.units:
             state.placers[run.cluster].release(unit.charge.key)
             del state.units[unit.charge.key]
+            state.count_unit(run.cluster, unit, -1)
         del state.running[key]
         out.append(state.move(key, JobState.FAILED, why))
     del old  # its usage is not carried: every kept unit was charged to ``tree``
@@ -520,6 +521,7 @@ def _rehome(state: SchedulerState, run: Running, leaf: str) -> str | None:
     for unit in units:
         placer.release(unit.charge.key)
         del state.units[unit.charge.key]
+        state.count_unit(run.cluster, unit, -1)
     run.units.clear()
     run.job = dataclasses.replace(run.job, queue=leaf)
     held: list[Unit] = []
@@ -533,6 +535,7 @@ def _rehome(state: SchedulerState, run: Running, leaf: str) -> str | None:
                 placer.release(done.charge.key)
                 state.tree.release(done.charge.key)
                 del state.units[done.charge.key]
+                state.count_unit(run.cluster, done, -1)
             run.units.clear()
             return f"its queue was removed and {leaf} cannot hold its cells: {e}"
         state.hold(run, charge, unit.pods)

@@ -227,6 +227,10 @@ class SchedulerState:
         self.running: dict[str, Running] = {}
         #: unit key -> the running job that holds it
         self.units: dict[str, Running] = {}
+        #: (cluster, queue) -> GPUs the guaranteed units of running jobs hold there
+        #: (what the service shows as a VC's usage; kept by :meth:`hold` and
+        #: :meth:`release_unit`, and by :meth:`count_unit` where units move otherwise)
+        self.guaranteed_gpus: dict[tuple[str, str], int] = {}
         #: preempted jobs whose pods the shell has not yet confirmed stopped
         self.stopping: dict[str, Job] = {}
         self.phase: dict[str, JobState] = {}
@@ -363,7 +367,22 @@ class SchedulerState:
         unit = Unit(charge, tuple(pods))
         run.units.append(unit)
         self.units[charge.key] = run
+        self.count_unit(run.cluster, unit, 1)
         return unit
+
+    def count_unit(self, cluster: str, unit: Unit, sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) ``unit``'s GPUs in :attr:`guaranteed_gpus`."""
+        if unit.charge.mode is not Mode.GUARANTEED:
+            return
+        gpus = sum(len(pod.gpus) for pod in unit.pods)
+        if not gpus:
+            return
+        where = (cluster, unit.charge.queue)
+        left = self.guaranteed_gpus.get(where, 0) + sign * gpus
+        if left:
+            self.guaranteed_gpus[where] = left
+        else:
+            del self.guaranteed_gpus[where]
 
     def release_unit(self, run: Running, unit: Unit) -> None:
         """Free one unit's cells and quota (the job keeps its other units)."""
@@ -371,6 +390,7 @@ class SchedulerState:
         self.tree.release(unit.charge.key)
         run.units.remove(unit)
         del self.units[unit.charge.key]
+        self.count_unit(run.cluster, unit, -1)
         self.partial.add(run.job.key)
 
     def release(self, key: str) -> Running:
@@ -413,6 +433,18 @@ class SchedulerState:
             sum(len(r.units) for r in self.running.values()) == len(self.units),
             "unit index has stale entries",
         )
+        gpus: dict[tuple[str, str], int] = {}
+        for run in self.running.values():
+            for unit in run.units:
+                if unit.charge.mode is Mode.GUARANTEED:
+                    where = (run.cluster, unit.charge.queue)
+                    gpus[where] = gpus.get(where, 0) + sum(len(p.gpus) for p in unit.pods)
+        gpus = {where: n for where, n in gpus.items() if n}
+        if gpus != self.guaranteed_gpus:
+            raise InvariantError(
+                f"guaranteed GPUs per cluster and queue drifted: kept "
+                f"{sorted(self.guaranteed_gpus.items())}, recount {sorted(gpus.items())}"
+            )
         queued = [j.key for q in self.queues.values() for j in q.pending]
         keys = {j.key: q.name for q in self.queues.values() for j in q.pending}
         if len(keys) != len(queued):
