@@ -61,6 +61,7 @@ from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
+from fleet.core.owed import Owed
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS
 from fleet.core.state import SchedulerState
@@ -91,7 +92,9 @@ def cycle(
     run.phase = Pass.GUARANTEED
     borrowing = serve(run, guaranteed)
     run.phase = Pass.BORROWING
+    run.owed = Owed(state.tree, state.queues, borrowing)
     serve(run, borrowing)
+    run.owed = None
     run.phase = Pass.OPPORTUNISTIC
     last = {k: v for k, v in opportunistic.items() if k not in run.blocked}
     if shortcuts.idle_groups:
@@ -147,6 +150,7 @@ def serve(
     heapq.heapify(heap)
     cursors = {name: span[0] for name, span in work.items()}
     deferred: dict[str, Span] = {}
+    owed = run.owed
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
     nxt: tuple[tuple[int, float], int, str] | None = None
@@ -167,6 +171,8 @@ def serve(
         jobs = lists.get(name, state.queues[name].pending) if lists else state.queues[name].pending
         job = jobs[i]
         cursors[name] = i + 1
+        if owed is not None:
+            owed.moved(name, i + 1)
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
             nxt = _back(heap, (share(run, name), rank, name))
@@ -182,6 +188,8 @@ def serve(
         if not strict and block is None and not job.preemptible and run.shortcuts.bulk_wait:
             cursors[name] = rigid_run(run, jobs, i + 1, end)
             i = cursors[name] - 1  # the last job that waits
+            if owed is not None:
+                owed.moved(name, cursors[name])
         if (
             not strict
             and block is not None
@@ -190,9 +198,13 @@ def serve(
             and wait_all(run, name, i, end, block)
         ):
             cursors[name] = end
+            if owed is not None:
+                owed.moved(name, end)
             continue
         if strict:
             run.blocked.add(name)
+            if owed is not None:
+                owed.finished(name)
             admitted = run.admitted.get(name, set())
             for rest in state.queues[name].pending:
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:

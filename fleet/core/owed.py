@@ -1,0 +1,261 @@
+"""Room that guaranteed work still queued in the borrowing pass is owed.
+
+Job: answer, during the cycle's borrowing pass, "may this job borrow now, or
+would the room it takes be claimed back in this very pass by a job that
+fits within its queue's ``min``?"  (ADR 0030.)
+
+Theory of operation:
+
+* The borrowing pass serves every queue from its first job that had to
+  borrow on, in the queue's own order, so it holds jobs of two kinds: jobs
+  that must borrow and jobs behind them that fit within their queue's
+  ``min`` (guaranteed).  A guaranteed job that finds a ``max`` full reclaims
+  borrowed work of other queues, and work borrowed earlier in the same pass
+  is the newest there: it is started, then withdrawn ("displaced").  Kueue
+  admits a cycle's entries that fit without borrowing before the entries that
+  borrow; Fleet keeps each queue's order and instead keeps, for the jobs
+  still ahead in the pass, the room their guarantee needs.
+* A queue's *owed demand* is what its jobs still ahead in the pass (from its
+  cursor to the end of its span) would take within its ``min``, in order: a
+  job counts with its start size if that fits what is left of the ``min``,
+  else with its gang minimum if that fits, else not at all (it would
+  borrow).  A StrictFIFO queue counts only up to its first job that would
+  borrow (what is behind may never be served).  Opportunistic jobs are not
+  in the pass.
+* A job that would borrow starts only if, on every node above its queue that
+  has a ``max``, the room left after it still holds the owed demand of the
+  *other* queues under that node (its own queue's later jobs cannot reclaim
+  it, and its own order puts it first).  Otherwise it waits, saying so.
+* Demand is kept per queue and summed per node.  A queue is marked when its
+  cursor moves or its usage changes; its demand is brought up to date at the
+  next question: if its guaranteed usage grew by exactly the counted jobs it
+  passed (they started as counted), those are dropped from the count;
+  otherwise (one of them did not start, a release) its jobs ahead are counted
+  again.  The first question of a pass counts every queue of the pass.
+* The answer depends only on the queues' positions and the tree's usage, not
+  on which of the cycle's shortcuts are on, so the parked cycle and the full
+  scan stay equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fleet.core.jobs import Job
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources, format_quantity
+from fleet.core.state import QueueState
+
+#: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
+Span = tuple[int, int]
+
+
+@dataclass(slots=True)
+class _Demand:
+    """One queue's owed demand, counted from position ``at`` with ``base`` guaranteed."""
+
+    at: int
+    base: dict[str, int]
+    picks: list[tuple[int, Resources]] = field(default_factory=list)
+    total: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """Why a borrowing job waits: ``node`` keeps ``owed`` of ``resource`` for guaranteed
+    jobs still queued in this cycle."""
+
+    node: str
+    resource: str
+    used: int
+    request: int
+    limit: int
+    owed: int
+    leaf: bool
+
+    @property
+    def reason(self) -> str:
+        r = self.resource
+        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        return (
+            f"{where} at max {r} {format_quantity(r, self.used)}/"
+            f"{format_quantity(r, self.limit)} with {format_quantity(r, self.owed)} kept for "
+            f"guaranteed jobs still queued in this cycle (needs {format_quantity(r, self.request)} "
+            "more to borrow)"
+        )
+
+
+class Owed:
+    """The owed demand of the queues of one borrowing pass; see the module docstring."""
+
+    __slots__ = ("_demand", "_dirty", "_ends", "_paths", "_queues", "_sums", "_tree", "cursors")
+
+    def __init__(self, tree: QuotaTree, queues: Mapping[str, QueueState], work: dict[str, Span]):
+        self._tree = tree
+        self._queues = queues
+        #: queue -> its next position in the pass (moved by the pass as it serves)
+        self.cursors = {name: span[0] for name, span in work.items()}
+        self._ends = {name: span[1] for name, span in work.items()}
+        self._demand: dict[str, _Demand] = {}
+        self._dirty: dict[str, None] = dict.fromkeys(work)  # counted at the first question
+        self._sums: dict[str, dict[str, int]] = {}
+        self._paths: dict[str, list[str]] = {}
+
+    def moved(self, queue: str, cursor: int) -> None:
+        """The pass moved on in ``queue``: its next job is at ``cursor``."""
+        if queue in self.cursors:
+            self.cursors[queue] = cursor
+            self._dirty[queue] = None
+
+    def finished(self, queue: str) -> None:
+        """The pass will serve nothing more of ``queue`` (a StrictFIFO queue stopped)."""
+        if queue in self.cursors:
+            self.moved(queue, self._ends[queue])
+
+    def touched(self, queue: str) -> None:
+        """The usage of ``queue`` changed (an admission or a release)."""
+        if queue in self.cursors:
+            self._dirty[queue] = None
+
+    def kept(self, job: Job, request: Resources) -> Kept | None:
+        """Why ``request`` of ``job``, which would borrow, may not start now (None: it may).
+
+        Every node above the job's queue with a ``max`` must still hold, after
+        it, the owed demand of the other queues under it.
+        """
+        self._refresh()
+        tree = self._tree
+        own = self._demand.get(job.queue)
+        mine = own.total if own is not None else {}
+        for node in self._path(job.queue)[1:]:
+            limit = tree.max_of(node)
+            sums = self._sums.get(node)
+            if limit is None or not sums:
+                continue
+            for r, amount in request.items():
+                if amount <= 0:
+                    continue
+                if r not in limit:
+                    continue
+                owed = sums.get(r, 0) - mine.get(r, 0)
+                if owed <= 0:
+                    continue
+                cap = limit[r]
+                used = tree.used_of(node, r)
+                if used + amount + owed > cap:
+                    return Kept(node, r, used, amount, cap, owed, tree.is_leaf(node))
+        return None
+
+    def _path(self, queue: str) -> list[str]:
+        path = self._paths.get(queue)
+        if path is None:
+            path = self._paths[queue] = self._tree.path_to_root(queue)
+        return path
+
+    def _refresh(self) -> None:
+        """Bring every marked queue's demand up to date (in the order they were marked)."""
+        while self._dirty:
+            queue = next(iter(self._dirty))
+            del self._dirty[queue]
+            old = self._demand.get(queue)
+            new = self._update(queue, old)
+            if new is old:
+                continue
+            self._demand[queue] = new
+            before = old.total if old is not None else {}
+            if before == new.total:
+                continue
+            for node in self._path(queue)[1:]:
+                sums = self._sums.setdefault(node, {})
+                for r in before.keys() | new.total.keys():
+                    delta = new.total.get(r, 0) - before.get(r, 0)
+                    if delta:
+                        sums[r] = sums.get(r, 0) + delta
+
+    def _update(self, queue: str, old: _Demand | None) -> _Demand:
+        """The queue's demand from its cursor: ``old`` with the jobs passed dropped when
+        they started as counted, else counted afresh."""
+        at = self.cursors[queue]
+        end = self._ends[queue]
+        floor = self._tree.min_of(queue)
+        if at >= end or not floor:
+            return _Demand(at, {})
+        now = {r: self._tree.guaranteed_of(queue, r) for r in floor}
+        if old is not None and at >= old.at:
+            expect = dict(old.base)
+            passed = 0
+            for pos, request in old.picks:
+                if pos >= at:
+                    break
+                passed += 1
+                for r in expect:
+                    expect[r] += request.get(r, 0)
+            if expect == now:
+                if not passed and at == old.at:
+                    return old
+                kept = old.picks[passed:]
+                total: dict[str, int] = {}
+                for _, request in kept:
+                    for r, amount in request.items():
+                        total[r] = total.get(r, 0) + amount
+                return _Demand(at, now, kept, total)
+        return self._count(queue, at, end, floor, now)
+
+    def _count(
+        self, queue: str, at: int, end: int, floor: Resources, now: dict[str, int]
+    ) -> _Demand:
+        """Count the queue's jobs in ``[at, end)`` that would be guaranteed, in order."""
+        state = self._queues[queue]
+        jobs = state.pending
+        left = {r: cap - now[r] for r, cap in floor.items()}
+        # Every job asks at least ``least[r]`` of r (when all ask some): with less
+        # left of r than that, no later job fits and the count can stop.
+        least = _least_needs(state, floor)
+        demand = _Demand(at, now)
+        total = demand.total
+        for pos in range(at, end):
+            if any(left[r] < need for r, need in least.items()):
+                break
+            job = jobs[pos]
+            if job.opportunistic:
+                continue
+            request = _counted(job, left)
+            if request is None:
+                if state.strict_fifo:
+                    break
+                continue
+            demand.picks.append((pos, request))
+            for r, amount in request.items():
+                total[r] = total.get(r, 0) + amount
+                if r in left:
+                    left[r] -= amount
+        return demand
+
+
+def _fits(request: Resources, left: Mapping[str, int]) -> bool:
+    return all(request.get(r, 0) <= room for r, room in left.items())
+
+
+def _counted(job: Job, left: Mapping[str, int]) -> Resources | None:
+    """What ``job`` would take within what is left of its queue's ``min``: its start
+    size if that fits, else its gang minimum if that fits, else None (it would borrow)."""
+    start = job.start_size
+    full = job.request if start == job.size else job.request_of(job.pods[:start])
+    if _fits(full, left):
+        return full
+    if job.gang_size < start and _fits(job.gang_request, left):
+        return job.gang_request
+    return None
+
+
+def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:
+    """Per resource of ``floor`` that every non-opportunistic pending job of the queue
+    asks for, the smallest amount one asks (its gang minimum's)."""
+    jobs = state.split()
+    out: dict[str, int] = {}
+    for r in floor:
+        counts = state.needs.get(r)
+        if counts and sum(counts.values()) == jobs:
+            out[r] = min(counts)
+    return out
