@@ -92,7 +92,7 @@ def cycle(
     run.phase = Pass.GUARANTEED
     borrowing = serve(run, guaranteed)
     run.phase = Pass.BORROWING
-    run.owed = Owed(state.tree, state.queues, borrowing)
+    run.owed = Owed(state.tree, state.queues, borrowing, incremental=shortcuts.owed_counts)
     serve(run, borrowing)
     run.owed = None
     run.phase = Pass.OPPORTUNISTIC

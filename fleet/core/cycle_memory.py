@@ -59,9 +59,13 @@ class Shortcuts:
     #: (:func:`fleet.core.quota_victims.reclaim_victims`), read from the tree's
     #: kept lending order; off: a heap over every leaf under the blocking node
     reclaim_bound: bool = True
+    #: the borrowing pass keeps each queue's owed demand (:mod:`fleet.core.owed`)
+    #: and drops the jobs it passes that started as counted; off: every question
+    #: counts every queue of the pass afresh
+    owed_counts: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 

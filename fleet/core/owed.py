@@ -89,10 +89,30 @@ class Kept:
 class Owed:
     """The owed demand of the queues of one borrowing pass; see the module docstring."""
 
-    __slots__ = ("_demand", "_dirty", "_ends", "_paths", "_queues", "_sums", "_tree", "cursors")
+    __slots__ = (
+        "_demand",
+        "_dirty",
+        "_ends",
+        "_incremental",
+        "_paths",
+        "_queues",
+        "_sums",
+        "_tree",
+        "cursors",
+    )
 
-    def __init__(self, tree: QuotaTree, queues: Mapping[str, QueueState], work: dict[str, Span]):
+    def __init__(
+        self,
+        tree: QuotaTree,
+        queues: Mapping[str, QueueState],
+        work: dict[str, Span],
+        *,
+        incremental: bool = True,
+    ):
         self._tree = tree
+        #: off: every question counts every queue afresh (the reference the kept
+        #: counts are checked against, ``Shortcuts.owed_counts``)
+        self._incremental = incremental
         self._queues = queues
         #: queue -> its next position in the pass (moved by the pass as it serves)
         self.cursors = {name: span[0] for name, span in work.items()}
@@ -155,11 +175,13 @@ class Owed:
 
     def _refresh(self) -> None:
         """Bring every marked queue's demand up to date (in the order they were marked)."""
+        if not self._incremental:
+            self._dirty = dict.fromkeys(self.cursors)
         while self._dirty:
             queue = next(iter(self._dirty))
             del self._dirty[queue]
             old = self._demand.get(queue)
-            new = self._update(queue, old)
+            new = self._update(queue, old if self._incremental else None)
             if new is old:
                 continue
             self._demand[queue] = new
