@@ -63,15 +63,14 @@ class _Demand:
 
 @dataclass(frozen=True, slots=True)
 class Kept:
-    """Why a borrowing job waits: ``node`` keeps ``owed`` of ``resource`` for guaranteed
-    jobs still queued in this cycle."""
+    """Why a borrowing job waits: what is left of ``resource`` under ``node``'s ``max``
+    is kept for guaranteed jobs still queued in this cycle."""
 
     node: str
     resource: str
     used: int
     request: int
     limit: int
-    owed: int
     leaf: bool
 
     @property
@@ -80,9 +79,8 @@ class Kept:
         where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
         return (
             f"{where} at max {r} {format_quantity(r, self.used)}/"
-            f"{format_quantity(r, self.limit)} with {format_quantity(r, self.owed)} kept for "
-            f"guaranteed jobs still queued in this cycle (needs {format_quantity(r, self.request)} "
-            "more to borrow)"
+            f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
+            "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
         )
 
 
@@ -96,6 +94,7 @@ class Owed:
         "_incremental",
         "_paths",
         "_queues",
+        "_stale",
         "_sums",
         "_tree",
         "cursors",
@@ -119,14 +118,17 @@ class Owed:
         self._ends = {name: span[1] for name, span in work.items()}
         self._demand: dict[str, _Demand] = {}
         self._dirty: dict[str, None] = dict.fromkeys(work)  # counted at the first question
+        #: node -> the owed demand under it, as last counted
         self._sums: dict[str, dict[str, int]] = {}
+        #: node -> the part of ``_sums`` counted for queues marked since (out of date)
+        self._stale: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
 
     def moved(self, queue: str, cursor: int) -> None:
         """The pass moved on in ``queue``: its next job is at ``cursor``."""
         if queue in self.cursors:
             self.cursors[queue] = cursor
-            self._dirty[queue] = None
+            self._mark(queue)
 
     def finished(self, queue: str) -> None:
         """The pass will serve nothing more of ``queue`` (a StrictFIFO queue stopped)."""
@@ -136,36 +138,73 @@ class Owed:
     def touched(self, queue: str) -> None:
         """The usage of ``queue`` changed (an admission or a release)."""
         if queue in self.cursors:
-            self._dirty[queue] = None
+            self._mark(queue)
+
+    def _mark(self, queue: str) -> None:
+        """``queue``'s count is out of date: it moves from the node sums to the stale sums."""
+        if queue in self._dirty:
+            return
+        self._dirty[queue] = None
+        known = self._demand.get(queue)
+        if known is not None and known.total:
+            self._add(self._stale, queue, known.total, 1)
 
     def kept(self, job: Job, request: Resources) -> Kept | None:
         """Why ``request`` of ``job``, which would borrow, may not start now (None: it may).
 
         Every node above the job's queue with a ``max`` must still hold, after
-        it, the owed demand of the other queues under it.
+        it, the owed demand of the other queues under it.  The queues marked
+        since their last count are counted again one at a time, in the order
+        they were marked, only while the counts already up to date do not say
+        no (a count is never negative, so they can only add to a no).
         """
-        self._refresh()
+        if not self._incremental:
+            for queue in self.cursors:
+                self._mark(queue)
+            while self._dirty:
+                self._refresh(next(iter(self._dirty)))
+            return self._over(job, request)
+        while True:
+            found = self._over(job, request)
+            if found is not None:
+                return found
+            stale = next((q for q in self._dirty if q != job.queue), None)
+            if stale is None:
+                return None
+            self._refresh(stale)
+
+    def _over(self, job: Job, request: Resources) -> Kept | None:
+        """The first node and resource where ``request`` and the owed demand of the other
+        queues whose counts are up to date do not fit (None: they fit)."""
         tree = self._tree
         own = self._demand.get(job.queue)
-        mine = own.total if own is not None else {}
+        mine = own.total if own is not None and job.queue not in self._dirty else {}
         for node in self._path(job.queue)[1:]:
             limit = tree.max_of(node)
             sums = self._sums.get(node)
             if limit is None or not sums:
                 continue
+            stale = self._stale.get(node, {})
             for r, amount in request.items():
-                if amount <= 0:
+                if amount <= 0 or r not in limit:
                     continue
-                if r not in limit:
-                    continue
-                owed = sums.get(r, 0) - mine.get(r, 0)
+                owed = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)
                 if owed <= 0:
                     continue
                 cap = limit[r]
                 used = tree.used_of(node, r)
                 if used + amount + owed > cap:
-                    return Kept(node, r, used, amount, cap, owed, tree.is_leaf(node))
+                    return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
+
+    def _add(
+        self, sums: dict[str, dict[str, int]], queue: str, total: Mapping[str, int], sign: int
+    ) -> None:
+        """Add ``total`` (``sign`` 1) or take it away (-1) on every node above ``queue``."""
+        for node in self._path(queue)[1:]:
+            counts = sums.setdefault(node, {})
+            for r, amount in total.items():
+                counts[r] = counts.get(r, 0) + sign * amount
 
     def _path(self, queue: str) -> list[str]:
         path = self._paths.get(queue)
@@ -173,27 +212,20 @@ class Owed:
             path = self._paths[queue] = self._tree.path_to_root(queue)
         return path
 
-    def _refresh(self) -> None:
-        """Bring every marked queue's demand up to date (in the order they were marked)."""
-        if not self._incremental:
-            self._dirty = dict.fromkeys(self.cursors)
-        while self._dirty:
-            queue = next(iter(self._dirty))
-            del self._dirty[queue]
-            old = self._demand.get(queue)
-            new = self._update(queue, old if self._incremental else None)
-            if new is old:
-                continue
-            self._demand[queue] = new
-            before = old.total if old is not None else {}
-            if before == new.total:
-                continue
-            for node in self._path(queue)[1:]:
-                sums = self._sums.setdefault(node, {})
-                for r in before.keys() | new.total.keys():
-                    delta = new.total.get(r, 0) - before.get(r, 0)
-                    if delta:
-                        sums[r] = sums.get(r, 0) + delta
+    def _refresh(self, queue: str) -> None:
+        """Bring the marked ``queue``'s demand up to date."""
+        del self._dirty[queue]
+        old = self._demand.get(queue)
+        if old is not None and old.total:
+            self._add(self._stale, queue, old.total, -1)
+        new = self._update(queue, old if self._incremental else None)
+        if new is old:
+            return
+        self._demand[queue] = new
+        if old is not None and old.total:
+            self._add(self._sums, queue, old.total, -1)
+        if new.total:
+            self._add(self._sums, queue, new.total, 1)
 
     def _update(self, queue: str, old: _Demand | None) -> _Demand:
         """The queue's demand from its cursor: ``old`` with the jobs passed dropped when
@@ -236,39 +268,46 @@ class Owed:
         least = _least_needs(state, floor)
         demand = _Demand(at, now)
         total = demand.total
+        picks = demand.picks
+        strict = state.strict_fifo
+        if _exhausted(left, least):
+            return demand
         for pos in range(at, end):
-            if any(left[r] < need for r, need in least.items()):
-                break
             job = jobs[pos]
-            if job.opportunistic:
-                continue
-            request = _counted(job, left)
-            if request is None:
-                if state.strict_fifo:
+            # The gang minimum is the least a job takes: most jobs of a tail that
+            # must borrow are ruled out by that one check.
+            if job.opportunistic or not _fits(job.gang_request, left):
+                if strict:
                     break
                 continue
-            demand.picks.append((pos, request))
+            request = _counted(job, left)
+            picks.append((pos, request))
             for r, amount in request.items():
                 total[r] = total.get(r, 0) + amount
                 if r in left:
                     left[r] -= amount
+            if _exhausted(left, least):
+                break
         return demand
+
+
+def _exhausted(left: Mapping[str, int], least: Mapping[str, int]) -> bool:
+    """Whether less is left of some resource than every job asks for."""
+    return any(left[r] < need for r, need in least.items())
 
 
 def _fits(request: Resources, left: Mapping[str, int]) -> bool:
     return all(request.get(r, 0) <= room for r, room in left.items())
 
 
-def _counted(job: Job, left: Mapping[str, int]) -> Resources | None:
-    """What ``job`` would take within what is left of its queue's ``min``: its start
-    size if that fits, else its gang minimum if that fits, else None (it would borrow)."""
+def _counted(job: Job, left: Mapping[str, int]) -> Resources:
+    """What ``job``, whose gang minimum fits what is left of its queue's ``min``, would
+    take within it: its start size if that fits too, else its gang minimum."""
     start = job.start_size
-    full = job.request if start == job.size else job.request_of(job.pods[:start])
-    if _fits(full, left):
-        return full
-    if job.gang_size < start and _fits(job.gang_request, left):
+    if start == job.gang_size:
         return job.gang_request
-    return None
+    full = job.request if start == job.size else job.request_of(job.pods[:start])
+    return full if _fits(full, left) else job.gang_request
 
 
 def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:

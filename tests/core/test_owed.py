@@ -60,8 +60,8 @@ def test_a_borrowed_job_is_not_started_on_room_a_guaranteed_job_of_the_pass_recl
     assert not [d for d in decisions if isinstance(d, Preempt)]
     assert not [d for d in decisions if isinstance(d, Wait) and "displaced" in d.reason]
     assert reasons(state)["default/a1"] == (
-        "node 'root' at max nvidia.com/gpu 0/16 with 8 kept for guaranteed jobs still "
-        "queued in this cycle (needs 16 more to borrow)"
+        "node 'root' at max nvidia.com/gpu 0/16 (needs 16 more to borrow; guaranteed jobs "
+        "still queued in this cycle are owed the room)"
     )
 
 
@@ -175,5 +175,8 @@ def test_the_kept_room_is_quota_a_guaranteed_job_ahead_keeps_it_even_if_it_finds
     unplaceable_owner_and_borrower(state, owner="team-b", borrower="team-a")
     decisions = run(state)
     assert admitted(decisions) == []
-    assert "with 8 kept for guaranteed jobs" in reasons(state)["default/x1"]
+    assert (
+        "guaranteed jobs still queued in this cycle are owed the room"
+        in reasons(state)["default/x1"]
+    )
     assert reasons(state)["default/o2"].startswith("no cluster fits the gang")
