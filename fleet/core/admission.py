@@ -251,7 +251,7 @@ def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources) -> str | None
     if kept is None:
         return None
     run.kept = True
-    return kept.reason
+    return owed.text(kept)
 
 
 def _spared(run: CycleRun, job: Job, fit: Fit) -> str | None:

@@ -92,10 +92,12 @@ class Owed:
         "_dirty",
         "_ends",
         "_incremental",
+        "_limits",
         "_paths",
         "_queues",
         "_stale",
         "_sums",
+        "_texts",
         "_tree",
         "cursors",
     )
@@ -123,6 +125,8 @@ class Owed:
         #: node -> the part of ``_sums`` counted for queues marked since (out of date)
         self._stale: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
+        self._limits: dict[str, list[tuple[str, Resources]]] = {}
+        self._texts: dict[Kept, str] = {}
 
     def moved(self, queue: str, cursor: int) -> None:
         """The pass moved on in ``queue``: its next job is at ``cursor``."""
@@ -179,10 +183,9 @@ class Owed:
         tree = self._tree
         own = self._demand.get(job.queue)
         mine = own.total if own is not None and job.queue not in self._dirty else {}
-        for node in self._path(job.queue)[1:]:
-            limit = tree.max_of(node)
+        for node, limit in self._limited(job.queue):
             sums = self._sums.get(node)
-            if limit is None or not sums:
+            if not sums:
                 continue
             stale = self._stale.get(node, {})
             for r, amount in request.items():
@@ -196,6 +199,24 @@ class Owed:
                 if used + amount + owed > cap:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
+
+    def text(self, kept: Kept) -> str:
+        """``kept.reason``, worded once per distinct answer in the pass."""
+        known = self._texts.get(kept)
+        if known is None:
+            known = self._texts[kept] = kept.reason
+        return known
+
+    def _limited(self, queue: str) -> list[tuple[str, Resources]]:
+        """The nodes above ``queue`` that have a ``max``, with it, from the parent up."""
+        found = self._limits.get(queue)
+        if found is None:
+            found = self._limits[queue] = [
+                (node, limit)
+                for node in self._path(queue)[1:]
+                if (limit := self._tree.max_of(node)) is not None
+            ]
+        return found
 
     def _add(
         self, sums: dict[str, dict[str, int]], queue: str, total: Mapping[str, int], sign: int
