@@ -11,7 +11,9 @@ Theory of operation:
 * :func:`plan` asks the quota tree how the pods would be charged
   (guaranteed, borrowed, opportunistic) and the member clusters where they
   would go (:mod:`fleet.core.cluster_choice`).  In the first pass a job that
-  would have to borrow is deferred to the borrowing pass.  When a ``max``
+  would have to borrow is deferred to the borrowing pass; there it borrows
+  only room that guaranteed jobs still ahead in the pass are not owed
+  (:mod:`fleet.core.owed`), asked before any placement.  When a ``max``
   blocks it, :func:`plan_with_victims` looks for reclaim victims (borrowed
   units of other queues, for a job within its ``min``) and then for
   lower-priority units of its own queue, and asks again as if they were

@@ -16,8 +16,14 @@ Theory of operation:
    another queue is owed in the same cycle, and nothing is started only to be
    reclaimed by a job behind it.  A job that would have to borrow is deferred
    to the second pass together with every job behind it in its queue, so each
-   queue keeps its own order.  If a job admitted earlier in the cycle still
-   has to make room for a later one, its admission is withdrawn (a ``Wait``
+   queue keeps its own order.  In the borrowing pass a job that must borrow
+   starts only on room that the guaranteed jobs still ahead in the pass (of
+   the other queues under each limited node above it) are not owed
+   (:mod:`fleet.core.owed`, ADR 0030): otherwise it would be started and then
+   reclaimed by them in the same pass, as Kueue admits a cycle's entries that
+   fit without borrowing before those that borrow.  If a job admitted earlier
+   in the cycle still has to make room for a later one (a placement conflict
+   the quota could not foresee), its admission is withdrawn (a ``Wait``
    "displaced by ...") rather than reported as started and preempted.
 2. **Fair order across queues** (:func:`serve`).  In each pass, queues sit in
    a heap keyed by their *share*: the largest ratio, over the resources the

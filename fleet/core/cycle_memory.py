@@ -25,6 +25,11 @@ every memory switched off through :class:`Shortcuts`).
   questions that no cluster could answer when the pass began
   (:func:`fleet.core.cycle.idle_pass`): that pass only takes room (an
   opportunistic job preempts nobody), so those answers hold to its end.
+* The borrowing pass's owed demand (:class:`fleet.core.owed.Owed`) keeps
+  each queue's count between questions and drops the jobs the pass went
+  past that started as counted; ``Shortcuts.owed_counts`` off counts every
+  queue afresh at every question.  An answer "the room is owed" is never
+  remembered by shape: the owed demand moves as the pass goes on.
 """
 
 from __future__ import annotations

@@ -27,11 +27,16 @@ Theory of operation:
   *other* queues under that node (its own queue's later jobs cannot reclaim
   it, and its own order puts it first).  Otherwise it waits, saying so.
 * Demand is kept per queue and summed per node.  A queue is marked when its
-  cursor moves or its usage changes; its demand is brought up to date at the
-  next question: if its guaranteed usage grew by exactly the counted jobs it
-  passed (they started as counted), those are dropped from the count;
-  otherwise (one of them did not start, a release) its jobs ahead are counted
-  again.  The first question of a pass counts every queue of the pass.
+  cursor moves or its usage changes, and its last count moves from the
+  node's sum to the node's *stale* sum.  A question first reads the sums
+  without the stale part (a count is never negative, so a "no" from them is
+  final); only while they say yes is a marked queue counted again, one at a
+  time in the order they were marked, and the question asked again.  A
+  marked queue is counted cheaply when its guaranteed usage grew by exactly
+  the counted jobs it passed (they started as counted): those are dropped;
+  otherwise (one did not start, a release) its jobs ahead are counted
+  afresh, stopping once less is left of the ``min`` than any of its jobs
+  asks.
 * The answer depends only on the queues' positions and the tree's usage, not
   on which of the cycle's shortcuts are on, so the parked cycle and the full
   scan stay equal.
