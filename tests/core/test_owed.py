@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from tests.core.factories import confirm_stops, make_job, make_nodes, make_state, submit
 
@@ -180,3 +184,51 @@ def test_the_kept_room_is_quota_a_guaranteed_job_ahead_keeps_it_even_if_it_finds
         in reasons(state)["default/x1"]
     )
     assert reasons(state)["default/o2"].startswith("no cluster fits the gang")
+
+
+TREE_3 = {
+    "name": "root",
+    "min": {"nvidia.com/gpu": 12},
+    "max": {"nvidia.com/gpu": 16},
+    "children": [
+        {"name": "team-a", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 16}},
+        {"name": "team-b", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 12}},
+        {"name": "team-c", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8}},
+    ],
+}
+
+job_spec = st.tuples(
+    st.sampled_from(["team-a", "team-b", "team-c"]),
+    st.integers(1, 3),  # pods
+    st.sampled_from([1, 2, 4]),  # GPUs per pod
+    st.sampled_from([10, 100]),  # priority
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(waves=st.lists(st.lists(job_spec, max_size=8), min_size=1, max_size=4))
+def test_with_room_for_every_pod_a_start_is_withdrawn_only_after_its_reclaimers_queue_borrowed(
+    waves: list[list[tuple[str, int, int, int]]],
+) -> None:
+    """The quota is what binds here (the cluster holds far more than the root's
+    ``max``), so a start withdrawn in its own cycle was reclaimed by a guaranteed
+    job.  Its room had been kept for that job, unless the job's own queue took it
+    first in the same pass: by borrowing (its head comes first in its order) or
+    by preempting its own lower priorities (the queue's guaranteed usage fell)."""
+    state = make_state(TREE_3, {"c1": make_nodes(8, gpus=16)})
+    seq = 0
+    for wave in waves:
+        for queue, pods, gpus, priority in wave:
+            submit(
+                state,
+                make_job(f"j{seq}", queue=queue, pods=pods, gpus=gpus, priority=priority, seq=seq),
+            )
+            seq += 1
+        decisions = run(state)
+        queue_of = {d.job: d.queue for d in decisions if isinstance(d, Admit)}
+        borrowed = {d.queue for d in decisions if isinstance(d, Admit) and d.mode is Mode.BORROWED}
+        preempted = {d.queue for d in decisions if isinstance(d, Preempt)}
+        for d in decisions:
+            if isinstance(d, Wait) and d.reason.startswith("displaced by "):
+                reclaimer = d.reason.removeprefix("displaced by ").split()[0]
+                assert queue_of[reclaimer] in borrowed | preempted, (d, decisions)
