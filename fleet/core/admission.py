@@ -11,7 +11,9 @@ Theory of operation:
 * :func:`plan` asks the quota tree how the pods would be charged
   (guaranteed, borrowed, opportunistic) and the member clusters where they
   would go (:mod:`fleet.core.cluster_choice`).  In the first pass a job that
-  would have to borrow is deferred to the borrowing pass.  When a ``max``
+  would have to borrow is deferred to the borrowing pass; there it borrows
+  only room that guaranteed jobs still ahead in the pass are not owed
+  (:mod:`fleet.core.owed`), asked before any placement.  When a ``max``
   blocks it, :func:`plan_with_victims` looks for reclaim victims (borrowed
   units of other queues, for a job within its ``min``) and then for
   lower-priority units of its own queue, and asks again as if they were
@@ -38,6 +40,7 @@ from fleet.core.cycle_memory import Remembered
 from fleet.core.decisions import Admit, Preempt
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.lifecycle import JobState
+from fleet.core.owed import Owed
 from fleet.core.placement import BindError, Fit
 from fleet.core.quota import MAX, QuotaBlock
 from fleet.core.resources import Resources
@@ -84,6 +87,7 @@ def admit(run: CycleRun, job: Job) -> Outcome:
     start, least = job.start_size, job.gang_size
     verdict: Mode | QuotaBlock | None = None
     key = None
+    run.kept = False
     if run.shapes.on:
         verdict = run.state.tree.classify(
             job.queue,
@@ -115,7 +119,7 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         return STARTED if refused is None else Waits(refused)
     if deferred:
         return DEFER
-    if key is not None:
+    if key is not None and not run.kept:
         # At either size, a guaranteed or blocked verdict may preempt borrowed work.
         verdicts = (key[2], key[3])
         could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)
@@ -176,6 +180,10 @@ def plan(
         )
     if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
         return DEFER
+    if verdict is Mode.BORROWED and run.owed is not None:
+        kept = _kept(run, run.owed, job, request)
+        if kept is not None:
+            return kept
     if isinstance(verdict, Mode):
         fit = cluster_choice.place(run, job, pods, verdict, ())
         if not isinstance(fit, Fit):
@@ -223,6 +231,10 @@ def plan_with_victims(
             return block.reason
         if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
             return DEFER
+        if verdict is Mode.BORROWED and run.owed is not None:
+            kept = _kept(run, run.owed, job, request)
+            if kept is not None:
+                return kept
         fit = cluster_choice.place(run, job, pods, verdict, tuple(victims))
         if isinstance(fit, Fit):
             spared = _spared(run, job, fit)
@@ -231,6 +243,17 @@ def plan_with_victims(
     finally:
         for charge in reversed(removed):
             tree.admit(charge)
+
+
+def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources) -> str | None:
+    """Why ``request`` may not borrow now: guaranteed jobs still ahead in the borrowing
+    pass are owed the room (:mod:`fleet.core.owed`); None when it may.  The answer
+    changes as the pass goes on, so the attempt is not remembered by its shape."""
+    kept = owed.kept(job, request)
+    if kept is None:
+        return None
+    run.kept = True
+    return owed.text(kept)
 
 
 def _spared(run: CycleRun, job: Job, fit: Fit) -> str | None:

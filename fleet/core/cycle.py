@@ -16,8 +16,14 @@ Theory of operation:
    another queue is owed in the same cycle, and nothing is started only to be
    reclaimed by a job behind it.  A job that would have to borrow is deferred
    to the second pass together with every job behind it in its queue, so each
-   queue keeps its own order.  If a job admitted earlier in the cycle still
-   has to make room for a later one, its admission is withdrawn (a ``Wait``
+   queue keeps its own order.  In the borrowing pass a job that must borrow
+   starts only on room that the guaranteed jobs still ahead in the pass (of
+   the other queues under each limited node above it) are not owed
+   (:mod:`fleet.core.owed`, ADR 0030): otherwise it would be started and then
+   reclaimed by them in the same pass, as Kueue admits a cycle's entries that
+   fit without borrowing before those that borrow.  If a job admitted earlier
+   in the cycle still has to make room for a later one (a placement conflict
+   the quota could not foresee), its admission is withdrawn (a ``Wait``
    "displaced by ...") rather than reported as started and preempted.
 2. **Fair order across queues** (:func:`serve`).  In each pass, queues sit in
    a heap keyed by their *share*: the largest ratio, over the resources the
@@ -61,6 +67,7 @@ from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.jobs import Job, sort_key
+from fleet.core.owed import Owed
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS
 from fleet.core.state import SchedulerState
@@ -91,7 +98,9 @@ def cycle(
     run.phase = Pass.GUARANTEED
     borrowing = serve(run, guaranteed)
     run.phase = Pass.BORROWING
+    run.owed = Owed(state.tree, state.queues, borrowing, incremental=shortcuts.owed_counts)
     serve(run, borrowing)
+    run.owed = None
     run.phase = Pass.OPPORTUNISTIC
     last = {k: v for k, v in opportunistic.items() if k not in run.blocked}
     if shortcuts.idle_groups:
@@ -147,6 +156,7 @@ def serve(
     heapq.heapify(heap)
     cursors = {name: span[0] for name, span in work.items()}
     deferred: dict[str, Span] = {}
+    owed = run.owed
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
     nxt: tuple[tuple[int, float], int, str] | None = None
@@ -167,6 +177,8 @@ def serve(
         jobs = lists.get(name, state.queues[name].pending) if lists else state.queues[name].pending
         job = jobs[i]
         cursors[name] = i + 1
+        if owed is not None:
+            owed.moved(name, i + 1)
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
             nxt = _back(heap, (share(run, name), rank, name))
@@ -182,6 +194,8 @@ def serve(
         if not strict and block is None and not job.preemptible and run.shortcuts.bulk_wait:
             cursors[name] = rigid_run(run, jobs, i + 1, end)
             i = cursors[name] - 1  # the last job that waits
+            if owed is not None:
+                owed.moved(name, cursors[name])
         if (
             not strict
             and block is not None
@@ -190,9 +204,13 @@ def serve(
             and wait_all(run, name, i, end, block)
         ):
             cursors[name] = end
+            if owed is not None:
+                owed.moved(name, end)
             continue
         if strict:
             run.blocked.add(name)
+            if owed is not None:
+                owed.finished(name)
             admitted = run.admitted.get(name, set())
             for rest in state.queues[name].pending:
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:

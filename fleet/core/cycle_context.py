@@ -18,6 +18,7 @@ from enum import Enum
 from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts
 from fleet.core.decisions import Decision, Wait
 from fleet.core.jobs import Job
+from fleet.core.owed import Owed
 from fleet.core.quota import QuotaBlock
 from fleet.core.state import SchedulerState
 from fleet.core.waiting import WaitBook
@@ -69,6 +70,10 @@ class CycleRun:
     book: WaitBook = field(default_factory=WaitBook)
     #: (queue, resource) -> the jobs looked at so far, counted (:func:`fleet.core.cycle.wait_all`)
     seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
+    #: the borrowing pass's owed demand (:mod:`fleet.core.owed`); None in the other passes
+    owed: Owed | None = None
+    #: the job being admitted waited at some size on room kept for guaranteed work
+    kept: bool = False
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
@@ -88,6 +93,8 @@ class CycleRun:
     def touch(self, queue: str) -> None:
         """The usage of ``queue`` changed: forget its fairness key."""
         self.shares.pop(queue, None)
+        if self.owed is not None:
+            self.owed.touched(queue)
 
     def released(self, cluster: str, queue: str) -> None:
         """A unit of ``queue`` in ``cluster`` was released: forget what it invalidates."""

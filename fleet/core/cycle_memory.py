@@ -25,6 +25,11 @@ every memory switched off through :class:`Shortcuts`).
   questions that no cluster could answer when the pass began
   (:func:`fleet.core.cycle.idle_pass`): that pass only takes room (an
   opportunistic job preempts nobody), so those answers hold to its end.
+* The borrowing pass's owed demand (:class:`fleet.core.owed.Owed`) keeps
+  each queue's count between questions and drops the jobs the pass went
+  past that started as counted; ``Shortcuts.owed_counts`` off counts every
+  queue afresh at every question.  An answer "the room is owed" is never
+  remembered by shape: the owed demand moves as the pass goes on.
 """
 
 from __future__ import annotations
@@ -59,9 +64,13 @@ class Shortcuts:
     #: (:func:`fleet.core.quota_victims.reclaim_victims`), read from the tree's
     #: kept lending order; off: a heap over every leaf under the blocking node
     reclaim_bound: bool = True
+    #: the borrowing pass keeps each queue's owed demand (:mod:`fleet.core.owed`)
+    #: and drops the jobs it passes that started as counted; off: every question
+    #: counts every queue of the pass afresh
+    owed_counts: bool = True
 
 
-NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False, False)
+NO_SHORTCUTS = Shortcuts(False, False, False, False, False, False, False, False)
 ALL_SHORTCUTS = Shortcuts()
 
 

@@ -96,6 +96,9 @@ SHORTCUTS = {
     "idle-groups": Shortcuts(
         bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=False
     ),
+    "owed-counts": Shortcuts(
+        bulk_wait=False, shape_memo=False, reclaim_memo=False, nofit_memo=False, idle_groups=False
+    ),
     "all": Shortcuts(),
 }
 

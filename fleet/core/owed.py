@@ -1,0 +1,348 @@
+"""Room that guaranteed work still queued in the borrowing pass is owed.
+
+Job: answer, during the cycle's borrowing pass, "may this job borrow now, or
+would the room it takes be claimed back in this very pass by a job that
+fits within its queue's ``min``?"  (ADR 0030.)
+
+Theory of operation:
+
+* The borrowing pass serves every queue from its first job that had to
+  borrow on, in the queue's own order, so it holds jobs of two kinds: jobs
+  that must borrow and jobs behind them that fit within their queue's
+  ``min`` (guaranteed).  A guaranteed job that finds a ``max`` full reclaims
+  borrowed work of other queues, and work borrowed earlier in the same pass
+  is the newest there: it is started, then withdrawn ("displaced").  Kueue
+  admits a cycle's entries that fit without borrowing before the entries that
+  borrow; Fleet keeps each queue's order and instead keeps, for the jobs
+  still ahead in the pass, the room their guarantee needs.
+* A queue's *owed demand* is what its jobs still ahead in the pass (from its
+  cursor to the end of its span) would take within its ``min``, in order: a
+  job counts with its start size if that fits what is left of the ``min``,
+  else with its gang minimum if that fits, else not at all (it would
+  borrow).  A StrictFIFO queue counts only up to its first job that would
+  borrow (what is behind may never be served).  Opportunistic jobs are not
+  in the pass.
+* A job that would borrow starts only if, on every node above its queue that
+  has a ``max``, the room left after it still holds the owed demand of the
+  *other* queues under that node (its own queue's later jobs cannot reclaim
+  it, and its own order puts it first).  Otherwise it waits, saying so.
+* Demand is kept per queue and summed per node.  A queue is marked when its
+  cursor moves or its usage changes, and its last count moves from the
+  node's sum to the node's *stale* sum.  A question first reads the sums
+  without the stale part (a count is never negative, so a "no" from them is
+  final); only while they say yes is a marked queue counted again, one at a
+  time in the order they were marked, and the question asked again.  A
+  marked queue is counted cheaply when its guaranteed usage grew by exactly
+  the counted jobs it passed (they started as counted): those are dropped;
+  otherwise (one did not start, a release) its jobs ahead are counted
+  afresh, stopping once less is left of the ``min`` than any of its jobs
+  asks.
+* The answer depends only on the queues' positions and the tree's usage, not
+  on which of the cycle's shortcuts are on, so the parked cycle and the full
+  scan stay equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fleet.core.jobs import Job
+from fleet.core.quota import QuotaTree
+from fleet.core.resources import Resources, format_quantity
+from fleet.core.state import QueueState
+
+#: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
+Span = tuple[int, int]
+
+
+@dataclass(slots=True)
+class _Demand:
+    """One queue's owed demand, counted from position ``at`` with ``base`` guaranteed."""
+
+    at: int
+    base: dict[str, int]
+    picks: list[tuple[int, Resources]] = field(default_factory=list)
+    total: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """Why a borrowing job waits: what is left of ``resource`` under ``node``'s ``max``
+    is kept for guaranteed jobs still queued in this cycle."""
+
+    node: str
+    resource: str
+    used: int
+    request: int
+    limit: int
+    leaf: bool
+
+    @property
+    def reason(self) -> str:
+        r = self.resource
+        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        return (
+            f"{where} at max {r} {format_quantity(r, self.used)}/"
+            f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
+            "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
+        )
+
+
+class Owed:
+    """The owed demand of the queues of one borrowing pass; see the module docstring."""
+
+    __slots__ = (
+        "_demand",
+        "_dirty",
+        "_ends",
+        "_incremental",
+        "_limits",
+        "_paths",
+        "_queues",
+        "_stale",
+        "_sums",
+        "_texts",
+        "_tree",
+        "cursors",
+    )
+
+    def __init__(
+        self,
+        tree: QuotaTree,
+        queues: Mapping[str, QueueState],
+        work: dict[str, Span],
+        *,
+        incremental: bool = True,
+    ):
+        self._tree = tree
+        #: off: every question counts every queue afresh (the reference the kept
+        #: counts are checked against, ``Shortcuts.owed_counts``)
+        self._incremental = incremental
+        self._queues = queues
+        #: queue -> its next position in the pass (moved by the pass as it serves)
+        self.cursors = {name: span[0] for name, span in work.items()}
+        self._ends = {name: span[1] for name, span in work.items()}
+        self._demand: dict[str, _Demand] = {}
+        self._dirty: dict[str, None] = dict.fromkeys(work)  # counted at the first question
+        #: node -> the owed demand under it, as last counted
+        self._sums: dict[str, dict[str, int]] = {}
+        #: node -> the part of ``_sums`` counted for queues marked since (out of date)
+        self._stale: dict[str, dict[str, int]] = {}
+        self._paths: dict[str, list[str]] = {}
+        self._limits: dict[str, list[tuple[str, Resources]]] = {}
+        self._texts: dict[Kept, str] = {}
+
+    def moved(self, queue: str, cursor: int) -> None:
+        """The pass moved on in ``queue``: its next job is at ``cursor``."""
+        if queue in self.cursors:
+            self.cursors[queue] = cursor
+            self._mark(queue)
+
+    def finished(self, queue: str) -> None:
+        """The pass will serve nothing more of ``queue`` (a StrictFIFO queue stopped)."""
+        if queue in self.cursors:
+            self.moved(queue, self._ends[queue])
+
+    def touched(self, queue: str) -> None:
+        """The usage of ``queue`` changed (an admission or a release)."""
+        if queue in self.cursors:
+            self._mark(queue)
+
+    def _mark(self, queue: str) -> None:
+        """``queue``'s count is out of date: it moves from the node sums to the stale sums."""
+        if queue in self._dirty:
+            return
+        self._dirty[queue] = None
+        known = self._demand.get(queue)
+        if known is not None and known.total:
+            self._add(self._stale, queue, known.total, 1)
+
+    def kept(self, job: Job, request: Resources) -> Kept | None:
+        """Why ``request`` of ``job``, which would borrow, may not start now (None: it may).
+
+        Every node above the job's queue with a ``max`` must still hold, after
+        it, the owed demand of the other queues under it.  The queues marked
+        since their last count are counted again one at a time, in the order
+        they were marked, only while the counts already up to date do not say
+        no (a count is never negative, so they can only add to a no).
+        """
+        if not self._incremental:
+            for queue in self.cursors:
+                self._mark(queue)
+            while self._dirty:
+                self._refresh(next(iter(self._dirty)))
+            return self._over(job, request)
+        while True:
+            found = self._over(job, request)
+            if found is not None:
+                return found
+            stale = next((q for q in self._dirty if q != job.queue), None)
+            if stale is None:
+                return None
+            self._refresh(stale)
+
+    def _over(self, job: Job, request: Resources) -> Kept | None:
+        """The first node and resource where ``request`` and the owed demand of the other
+        queues whose counts are up to date do not fit (None: they fit)."""
+        tree = self._tree
+        own = self._demand.get(job.queue)
+        mine = own.total if own is not None and job.queue not in self._dirty else {}
+        for node, limit in self._limited(job.queue):
+            sums = self._sums.get(node)
+            if not sums:
+                continue
+            stale = self._stale.get(node, {})
+            for r, amount in request.items():
+                if amount <= 0 or r not in limit:
+                    continue
+                owed = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)
+                if owed <= 0:
+                    continue
+                cap = limit[r]
+                used = tree.used_of(node, r)
+                if used + amount + owed > cap:
+                    return Kept(node, r, used, amount, cap, tree.is_leaf(node))
+        return None
+
+    def text(self, kept: Kept) -> str:
+        """``kept.reason``, worded once per distinct answer in the pass."""
+        known = self._texts.get(kept)
+        if known is None:
+            known = self._texts[kept] = kept.reason
+        return known
+
+    def _limited(self, queue: str) -> list[tuple[str, Resources]]:
+        """The nodes above ``queue`` that have a ``max``, with it, from the parent up."""
+        found = self._limits.get(queue)
+        if found is None:
+            found = self._limits[queue] = [
+                (node, limit)
+                for node in self._path(queue)[1:]
+                if (limit := self._tree.max_of(node)) is not None
+            ]
+        return found
+
+    def _add(
+        self, sums: dict[str, dict[str, int]], queue: str, total: Mapping[str, int], sign: int
+    ) -> None:
+        """Add ``total`` (``sign`` 1) or take it away (-1) on every node above ``queue``."""
+        for node in self._path(queue)[1:]:
+            counts = sums.setdefault(node, {})
+            for r, amount in total.items():
+                counts[r] = counts.get(r, 0) + sign * amount
+
+    def _path(self, queue: str) -> list[str]:
+        path = self._paths.get(queue)
+        if path is None:
+            path = self._paths[queue] = self._tree.path_to_root(queue)
+        return path
+
+    def _refresh(self, queue: str) -> None:
+        """Bring the marked ``queue``'s demand up to date."""
+        del self._dirty[queue]
+        old = self._demand.get(queue)
+        if old is not None and old.total:
+            self._add(self._stale, queue, old.total, -1)
+        new = self._update(queue, old if self._incremental else None)
+        if new is old:
+            return
+        self._demand[queue] = new
+        if old is not None and old.total:
+            self._add(self._sums, queue, old.total, -1)
+        if new.total:
+            self._add(self._sums, queue, new.total, 1)
+
+    def _update(self, queue: str, old: _Demand | None) -> _Demand:
+        """The queue's demand from its cursor: ``old`` with the jobs passed dropped when
+        they started as counted, else counted afresh."""
+        at = self.cursors[queue]
+        end = self._ends[queue]
+        floor = self._tree.min_of(queue)
+        if at >= end or not floor:
+            return _Demand(at, {})
+        now = {r: self._tree.guaranteed_of(queue, r) for r in floor}
+        if old is not None and at >= old.at:
+            expect = dict(old.base)
+            passed = 0
+            for pos, request in old.picks:
+                if pos >= at:
+                    break
+                passed += 1
+                for r in expect:
+                    expect[r] += request.get(r, 0)
+            if expect == now:
+                if not passed and at == old.at:
+                    return old
+                kept = old.picks[passed:]
+                total: dict[str, int] = {}
+                for _, request in kept:
+                    for r, amount in request.items():
+                        total[r] = total.get(r, 0) + amount
+                return _Demand(at, now, kept, total)
+        return self._count(queue, at, end, floor, now)
+
+    def _count(
+        self, queue: str, at: int, end: int, floor: Resources, now: dict[str, int]
+    ) -> _Demand:
+        """Count the queue's jobs in ``[at, end)`` that would be guaranteed, in order."""
+        state = self._queues[queue]
+        jobs = state.pending
+        left = {r: cap - now[r] for r, cap in floor.items()}
+        # Every job asks at least ``least[r]`` of r (when all ask some): with less
+        # left of r than that, no later job fits and the count can stop.
+        least = _least_needs(state, floor)
+        demand = _Demand(at, now)
+        total = demand.total
+        picks = demand.picks
+        strict = state.strict_fifo
+        if _exhausted(left, least):
+            return demand
+        for pos in range(at, end):
+            job = jobs[pos]
+            # The gang minimum is the least a job takes: most jobs of a tail that
+            # must borrow are ruled out by that one check.
+            if job.opportunistic or not _fits(job.gang_request, left):
+                if strict:
+                    break
+                continue
+            request = _counted(job, left)
+            picks.append((pos, request))
+            for r, amount in request.items():
+                total[r] = total.get(r, 0) + amount
+                if r in left:
+                    left[r] -= amount
+            if _exhausted(left, least):
+                break
+        return demand
+
+
+def _exhausted(left: Mapping[str, int], least: Mapping[str, int]) -> bool:
+    """Whether less is left of some resource than every job asks for."""
+    return any(left[r] < need for r, need in least.items())
+
+
+def _fits(request: Resources, left: Mapping[str, int]) -> bool:
+    return all(request.get(r, 0) <= room for r, room in left.items())
+
+
+def _counted(job: Job, left: Mapping[str, int]) -> Resources:
+    """What ``job``, whose gang minimum fits what is left of its queue's ``min``, would
+    take within it: its start size if that fits too, else its gang minimum."""
+    start = job.start_size
+    if start == job.gang_size:
+        return job.gang_request
+    full = job.request if start == job.size else job.request_of(job.pods[:start])
+    return full if _fits(full, left) else job.gang_request
+
+
+def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:
+    """Per resource of ``floor`` that every non-opportunistic pending job of the queue
+    asks for, the smallest amount one asks (its gang minimum's)."""
+    jobs = state.split()
+    out: dict[str, int] = {}
+    for r in floor:
+        counts = state.needs.get(r)
+        if counts and sum(counts.values()) == jobs:
+            out[r] = min(counts)
+    return out
