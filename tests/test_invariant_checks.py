@@ -21,8 +21,8 @@ from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.demands import leaf_cells_needed
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.charges import Charge, charge_for
-from fleet.core.cycle import cycle
 from fleet.core.checks import InvariantError
+from fleet.core.cycle import cycle
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Fit
