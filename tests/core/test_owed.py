@@ -11,6 +11,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from tests.core.factories import confirm_stops, make_job, make_nodes, make_state, submit
+from tests.core.test_cycle_shortcuts import TREE as TREE_3
 
 
 def tree(root_max: int | None = 16) -> dict[str, Any]:
@@ -185,17 +186,6 @@ def test_the_kept_room_is_quota_a_guaranteed_job_ahead_keeps_it_even_if_it_finds
     )
     assert reasons(state)["default/o2"].startswith("no cluster fits the gang")
 
-
-TREE_3 = {
-    "name": "root",
-    "min": {"nvidia.com/gpu": 12},
-    "max": {"nvidia.com/gpu": 16},
-    "children": [
-        {"name": "team-a", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 16}},
-        {"name": "team-b", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 12}},
-        {"name": "team-c", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8}},
-    ],
-}
 
 job_spec = st.tuples(
     st.sampled_from(["team-a", "team-b", "team-c"]),
