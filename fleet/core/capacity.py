@@ -621,8 +621,10 @@ class CapacityPlacer:
                 per_node = used.get(pp.node)
                 if per_node is None:
                     raise InvariantError(f"{key}: pod {pp.pod} is on unknown node {pp.node}")
+                node_free = self._nodes[pp.node].free
                 for name, amount in req.items():
-                    per_node[name] = per_node.get(name, 0) + amount
+                    if name in node_free:  # as _take counts: what the node has at all
+                        per_node[name] = per_node.get(name, 0) + amount
                 for g in pp.gpus:
                     other = owners.get((pp.node, g))
                     if other is not None:
@@ -676,7 +678,7 @@ class CapacityPlacer:
         for per_node in used.values():
             for res, amount in per_node.items():
                 total[res] = total.get(res, 0) + amount
-        allocated = Resources({k: v for k, v in total.items() if k in self._capacity})
+        allocated = Resources(total)
         if self.allocated() != allocated:
             raise InvariantError(
                 f"allocated total drifted: kept {self.allocated()}, recount {allocated}"

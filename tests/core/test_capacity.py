@@ -6,6 +6,7 @@ import pytest
 
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.charges import charge_for
+from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import Resources
@@ -122,3 +123,18 @@ def test_release_returns_everything() -> None:
     p.release("default/a")
     p.check_invariants()
     assert p.allocated() == Resources() and p.free_gpus() == 8 and not p.holds("default/a")
+
+
+def test_the_allocated_total_is_checked_when_every_node_is_bad() -> None:
+    p = placer(nodes=2)
+    bind(p, make_job("a", pods=2, gpus=4))
+    for node in ("node-0", "node-1"):
+        p.set_node_health(node, False)
+    assert p.capacity() == Resources() and p.allocated()["nvidia.com/gpu"] == 8
+    p.check_invariants()  # the jobs still hold their GPUs on the bad nodes
+    p._allocated["nvidia.com/gpu"] += 1  # a real drift is still caught
+    with pytest.raises(InvariantError, match="allocated total drifted"):
+        p.check_invariants()
+    p._allocated["nvidia.com/gpu"] -= 1
+    p.release("default/a")
+    p.check_invariants()

@@ -7,6 +7,7 @@ in the members is read from their API servers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -24,7 +25,7 @@ from tests.kube.conftest import (
     pytorchjobs,
     submission,
 )
-from tests.kube.controlplane import ControlPlane, wait_for
+from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.kube.operator import Operator
 
 pytestmark = pytest.mark.slow
@@ -143,34 +144,42 @@ def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are
     victims = wait_for(lambda: bound_pods(plane, low["uid"], 2), "the victim's pods bound")
     hold = {"metadata": {"finalizers": ["fleet.test/hold"]}}
     paths = [f"/api/v1/namespaces/{NAMESPACE}/pods/{p['metadata']['name']}" for p in victims]
-    for path in paths:  # the pods will linger after their deletion, as slow pods do
-        plane.admin.request("PATCH", path, hold, content_type="application/merge-patch+json")
-
-    fleet.submit(
-        submission("fast-high", workers=2, gpus=4, priority_class="prod", clusters=[cluster])
-    )
-    high = fleet.wait_state("fast-high", "Dispatched", "Running")
-    wait_for(
-        lambda: (
-            all(p["metadata"].get("deletionTimestamp") for p in pods_of(plane, low["uid"])) or None
-        ),
-        "the victim's pods being deleted",
-    )
-    waiting = wait_for(lambda: pods_of(plane, high["uid"]) or None, "the preemptor's pods")
-    assert len(waiting) == 2
-    time.sleep(2)  # Fleet has seen them; it must not bind them yet
-    assert [p["spec"].get("nodeName") for p in pods_of(plane, high["uid"])] == [None, None]
-    reasons = [
-        e["message"]
-        for e in plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/events")
-        if e["reason"] == "FailedScheduling"
-        and e["involvedObject"]["name"] in {p["metadata"]["name"] for p in waiting}
-    ]
-    assert reasons and all("still held by" in m for m in reasons), reasons
-
     release = {"metadata": {"finalizers": None}}
-    for path in paths:
-        plane.admin.request("PATCH", path, release, content_type="application/merge-patch+json")
+    try:
+        for path in paths:  # the pods will linger after their deletion, as slow pods do
+            plane.admin.request("PATCH", path, hold, content_type="application/merge-patch+json")
+
+        fleet.submit(
+            submission("fast-high", workers=2, gpus=4, priority_class="prod", clusters=[cluster])
+        )
+        high = fleet.wait_state("fast-high", "Dispatched", "Running")
+        wait_for(
+            lambda: (
+                all(p["metadata"].get("deletionTimestamp") for p in pods_of(plane, low["uid"]))
+                or None
+            ),
+            "the victim's pods being deleted",
+        )
+        # The operator creates a job's pods one after the other: wait for both.
+        waiting = wait_for(
+            lambda: (pods if len(pods := pods_of(plane, high["uid"])) == 2 else None),
+            "the preemptor's two pods",
+        )
+        time.sleep(2)  # Fleet has seen them; it must not bind them yet
+        assert [p["spec"].get("nodeName") for p in pods_of(plane, high["uid"])] == [None, None]
+        reasons = [
+            e["message"]
+            for e in plane.admin.items(f"/api/v1/namespaces/{NAMESPACE}/events")
+            if e["reason"] == "FailedScheduling"
+            and e["involvedObject"]["name"] in {p["metadata"]["name"] for p in waiting}
+        ]
+        assert reasons and all("still held by" in m for m in reasons), reasons
+    finally:  # held pods left behind would hold their GPUs for every later test
+        for path in paths:
+            with contextlib.suppress(ApiError):
+                plane.admin.request(
+                    "PATCH", path, release, content_type="application/merge-patch+json"
+                )
     bound = wait_for(lambda: bound_pods(plane, high["uid"], 2), "the preemptor's pods bound")
     planned = {(p["node"], tuple(p["gpus"])) for p in fleet.job("fast-high")["placement"]}
     got = {
