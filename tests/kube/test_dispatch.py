@@ -162,7 +162,7 @@ def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are
         )
         # The operator creates a job's pods one after the other: wait for both.
         waiting = wait_for(
-            lambda: (pods if len(pods := pods_of(plane, high["uid"])) == 2 else None),
+            lambda: pods if len(pods := pods_of(plane, high["uid"])) == 2 else None,
             "the preemptor's two pods",
         )
         time.sleep(2)  # Fleet has seen them; it must not bind them yet
