@@ -90,6 +90,10 @@ class YamlLimits:
     max_alias_nodes: int | None = DEFAULT_MAX_ALIAS_NODES
 
 
+#: The nesting that libyaml (0.2.6 on) refuses by itself, and the words it says so with.
+_PARSER_MAX_DEPTH: Final = 1000
+_PARSER_DEPTH_PROBLEM: Final = "exceeded maximum nesting depth"
+
 #: The bounds every reader applies unless told otherwise.
 DEFAULT_LIMITS: Final = YamlLimits()
 
@@ -363,10 +367,10 @@ def read_documents(
         return
     loader = loader_class(text)
     budget = _Budget(limits)
+    document = 0
     try:
         if loader.check_event(StreamStartEvent):
             loader.get_event()
-        document = 0
         while not loader.check_event(StreamEndEvent):
             bound = limits.max_documents
             if bound is not None and document >= bound:
@@ -384,5 +388,19 @@ def read_documents(
                 raise ValueError(f"a malformed value ({e})") from e
             yield data
             document += 1
+    except yaml.MarkedYAMLError as e:
+        # libyaml 0.2.6 on (PyYAML 6.0.3 on) refuses nesting deeper than its own
+        # bound while it reads ahead, before the composer sees the level that
+        # passes ours: the same refusal, worded as ours.
+        if _PARSER_DEPTH_PROBLEM not in (e.problem or ""):
+            raise
+        depth = limits.max_depth
+        bound = (
+            f"{depth}"
+            if depth is not None and depth < _PARSER_MAX_DEPTH
+            else (f"{_PARSER_MAX_DEPTH:,} (the YAML parser's own limit)")
+        )
+        message = f"lists and mappings nest more than {bound} levels deep"
+        raise YamlLimitError(document, message, e.problem_mark) from None
     finally:
         loader.dispose()

@@ -112,9 +112,28 @@ def test_deep_nesting_is_refused_before_any_recursion(loader: Any) -> None:
     depth = 200_000  # libyaml's own composer overflows the C stack on this
     with pytest.raises(YamlLimitError) as info:
         read("[" * depth + "]" * depth, loader)
-    assert (
-        str(info.value) == "line 1, column 101: lists and mappings nest more than 100 levels deep"
-    )
+    # Column 101 where the composer passes the bound; libyaml 0.2.6 on reads
+    # ahead and refuses at its own bound of 1,000 first (column 1001).
+    assert info.value.message == "lists and mappings nest more than 100 levels deep"
+    assert info.value.where in ("line 1, column 101: ", "line 1, column 1001: ")
+    assert info.value.document == 0
+
+
+@pytest.mark.parametrize("loader", LOADERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("depth", [None, 5000])
+def test_nesting_past_the_parsers_own_bound_is_a_limit_error(
+    loader: Any, depth: int | None
+) -> None:
+    text = "a: 1\n---\n" + "[" * 3000 + "]" * 3000
+    try:
+        found = read(text, loader, max_depth=depth)
+    except YamlLimitError as e:  # libyaml 0.2.6 on: its own bound, said as ours
+        assert e.document == 1
+        assert e.message == (
+            "lists and mappings nest more than 1,000 (the YAML parser's own limit) levels deep"
+        )
+    else:  # a parser without a bound of its own builds it
+        assert found[0] == {"a": 1} and len(found) == 2
 
 
 def test_the_nesting_bound_is_exact() -> None:
