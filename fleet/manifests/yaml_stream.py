@@ -395,12 +395,11 @@ def read_documents(
         if _PARSER_DEPTH_PROBLEM not in (e.problem or ""):
             raise
         depth = limits.max_depth
-        bound = (
-            f"{depth}"
-            if depth is not None and depth < _PARSER_MAX_DEPTH
-            else (f"{_PARSER_MAX_DEPTH:,} (the YAML parser's own limit)")
-        )
-        message = f"lists and mappings nest more than {bound} levels deep"
+        if depth is not None and depth < _PARSER_MAX_DEPTH:
+            levels = f"{depth}"
+        else:
+            levels = f"{_PARSER_MAX_DEPTH:,} (the YAML parser's own limit)"
+        message = f"lists and mappings nest more than {levels} levels deep"
         raise YamlLimitError(document, message, e.problem_mark) from None
     finally:
         loader.dispose()
