@@ -5,8 +5,10 @@ per application, built from the settings; nothing is installed globally, so
 several applications in one process (the tests) never share instruments.
 
 * **Traces.**  A tracer provider whose spans go to an OTLP/HTTP collector when
-  ``otlp_endpoint`` is set, and nowhere otherwise (they still give every log
-  line its trace id).  The aiohttp server instrumentation makes a span per
+  ``otlp_endpoint`` is set, and nowhere otherwise: then they are not recorded
+  (no attributes kept, nothing ended into a processor) but still give every
+  log line its trace id; they are recorded as soon as a span processor is
+  added.  The aiohttp server instrumentation makes a span per
   request; the scheduler loop makes one per iteration, per scheduling cycle
   (attributes ``fleet.admitted``, ``fleet.preempted``, ``fleet.waiting``,
   ``fleet.duration_s``), per dispatch and per member API call.
@@ -31,14 +33,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_ON,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+)
+from opentelemetry.sdk.trace.sampling import Decision as SamplingDecision
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
 from prometheus_client import CollectorRegistry, generate_latest
 
 log = logging.getLogger("fleet.telemetry")
@@ -106,12 +119,56 @@ def preemption_reason(reason: str) -> str:
     return OTHER
 
 
+class _WhileExported(Sampler):
+    """Records spans (as the SDK's default, parent-based, does) only once a span
+    processor takes them; until then a span is a non-recording one, which costs a
+    third as much and still carries its trace and span ids to the log lines."""
+
+    def __init__(self) -> None:
+        self.exported = False
+        self._recording = ParentBased(ALWAYS_ON)
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        if not self.exported:
+            return _DROPPED
+        return self._recording.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return "WhileExported{ParentBased{ALWAYS_ON}}"
+
+
+_DROPPED: Final = SamplingResult(SamplingDecision.DROP)
+
+
+class _Provider(TracerProvider):
+    """A tracer provider whose spans are recorded once a processor is added."""
+
+    def __init__(self, resource: Resource) -> None:
+        self._sampler_switch = _WhileExported()
+        super().__init__(resource=resource, sampler=self._sampler_switch)
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        self._sampler_switch.exported = True
+
+
 class Telemetry:
     """Tracer, meters and the Prometheus registry of one service (module docstring)."""
 
     def __init__(self, *, otlp_endpoint: str | None = None, service_name: str = "fleet") -> None:
         resource = Resource.create({"service.name": service_name})
-        self.tracer_provider = TracerProvider(resource=resource)
+        self.tracer_provider = _Provider(resource=resource)
         self.registry = CollectorRegistry(auto_describe=True)
         readers: list[MetricReader] = [PrometheusMetricReader(registry=self.registry)]
         if otlp_endpoint:

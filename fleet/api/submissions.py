@@ -263,8 +263,37 @@ def plain_data(
 ) -> tuple[Any, list[tuple[str, str]]]:
     """``value`` (YAML data) as JSON data, and ``(path, message)`` for what JSON cannot hold
     or for a string (key or value) longer than ``max_string`` characters."""
+    if _is_plain(value, max_string):
+        return value, []  # already JSON data: nothing to convert or report
     problems: list[tuple[str, str]] = []
     return _Plain(problems, max_string).value(value, path), problems
+
+
+def _is_plain(value: object, max_string: int | None) -> bool:
+    """Whether ``value`` is JSON data already: string keys, no string longer than
+    ``max_string``, finite floats, and nothing but mappings, lists and scalars
+    (checked without building paths; :class:`_Plain` words what is not)."""
+    longest = max_string if max_string is not None else math.inf
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        kind = type(item)
+        if kind is str:
+            if len(item) > longest:  # type: ignore[arg-type]
+                return False
+        elif kind is dict:
+            for key, child in item.items():  # type: ignore[attr-defined]
+                if type(key) is not str or len(key) > longest:
+                    return False
+                todo.append(child)
+        elif kind is list:
+            todo.extend(item)  # type: ignore[arg-type]
+        elif kind is float:
+            if not math.isfinite(item):  # type: ignore[arg-type]
+                return False
+        elif not (item is None or kind is bool or kind is int):
+            return False
+    return True
 
 
 def _join(path: str, key: str) -> str:

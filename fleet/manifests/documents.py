@@ -37,6 +37,7 @@ import yaml
 
 from fleet.manifests import models
 from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
+from fleet.manifests.yaml_resolver import cached_resolver
 from fleet.manifests.yaml_stream import (
     DEFAULT_LIMITS,
     SafeLoaderType,
@@ -47,10 +48,11 @@ from fleet.manifests.yaml_stream import (
 
 
 def safe_loader() -> SafeLoaderType:
-    """libyaml's ``CSafeLoader`` when PyYAML was built with libyaml, else ``SafeLoader``."""
+    """libyaml's ``CSafeLoader`` when PyYAML was built with libyaml, else ``SafeLoader``,
+    with plain scalars resolved once per distinct text (:mod:`fleet.manifests.yaml_resolver`)."""
     if hasattr(yaml, "CSafeLoader"):
-        return yaml.CSafeLoader
-    return yaml.SafeLoader
+        return cached_resolver(yaml.CSafeLoader)
+    return cached_resolver(yaml.SafeLoader)
 
 
 #: The loader :func:`parse_documents` uses (the C one is several times faster).

@@ -295,37 +295,50 @@ class _Unusual(Exception):
     """A stream the quick path leaves to the bounded one."""
 
 
+_STR: Final = _TAG + "str"
+_NULL: Final = _TAG + "null"
+_BOOL: Final = _TAG + "bool"
+_INT: Final = _TAG + "int"
+_FLOAT: Final = _TAG + "float"
+_MAP: Final = _TAG + "map"
+_SEQ: Final = _TAG + "seq"
+_MERGE: Final = _TAG + "merge"
+
+
 def _build(node: Node, loader: SafeLoader, levels: int) -> object:
     """The plain data of ``node``: strings, numbers, booleans, nulls, lists and mappings only.
 
     ``levels`` is how many lists and mappings may still nest; anything else
-    (other tags, merge keys, collections as keys, deeper nesting) is
-    :class:`_Unusual`.
+    (other tags, merge keys, collections as keys, deeper nesting, node classes
+    other than PyYAML's own) is :class:`_Unusual`.
     """
     tag = node.tag
-    if isinstance(node, ScalarNode):
-        if tag == _TAG + "str":
+    kind = type(node)
+    if kind is ScalarNode:
+        if tag == _STR:
             return node.value
-        if tag == _TAG + "null":
+        if tag == _NULL:
             return None
-        if tag == _TAG + "bool":
+        if tag == _BOOL:
             return loader.bool_values[node.value.lower()]
-        if tag == _TAG + "int":
-            return loader.construct_yaml_int(node)
-        if tag == _TAG + "float":
-            return loader.construct_yaml_float(node)
+        if tag == _INT:
+            return loader.construct_yaml_int(node)  # type: ignore[arg-type]
+        if tag == _FLOAT:
+            return loader.construct_yaml_float(node)  # type: ignore[arg-type]
         raise _Unusual
     if levels <= 0:
         raise _Unusual
-    if isinstance(node, MappingNode) and tag == _TAG + "map":
+    if kind is MappingNode and tag == _MAP:
         out: dict[object, object] = {}
+        inner = levels - 1
         for key, value in node.value:
-            if not isinstance(key, ScalarNode) or key.tag == _TAG + "merge":
+            if type(key) is not ScalarNode or key.tag == _MERGE:
                 raise _Unusual
-            out[_build(key, loader, levels)] = _build(value, loader, levels - 1)
+            out[_build(key, loader, levels)] = _build(value, loader, inner)
         return out
-    if isinstance(node, SequenceNode) and tag == _TAG + "seq":
-        return [_build(item, loader, levels - 1) for item in node.value]
+    if kind is SequenceNode and tag == _SEQ:
+        inner = levels - 1
+        return [_build(item, loader, inner) for item in node.value]
     raise _Unusual
 
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from fleet.manifests import documents
+from fleet.manifests.yaml_resolver import cached_resolver
 from tests.manifests.factories import dump, make_job, make_policy
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -15,15 +16,17 @@ POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 def test_the_c_loader_is_chosen_when_pyyaml_was_built_with_libyaml() -> None:
     if yaml.__with_libyaml__:
-        assert documents.safe_loader() is yaml.CSafeLoader
-        assert documents.YAML_LOADER is yaml.CSafeLoader
+        assert documents.safe_loader() is cached_resolver(yaml.CSafeLoader)
+        assert documents.YAML_LOADER is documents.safe_loader()
+        assert issubclass(documents.YAML_LOADER, yaml.CSafeLoader)
     else:
-        assert documents.YAML_LOADER is yaml.SafeLoader
+        assert documents.YAML_LOADER is cached_resolver(yaml.SafeLoader)
 
 
 def test_the_python_safe_loader_is_the_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
-    assert documents.safe_loader() is yaml.SafeLoader
+    assert documents.safe_loader() is cached_resolver(yaml.SafeLoader)
+    assert issubclass(documents.safe_loader(), yaml.SafeLoader)
 
 
 def test_documents_are_read_with_the_chosen_loader(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -132,3 +132,18 @@ def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
     assert samples[("fleet_cluster_queue_resource_usage", "nvidia.com/gpu")] == 3
     assert samples[("fleet_cluster_queue_borrowed_resources", "cpu")] == 0.5
     assert samples[("fleet_cluster_queue_borrowed_resources", "memory")] == 0
+
+
+def test_spans_are_recorded_only_once_something_takes_them() -> None:
+    tracing = telemetry.Telemetry()
+    with tracing.tracer.start_as_current_span("unseen", attributes={"a": "b"}) as span:
+        assert not span.is_recording()  # nothing exports it: no attributes kept
+        assert span.get_span_context().trace_id != 0  # the log lines still get an id
+    spans = InMemorySpanExporter()
+    tracing.tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    with tracing.tracer.start_as_current_span("seen", attributes={"a": "b"}) as span:
+        assert span.is_recording()
+    tracing.shutdown()
+    assert [(s.name, dict(s.attributes or {})) for s in spans.get_finished_spans()] == [
+        ("seen", {"a": "b"})
+    ]
