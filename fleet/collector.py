@@ -11,37 +11,61 @@ moves what survived a full collection out of the collector's sight
 (``gc.freeze()``), so that the next full collection walks only the objects
 that became long-lived since: its pause follows the growth, not the heap.
 Frozen objects are still freed by reference counting; only a reference
-cycle among them that becomes garbage waits, until every ``thaw_every``-th
-full collection, which is preceded by ``gc.unfreeze()`` and walks (and
-frees) everything once.  Nothing is frozen that a collection just found to
-be garbage: the freeze comes right after the collection.
+cycle among them that becomes garbage waits, until a thaw: ``gc.unfreeze()``
+after a full collection, so that the next one walks (and frees) everything
+once.  That one is as long as a full collection ever was (about 0.4 s with
+half a million objects), so a thaw comes after at least ``thaw_every`` full
+collections *and* ``thaw_after`` seconds: under load, when full collections
+come every second or so, a count alone would stop the service every few
+seconds.  Nothing is frozen that a collection just found to be garbage: the
+freeze comes right after the collection.
 """
 
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
-#: Full collections between two that walk every object (and free old cycles).
+#: Full collections at least between two that walk every object (and free old cycles).
 THAW_EVERY: Final = 16
+#: Seconds at least between two such collections.
+THAW_AFTER: Final = 600.0
 
 
 class FollowGrowth:
     """A ``gc.callbacks`` entry: freeze after each full collection, thaw every so often."""
 
-    def __init__(self, thaw_every: int = THAW_EVERY) -> None:
+    def __init__(
+        self,
+        thaw_every: int = THAW_EVERY,
+        thaw_after: float = THAW_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if thaw_every < 1:
             raise ValueError(f"thaw_every must be at least 1, not {thaw_every}")
+        if thaw_after < 0:
+            raise ValueError(f"thaw_after must not be negative, not {thaw_after}")
         self.thaw_every = thaw_every
+        self.thaw_after = thaw_after
+        self._clock = clock
         #: full collections seen
         self.full = 0
+        #: full collections since the last thaw, and when that was
+        self._since = 0
+        self._thawed_at = clock()
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase != "stop" or info.get("generation") != 2:
             return
         self.full += 1
-        if self.full % self.thaw_every == 0:
+        self._since += 1
+        now = self._clock()
+        if self._since >= self.thaw_every and now - self._thawed_at >= self.thaw_after:
             gc.unfreeze()  # the next full collection sees everything again
+            self._since = 0
+            self._thawed_at = now
         else:
             gc.freeze()
 

@@ -19,7 +19,7 @@ class Node:
 @pytest.fixture
 def policy() -> Iterator[FollowGrowth]:
     gc.collect()
-    policy = FollowGrowth(thaw_every=3)
+    policy = FollowGrowth(thaw_every=3, thaw_after=0.0)
     policy.install()
     try:
         yield policy
@@ -62,3 +62,25 @@ def test_installing_twice_follows_once(policy: FollowGrowth) -> None:
 def test_thawing_less_than_every_collection_is_refused() -> None:
     with pytest.raises(ValueError, match="thaw_every"):
         FollowGrowth(thaw_every=0)
+    with pytest.raises(ValueError, match="thaw_after"):
+        FollowGrowth(thaw_after=-1.0)
+
+
+def test_a_thaw_waits_for_its_time_too() -> None:
+    now = [100.0]
+    gc.collect()
+    policy = FollowGrowth(thaw_every=2, thaw_after=60.0, clock=lambda: now[0])
+    policy.install()
+    try:
+        for _ in range(5):  # under load: many full collections, none walks everything
+            gc.collect()
+            assert gc.get_freeze_count() > 0
+        now[0] += 60.0
+        gc.collect()  # enough collections and enough time: thawed
+        assert gc.get_freeze_count() == 0
+        gc.collect()  # the next thaw counts again from here
+        gc.collect()
+        assert gc.get_freeze_count() > 0
+    finally:
+        policy.remove()
+        gc.collect()
