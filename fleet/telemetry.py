@@ -274,15 +274,18 @@ class Telemetry:
         from fleet.core.cycle import Admit, Preempt
 
         self._cycle.record(seconds)
+        admitted: dict[str, int] = {}  # one counter update per queue, not per job
         for d in decisions:
             if isinstance(d, Admit) and not d.grown:
-                self._admitted.add(1, {"queue": d.queue})
+                admitted[d.queue] = admitted.get(d.queue, 0) + 1
                 since = self._queued_since.pop(d.job, None)
                 if since is not None:
                     self._wait.record(max(0.0, now - since), {"queue": d.queue})
             elif isinstance(d, Preempt) and not d.unit:
                 self._preempted.add(1, {"queue": d.queue, "reason": preemption_reason(d.reason)})
                 self._queued_since[d.job] = now
+        for queue, count in sorted(admitted.items()):
+            self._admitted.add(count, {"queue": queue})
 
     def cycle_done(
         self, span: Any, decisions: Sequence[Decision], seconds: float, now: float
