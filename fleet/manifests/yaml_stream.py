@@ -282,6 +282,8 @@ def _nesting_bound(text: str) -> int:
     flow = text.count("[") + text.count("{")
     indicators = flow + text.count("-") + text.count("?") + text.count(":")
     by_lines = text.count("\n") + 1 + indicators
+    if by_lines <= _QUICK_NESTING:  # the usual manifest: no need to find the widest line
+        return by_lines
     widest = max(map(len, text.split("\n")))
     return min(by_lines, 2 * (widest + 1) + flow)
 
