@@ -19,8 +19,11 @@ Printed figures, per placer:
   then one cycle (admissions/s and cycle time, median over the rounds);
 * peak memory per pending job (tracemalloc over building + queueing them);
 * with ``--scale``: the steady-state cycle time at 10,000 / 100,000 /
-  1,000,000 pending jobs; ``--profile`` prints a pyinstrument profile of
-  the steady rounds (if pyinstrument is installed).
+  1,000,000 pending jobs, with the admissions it made and the CPU per
+  admission (a round's churn frees about the same GPUs at every size, and a
+  deeper backlog has more small jobs to fill them with, so a cycle at 1M
+  admits about twice as many jobs as one at 10k); ``--profile`` prints a
+  pyinstrument profile of the steady rounds (if pyinstrument is installed).
 
 Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
 state at 100k pending, the cycle time at 1M within 1.5x of 10k, and <= 2 KiB
@@ -271,6 +274,9 @@ def measure(
     first = len(CPU_TIMES)
     rounds = steady_rounds(state, rng, queues, args.rounds, args.churn, jobs, quiet)
     cpu = statistics.median(CPU_TIMES[first:])
+    per_admission = statistics.median(
+        c / a for c, (a, _) in zip(CPU_TIMES[first:], rounds, strict=True) if a
+    )
     if profiler is not None:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False))
@@ -289,7 +295,15 @@ def measure(
             f"[{placer}] memory: {per_job:,.0f} bytes per pending job "
             f"(peak; target <= {TARGET_BYTES})"
         )
-    return {"full": full_rate, "steady": rate, "cycle": cycle_time, "cpu": cpu, "bytes": per_job}
+    return {
+        "full": full_rate,
+        "steady": rate,
+        "cycle": cycle_time,
+        "cpu": cpu,
+        "per_admission": per_admission,
+        "admitted": statistics.median(a for a, _ in rounds),
+        "bytes": per_job,
+    }
 
 
 def _profiler() -> Any:
@@ -334,21 +348,27 @@ def main() -> None:
         for placer in placers:
             times = {}
             cpus = {}
+            each = {}
             for jobs in SCALE:
                 figures = measure(args, placer, jobs, quiet=True)
                 times[jobs] = figures["cycle"]
                 cpus[jobs] = figures["cpu"]
+                each[jobs] = figures["per_admission"]
                 print(
                     f"  [{placer}] {jobs:>9,} pending: {figures['cycle'] * 1000:9,.1f} ms "
-                    f"(CPU {figures['cpu'] * 1000:,.1f} ms), "
+                    f"(CPU {figures['cpu'] * 1000:,.1f} ms) for {figures['admitted']:,.0f} "
+                    f"admissions, {figures['per_admission'] * 1e6:,.0f} us of CPU each, "
                     f"{figures['steady']:9,.0f} admissions/s, {figures['bytes']:,.0f} bytes/job",
                     flush=True,
                 )
             ratio = times[SCALE[-1]] / times[SCALE[0]] if times[SCALE[0]] else 0.0
             cpu_ratio = cpus[SCALE[-1]] / cpus[SCALE[0]] if cpus[SCALE[0]] else 0.0
+            each_ratio = each[SCALE[-1]] / each[SCALE[0]] if each[SCALE[0]] else 0.0
             print(
                 f"  [{placer}] {SCALE[-1]:,} vs {SCALE[0]:,} pending: {ratio:.1f}x "
-                f"the cycle time, {cpu_ratio:.1f}x its CPU time (target <= 1.5x)"
+                f"the cycle time, {cpu_ratio:.1f}x its CPU time (target <= 1.5x); "
+                f"{each_ratio:.2f}x the CPU per admission (the same churn frees about the "
+                "same GPUs at every size; a deeper backlog fills them with more, smaller jobs)"
             )
     print(
         "baseline: Kueue, one head per queue per cycle, admitted 9.6 workloads/min "

@@ -2,7 +2,9 @@
 
 ``packing.pack`` without victims or released jobs reads the nodes' leaf masks
 and a memoized in-node choice (``packing.COUNTED``), and a fresh VC binding's
-safety is counted without binding (``vc_search.SAFETY_BY_BINDING`` off).  A
+safety is counted without binding (``vc_search.SAFETY_BY_BINDING`` off), and
+a search with victims or released jobs skips the containers whose unowned,
+victims' and released leaves are too few (``packing.leaving_leaves``).  A
 state machine over random small clusters (several node sizes, VCs of node and
 pair cells, a shared pool, skuTypes, bad nodes) asks every question both ways
 on the same state and asks for identical answers: every ``fit`` (placement,

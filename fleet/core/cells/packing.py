@@ -18,7 +18,10 @@ several containers.
 plus the shared leaves of victims and released jobs) or :data:`ANY` (any leaf:
 opportunistic and borrowed jobs, who prefer nodes with fewer reserved leaves).
 Without victims or released jobs, counters (``used``, ``unres``, full nodes)
-reject a root before its leaves are read.  Packing changes no state: picked
+reject a root before its leaves are read; with them, :func:`best_over` and
+:func:`spread` skip a container whose unowned leaves plus the leaves of the
+victims and released jobs under it (:func:`leaving_leaves`) are too few for
+the pod or the gang (with :data:`COUNTED`).  Packing changes no state: picked
 leaves of a spread are only remembered in ``Question.taken``.
 """
 
@@ -85,12 +88,23 @@ def best_over(
     """The best packing in any one of ``containers`` (cell, want), else spread over them."""
     best: Choice | None = None
     # Without victims or released jobs a cell with fewer unowned leaves than the
-    # gang is rejected by ``pack``'s first counter: not asked at all.
+    # gang is rejected by ``pack``'s first counter: not asked at all.  With them,
+    # ``pack`` can use at most the unowned leaves and those of the victims and
+    # the released jobs: a cell where even these are too few is not asked either.
     counted = not question.preempt and not question.released
     need = sum(k for _, k in needs)
+    leaving: dict[int, int] | None = None
     for cell, want in containers:
-        if counted and need and cell.size - cell.used < need:
-            continue
+        if need:
+            room = cell.size - cell.used
+            if counted:
+                if room < need:
+                    continue
+            elif COUNTED and room < need:
+                if leaving is None:
+                    leaving = leaving_leaves(state, question)
+                if room + leaving.get(cell.id, 0) < need:
+                    continue
         choice = pack(state, cell, want, needs, question, opportunistic)
         if choice is not None and (
             best is None or (choice.level, choice.key) < (best.level, best.key)
@@ -102,6 +116,24 @@ def best_over(
         else:
             best = spread(state, list(containers), needs, question, opportunistic)
     return best
+
+
+def leaving_leaves(state: PlacerState, question: Question) -> dict[int, int]:
+    """Cell id -> the leaves under it (the cell's own included) that ``question``'s
+    victims and released jobs own: what a search may use besides unowned leaves."""
+    out: dict[int, int] = {}
+    held = state.held
+    for key in question.victims_ok | question.released:  # a count: any order
+        unit = held.get(key)
+        if unit is None:
+            continue
+        for leaves in unit.leaves.values():
+            for leaf in leaves:
+                cell: Cell | None = leaf
+                while cell is not None:
+                    out[cell.id] = out.get(cell.id, 0) + 1
+                    cell = cell.parent
+    return out
 
 
 def countable(
@@ -662,10 +694,21 @@ def spread(
     """Pods one by one over several containers (gang spanning top-level cells)."""
     leaves: dict[int, list[Cell]] = {}
     victims: set[str] = set()
+    # What each container could give at most (unowned leaves, and the leaves of
+    # the victims and released jobs): a pod that needs more is not asked there,
+    # and a gang that needs more than all of them together is not spread.
+    bound: list[int] | None = None
+    if COUNTED:
+        leaving = leaving_leaves(state, question)
+        bound = [c.size - c.used + leaving.get(c.id, 0) for c, _ in containers]
+        if sum(bound) < sum(k for _, k in needs):
+            return None
     try:
         for idx, k in needs:
             best: Choice | None = None
-            for cell, want in containers:
+            for at, (cell, want) in enumerate(containers):
+                if k and bound is not None and bound[at] < k:
+                    continue
                 choice = pack(state, cell, want, [(idx, k)], question, opportunistic)
                 if choice is not None and (best is None or choice.key < best.key):
                     best = choice
