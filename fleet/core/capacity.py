@@ -98,6 +98,8 @@ class CapacityPlacer:
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
+        #: ``allocated()`` as last built (None: ``_allocated`` changed since)
+        self._allocated_view: Resources | None = None
         self._by_mode: dict[Mode, dict[str, None]] = {m: {} for m in Mode}
         self._mode_gpus: dict[Mode, int] = dict.fromkeys(Mode, 0)  # GPUs held per mode
         self._queue_gpus: dict[str, int] = {}  # GPUs of guaranteed jobs per queue
@@ -547,6 +549,7 @@ class CapacityPlacer:
             if name in node.free:
                 node.free[name] -= amount
                 self._allocated[name] = self._allocated.get(name, 0) + amount
+                self._allocated_view = None
                 if node.free[name] < 0:
                     raise ValueError(f"{node.name}: {name} over capacity")
         for g in gpus:
@@ -559,6 +562,7 @@ class CapacityPlacer:
             if name in node.free:
                 node.free[name] += amount
                 self._allocated[name] -= amount
+                self._allocated_view = None
         node.free_gpus.extend(gpus)
         node.free_gpus.sort()
         self._rebucket(node, before)
@@ -597,7 +601,10 @@ class CapacityPlacer:
         return self._capacity
 
     def allocated(self) -> Resources:
-        return Resources(self._allocated)
+        view = self._allocated_view
+        if view is None:
+            view = self._allocated_view = Resources(self._allocated)
+        return view
 
     def free_gpus(self) -> int:
         return self._capacity[resources.GPU] - self._allocated.get(resources.GPU, 0)
@@ -679,10 +686,12 @@ class CapacityPlacer:
             for res, amount in per_node.items():
                 total[res] = total.get(res, 0) + amount
         allocated = Resources(total)
-        if self.allocated() != allocated:
-            raise InvariantError(
-                f"allocated total drifted: kept {self.allocated()}, recount {allocated}"
-            )
+        kept = Resources(self._allocated)
+        if kept != allocated:
+            raise InvariantError(f"allocated total drifted: kept {kept}, recount {allocated}")
+        view = self._allocated_view
+        if view is not None and view != kept:
+            raise InvariantError(f"allocated view drifted: kept {view}, total {kept}")
         guarded: dict[str, int] = {}
         for held in self._held.values():
             if held.info.mode is Mode.GUARANTEED:
