@@ -686,12 +686,12 @@ class CapacityPlacer:
             for res, amount in per_node.items():
                 total[res] = total.get(res, 0) + amount
         allocated = Resources(total)
-        kept = Resources(self._allocated)
-        if kept != allocated:
-            raise InvariantError(f"allocated total drifted: kept {kept}, recount {allocated}")
+        total_kept = Resources(self._allocated)
+        if total_kept != allocated:
+            raise InvariantError(f"allocated total drifted: kept {total_kept}, recount {allocated}")
         view = self._allocated_view
-        if view is not None and view != kept:
-            raise InvariantError(f"allocated view drifted: kept {view}, total {kept}")
+        if view is not None and view != total_kept:
+            raise InvariantError(f"allocated view drifted: kept {view}, total {total_kept}")
         guarded: dict[str, int] = {}
         for held in self._held.values():
             if held.info.mode is Mode.GUARANTEED:
