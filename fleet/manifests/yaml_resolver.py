@@ -5,8 +5,9 @@ Python resolver for the scalar's tag (``!!str``, ``!!int``, ``!!bool`` ...).
 For a plain (unquoted) scalar PyYAML tries the implicit resolvers registered
 for its first character, a regular expression each, and the answer depends on
 the text alone as long as the loader has no path resolvers (the safe loaders
-have none).  Submissions repeat the same keys and values (``apiVersion``,
-``kind``, ``metadata``, ``Worker`` ...) in every document, so
+have none; one given path resolvers later takes PyYAML's own path again).
+Submissions repeat the same keys and values (``apiVersion``, ``kind``,
+``metadata``, ``Worker`` ...) in every document, so
 :func:`cached_resolver` gives a loader class whose ``resolve`` remembers the
 tag of each plain scalar text it has resolved, in a table of at most
 :data:`MAX_REMEMBERED` texts of at most :data:`MAX_TEXT` characters (emptied
@@ -48,9 +49,11 @@ def cached_resolver(loader_class: L) -> L:
 def _subclass(loader_class: type[Any]) -> type[Any]:
     table: dict[str, str] = {}
     resolve = loader_class.resolve
+    descend = loader_class.descend_resolver
+    ascend = loader_class.ascend_resolver
 
     def cached(self: Any, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode and implicit[0]:
+        if kind is ScalarNode and implicit[0] and not self.yaml_path_resolvers:
             tag = table.get(value)
             if tag is None:
                 tag = resolve(self, kind, value, implicit)
@@ -61,8 +64,14 @@ def _subclass(loader_class: type[Any]) -> type[Any]:
             return tag
         return str(resolve(self, kind, value, implicit))
 
-    def no_path(self: Any, *args: object) -> None:
-        """Without path resolvers PyYAML's own ``descend``/``ascend_resolver`` do nothing."""
+    def descend_resolver(self: Any, *args: Any) -> None:
+        """PyYAML's, which does nothing without path resolvers: not called then."""
+        if self.yaml_path_resolvers:
+            descend(self, *args)
+
+    def ascend_resolver(self: Any) -> None:
+        if self.yaml_path_resolvers:
+            ascend(self)
 
     name = f"Cached{loader_class.__name__}"
     return type(
@@ -70,8 +79,8 @@ def _subclass(loader_class: type[Any]) -> type[Any]:
         (loader_class,),
         {
             "resolve": cached,
-            "descend_resolver": no_path,
-            "ascend_resolver": no_path,
+            "descend_resolver": descend_resolver,
+            "ascend_resolver": ascend_resolver,
             "__doc__": f"{loader_class.__name__} with plain scalars resolved once per text.",
             "__module__": __name__,
         },

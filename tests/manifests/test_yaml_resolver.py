@@ -85,3 +85,14 @@ def test_a_loader_with_path_resolvers_is_left_as_it_is() -> None:
 
     Pathed.add_path_resolver("tag:yaml.org,2002:str", ["a"], ScalarNode)
     assert cached_resolver(Pathed) is Pathed
+
+
+def test_path_resolvers_added_later_are_honoured() -> None:
+    class Later(yaml.SafeLoader):
+        pass
+
+    cached = cached_resolver(Later)
+    assert yaml.load("a: abc\n", Loader=cached) == {"a": "abc"}  # "abc" now in the table
+    Later.add_path_resolver("tag:yaml.org,2002:null", ["a"], ScalarNode)
+    assert yaml.load("a: abc\n", Loader=Later) == {"a": None}
+    assert yaml.load("a: abc\n", Loader=cached) == {"a": None}
