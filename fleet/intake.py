@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +42,7 @@ from fleet.clock import Clock
 from fleet.core import snapshot
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
+from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database
 
@@ -123,9 +124,16 @@ class Intake:
         self.batches = 0
         self.submissions = 0
 
-    async def accept(self, new: Sequence[NewJob]) -> list[Accepted]:
-        """Store ``new`` in the next batch; its jobs in order, or :class:`NameTaken`."""
-        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future())
+    async def accept(
+        self, new: Sequence[NewJob], audit: Mapping[str, Any] | None = None
+    ) -> list[Accepted]:
+        """Store ``new`` in the next batch; its jobs in order, or :class:`NameTaken`.
+
+        ``audit``: the submission's audit record but its time, status and detail,
+        written in the same transaction with the status its answer has (201 when
+        it created a job, 200 when every job existed, 409 with the reason when a
+        name is taken)."""
+        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future(), audit)
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all(), name="fleet-intake")
@@ -147,7 +155,14 @@ class Intake:
         """Store ``batch`` in one transaction; False if the database refused it."""
         try:
             async with self.db.write() as session:
-                outcomes = await _store(session, [w.jobs for w in batch], self.clock.now())
+                now = self.clock.now()
+                outcomes = await _store(session, [w.jobs for w in batch], now)
+                records = [
+                    _audit_record(w.audit, outcome, now)
+                    for w, outcome in zip(batch, outcomes, strict=True)
+                    if w.audit is not None
+                ]
+                await admin_rows.insert_audits(session, records)
                 if self.also is not None:
                     created = [
                         a.head.id for o in outcomes if isinstance(o, list) for a in o if a.created
@@ -171,6 +186,19 @@ class Intake:
 class _Waiting:
     jobs: list[NewJob]
     result: asyncio.Future[list[Accepted]]
+    audit: Mapping[str, Any] | None = None
+
+
+def _audit_record(
+    values: Mapping[str, Any], outcome: list[Accepted] | NameTaken, now: float
+) -> dict[str, Any]:
+    """The audit record of a submission stored with ``outcome``: the status and the
+    detail its answer has."""
+    if isinstance(outcome, NameTaken):
+        status, detail = 409, str(outcome)[:1000]
+    else:
+        status, detail = (201 if any(a.created for a in outcome) else 200), ""
+    return {**values, "time": now, "status": status, "detail": detail}
 
 
 def _settle(future: asyncio.Future[list[Accepted]], outcome: list[Accepted] | Exception) -> None:

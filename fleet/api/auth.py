@@ -15,7 +15,9 @@ Theory of operation (DESIGN.md "Who may do what"; tokens in :mod:`fleet.api.toke
 * **Audit**: every request to a route that changes something (a route with
   an ``audit`` kind) is recorded once it is answered, whatever the outcome:
   the caller's token name, the time, the route, the status and the problem's
-  detail.  Requests refused with 401 have no caller and are only logged.
+  detail.  Requests refused with 401 have no caller and are only logged.  A
+  submission that reaches the intake has its record written in the intake's
+  own transaction (:func:`audit_values`), one transaction fewer per answer.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -117,6 +119,23 @@ def _detail(status: int, problem: Problem | None) -> str:
     return ""
 
 
+def audit_values(request: web.Request) -> dict[str, Any] | None:
+    """The audit record of ``request`` but its ``time``, ``status`` and ``detail``, for a
+    handler that stores it in its own transaction (then it sets ``keys.AUDITED_KEY``);
+    None when the request is not audited."""
+    route = route_of(request, request.app[keys.ROUTE_TABLE])
+    who = request.get(keys.CALLER_KEY)
+    if route is None or route.audit is None or who is None or keys.AUDIT not in request.app:
+        return None
+    return {
+        "actor": who.name,
+        "kind": route.audit,
+        "operation": route.operation_id,
+        "method": request.method,
+        "path": request.path[:2000],
+    }
+
+
 async def _record(
     request: web.Request, route: Route, who: Caller, status: int, detail: str
 ) -> None:
@@ -168,5 +187,5 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         status = e.status
         raise
     finally:
-        if route.audit is not None:
+        if route.audit is not None and not request.get(keys.AUDITED_KEY):
             await _record(request, route, who, status, _detail(status, problem))

@@ -22,6 +22,8 @@ TOKENS: Final = web.AppKey("tokens", TokenStore)
 ROUTE_TABLE: Final = web.AppKey("routes", dict[str, Route])
 #: the authenticated caller of a request
 CALLER_KEY: Final = web.RequestKey("caller", Caller)
+#: set by a handler that stored the request's audit record itself (in its own transaction)
+AUDITED_KEY: Final = web.RequestKey("audited", bool)
 ESTIMATOR: Final = web.AppKey("estimator", Estimator)
 #: the audit log's writer (while the service runs)
 AUDIT: Final = web.AppKey("audit", AuditLog)

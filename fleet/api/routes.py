@@ -84,10 +84,13 @@ async def submit_jobs(request: web.Request) -> web.Response:
         submitted = await workers.parse(body, tree=svc.tree, clusters=svc.clusters, limits=limits)
     auth.require_queues(request, [(s.job.key, s.job.queue) for s in submitted])
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
+    audit = auth.audit_values(request)
     try:
-        accepted = await svc.intake.accept(new)
+        accepted = await svc.intake.accept(new, audit)
     except intake.NameTaken as e:
+        request[keys.AUDITED_KEY] = audit is not None  # stored with the decision
         raise ProblemError(conflict(str(e))) from None
+    request[keys.AUDITED_KEY] = audit is not None
     result = schemas.SubmissionResult(
         jobs=[
             schemas.SubmittedJob(

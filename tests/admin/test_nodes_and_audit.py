@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -116,6 +117,33 @@ async def test_every_write_is_audited_with_its_caller_and_outcome(api: Api) -> N
     assert [r["actor"] for r in rest["items"]] == ["ci-a"] and rest["continue"] is None
     await api.call("GET", "/api/v1/audit?kind=nope", status=400)
     await api.call("GET", "/api/v1/audit?continue=garbage", status=400)
+
+
+async def test_a_submission_is_audited_once_with_the_status_of_its_answer(api: Api) -> None:
+    # Stored by the intake with the decision (201, 200, 409), by the middleware
+    # when refused before it (422): one record each, there when the answer is.
+    audit = api.client.app[keys.AUDIT]
+    by_middleware: list[int] = []
+    record = audit.record
+
+    async def spy(values: dict[str, Any]) -> None:
+        by_middleware.append(values["status"])
+        await record(values)
+
+    audit.record = spy  # type: ignore[method-assign]
+    first = pytorchjob("same", gpus=1)
+    await api.call("POST", "/api/v1/submissions", data=first, headers=YAML, status=201)
+    await api.call("POST", "/api/v1/submissions", data=first, headers=YAML, status=200)
+    other = pytorchjob("same", gpus=2)
+    await api.call("POST", "/api/v1/submissions", data=other, headers=YAML, status=409)
+    await api.call("POST", "/api/v1/submissions", data="kind: [", headers=YAML, status=422)
+    log = await api.call("GET", "/api/v1/audit?kind=submission", status=200)
+    rows = [(r["actor"], r["method"], r["path"], r["status"]) for r in log["items"]]
+    assert rows == [("ops", "POST", "/api/v1/submissions", s) for s in (422, 409, 200, 201)]
+    assert "team-a/same exist already with another spec" in log["items"][1]["detail"]
+    assert log["items"][2]["detail"] == log["items"][3]["detail"] == ""
+    assert all(r["operation"] == "submitJobs" for r in log["items"]), log["items"]
+    assert by_middleware == [422]  # the others went in the intake's own transactions
 
 
 async def test_a_team_token_sees_events_only_of_its_own_queues(api: Api) -> None:
