@@ -21,7 +21,8 @@ Without victims or released jobs, counters (``used``, ``unres``, full nodes)
 reject a root before its leaves are read; with them, :func:`best_over` and
 :func:`spread` skip a container whose unowned leaves plus the leaves of the
 victims and released jobs under it (:func:`leaving_leaves`) are too few for
-the pod or the gang (with :data:`COUNTED`).  Packing changes no state: picked
+the pod or the gang, or where no node has that many for its largest pod
+(with :data:`COUNTED`).  Packing changes no state: picked
 leaves of a spread are only remembered in ``Question.taken``.
 """
 
@@ -93,6 +94,7 @@ def best_over(
     # the released jobs: a cell where even these are too few is not asked either.
     counted = not question.preempt and not question.released
     need = sum(k for _, k in needs)
+    widest = max((k for _, k in needs), default=0)
     leaving: dict[int, int] | None = None
     for cell, want in containers:
         if need:
@@ -100,10 +102,10 @@ def best_over(
             if counted:
                 if room < need:
                     continue
-            elif COUNTED and room < need:
+            elif COUNTED:
                 if leaving is None:
                     leaving = leaving_leaves(state, question)
-                if room + leaving.get(cell.id, 0) < need:
+                if room + leaving.get(cell.id, 0) < need or not _node_with(cell, widest, leaving):
                     continue
         choice = pack(state, cell, want, needs, question, opportunistic)
         if choice is not None and (
@@ -116,6 +118,13 @@ def best_over(
         else:
             best = spread(state, list(containers), needs, question, opportunistic)
     return best
+
+
+def _node_with(cell: Cell, k: int, leaving: dict[int, int]) -> bool:
+    """Whether some node under ``cell`` (or ``cell``'s own node) may give one pod ``k``
+    leaves: its unowned leaves and those of the leaving jobs (a pod is on one node)."""
+    nodes = cell.node_cells or [cell]
+    return any(n.size - n.used + leaving.get(n.id, 0) >= k for n in nodes)
 
 
 def leaving_leaves(state: PlacerState, question: Question) -> dict[int, int]:
@@ -707,7 +716,7 @@ def spread(
         for idx, k in needs:
             best: Choice | None = None
             for at, (cell, want) in enumerate(containers):
-                if k and bound is not None and bound[at] < k:
+                if k and bound is not None and (bound[at] < k or not _node_with(cell, k, leaving)):
                     continue
                 choice = pack(state, cell, want, [(idx, k)], question, opportunistic)
                 if choice is not None and (best is None or choice.key < best.key):
