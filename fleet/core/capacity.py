@@ -119,6 +119,9 @@ class CapacityPlacer:
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
+    def blind_to_queue(self, job: Job, mode: Mode) -> bool:
+        return True
+
     @property
     def cluster(self) -> str:
         return self._cluster

@@ -73,7 +73,10 @@ def place(
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
-        key = blind if placer.queue_blind else question
+        blind_here = placer.queue_blind or (
+            mode is Mode.GUARANTEED and placer.blind_to_queue(job, mode)
+        )
+        key = blind if blind_here else question
         here = held.get(name, _NONE) if held is not None else _NONE
         if not here:
             if not _may_fit(room[name][0], need):

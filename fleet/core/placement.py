@@ -143,6 +143,12 @@ class Placer(Protocol):
     @property
     def cluster(self) -> str: ...
 
+    def blind_to_queue(self, job: Job, mode: Mode) -> bool:
+        """Whether the answer to ``job`` in ``mode`` without preemption or released jobs
+        depends only on its pods, mode, GPU type and pinned cell, not on its queue
+        (always, with ``queue_blind``): one "no" then serves every such job."""
+        ...
+
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """A lower bound on the ``Fit.level`` these pods can get here (cheap, no search).
 

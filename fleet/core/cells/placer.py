@@ -47,7 +47,7 @@ from fleet.core.cells import (
 )
 from fleet.core.cells.allocator import Allocator, Journal
 from fleet.core.cells.spec import CellConfig
-from fleet.core.cells.state import CellFit, Held, PlacerState
+from fleet.core.cells.state import KIND_SHARED, CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
@@ -131,6 +131,13 @@ class CellPlacer:
     def allocated(self) -> Resources:
         """Sum of the placed pods' requests (kept incrementally)."""
         return self.state.allocated
+
+    def blind_to_queue(self, job: Job, mode: Mode) -> bool:
+        """A guaranteed job of a queue with no VC (and no pinned cell) here, that holds
+        nothing here, is asked of the shared pool alone: its queue plays no part."""
+        if job.key in self.state.held:
+            return False
+        return fitting.kind_of(self.state, job, mode)[0] == KIND_SHARED
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """A lower bound on the ``Fit.level`` this gang can get here (cheap, no search)."""
