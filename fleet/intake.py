@@ -197,8 +197,13 @@ def _audit_record(
     if isinstance(outcome, NameTaken):
         status, detail = 409, str(outcome)[:1000]
     else:
-        status, detail = (201 if any(a.created for a in outcome) else 200), ""
+        status, detail = answer_status(outcome), ""
     return {**values, "time": now, "status": status, "detail": detail}
+
+
+def answer_status(accepted: Sequence[Accepted]) -> int:
+    """201 when the submission created a job, 200 when every job existed already."""
+    return 201 if any(a.created for a in accepted) else 200
 
 
 def _settle(future: asyncio.Future[list[Accepted]], outcome: list[Accepted] | Exception) -> None:

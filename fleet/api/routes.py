@@ -103,8 +103,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
             for a in accepted
         ]
     )
-    created = any(a.created for a in accepted)
-    return schemas.json_response(result, status=201 if created else 200)
+    return schemas.json_response(result, status=intake.answer_status(accepted))
 
 
 # Jobs ---------------------------------------------------------------------------------

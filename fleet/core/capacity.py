@@ -78,10 +78,6 @@ def _victim_key(victim: Charge) -> tuple[tuple[int, int, int], str]:
 class CapacityPlacer:
     """Placer over free per-node capacity; see the module docstring."""
 
-    #: Answers without preemption do not depend on the job's queue (no VCs here),
-    #: so the cycle may reuse one answer for identical gangs of any queue.
-    queue_blind = True
-
     def __init__(
         self,
         cluster: str,
@@ -120,6 +116,7 @@ class CapacityPlacer:
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
+        """Always: no virtual clusters here, answers never depend on the job's queue."""
         return True
 
     @property

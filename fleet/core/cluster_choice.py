@@ -73,9 +73,8 @@ def place(
     for load, placer in placers:
         name = placer.cluster
         known = run.places.answers(name)
-        blind_here = placer.queue_blind or (
-            mode is Mode.GUARANTEED and placer.blind_to_queue(job, mode)
-        )
+        # Only a guaranteed question names the queue (its last item).
+        blind_here = mode is not Mode.GUARANTEED or placer.blind_to_queue(job, mode)
         key = blind if blind_here else question
         here = held.get(name, _NONE) if held is not None else _NONE
         if not here:

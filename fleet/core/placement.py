@@ -136,17 +136,13 @@ def may_preempt(job: Job, mode: Mode, victim: Charge) -> bool:
 class Placer(Protocol):
     """One member cluster's placement engine."""
 
-    #: True when answers without preemption do not depend on the job's queue
-    #: (no virtual clusters), so one answer serves identical gangs of any queue.
-    queue_blind: bool
-
     @property
     def cluster(self) -> str: ...
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
         """Whether the answer to ``job`` in ``mode`` without preemption or released jobs
-        depends only on its pods, mode, GPU type and pinned cell, not on its queue
-        (always, with ``queue_blind``): one "no" then serves every such job."""
+        depends only on its pods, mode, GPU type and pinned cell, not on its queue:
+        one "no" then serves every such job."""
         ...
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:

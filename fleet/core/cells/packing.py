@@ -102,7 +102,8 @@ def best_over(
             if counted:
                 if room < need:
                     continue
-            elif COUNTED:
+            elif COUNTED and (room < need or not _node_with(cell, widest, _NOTHING)):
+                # the unowned leaves alone do not settle it: count the leaving jobs'
                 if leaving is None:
                     leaving = leaving_leaves(state, question)
                 if room + leaving.get(cell.id, 0) < need or not _node_with(cell, widest, leaving):
@@ -116,8 +117,12 @@ def best_over(
         if countable(state, containers, question):
             best = spread_counted(state, containers, needs, question, opportunistic)
         else:
-            best = spread(state, list(containers), needs, question, opportunistic)
+            best = spread(state, list(containers), needs, question, opportunistic, leaving)
     return best
+
+
+#: No leaving jobs (the unowned leaves alone).
+_NOTHING: Final[dict[int, int]] = {}
 
 
 def _node_with(cell: Cell, k: int, leaving: dict[int, int]) -> bool:
@@ -699,24 +704,32 @@ def spread(
     needs: list[tuple[int, int]],
     question: Question,
     opportunistic: bool,
+    leaving: dict[int, int] | None = None,
 ) -> Choice | None:
-    """Pods one by one over several containers (gang spanning top-level cells)."""
+    """Pods one by one over several containers (gang spanning top-level cells).
+
+    ``leaving``: :func:`leaving_leaves` of ``question`` if the caller counted it."""
     leaves: dict[int, list[Cell]] = {}
     victims: set[str] = set()
     # What each container could give at most (unowned leaves, and the leaves of
     # the victims and released jobs): a pod that needs more is not asked there,
     # and a gang that needs more than all of them together is not spread.
-    bound: list[int] | None = None
+    bounds: tuple[list[int], dict[int, int]] | None = None
     if COUNTED:
-        leaving = leaving_leaves(state, question)
-        bound = [c.size - c.used + leaving.get(c.id, 0) for c, _ in containers]
+        gone = leaving_leaves(state, question) if leaving is None else leaving
+        bound = [c.size - c.used + gone.get(c.id, 0) for c, _ in containers]
         if sum(bound) < sum(k for _, k in needs):
             return None
+        bounds = bound, gone
     try:
         for idx, k in needs:
             best: Choice | None = None
             for at, (cell, want) in enumerate(containers):
-                if k and bound is not None and (bound[at] < k or not _node_with(cell, k, leaving)):
+                if (
+                    k
+                    and bounds is not None
+                    and (bounds[0][at] < k or not _node_with(cell, k, bounds[1]))
+                ):
                     continue
                 choice = pack(state, cell, want, [(idx, k)], question, opportunistic)
                 if choice is not None and (best is None or choice.key < best.key):

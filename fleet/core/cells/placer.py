@@ -68,9 +68,6 @@ class CellPlacer:
     count waits as HiveD does.
     """
 
-    #: Answers depend on the job's queue (its virtual cluster).
-    queue_blind = False
-
     def __init__(
         self,
         cluster: str,
