@@ -10,7 +10,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# The scheduling core compiled with mypyc into build/core (fleet/compiled_core.py);
+# a no-op while current. Without a C compiler the core runs interpreted.
 install: $(VENV)/.installed
+	@./scripts/compile-core || echo "make install: WARNING: the core was not compiled; it runs interpreted (about half as fast)" >&2
 
 test: install
 	./scripts/run-tests

@@ -36,7 +36,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.core import placement, resources
+from fleet.core import checks, placement, resources
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode, Pod
@@ -114,6 +114,7 @@ class CapacityPlacer:
             self._open[gpus] = self._open.get(gpus, 0) + 1
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
+        checks.built(self)
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
         """Always: no virtual clusters here, answers never depend on the job's queue."""

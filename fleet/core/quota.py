@@ -30,6 +30,7 @@ docs/decisions/0001-quota-semantics.md for the choices DESIGN.md left open.
 from __future__ import annotations
 
 # Part of this module's API: the names its callers import from here.
+from fleet.core import checks
 from fleet.core.quota_rules import QuotaError as QuotaError
 from fleet.core.quota_rules import QuotaNodeSpec as QuotaNodeSpec
 from fleet.core.quota_structure import UNCHANGED as UNCHANGED
@@ -57,14 +58,19 @@ class QuotaTree(QuotaUsage):
     @classmethod
     def build(cls, root: QuotaNodeSpec) -> QuotaTree:
         """Validate ``root`` and return an empty-usage tree; raise :class:`QuotaError`."""
-        self = cls.__new__(cls)
-        self._init_structure(root)
-        self._init_usage()
-        return self
+        return cls(root)
+
+    def __init__(self, root: QuotaNodeSpec | None = None) -> None:
+        """A tree validated from ``root`` (prefer :meth:`build`); without one, an empty
+        shell for :meth:`copy` to fill."""
+        if root is not None:
+            self._init_structure(root)
+            self._init_usage()
+        checks.built(self)
 
     def copy(self) -> QuotaTree:
         """An independent copy: changing its usage or quota leaves this tree alone."""
-        other = QuotaTree.__new__(QuotaTree)
+        other = QuotaTree()
         self._copy_structure_to(other)
         self._copy_usage_to(other)
         return other

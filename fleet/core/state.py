@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import lifecycle
+from fleet.core import checks, lifecycle
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
 from fleet.core.jobs import Job, Mode, sort_key
@@ -35,11 +35,8 @@ from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
+from fleet.core.unknown_job import UnknownJob as UnknownJob
 from fleet.core.waiting import IdleKey, WaitBook, idle_key
-
-
-class UnknownJob(KeyError):
-    """A job key the scheduler does not hold in the state the caller expects."""
 
 
 class DuplicateJob(ValueError):
@@ -249,6 +246,7 @@ class SchedulerState:
         #: running jobs that may hold fewer pods than they can run (a superset)
         self.partial: set[str] = set()
         self._order = 0
+        checks.built(self)
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""

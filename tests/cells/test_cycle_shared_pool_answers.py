@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import Admit, Wait, cycle
@@ -51,6 +53,7 @@ def test_a_queue_with_a_vc_is_not_answered_by_the_shared_pools_no() -> None:
     assert waits.job == "default/a1" and "shared pool of c1" in waits.reason
 
 
+@pytest.mark.interpreted_core
 def test_queues_without_a_vc_share_the_answer_and_its_words() -> None:
     # Queues a and c have no VC; both are told the same reason (asked once).
     state = state_with_vcs({"b": [("RACK.NODE", 2)]})

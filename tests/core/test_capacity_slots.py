@@ -10,6 +10,7 @@ on nodes that limit only GPUs it must say exactly what the placement says.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -202,6 +203,7 @@ def mixed_clusters(draw: st.DrawFn) -> CapacityPlacer:
     return p
 
 
+@pytest.mark.interpreted_core
 @settings(max_examples=300, deadline=None)
 @given(
     mixed_clusters(),

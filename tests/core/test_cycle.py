@@ -415,6 +415,7 @@ class RefusingPlacer(CapacityPlacer):
         super().bind(job, charge, fit)
 
 
+@pytest.mark.interpreted_core
 @pytest.mark.parametrize("refuse_all", [False, True], ids=["victims-refused", "all-refused"])
 def test_a_placement_refused_after_preemption_neither_admits_nor_preempts(
     refuse_all: bool,

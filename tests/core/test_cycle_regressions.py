@@ -134,6 +134,7 @@ class RefusingCells(CellPlacer):
         super().bind(job, charge, fit)
 
 
+@pytest.mark.interpreted_core
 def test_a_refused_bind_puts_cell_victims_back_exactly() -> None:
     tree = {
         "name": "root",

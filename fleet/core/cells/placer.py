@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fleet.core import checks
 from fleet.core.cells import (
     binding,
     demands,
@@ -83,6 +84,7 @@ class CellPlacer:
         self.topo: Topology = self.state.topo
         self.j: Journal = self.state.j
         self.alloc: Allocator = self.state.alloc
+        checks.built(self)
 
     # -- Placer protocol ------------------------------------------------------------------
 
