@@ -117,11 +117,11 @@ from fleet.core.state import SchedulerState
 
 GPU = "nvidia.com/gpu"
 leaves = [f"team-{g}-{i}" for g in range(3) for i in range(6)]
-tree = QuotaTree.build(QuotaNodeSpec(name="root", min=Resources({GPU: 320}), max=Resources({GPU: 320}), children=tuple(
-    QuotaNodeSpec(name=f"g{g}", min=Resources({GPU: 96}), max=Resources({GPU: 160}), children=tuple(
-        QuotaNodeSpec(name=f"team-{g}-{i}", min=Resources({GPU: 16}), max=Resources({GPU: 64}),
-                      namespaces=(f"ns-{g}-{i}",))
-        for i in range(6)))
+def node(name, lo, hi, **kw):
+    return QuotaNodeSpec(name=name, min=Resources({GPU: lo}), max=Resources({GPU: hi}), **kw)
+tree = QuotaTree.build(node("root", 320, 320, children=tuple(
+    node(f"g{g}", 96, 160, children=tuple(
+        node(f"team-{g}-{i}", 16, 64, namespaces=(f"ns-{g}-{i}",)) for i in range(6)))
     for g in range(3))))
 def cells(c):
     return CellPlacer(f"c{c}", load_cell_config({
