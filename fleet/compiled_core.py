@@ -28,13 +28,15 @@ garbage collector in the property tests.
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
 import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -88,6 +90,55 @@ def _modules(build: Path) -> dict[str, Path]:
         if suffix is not None:
             out.setdefault(rel[: -len(suffix)].replace("/", "."), path)
     return out
+
+
+def _rebuild(cls: type[object], state: dict[str, object]) -> object:
+    """A frozen dataclass instance from its fields (the unpickling half of :func:`_reduce`)."""
+    obj = cls.__new__(cls)
+    for name, value in state.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _reduce(obj: object) -> tuple[Callable[..., object], tuple[object, ...]]:
+    """Pickle a compiled frozen dataclass by its fields: the compiled class's own
+    unpickling sets them through ``__setattr__``, which a frozen class refuses."""
+    cls = type(obj)
+    state = {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return (_rebuild, (cls, state))
+
+
+#: the compiled modules whose frozen dataclasses :func:`picklable` registered
+_REGISTERED: set[str] = set()
+_SEEN = [0]  # len(sys.modules) at the last look
+
+
+def picklable() -> None:
+    """Make the frozen dataclasses of every compiled module loaded so far picklable.
+
+    A compiled class unpickles by setting its fields through ``__setattr__``,
+    which a frozen dataclass refuses; :func:`_reduce` pickles them by their
+    fields instead.  Call before pickling core values (:mod:`fleet.workers`
+    does, on both sides): the classes of the values are loaded by then.
+    """
+    if len(sys.modules) == _SEEN[0]:
+        return
+    _SEEN[0] = len(sys.modules)
+    for name, module in list(sys.modules.items()):
+        if name in _REGISTERED or not name.startswith("fleet.core."):
+            continue
+        if module is None or (module.__file__ or "").endswith(".py"):
+            continue
+        _REGISTERED.add(name)
+        for value in list(vars(module).values()):
+            params = getattr(value, "__dataclass_params__", None)
+            if (
+                isinstance(value, type)
+                and value.__module__ == name
+                and params is not None
+                and params.frozen
+            ):
+                copyreg.pickle(value, _reduce)
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -3,7 +3,9 @@
 Theory of operation: :class:`WorkerProcesses` is a process pool of a fixed
 size, started the first time work is handed to it (``spawn``: fresh
 interpreters that inherit none of the service's threads, event loop or open
-connections) and reused after that.  Work and answers are pickled.  A worker
+connections) and reused after that.  Work and answers are pickled (values of
+the compiled core too: :func:`fleet.compiled_core.picklable` runs on both
+sides first).  A worker
 that dies (killed, out of memory) fails the work it had with
 ``BrokenProcessPool``; the pool is then replaced at the next call.  Workers
 ignore Ctrl-C, which reaches the whole process group: the service stops them
@@ -24,6 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, TypeVar
 
+from fleet import compiled_core
+
 T = TypeVar("T")
 
 #: Seconds between a worker's checks that the service still runs.
@@ -42,6 +46,13 @@ def _serve_the_service(service: int) -> None:
         os._exit(0)
 
     threading.Thread(target=watch, name="fleet-worker-watch", daemon=True).start()
+
+
+def _picklable(work: Callable[..., T], *args: Any) -> T:
+    """In a worker: ``work(*args)``, with the compiled core's values made picklable."""
+    answer = work(*args)
+    compiled_core.picklable()
+    return answer
 
 
 class WorkerProcesses:
@@ -66,8 +77,9 @@ class WorkerProcesses:
             )
             self.started += 1
         pool = self._pool
+        compiled_core.picklable()
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, work, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, _picklable, work, *args)
         except BrokenProcessPool:
             if self._pool is pool:  # a worker died: a new pool next time
                 self._pool = None

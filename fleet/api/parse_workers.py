@@ -37,6 +37,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fleet import compiled_core
 from fleet.api.problems import Problem, ProblemError
 from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
 from fleet.core.quota import QuotaTree
@@ -162,6 +163,7 @@ class ParseWorkers:
     def _config_of(self, tree: QuotaTree, clusters: list[MemberClusterModel]) -> _Config:
         held = self._config
         if held is None or held[0] is not tree or held[1] is not clusters:
+            compiled_core.picklable()
             config = _Config(next(self._generations), pickle.dumps((tree, clusters)))
             held = self._config = (tree, clusters, config)
         return held[2]
