@@ -97,6 +97,9 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         )
         key = _memo_key(run, job, verdict, start, least)
         known = run.shapes.get(key)
+        if known is None and run.owed is not None:
+            known = run.shapes.kept.get(key)
+            run.kept = known is not None
         if known is not None:
             run.last_block = known.block
             return Waits(known.reason)
@@ -115,11 +118,14 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         deferred = deferred or smaller_deferred
         reason = reason or smaller_reason
     if isinstance(found, Plan):
+        run.shapes.kept.clear()
         refused = commit(run, job, found)
         return STARTED if refused is None else Waits(refused)
     if deferred:
         return DEFER
-    if key is not None and not run.kept:
+    if key is not None and run.kept:
+        run.shapes.kept[key] = Remembered(reason, run.last_block)
+    elif key is not None:
         # At either size, a guaranteed or blocked verdict may preempt borrowed work.
         verdicts = (key[2], key[3])
         could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)

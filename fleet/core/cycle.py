@@ -160,12 +160,16 @@ def serve(
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
     nxt: tuple[tuple[int, float], int, str] | None = None
+    last: str | None = None  # the queue served last
     while heap or nxt is not None:
         if nxt is not None:
             key, rank, name = nxt
             nxt = None
         else:
             key, rank, name = heapq.heappop(heap)
+        if name != last:
+            run.shapes.kept.clear()  # owed answers hold within one queue's run
+            last = name
         current = share(run, name)
         if current != key:
             heapq.heappush(heap, (current, rank, name))

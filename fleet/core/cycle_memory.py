@@ -28,8 +28,12 @@ every memory switched off through :class:`Shortcuts`).
 * The borrowing pass's owed demand (:class:`fleet.core.owed.Owed`) keeps
   each queue's count between questions and drops the jobs the pass went
   past that started as counted; ``Shortcuts.owed_counts`` off counts every
-  queue afresh at every question.  An answer "the room is owed" is never
-  remembered by shape: the owed demand moves as the pass goes on.
+  queue afresh at every question.  An answer "the room is owed" moves as the
+  pass goes on (other queues' cursors, admissions), so it is remembered by
+  shape (``ShapeMemo.kept``) only while the pass stays in one queue and
+  admits nothing: the pass forgets it when it turns to another queue and
+  before any commit.  Between two jobs of one queue nothing the answer
+  depends on moves (the queue's own cursor is not counted against it).
 """
 
 from __future__ import annotations
@@ -90,6 +94,9 @@ class ShapeMemo:
     entries: dict[tuple[object, ...], Remembered] = field(default_factory=dict)
     #: keys whose answer may change when a borrowed job is admitted
     could_preempt_borrowed: set[tuple[object, ...]] = field(default_factory=set)
+    #: shapes refused because the room is owed to guaranteed work (borrowing pass),
+    #: while the pass stays in one queue and admits nothing (see the module docstring)
+    kept: dict[tuple[object, ...], Remembered] = field(default_factory=dict)
 
     def get(self, key: tuple[object, ...]) -> Remembered | None:
         return self.entries.get(key) if self.on else None
@@ -104,6 +111,7 @@ class ShapeMemo:
     def forget(self) -> None:
         self.entries.clear()
         self.could_preempt_borrowed.clear()
+        self.kept.clear()
 
     def forget_borrowed_dependents(self) -> None:
         for key in self.could_preempt_borrowed:
