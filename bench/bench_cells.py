@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from fleet import compiled_core
 from fleet.core.cells.config import load_cell_config, load_hived_file_dict
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.charges import charge_for
@@ -202,6 +203,7 @@ def main() -> None:
         help="do not gc.freeze() the built cluster before the loop (see the module docstring)",
     )
     args = parser.parse_args()
+    print(compiled_core.describe())
     if args.config:
         with open(args.config) as f:
             config = load_hived_file_dict(yaml.safe_load(f))

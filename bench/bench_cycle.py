@@ -43,6 +43,7 @@ import time
 import tracemalloc
 from typing import Any
 
+from fleet import compiled_core
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
@@ -340,6 +341,7 @@ def main() -> None:
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the GC as it is")
     args = parser.parse_args()
     placers = args.placer or ["capacity", "cells"]
+    print(compiled_core.describe())
 
     for placer in placers:
         measure(args, placer, args.jobs)

@@ -190,6 +190,16 @@ def install(root: Path = ROOT, choice: str | None = None) -> bool:
     return True
 
 
+def describe() -> str:
+    """One line for benchmarks: which core runs, and how to get the other."""
+    if active():
+        return f"core: compiled (mypyc, {ROOT / BUILD}); {ENV}=interpreted runs the sources"
+    return (
+        f"core: interpreted ({ENV}={os.environ.get(ENV, 'auto') or 'auto'}); "
+        "scripts/compile-core builds the compiled one"
+    )
+
+
 def active() -> bool:
     """Whether the core in use is the compiled one."""
     module = sys.modules.get("fleet.core.cycle")

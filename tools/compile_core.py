@@ -13,11 +13,14 @@ Nothing is done when the build in place is current (``--force`` rebuilds).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from fleet.compiled_core import BUILD, ROOT, compiled_sources, current_build, stamp
@@ -37,19 +40,27 @@ def build(root: Path, jobs: int) -> Path:
     before = stamp(root)
     cwd = Path.cwd()
     os.chdir(root)  # mypyc names modules by their paths from here
+    said = io.StringIO()  # mypyc's notes and setuptools' chatter: shown if the build fails
     try:
-        extensions = mypycify(sources, group_name=GROUP, target_dir=str(work / "c"), opt_level="3")
-        setup(
-            name="fleet-core-compiled",
-            ext_modules=extensions,
-            script_args=[
-                "--quiet",
-                "build_ext",
-                f"--build-lib={work / 'lib'}",
-                f"--build-temp={work / 'temp'}",
-                f"--parallel={jobs}",
-            ],
-        )
+        with contextlib.redirect_stdout(said), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            extensions = mypycify(
+                sources, group_name=GROUP, target_dir=str(work / "c"), opt_level="3"
+            )
+            setup(
+                name="fleet-core-compiled",
+                ext_modules=extensions,
+                script_args=[
+                    "--quiet",
+                    "build_ext",
+                    f"--build-lib={work / 'lib'}",
+                    f"--build-temp={work / 'temp'}",
+                    f"--parallel={jobs}",
+                ],
+            )
+    except BaseException:
+        sys.stderr.write(said.getvalue())
+        raise
     finally:
         os.chdir(cwd)
     if stamp(root) != before:
