@@ -68,6 +68,9 @@ class Waits:
 
     reason: str
 
+    def __init__(self, reason: str) -> None:
+        object.__setattr__(self, "reason", reason)
+
 
 Outcome = Started | Waits | Defer
 
@@ -309,6 +312,12 @@ class _Stop:
     units: list[Unit]
     whole: bool
     before: list[Unit]  # the owner's units before, to put back on a refused bind
+
+    def __init__(self, owner: Running, units: list[Unit], whole: bool, before: list[Unit]) -> None:
+        self.owner = owner
+        self.units = units
+        self.whole = whole
+        self.before = before
 
 
 def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:

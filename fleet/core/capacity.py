@@ -61,6 +61,18 @@ class _Held:
     requests: list[Resources] = field(default_factory=list)
     gpus: int = 0  # GPUs of its pods, counted
 
+    def __init__(
+        self,
+        info: Charge,
+        pods: list[PodPlacement] | None = None,
+        requests: list[Resources] | None = None,
+        gpus: int = 0,
+    ) -> None:
+        self.info = info
+        self.pods = [] if pods is None else pods
+        self.requests = [] if requests is None else requests
+        self.gpus = gpus
+
 
 _MODE_RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
 

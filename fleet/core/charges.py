@@ -37,6 +37,28 @@ class Charge:
     #: when the unit was admitted (the core's clock); minimum runtimes count from it
     since: float = 0.0
 
+    def __init__(
+        self,
+        key: str,
+        job: str,
+        queue: str,
+        priority: int,
+        seq: int,
+        preemptible: bool,
+        mode: Mode,
+        request: Resources,
+        since: float = 0.0,
+    ) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "seq", seq)
+        object.__setattr__(self, "preemptible", preemptible)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "since", since)
+
     @property
     def is_growth(self) -> bool:
         """Whether this unit is a growth step (not the job's first unit)."""

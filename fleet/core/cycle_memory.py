@@ -85,6 +85,10 @@ class Remembered:
     reason: str
     block: QuotaBlock | None
 
+    def __init__(self, reason: str, block: QuotaBlock | None) -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "block", block)
+
 
 @dataclass(slots=True)
 class ShapeMemo:

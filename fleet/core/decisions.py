@@ -36,6 +36,30 @@ class Admit:
     unit: str = ""
     victims: tuple[str, ...] = ()
 
+    def __init__(
+        self,
+        job: str,
+        queue: str,
+        cluster: str,
+        mode: Mode,
+        priority: int,
+        pods: tuple[PodPlacement, ...],
+        at: float = 0.0,
+        grown: bool = False,
+        unit: str = "",
+        victims: tuple[str, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "pods", pods)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "grown", grown)
+        object.__setattr__(self, "unit", unit)
+        object.__setattr__(self, "victims", victims)
+
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
@@ -55,6 +79,24 @@ class Preempt:
     at: float = 0.0
     unit: str = ""
 
+    def __init__(
+        self,
+        job: str,
+        queue: str,
+        cluster: str,
+        pods: tuple[PodPlacement, ...],
+        reason: str,
+        at: float = 0.0,
+        unit: str = "",
+    ) -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "pods", pods)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "unit", unit)
+
 
 @dataclass(frozen=True, slots=True)
 class Wait:
@@ -64,6 +106,12 @@ class Wait:
     queue: str
     reason: str
     at: float = 0.0
+
+    def __init__(self, job: str, queue: str, reason: str, at: float = 0.0) -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "at", at)
 
 
 Decision = Admit | Preempt | Wait

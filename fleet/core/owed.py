@@ -65,6 +65,18 @@ class _Demand:
     picks: list[tuple[int, Resources]] = field(default_factory=list)
     total: dict[str, int] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        at: int,
+        base: dict[str, int],
+        picks: list[tuple[int, Resources]] | None = None,
+        total: dict[str, int] | None = None,
+    ) -> None:
+        self.at = at
+        self.base = base
+        self.picks = [] if picks is None else picks
+        self.total = {} if total is None else total
+
 
 @dataclass(frozen=True, slots=True)
 class Kept:
@@ -77,6 +89,22 @@ class Kept:
     request: int
     limit: int
     leaf: bool
+
+    def __init__(
+        self,
+        node: str,
+        resource: str,
+        used: int,
+        request: int,
+        limit: int,
+        leaf: bool,
+    ) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "used", used)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "leaf", leaf)
 
     @property
     def reason(self) -> str:

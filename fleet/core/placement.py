@@ -58,6 +58,11 @@ class PodPlacement:
     node: str
     gpus: tuple[int, ...] = ()
 
+    def __init__(self, pod: str, node: str, gpus: tuple[int, ...] = ()) -> None:
+        object.__setattr__(self, "pod", pod)
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpus", gpus)
+
 
 @dataclass(frozen=True, slots=True)
 class Fit:
@@ -75,6 +80,20 @@ class Fit:
     fragmentation: float = 0.0
     victims: tuple[str, ...] = ()
 
+    def __init__(
+        self,
+        cluster: str,
+        pods: tuple[PodPlacement, ...],
+        level: int = 0,
+        fragmentation: float = 0.0,
+        victims: tuple[str, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "pods", pods)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "fragmentation", fragmentation)
+        object.__setattr__(self, "victims", victims)
+
 
 @dataclass(frozen=True, slots=True)
 class NoFit:
@@ -82,6 +101,10 @@ class NoFit:
 
     cluster: str
     reason: str
+
+    def __init__(self, cluster: str, reason: str) -> None:
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "reason", reason)
 
 
 def recorded_pods(

@@ -97,6 +97,24 @@ class QuotaBlock:
     kind: BlockKind
     leaf: bool = True
 
+    def __init__(
+        self,
+        node: str,
+        resource: str,
+        used: int,
+        request: int,
+        limit: int,
+        kind: BlockKind,
+        leaf: bool = True,
+    ) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "used", used)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "leaf", leaf)
+
     @property
     def reason(self) -> str:
         r = self.resource

@@ -52,6 +52,12 @@ class Transition:
     new: JobState
     reason: str = ""
 
+    def __init__(self, job: str, old: JobState | None, new: JobState, reason: str = "") -> None:
+        object.__setattr__(self, "job", job)
+        object.__setattr__(self, "old", old)
+        object.__setattr__(self, "new", new)
+        object.__setattr__(self, "reason", reason)
+
 
 @dataclass(frozen=True, slots=True)
 class Unit:
@@ -59,6 +65,10 @@ class Unit:
 
     charge: Charge
     pods: tuple[PodPlacement, ...]
+
+    def __init__(self, charge: Charge, pods: tuple[PodPlacement, ...]) -> None:
+        object.__setattr__(self, "charge", charge)
+        object.__setattr__(self, "pods", pods)
 
 
 @dataclass(slots=True)
@@ -70,6 +80,14 @@ class Running:
     units: list[Unit] = field(default_factory=list)
     #: when it was (last) recorded as running: growth visits partial jobs in this order
     order: int = 0
+
+    def __init__(
+        self, job: Job, cluster: str, units: list[Unit] | None = None, order: int = 0
+    ) -> None:
+        self.job = job
+        self.cluster = cluster
+        self.units = [] if units is None else units
+        self.order = order
 
     @property
     def mode(self) -> Mode:

@@ -67,6 +67,24 @@ class CellFit(Fit):
     kind: HoldKind = KIND_OPP
     bindings: tuple[int, ...] = ()
 
+    def __init__(
+        self,
+        cluster: str,
+        pods: tuple[PodPlacement, ...],
+        level: int = 0,
+        fragmentation: float = 0.0,
+        victims: tuple[str, ...] = (),
+        kind: HoldKind = KIND_OPP,
+        bindings: tuple[int, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "cluster", cluster)
+        object.__setattr__(self, "pods", pods)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "fragmentation", fragmentation)
+        object.__setattr__(self, "victims", victims)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "bindings", bindings)
+
 
 #: An in-node choice by leaf positions: (positions per pod in demand order, level).
 InNode = tuple[tuple[tuple[int, ...], ...], int]
