@@ -28,8 +28,9 @@ Printed figures, per placer:
 Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
 state at 100k pending, the cycle time at 1M within 1.5x of 10k, and <= 2 KiB
 per pending job.
-After the backlog is queued the benchmark calls ``gc.freeze()``, as a
-long-running scheduler would after start-up (``--no-gc-freeze`` to compare).
+After the backlog is queued the benchmark calls ``gc.freeze()`` and follows
+the full collections as ``fleet serve`` does (:class:`fleet.collector.FollowGrowth`:
+what survives one is frozen), ``--no-gc-freeze`` to compare.
 The figures are printed, never asserted.
 """
 
@@ -44,6 +45,7 @@ import tracemalloc
 from typing import Any
 
 from fleet import compiled_core
+from fleet.collector import FollowGrowth
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
@@ -252,11 +254,13 @@ def measure(
     del new
     per_job = (peak - base) / jobs
 
+    collector = FollowGrowth()
     if not args.no_gc_freeze:
-        # A long-running scheduler does this after start-up: the objects it
-        # keeps for good are left out of every later full garbage collection.
+        # As `fleet serve` does: what survives a full garbage collection is left
+        # out of the later ones (fleet.collector), starting with the backlog.
         gc.collect()
         gc.freeze()
+        collector.install()
     admitted, elapsed = timed_cycle(state, 0.0)
     if not quiet:
         print(
@@ -281,8 +285,7 @@ def measure(
     if profiler is not None:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False))
-    if not args.no_gc_freeze:
-        gc.unfreeze()
+    collector.remove()  # and unfreezes
     rate = statistics.median(a / t if t else 0.0 for a, t in rounds)
     cycle_time = statistics.median(t for _, t in rounds)
     if not quiet:

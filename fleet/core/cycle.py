@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from dataclasses import replace
 
 from fleet.core import admission, cluster_choice, growth, quota_change
@@ -74,8 +75,6 @@ from fleet.core.state import SchedulerState
 from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
-
-_NO_SHARE = (2, 0.0)
 
 
 def cycle(
@@ -121,19 +120,23 @@ def cycle(
     return run.decisions
 
 
-def share(run: CycleRun, queue: str) -> tuple[int, float]:
-    """The queue's fairness key; cached until its usage changes (``run.touch``)."""
+def share(run: CycleRun, queue: str) -> float:
+    """The queue's fairness key; cached until its usage changes (``run.touch``).
+
+    The ratio of :meth:`~fleet.core.quota.QuotaTree.share_of`, or infinity for
+    a queue with neither ``min`` nor ``max`` (it sorts last).  Queues below
+    their share (ratio under 1) come before those at or above it, as the
+    ratio's own order says; a flat number keeps the heap's comparisons cheap.
+    """
     known = run.shares.get(queue)
     if known is None:
         known = run.shares[queue] = _share(run.state, queue)
     return known
 
 
-def _share(state: SchedulerState, queue: str) -> tuple[int, float]:
+def _share(state: SchedulerState, queue: str) -> float:
     ratio = state.tree.share_of(queue)
-    if ratio is None:
-        return _NO_SHARE
-    return (0 if ratio < 1.0 else 1, ratio)
+    return math.inf if ratio is None else ratio
 
 
 def serve(
@@ -159,7 +162,7 @@ def serve(
     owed = run.owed
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
-    nxt: tuple[tuple[int, float], int, str] | None = None
+    nxt: tuple[float, int, str] | None = None
     last: str | None = None  # the queue served last
     while heap or nxt is not None:
         if nxt is not None:
@@ -225,8 +228,8 @@ def serve(
 
 
 def _back(
-    heap: list[tuple[tuple[int, float], int, str]], entry: tuple[tuple[int, float], int, str]
-) -> tuple[tuple[int, float], int, str]:
+    heap: list[tuple[float, int, str]], entry: tuple[float, int, str]
+) -> tuple[float, int, str]:
     """Put ``entry`` back into ``heap`` and return the smallest entry, popped: ``entry``
     itself when it is smaller than every other (one queue has one entry at a time)."""
     if heap and heap[0] < entry:

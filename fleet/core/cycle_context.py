@@ -65,7 +65,7 @@ class CycleRun:
     #: StrictFIFO queues stopped this cycle
     blocked: set[str] = field(default_factory=set)
     #: queue -> its fairness key, until its usage changes
-    shares: dict[str, tuple[int, float]] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
     #: the reasons this cycle leaves (it replaces ``state.waiting`` at the end)
     book: WaitBook = field(default_factory=WaitBook)
     #: (queue, resource) -> the jobs looked at so far, counted (:func:`fleet.core.cycle.wait_all`)

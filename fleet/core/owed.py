@@ -159,7 +159,8 @@ class Owed:
         self._stale: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
         self._limits: dict[str, list[tuple[str, Resources]]] = {}
-        self._texts: dict[Kept, str] = {}
+        #: Kept's fields -> its reason (a tuple hashes faster than the dataclass)
+        self._texts: dict[tuple[str, str, int, int, int, bool], str] = {}
 
     def moved(self, queue: str, cursor: int) -> None:
         """The pass moved on in ``queue``: its next job is at ``cursor``."""
@@ -235,9 +236,10 @@ class Owed:
 
     def text(self, kept: Kept) -> str:
         """``kept.reason``, worded once per distinct answer in the pass."""
-        known = self._texts.get(kept)
+        key = (kept.node, kept.resource, kept.used, kept.request, kept.limit, kept.leaf)
+        known = self._texts.get(key)
         if known is None:
-            known = self._texts[kept] = kept.reason
+            known = self._texts[key] = kept.reason
         return known
 
     def _limited(self, queue: str) -> list[tuple[str, Resources]]:
