@@ -15,8 +15,10 @@ clusters of 500 nodes x 8 GPUs each, placed by each placer in turn
 
 Printed figures, per placer:
 * full cycle: one cycle over the whole backlog (admissions/s);
-* steady state: a share of running jobs finishes and as many new jobs arrive,
-  then one cycle (admissions/s and cycle time, median over the rounds);
+* steady state: the backlog is topped up to its nominal size after the full
+  cycle; then, each round, a share of running jobs finishes, as many new jobs
+  arrive, and one cycle runs (admissions/s and cycle time, median over the
+  rounds);
 * peak memory per pending job (tracemalloc over building + queueing them);
 * with ``--scale``: the steady-state cycle time at 10,000 / 100,000 /
   1,000,000 pending jobs, with the admissions it made and the CPU per
@@ -266,18 +268,26 @@ def measure(
         print(
             f"[{placer}] setup: {len(queues)} leaf queues, {jobs} pending gangs, "
             f"{args.clusters} clusters x {args.nodes} nodes x 8 GPUs (built in {built:.1f} s), "
-            f"gc.freeze {'off' if args.no_gc_freeze else 'on'}"
+            f"gc: {'as it is' if args.no_gc_freeze else 'as fleet serve (freeze, FollowGrowth)'}"
         )
         print(
             f"[{placer}] full cycle: {admitted} admissions in {elapsed:.3f} s = "
-            f"{admitted / elapsed:,.0f} /s ({state.pending_count()} still pending)"
+            f"{admitted / elapsed:,.0f} /s ({state.pending_count()} still pending; "
+            f"topped up to {jobs} for the steady rounds)"
         )
     full_rate = admitted / elapsed if elapsed else 0.0
+    # The steady rounds run at the nominal backlog: what the full cycle admitted
+    # is queued again (new jobs of the same mix), so "N pending" holds for them.
+    topped = make_jobs(rng, jobs - state.pending_count(), queues, jobs)
+    for job in topped:
+        events.apply(state, events.Submitted(job))
+    next_seq = jobs + len(topped)
+    del topped
     profiler = _profiler() if args.profile and not quiet else None
     if profiler is not None:
         profiler.start()
     first = len(CPU_TIMES)
-    rounds = steady_rounds(state, rng, queues, args.rounds, args.churn, jobs, quiet)
+    rounds = steady_rounds(state, rng, queues, args.rounds, args.churn, next_seq, quiet)
     cpu = statistics.median(CPU_TIMES[first:])
     per_admission = statistics.median(
         c / a for c, (a, _) in zip(CPU_TIMES[first:], rounds, strict=True) if a
