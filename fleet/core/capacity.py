@@ -770,7 +770,7 @@ def _scratch(
 
 
 def _fits(request: Resources, free: Mapping[str, int]) -> bool:
-    for name, amount in request.items():
+    for name, amount in request.amounts.items():
         have = free.get(name)
         if have is not None and have < amount:
             return False

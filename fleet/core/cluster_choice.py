@@ -263,7 +263,7 @@ def _rank(lp: tuple[float, Placer]) -> tuple[float, str]:
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:
     total: dict[str, int] = {}
     for pod in pods:
-        for name, amount in pod.request.items():
+        for name, amount in pod.request.amounts.items():
             total[name] = total.get(name, 0) + amount
     return total
 

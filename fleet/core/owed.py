@@ -222,7 +222,7 @@ class Owed:
             if not sums:
                 continue
             stale = self._stale.get(node, {})
-            for r, amount in request.items():
+            for r, amount in request.amounts.items():
                 if amount <= 0 or r not in limit:
                     continue
                 owed = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)

@@ -358,8 +358,9 @@ class QuotaUsage(QuotaStructure):
         if not mn:
             return NO_MIN
         guar = self._guar[leaf]
+        amounts = request.amounts
         for r, cap in mn.items():
-            if guar.get(r, 0) + request.get(r, 0) > cap:
+            if guar.get(r, 0) + amounts.get(r, 0) > cap:
                 over = _OVER_MIN.get(r)
                 if over is None:
                     over = _OVER_MIN[r] = MinFit(fits=False, over=r)
@@ -367,12 +368,13 @@ class QuotaUsage(QuotaStructure):
         return WITHIN_MIN
 
     def _max_block(self, path: tuple[int, ...], request: Resources) -> QuotaBlock | None:
+        amounts = request.amounts
         for n in path:
             mx = self._max_d[n]
             if mx is None:
                 continue
             used = self._used[n]
-            for r, amount in request.items():
+            for r, amount in amounts.items():
                 if amount <= 0:
                     continue
                 cap = mx.get(r)
@@ -533,7 +535,7 @@ class QuotaUsage(QuotaStructure):
                 used[MAX_JOBS] = used.get(MAX_JOBS, 0) + jobs
                 self._count[n] += sign
             return
-        items = list(rec.request.items())
+        items = list(rec.request.amounts.items())
         split = self._guar if rec.mode is Mode.GUARANTEED else self._borr
         for n in path:
             add_to(self._used[n], items, sign)

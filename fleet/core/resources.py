@@ -127,14 +127,17 @@ class Resources(Mapping[str, int]):
     Zero entries are dropped so that equality and hashing are structural.
     """
 
-    __slots__ = ("_hash", "_v")
+    __slots__ = ("_hash", "amounts")
 
-    _v: dict[str, int]
+    #: the nonzero amounts by name: read-only (a vector is immutable).  The core's
+    #: hot loops read it directly, which saves the compiled core a call into
+    #: this interpreted class (:mod:`fleet.compiled_core`)
+    amounts: dict[str, int]
     _hash: int | None
 
     def __init__(self, values: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
         items = values.items() if isinstance(values, Mapping) else values
-        self._v = {k: v for k, v in items if v}
+        self.amounts = {k: v for k, v in items if v}
         self._hash = None
 
     @classmethod
@@ -150,7 +153,7 @@ class Resources(Mapping[str, int]):
     @classmethod
     def _raw(cls, values: dict[str, int]) -> Resources:
         obj = cls.__new__(cls)
-        obj._v = values
+        obj.amounts = values
         obj._hash = None
         return obj
 
@@ -161,40 +164,40 @@ class Resources(Mapping[str, int]):
 
     # Mapping protocol -------------------------------------------------------
     def __getitem__(self, key: str) -> int:
-        return self._v.get(key, 0)
+        return self.amounts.get(key, 0)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._v)
+        return iter(self.amounts)
 
     def __len__(self) -> int:
-        return len(self._v)
+        return len(self.amounts)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._v
+        return key in self.amounts
 
     # The dict's own views: much faster than the Mapping mixins on hot paths.
     def keys(self) -> KeysView[str]:
-        return self._v.keys()
+        return self.amounts.keys()
 
     def items(self) -> ItemsView[str, int]:
-        return self._v.items()
+        return self.amounts.items()
 
     def values(self) -> ValuesView[int]:
-        return self._v.values()
+        return self.amounts.values()
 
     def get(self, key: str, default: int = 0) -> int:  # type: ignore[override]
-        return self._v.get(key, default)
+        return self.amounts.get(key, default)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Resources):
-            return self._v == other._v
+            return self.amounts == other.amounts
         if isinstance(other, Mapping):
-            return self._v == {k: v for k, v in other.items() if v}
+            return self.amounts == {k: v for k, v in other.items() if v}
         return NotImplemented
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash(frozenset(self._v.items()))
+            self._hash = hash(frozenset(self.amounts.items()))
         return self._hash
 
     def __repr__(self) -> str:
@@ -202,7 +205,7 @@ class Resources(Mapping[str, int]):
 
     # Arithmetic -------------------------------------------------------------
     def __add__(self, other: Mapping[str, int]) -> Resources:
-        out = dict(self._v)
+        out = dict(self.amounts)
         for k, v in other.items():
             s = out.get(k, 0) + v
             if s:
@@ -212,7 +215,7 @@ class Resources(Mapping[str, int]):
         return Resources._raw(out)
 
     def __sub__(self, other: Mapping[str, int]) -> Resources:
-        out = dict(self._v)
+        out = dict(self.amounts)
         for k, v in other.items():
             s = out.get(k, 0) - v
             if s:
@@ -224,15 +227,15 @@ class Resources(Mapping[str, int]):
     def scale(self, factor: int) -> Resources:
         if factor == 0:
             return ZERO
-        return Resources._raw({k: v * factor for k, v in self._v.items()})
+        return Resources._raw({k: v * factor for k, v in self.amounts.items()})
 
     def clamp_min_zero(self) -> Resources:
-        return Resources._raw({k: v for k, v in self._v.items() if v > 0})
+        return Resources._raw({k: v for k, v in self.amounts.items() if v > 0})
 
     def le(self, other: Mapping[str, int]) -> bool:
         """Every dimension of self is at most other's (absent = zero on both sides)."""
-        return all(v <= other.get(k, 0) for k, v in self._v.items()) and all(
-            v >= 0 for k, v in other.items() if k not in self._v
+        return all(v <= other.get(k, 0) for k, v in self.amounts.items()) and all(
+            v >= 0 for k, v in other.items() if k not in self.amounts
         )
 
     def any_gt(self, other: Mapping[str, int]) -> bool:
@@ -240,7 +243,7 @@ class Resources(Mapping[str, int]):
         return not self.le(other)
 
     def is_nonnegative(self) -> bool:
-        return all(v >= 0 for v in self._v.values())
+        return all(v >= 0 for v in self.amounts.values())
 
     def first_over(self, limit: Mapping[str, int]) -> str | None:
         """The first of ``limit``'s own names where self exceeds it, else None.
@@ -249,15 +252,15 @@ class Resources(Mapping[str, int]):
         ``max`` is read.
         """
         for k, cap in limit.items():
-            if self._v.get(k, 0) > cap:
+            if self.amounts.get(k, 0) > cap:
                 return k
         return None
 
     def only(self, names: Iterable[str]) -> Resources:
-        return Resources._raw({k: self._v[k] for k in names if k in self._v})
+        return Resources._raw({k: self.amounts[k] for k in names if k in self.amounts})
 
     def to_quantities(self) -> dict[str, str]:
-        return {k: format_quantity(k, v) for k, v in sorted(self._v.items())}
+        return {k: format_quantity(k, v) for k, v in sorted(self.amounts.items())}
 
 
 ZERO: Final = Resources()
