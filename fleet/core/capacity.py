@@ -616,7 +616,10 @@ class CapacityPlacer:
     def allocated(self) -> Resources:
         view = self._allocated_view
         if view is None:
-            view = self._allocated_view = Resources(self._allocated)
+            # The zeros dropped here, not by the interpreted constructor (it is
+            # rebuilt after every bind or release the cycle asks about).
+            nonzero = {name: amount for name, amount in self._allocated.items() if amount}
+            view = self._allocated_view = Resources.limits(nonzero)
         return view
 
     def free_gpus(self) -> int:

@@ -50,6 +50,11 @@ class ReplicaGroup:
     count: int
     per_pod: Resources
 
+    def __hash__(self) -> int:
+        # The generated hash, written here so that the compiled core compiles it
+        # (a job's shape, hashed by every memory of the cycle, holds its groups).
+        return hash((self.role, self.count, self.per_pod))
+
     @property
     def gpus(self) -> int:
         return self.per_pod[resources.GPU]
