@@ -98,6 +98,15 @@ def admit(run: CycleRun, job: Job) -> Outcome:
             priority=job.priority,
             preemptible=job.preemptible,
         )
+        if (
+            isinstance(verdict, QuotaBlock)
+            and (verdict.kind != MAX or job.opportunistic)
+            and least == start
+        ):
+            # Nothing makes room under such a block (plan_with_victims answers
+            # with it at once) and there is no smaller size to try.
+            run.last_block = None
+            return Waits(run.block_reason(verdict))
         key = _memo_key(run, job, verdict, start, least)
         known = run.shapes.get(key)
         if known is None and run.owed is not None:
@@ -169,9 +178,11 @@ def _memo_key(
 
 
 def _verdict(verdict: Mode | QuotaBlock) -> object:
+    """A verdict as a memory's key: a block with its figures, which its text gives
+    (an admission under the same limit changes them, and the text with them)."""
     if isinstance(verdict, Mode):
         return verdict
-    return (verdict.node, verdict.resource, verdict.kind)
+    return (verdict.node, verdict.resource, str(verdict.kind), verdict.used, verdict.limit)
 
 
 def plan(
@@ -208,7 +219,7 @@ def plan_with_victims(
     """Reclaim, or preempt inside the queue, to get under ``max``; a pure query."""
     tree = run.state.tree
     if block.kind != MAX or job.opportunistic:
-        return block.reason
+        return run.block_reason(block)
     memo = (job.queue, block.node, block.resource)
     shortfall = block.used + block.request - block.limit
     # Minimum runtimes count only when a node sets one (the usual tree sets none).

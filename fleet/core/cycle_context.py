@@ -74,6 +74,8 @@ class CycleRun:
     owed: Owed | None = None
     #: the job being admitted waited at some size on room kept for guaranteed work
     kept: bool = False
+    #: a quota block's fields -> its reason, worded once per cycle
+    block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
@@ -85,6 +87,22 @@ class CycleRun:
         self.book.single[job.key] = reason
         if not self.shortcuts.parking or self.state.waiting.reason_of(job) != reason:
             self.decisions.append(Wait(job.key, job.queue, reason, self.now))
+
+    def block_reason(self, block: QuotaBlock) -> str:
+        """``block.reason``, worded once per distinct block in the cycle."""
+        key = (
+            block.node,
+            block.resource,
+            block.used,
+            block.request,
+            block.limit,
+            str(block.kind),
+            block.leaf,
+        )
+        known = self.block_texts.get(key)
+        if known is None:
+            known = self.block_texts[key] = block.reason
+        return known
 
     def admitted_keys(self) -> list[str]:
         """The jobs this cycle admitted (and did not displace)."""
