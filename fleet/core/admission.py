@@ -84,6 +84,14 @@ class Plan:
     fit: Fit
     quota_victims: tuple[str, ...] = ()
 
+    def __init__(
+        self, mode: Mode, pods: tuple[Pod, ...], fit: Fit, quota_victims: tuple[str, ...] = ()
+    ) -> None:
+        self.mode = mode
+        self.pods = pods
+        self.fit = fit
+        self.quota_victims = quota_victims
+
 
 def admit(run: CycleRun, job: Job) -> Outcome:
     """Admit ``job`` at the largest size that can start now, or say why it waits."""
@@ -239,7 +247,7 @@ def plan_with_victims(
         note = "" if now is None else _protection_note(run, job, request)
         if not note:
             run.last_block = block
-        return block.reason + note
+        return run.block_reason(block) + note
     removed: list[Charge] = []
     try:
         for key in victims:
@@ -248,7 +256,7 @@ def plan_with_victims(
             job.queue, request, priority=job.priority, preemptible=job.preemptible
         )
         if not isinstance(verdict, Mode):
-            return block.reason
+            return run.block_reason(block)
         if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
             return DEFER
         if verdict is Mode.BORROWED and run.owed is not None:
@@ -259,7 +267,7 @@ def plan_with_victims(
         if isinstance(fit, Fit):
             spared = _spared(run, job, fit)
             return Plan(verdict, pods, fit, tuple(victims)) if spared is None else spared
-        return f"{block.reason}; after preemption: {fit}"
+        return f"{run.block_reason(block)}; after preemption: {fit}"
     finally:
         for charge in reversed(removed):
             tree.admit(charge)

@@ -368,9 +368,7 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
     out: dict[str, Span] = {}
     for name, span in work.items():
         queue = state.queues[name]
-        if queue.strict_fifo or any(
-            MAX_JOBS in (tree.max_of(node) or {}) for node in tree.path_to_root(name)
-        ):
+        if queue.strict_fifo or tree.path_limits(name, MAX_JOBS):
             out[name] = span
             continue
         tried: list[list[Job]] = []

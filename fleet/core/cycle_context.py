@@ -43,6 +43,11 @@ class Seen:
     needs: dict[int, int] = field(default_factory=dict)
     rigid: int = 0
 
+    def __init__(self, upto: int = 0, needs: dict[int, int] | None = None, rigid: int = 0) -> None:
+        self.upto = upto
+        self.needs = {} if needs is None else needs
+        self.rigid = rigid
+
 
 @dataclass(slots=True)
 class CycleRun:

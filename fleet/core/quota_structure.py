@@ -208,6 +208,14 @@ class QuotaStructure:
         """The node's own ``max``; None means it sets no limit."""
         return self._max[self._node(name)]
 
+    def path_limits(self, name: str, resource: str) -> bool:
+        """Whether some node from ``name`` up to the root names ``resource`` in its ``max``."""
+        for i in self._paths[self._node(name)]:
+            limit = self._max_d[i]
+            if limit is not None and resource in limit:
+                return True
+        return False
+
     def min_runtimes(self, name: str) -> tuple[float, float]:
         """(preemptMinRuntime, reclaimMinRuntime) in force at the node, in seconds (0: none)."""
         return self._runtime[self._node(name)]

@@ -66,6 +66,18 @@ class ParkedTail:
     #: request -> its text, worded once per distinct request
     texts: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
+    def __init__(
+        self,
+        queue: str,
+        after: tuple[int, int],
+        block: QuotaBlock,
+        texts: dict[int, str] | None = None,
+    ) -> None:
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "after", after)
+        object.__setattr__(self, "block", block)
+        object.__setattr__(self, "texts", {} if texts is None else texts)
+
     def holds(self, job: Job) -> bool:
         return not job.opportunistic and sort_key(job) > self.after
 
@@ -95,6 +107,22 @@ class ParkedRun:
     guaranteed: dict[str, int]
     #: request -> its text, worded once per distinct request
     texts: dict[Resources, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __init__(
+        self,
+        queue: str,
+        first: tuple[int, int],
+        stop: tuple[int, int] | None,
+        floor: Mapping[str, int],
+        guaranteed: dict[str, int],
+        texts: dict[Resources, str] | None = None,
+    ) -> None:
+        object.__setattr__(self, "queue", queue)
+        object.__setattr__(self, "first", first)
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "floor", floor)
+        object.__setattr__(self, "guaranteed", guaranteed)
+        object.__setattr__(self, "texts", {} if texts is None else texts)
 
     def holds(self, job: Job) -> bool:
         key = sort_key(job)

@@ -73,7 +73,16 @@ CLASSES = _classes()
 
 def test_the_hot_value_classes_write_their_own_init() -> None:
     names = {name.split(":")[1] for name, _, _ in CLASSES}
-    assert {"Admit", "Wait", "Charge", "Fit", "CellFit", "QuotaBlock", "Transition"} <= names
+    assert {
+        "Admit",
+        "Wait",
+        "Charge",
+        "Fit",
+        "CellFit",
+        "QuotaBlock",
+        "Transition",
+        "ParkedTail",
+    } <= names
 
 
 @pytest.mark.parametrize(("name", "cls", "init"), CLASSES, ids=[c[0] for c in CLASSES])
@@ -102,4 +111,5 @@ def test_an_own_init_is_the_dataclass_init(
             or f"self.{arg} = {arg}" in body
             or f"self.{arg} = [] if {arg} is None else {arg}" in body
             or f"self.{arg} = {{}} if {arg} is None else {arg}" in body
+            or f"object.__setattr__(self, '{arg}', {{}} if {arg} is None else {arg})" in body
         ), f"{name}: field {arg} is not set from its parameter"
