@@ -9,7 +9,8 @@ when one of those things changes, so that using it changes no decision
 every memory switched off through :class:`Shortcuts`).
 
 * :class:`ShapeMemo` (Armada's "unfeasible key"): a job that could not start,
-  keyed by its shape, the pass, and its quota verdict at each size tried.  A
+  keyed by its shape, the pass, and its quota verdict at each size tried (a
+  block with its usage and limit, which its text gives).  A
   borrowed admission creates new victims for guaranteed jobs (reclaim and
   placement), so answers that could preempt borrowed work are forgotten then;
   any release forgets everything.
