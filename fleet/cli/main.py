@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 
@@ -274,10 +276,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a command whose reader went away: a process that SIGPIPE
+#: ended (128 + 13), as ``ls | head`` leaves ``ls``.
+READER_GONE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        args = build_parser().parse_args(argv)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except BrokenPipeError:
+        if not _stdout_broken():
+            raise  # another pipe or socket: not ours to hide
+        return READER_GONE
+
+
+def _stdout_broken() -> bool:
+    """Whether standard output's reader went away (``fleet get jobs | head``: its
+    pipe polls as an error); if so, what is still buffered for it goes nowhere, so
+    that the exit does not complain."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        ready = poller.poll(0)
+    except (AttributeError, OSError, ValueError):  # no poll(), or no file behind stdout
+        return False
+    if not any(events & (select.POLLERR | select.POLLHUP) for _, events in ready):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return True
 
 
 if __name__ == "__main__":
