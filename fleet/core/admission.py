@@ -106,13 +106,9 @@ def admit(run: CycleRun, job: Job) -> Outcome:
             priority=job.priority,
             preemptible=job.preemptible,
         )
-        if (
-            isinstance(verdict, QuotaBlock)
-            and (verdict.kind != MAX or job.opportunistic)
-            and least == start
-        ):
-            # Nothing makes room under such a block (plan_with_victims answers
-            # with it at once) and there is no smaller size to try.
+        if isinstance(verdict, QuotaBlock) and _final(verdict, job) and least == start:
+            # plan_with_victims would answer with the block at once, and there
+            # is no smaller size to try.
             run.last_block = None
             return Waits(run.block_reason(verdict))
         key = _memo_key(run, job, verdict, start, least)
@@ -221,12 +217,18 @@ def plan(
     return plan_with_victims(run, job, pods, request, verdict)
 
 
+def _final(block: QuotaBlock, job: Job) -> bool:
+    """Whether nothing can make room for ``job`` under ``block``: only a full ``max``
+    can be reclaimed or preempted under, and an opportunistic job preempts nobody."""
+    return block.kind != MAX or job.opportunistic
+
+
 def plan_with_victims(
     run: CycleRun, job: Job, pods: tuple[Pod, ...], request: Resources, block: QuotaBlock
 ) -> Plan | str | Defer:
     """Reclaim, or preempt inside the queue, to get under ``max``; a pure query."""
     tree = run.state.tree
-    if block.kind != MAX or job.opportunistic:
+    if _final(block, job):
         return run.block_reason(block)
     memo = (job.queue, block.node, block.resource)
     shortfall = block.used + block.request - block.limit
