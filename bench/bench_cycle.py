@@ -30,15 +30,19 @@ Printed figures, per placer:
 Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
 state at 100k pending, the cycle time at 1M within 1.5x of 10k, and <= 2 KiB
 per pending job.
-After the backlog is queued the benchmark calls ``gc.freeze()`` and follows
+After the backlog is queued the benchmark calls ``gc.freeze()``, follows
 the full collections as ``fleet serve`` does (:class:`fleet.collector.FollowGrowth`:
-what survives one is frozen), ``--no-gc-freeze`` to compare.
+what survives one is frozen), and runs each cycle as the service's loop does,
+with automatic collection paused and the young generations collected right
+after, on the cycle's clock (:func:`fleet.collector.cycle_paused`);
+``--no-gc-freeze`` leaves the collector as it is, to compare.
 The figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import random
 import statistics
@@ -47,7 +51,7 @@ import tracemalloc
 from typing import Any
 
 from fleet import compiled_core
-from fleet.collector import FollowGrowth
+from fleet.collector import FollowGrowth, cycle_paused
 from fleet.core import events
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
@@ -197,10 +201,16 @@ def cell_placers(tree: QuotaTree, clusters: int, nodes: int) -> dict[str, Placer
 CPU_TIMES: list[float] = []
 
 
+GC_AS_SERVED = "as fleet serve (freeze, FollowGrowth, paused in each cycle)"
+#: whether cycles run as the service's loop runs them (``--no-gc-freeze`` turns it off)
+AS_SERVED = [True]
+
+
 def timed_cycle(state: SchedulerState, now: float) -> tuple[int, float]:
     c0 = time.process_time()
     t0 = time.perf_counter()
-    decisions = cycle(state, now)
+    with cycle_paused() if AS_SERVED[0] else contextlib.nullcontext():
+        decisions = cycle(state, now)
     elapsed = time.perf_counter() - t0
     CPU_TIMES.append(time.process_time() - c0)
     return sum(1 for d in decisions if isinstance(d, Admit)), elapsed
@@ -257,6 +267,7 @@ def measure(
     per_job = (peak - base) / jobs
 
     collector = FollowGrowth()
+    AS_SERVED[0] = not args.no_gc_freeze
     if not args.no_gc_freeze:
         # As `fleet serve` does: what survives a full garbage collection is left
         # out of the later ones (fleet.collector), starting with the backlog.
@@ -268,7 +279,7 @@ def measure(
         print(
             f"[{placer}] setup: {len(queues)} leaf queues, {jobs} pending gangs, "
             f"{args.clusters} clusters x {args.nodes} nodes x 8 GPUs (built in {built:.1f} s), "
-            f"gc: {'as it is' if args.no_gc_freeze else 'as fleet serve (freeze, FollowGrowth)'}"
+            f"gc: {'as it is' if args.no_gc_freeze else GC_AS_SERVED}"
         )
         print(
             f"[{placer}] full cycle: {admitted} admissions in {elapsed:.3f} s = "

@@ -20,10 +20,8 @@ decisions; the compiled one is about twice as fast (ADR 0034).  The
 * ``compiled``: compiled, or :class:`CompiledCoreError` at ``import fleet``
   when the build is missing or stale (CI runs the tests so).
 
-Modules left interpreted (:data:`INTERPRETED`): package ``__init__`` files,
-the error that subclasses :class:`KeyError` (a compiled class may not), and
-:mod:`fleet.core.resources`, whose compiled ``Mapping`` subclass crashed the
-garbage collector in the property tests.
+Modules left interpreted (:data:`INTERPRETED`): package ``__init__`` files
+and the error that subclasses :class:`KeyError` (a compiled class may not).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: where ``scripts/compile-core`` puts the compiled modules, relative to the root
 BUILD = Path("build") / "core"
 #: core modules that stay interpreted (see the module docstring)
-INTERPRETED = frozenset({"fleet/core/unknown_job.py", "fleet/core/resources.py"})
+INTERPRETED = frozenset({"fleet/core/unknown_job.py"})
 #: the environment variable that chooses the core
 ENV = "FLEET_CORE"
 CHOICES = ("auto", "interpreted", "compiled")

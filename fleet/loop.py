@@ -51,6 +51,7 @@ from fleet.clusters.base import (
     MemberReadiness,
     NodeHealth,
 )
+from fleet.collector import cycle_paused
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
@@ -148,6 +149,12 @@ def _limits(values: Resources | None) -> dict[str, str] | None:
     if values is None:
         return None
     return {r: format_quantity(r, v) for r, v in sorted(values.items())}
+
+
+def _paused_cycle(state: SchedulerState) -> list[Decision]:
+    """The scheduling cycle with the collector paused, and the young collected after."""
+    with cycle_paused():
+        return cycle(state)
 
 
 # Inbox items ------------------------------------------------------------------------
@@ -426,7 +433,7 @@ class SchedulerLoop:
         """The scheduling cycle, in a span that carries its outcome (and metrics)."""
         with self._span("scheduling cycle") as span:
             started = time.perf_counter()
-            decisions = await self._off_loop(cycle, self.state)
+            decisions = await self._off_loop(_paused_cycle, self.state)
             if self.telemetry is not None:
                 self.telemetry.cycle_done(span, decisions, time.perf_counter() - started, now)
         return decisions

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet.collector import FollowGrowth
+from fleet.collector import FollowGrowth, cycle_paused
 
 
 class Node:
@@ -84,3 +84,57 @@ def test_a_thaw_waits_for_its_time_too() -> None:
     finally:
         policy.remove()
         gc.collect()
+
+
+def test_a_paused_cycle_is_not_stopped_and_collects_the_young_after() -> None:
+    assert gc.isenabled()
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, object]) -> None:
+        if phase == "start":
+            collections.append(int(str(info["generation"])))
+
+    gc.callbacks.append(seen)
+    try:
+        with cycle_paused():
+            assert not gc.isenabled()
+            kept = [Node() for _ in range(5 * gc.get_threshold()[0])]
+            assert collections == []  # far past the threshold: no collection
+        assert gc.isenabled()
+        assert collections == [1]  # one, of the young generations, right after
+        assert gc.get_count()[0] < 100
+    finally:
+        gc.callbacks.remove(seen)
+    assert len(kept) == 5 * gc.get_threshold()[0]
+
+
+def test_garbage_made_in_a_paused_cycle_is_freed_right_after() -> None:
+    with cycle_paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        for _ in range(3 * gc.get_threshold()[0]):
+            Node()
+        assert gone() is not None  # a reference cycle waits for the collector
+    assert gone() is None
+
+
+def test_overlapping_pauses_resume_when_the_last_ends() -> None:
+    first, second = cycle_paused(), cycle_paused()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # the other cycle still runs
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_process_that_switched_collection_off_keeps_it_off() -> None:
+    gc.disable()
+    try:
+        with cycle_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -88,7 +88,7 @@ def test_no_build_and_unknown_choices(tmp_path: Path) -> None:
 
 def test_the_core_in_use_is_the_one_fleet_core_asked_for() -> None:
     import fleet.core.cycle
-    import fleet.core.resources
+    import fleet.core.unknown_job
 
     choice = os.environ.get(compiled_core.ENV, "auto")
     compiled = not (fleet.core.cycle.__file__ or "").endswith(".py")
@@ -99,7 +99,7 @@ def test_the_core_in_use_is_the_one_fleet_core_asked_for() -> None:
         assert not compiled
     else:
         assert compiled == (current_build(ROOT) is not None)
-    assert (fleet.core.resources.__file__ or "").endswith(".py")  # left interpreted
+    assert (fleet.core.unknown_job.__file__ or "").endswith(".py")  # left interpreted
 
 
 WORKLOAD = """

@@ -19,7 +19,6 @@ one wrongly fails in its tests, not in a client.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
@@ -29,7 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
-from fleet.core.resources import Resources
+from fleet.core.resources import Amounts, Resources
 
 #: The media type of every JSON answer.
 JSON: Final = "application/json"
@@ -45,7 +44,7 @@ Quantities = Annotated[
 Count = Annotated[int, Field(ge=0)]
 
 
-def quantities(amounts: Mapping[str, int]) -> dict[str, str]:
+def quantities(amounts: Amounts) -> dict[str, str]:
     """Exact amounts (the core's base units) as quantity strings, sorted by name."""
     return Resources(amounts).to_quantities()
 

@@ -388,12 +388,12 @@ def spec_hash(document: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
 _SHOWN: Final = (resources.GPU, resources.CPU, resources.MEMORY)
 
 
-def _fits(request: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
+def _fits(request: resources.Amounts, capacity: resources.Amounts) -> bool:
     """Whether ``request`` fits ``capacity``; a resource the capacity does not name is free."""
     return all(capacity.get(name, amount) >= amount for name, amount in request.items())
 
 
-def _describe(amounts: Mapping[str, int], names: Sequence[str] = _SHOWN) -> str:
+def _describe(amounts: resources.Amounts, names: Sequence[str] = _SHOWN) -> str:
     parts = [
         f"{name} {resources.format_quantity(name, amounts[name])}"
         for name in names
@@ -402,7 +402,7 @@ def _describe(amounts: Mapping[str, int], names: Sequence[str] = _SHOWN) -> str:
     return ", ".join(parts) or "nothing"
 
 
-def _size(amounts: Mapping[str, int]) -> tuple[int, ...]:
+def _size(amounts: resources.Amounts) -> tuple[int, ...]:
     return tuple(amounts.get(name, 0) for name in _SHOWN)
 
 

@@ -13,7 +13,7 @@ is reported as waiting, never as started and preempted).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import IntEnum
 
 from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts
 from fleet.core.decisions import Decision, Wait
@@ -27,7 +27,7 @@ from fleet.core.waiting import WaitBook
 Span = tuple[int, int]
 
 
-class Pass(Enum):
+class Pass(IntEnum):
     """The cycle's three passes, in order."""
 
     GUARANTEED = 0  # work within each queue's min

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from fractions import Fraction
-from typing import Final
+from typing import Final, TypeAlias
 
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
@@ -65,7 +65,7 @@ def is_byte_resource(name: str) -> bool:
     return name in _BYTE_RESOURCES or name.startswith("hugepages-")
 
 
-def parse_value(text: str | int | float) -> Fraction:
+def parse_value(text: object) -> Fraction:
     """Parse a quantity into an exact rational number of base units."""
     if isinstance(text, bool):
         raise QuantityError(f"quantity {text!r} is a boolean, not a number")
@@ -91,7 +91,7 @@ def parse_value(text: str | int | float) -> Fraction:
     return number * _DECIMAL[match["dec"] or ""]
 
 
-def parse_quantity(resource: str, text: str | int | float) -> int:
+def parse_quantity(resource: str, text: object) -> int:
     """Parse ``text`` as a quantity of ``resource`` into its exact base unit."""
     value = parse_value(text)
     if value < 0:
@@ -121,10 +121,13 @@ def format_quantity(resource: str, amount: int) -> str:
     return str(amount)
 
 
-class Resources(Mapping[str, int]):
+class Resources:
     """An immutable, exact resource vector; absent names are zero.
 
-    Zero entries are dropped so that equality and hashing are structural.
+    Zero entries are dropped so that equality and hashing are structural.  It
+    reads like a ``Mapping[str, int]`` and is registered as one, but does not
+    subclass it: compiled with that base, it crashed the garbage collector
+    (ADR 0035).  Functions that take either say :data:`Amounts`.
     """
 
     __slots__ = ("_hash", "amounts")
@@ -135,26 +138,25 @@ class Resources(Mapping[str, int]):
     amounts: dict[str, int]
     _hash: int | None
 
-    def __init__(self, values: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
-        items = values.items() if isinstance(values, Mapping) else values
+    def __init__(self, values: Amounts | Iterable[tuple[str, int]] = ()) -> None:
+        items = _pairs(values) if isinstance(values, (Resources, Mapping)) else values
         self.amounts = {k: v for k, v in items if v}
         self._hash = None
 
     @classmethod
-    def limits(cls, values: Mapping[str, int]) -> Resources:
+    def limits(cls, values: Amounts) -> Resources:
         """A vector of limits (a quota node's ``max``): names given as 0 are kept.
 
         A limit of 0 is not the absence of a limit: ``max: {nvidia.com/gpu: 0}``
         lets the node use no GPU, where a ``max`` without the name lets it use
         any.  Such a vector is equal only to vectors with the same zero entries.
         """
-        return cls._raw(dict(values))
+        return cls._raw(dict(_pairs(values)))
 
     @classmethod
     def _raw(cls, values: dict[str, int]) -> Resources:
-        obj = cls.__new__(cls)
+        obj = Resources()
         obj.amounts = values
-        obj._hash = None
         return obj
 
     @classmethod
@@ -185,7 +187,7 @@ class Resources(Mapping[str, int]):
     def values(self) -> ValuesView[int]:
         return self.amounts.values()
 
-    def get(self, key: str, default: int = 0) -> int:  # type: ignore[override]
+    def get(self, key: str, default: int = 0) -> int:
         return self.amounts.get(key, default)
 
     def __eq__(self, other: object) -> bool:
@@ -204,9 +206,9 @@ class Resources(Mapping[str, int]):
         return f"Resources({self.to_quantities()!r})"
 
     # Arithmetic -------------------------------------------------------------
-    def __add__(self, other: Mapping[str, int]) -> Resources:
+    def __add__(self, other: Amounts) -> Resources:
         out = dict(self.amounts)
-        for k, v in other.items():
+        for k, v in _pairs(other):
             s = out.get(k, 0) + v
             if s:
                 out[k] = s
@@ -214,9 +216,9 @@ class Resources(Mapping[str, int]):
                 out.pop(k, None)
         return Resources._raw(out)
 
-    def __sub__(self, other: Mapping[str, int]) -> Resources:
+    def __sub__(self, other: Amounts) -> Resources:
         out = dict(self.amounts)
-        for k, v in other.items():
+        for k, v in _pairs(other):
             s = out.get(k, 0) - v
             if s:
                 out[k] = s
@@ -232,26 +234,27 @@ class Resources(Mapping[str, int]):
     def clamp_min_zero(self) -> Resources:
         return Resources._raw({k: v for k, v in self.amounts.items() if v > 0})
 
-    def le(self, other: Mapping[str, int]) -> bool:
+    def le(self, other: Amounts) -> bool:
         """Every dimension of self is at most other's (absent = zero on both sides)."""
-        return all(v <= other.get(k, 0) for k, v in self.amounts.items()) and all(
-            v >= 0 for k, v in other.items() if k not in self.amounts
+        theirs = other.amounts if isinstance(other, Resources) else other
+        return all(v <= theirs.get(k, 0) for k, v in self.amounts.items()) and all(
+            v >= 0 for k, v in theirs.items() if k not in self.amounts
         )
 
-    def any_gt(self, other: Mapping[str, int]) -> bool:
+    def any_gt(self, other: Amounts) -> bool:
         """Some dimension of self exceeds other's (absent = zero)."""
         return not self.le(other)
 
     def is_nonnegative(self) -> bool:
         return all(v >= 0 for v in self.amounts.values())
 
-    def first_over(self, limit: Mapping[str, int]) -> str | None:
+    def first_over(self, limit: Amounts) -> str | None:
         """The first of ``limit``'s own names where self exceeds it, else None.
 
         Names absent from ``limit`` are unlimited: this is how a quota node's
         ``max`` is read.
         """
-        for k, cap in limit.items():
+        for k, cap in _pairs(limit):
             if self.amounts.get(k, 0) > cap:
                 return k
         return None
@@ -261,6 +264,17 @@ class Resources(Mapping[str, int]):
 
     def to_quantities(self) -> dict[str, str]:
         return {k: format_quantity(k, v) for k, v in sorted(self.amounts.items())}
+
+
+Mapping.register(Resources)
+
+#: what reads like a vector of amounts: a :class:`Resources` or any mapping
+Amounts: TypeAlias = "Resources | Mapping[str, int]"
+
+
+def _pairs(values: Amounts) -> ItemsView[str, int]:
+    """The (name, amount) pairs of a vector or a mapping."""
+    return values.amounts.items() if isinstance(values, Resources) else values.items()
 
 
 ZERO: Final = Resources()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from fleet.core.resources import (
@@ -106,7 +108,7 @@ def test_parse_quantity_rejects(resource: str, text: str, message: str) -> None:
 @pytest.mark.parametrize("value", [True, None, [1]], ids=["bool", "none", "list"])
 def test_parse_value_rejects_non_quantities(value: object) -> None:
     with pytest.raises(QuantityError):
-        parse_value(value)  # type: ignore[arg-type]
+        parse_value(value)
 
 
 def test_quantity_error_is_a_value_error() -> None:
@@ -243,3 +245,16 @@ def test_to_quantities_and_repr() -> None:
 
 def test_typed_gpu_name() -> None:
     assert typed_gpu("A100") == "gpu.fleet.io/A100"
+
+
+def test_a_vector_reads_as_a_mapping() -> None:
+    """Not a subclass of Mapping (ADR 0035), but registered as one and read as one."""
+    r = Resources({"cpu": 1, GPU: 2})
+    assert isinstance(r, Mapping)
+    assert {**r} == {"cpu": 1, GPU: 2}
+    assert Resources(r) == r
+    assert Resources.limits(Resources({GPU: 2})) == {GPU: 2}
+    assert r + Resources({"cpu": 1}) == {"cpu": 2, GPU: 2}
+    assert r.le(Resources({"cpu": 1, GPU: 2})) and not r.le({"cpu": 1})
+    assert r.first_over(Resources({GPU: 1})) == GPU
+    assert r != Resources({GPU: 2}) and r == Resources({GPU: 2, "cpu": 1})

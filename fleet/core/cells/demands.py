@@ -15,7 +15,7 @@ the cycle (``lowest_level``) and the searches use without packing anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from fleet.core import resources
 from fleet.core.cells.spec import SkuType
@@ -23,7 +23,7 @@ from fleet.core.cells.state import PlacerState
 from fleet.core.jobs import Job, Pod
 
 
-def leaf_cells_needed(request: Mapping[str, int], sku: object | None) -> int | None:
+def leaf_cells_needed(request: resources.Amounts, sku: object | None) -> int | None:
     """Leaf cells a pod needs: its GPUs, or with a skuType the max ratio over gpu/cpu/memory.
 
     Each resource is divided by its own amount in the sku; a resource the sku has
