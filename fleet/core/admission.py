@@ -243,8 +243,14 @@ def plan_with_victims(
         # The queue's own lower priorities; none below the job's (the leaf's
         # count says so) and the search would answer None after a walk.
         lowest = tree.lowest_preemptible_priority(job.queue)
-        if lowest is not None and lowest < job.priority:
+        if (
+            lowest is not None
+            and lowest < job.priority
+            and not run.reclaims.inside_fails(job.queue, job.priority, request)
+        ):
             victims = tree.queue_victims(job.queue, request, job.priority, now)
+            if victims is None:
+                run.reclaims.record_inside(job.queue, job.priority, request)
     if not victims:
         note = "" if now is None else _protection_note(run, job, request)
         if not note:

@@ -451,7 +451,11 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         )
         if least is None or least <= room or (leaf_min and guaranteed + least <= leaf_min[r]):
             return False
-        run.book.tails[queue] = ParkedTail(queue, sort_key(jobs[at]), block)
+        figures = (block.node, r, block.used, block.limit, str(block.kind), block.leaf)
+        texts = run.tail_texts.get(figures)
+        if texts is None:
+            texts = run.tail_texts[figures] = {}
+        run.book.tails[queue] = ParkedTail(queue, sort_key(jobs[at]), block, texts)
         return True
     rest = jobs[at + 1 : end]
     for job in rest:

@@ -81,6 +81,11 @@ class CycleRun:
     kept: bool = False
     #: a quota block's fields -> its reason, worded once per cycle
     block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
+    #: a parked tail's block without its request -> the texts by request, shared by
+    #: the tails this cycle parks on the same figures (a node's queues, one text each)
+    tail_texts: dict[tuple[str, str, int, int, str, bool], dict[int, str]] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
@@ -114,8 +119,10 @@ class CycleRun:
         return [key for keys in self.admitted.values() for key in keys]
 
     def touch(self, queue: str) -> None:
-        """The usage of ``queue`` changed: forget its fairness key."""
+        """The usage of ``queue`` changed: forget its fairness key, and which requests
+        its own jobs could not make room for."""
         self.shares.pop(queue, None)
+        self.reclaims.changed(queue)
         if self.owed is not None:
             self.owed.touched(queue)
 

@@ -16,7 +16,12 @@ every memory switched off through :class:`Shortcuts`).
   any release forgets everything.
 * :class:`ReclaimMemo`: a reclaim search that failed for a queue blocked at
   one node and resource is not repeated for a larger shortfall there, until a
-  release or a borrowed admission changes the candidates.
+  release or a borrowed admission changes the candidates.  Likewise a search
+  among the queue's own lower-priority jobs that failed for a request is not
+  repeated for a request at least as large at the same priority, until the
+  queue's jobs change (an admission to it) or anything is released: usage
+  only grows in between, so the shortfall at every node does too, and each
+  resource still short was short after taking every candidate that holds it.
 * :class:`PlacementMemo`: per cluster, its free resources and load, and the
   placement questions it answered "no" to without preemption (and, for
   borrowed jobs, with preemption: their only victims are opportunistic jobs),
@@ -43,6 +48,7 @@ from dataclasses import dataclass, field
 
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaBlock
+from fleet.core.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,8 @@ class ReclaimMemo:
 
     on: bool = True
     failed: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    #: queue -> priority -> requests its own lower-priority jobs could not make room for
+    inside: dict[str, dict[int, list[Resources]]] = field(default_factory=dict)
 
     def known_to_fail(self, key: tuple[str, str, str], shortfall: int) -> bool:
         known = self.failed.get(key)
@@ -139,8 +147,25 @@ class ReclaimMemo:
         known = self.failed.get(key)
         self.failed[key] = shortfall if known is None else min(known, shortfall)
 
+    def inside_fails(self, queue: str, priority: int, request: Resources) -> bool:
+        """Whether the queue's own jobs already failed a request no larger than ``request``."""
+        if not self.on:
+            return False
+        failed = self.inside.get(queue)
+        tried = failed.get(priority) if failed is not None else None
+        return tried is not None and any(smaller.le(request) for smaller in tried)
+
+    def record_inside(self, queue: str, priority: int, request: Resources) -> None:
+        if self.on:
+            self.inside.setdefault(queue, {}).setdefault(priority, []).append(request)
+
+    def changed(self, queue: str) -> None:
+        """The jobs charged to ``queue`` changed: its own candidates did."""
+        self.inside.pop(queue, None)
+
     def forget(self) -> None:
         self.failed.clear()
+        self.inside.clear()
 
 
 @dataclass(slots=True)

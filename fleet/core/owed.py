@@ -23,9 +23,13 @@ Theory of operation:
   borrow (what is behind may never be served).  Opportunistic jobs are not
   in the pass.
 * A job that would borrow starts only if, on every node above its queue that
-  has a ``max``, the room left after it still holds the owed demand of the
-  *other* queues under that node (its own queue's later jobs cannot reclaim
-  it, and its own order puts it first).  Otherwise it waits, saying so.
+  has a ``max`` and where *other* queues under it are owed some room, the
+  room left after it still holds their owed demand and its own queue's.  Its
+  own queue's later jobs cannot reclaim it, but its guaranteed ones are never
+  kept out: they would take that room first, and the other queues' jobs,
+  finding the ``max`` full, would then reclaim the job just started.  Where
+  no other queue is owed anything its own order puts it first.  Otherwise it
+  waits, saying so.
 * Demand is kept per queue and summed per node.  A queue is marked when its
   cursor moves or its usage changes, and its last count moves from the
   node's sum to the node's *stale* sum.  A question first reads the sums
@@ -126,6 +130,7 @@ class Owed:
         "_ends",
         "_incremental",
         "_limits",
+        "_others_owed",
         "_paths",
         "_queues",
         "_stale",
@@ -159,6 +164,8 @@ class Owed:
         self._stale: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
         self._limits: dict[str, list[tuple[str, Resources]]] = {}
+        #: whether the last question found other queues owed room (:meth:`_over`)
+        self._others_owed = False
         #: Kept's fields -> its reason (a tuple hashes faster than the dataclass)
         self._texts: dict[tuple[str, str, int, int, int, bool], str] = {}
 
@@ -190,11 +197,13 @@ class Owed:
     def kept(self, job: Job, request: Resources) -> Kept | None:
         """Why ``request`` of ``job``, which would borrow, may not start now (None: it may).
 
-        Every node above the job's queue with a ``max`` must still hold, after
-        it, the owed demand of the other queues under it.  The queues marked
-        since their last count are counted again one at a time, in the order
-        they were marked, only while the counts already up to date do not say
-        no (a count is never negative, so they can only add to a no).
+        Every node above the job's queue with a ``max`` where other queues are
+        owed room must still hold, after it, their owed demand and its own
+        queue's (the module docstring).  The queues marked since their last
+        count are counted again one at a time, in the order they were marked,
+        only while the counts already up to date do not say no (a count is
+        never negative, so they can only add to a no); its own queue last, and
+        only if other queues are owed room where it would borrow.
         """
         if not self._incremental:
             for queue in self.cursors:
@@ -208,15 +217,20 @@ class Owed:
                 return found
             stale = next((q for q in self._dirty if q != job.queue), None)
             if stale is None:
-                return None
+                if job.queue not in self._dirty or not self._others_owed:
+                    return None
+                stale = job.queue  # its own count matters where others are owed room
             self._refresh(stale)
 
     def _over(self, job: Job, request: Resources) -> Kept | None:
-        """The first node and resource where ``request`` and the owed demand of the other
-        queues whose counts are up to date do not fit (None: they fit)."""
+        """The first node and resource where other queues whose counts are up to date
+        are owed room and ``request`` does not fit with that and its own queue's demand,
+        counted as nothing while out of date (None: it fits).  Notes whether other
+        queues are owed room anywhere it looked (``_others_owed``)."""
         tree = self._tree
         own = self._demand.get(job.queue)
         mine = own.total if own is not None and job.queue not in self._dirty else {}
+        self._others_owed = False
         for node, limit in self._limited(job.queue):
             sums = self._sums.get(node)
             if not sums:
@@ -225,12 +239,14 @@ class Owed:
             for r, amount in request.amounts.items():
                 if amount <= 0 or r not in limit:
                     continue
-                owed = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)
-                if owed <= 0:
+                ours = mine.get(r, 0)
+                others = sums.get(r, 0) - stale.get(r, 0) - ours
+                if others <= 0:
                     continue
+                self._others_owed = True
                 cap = limit[r]
                 used = tree.used_of(node, r)
-                if used + amount + owed > cap:
+                if used + amount + others + ours > cap:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
 

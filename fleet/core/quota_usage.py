@@ -349,7 +349,8 @@ class QuotaUsage(QuotaStructure):
         from the leaf's count of such jobs per priority (a few priorities, not
         every job).
         """
-        return min(self._ranks[self._leaf(queue)], default=None)
+        ranks = self._ranks[self._leaf(queue)]
+        return min(ranks) if ranks else None
 
     # Admission ----------------------------------------------------------------
     def _fits_min(self, leaf: int, request: Resources) -> MinFit:

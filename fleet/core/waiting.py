@@ -31,7 +31,7 @@ group reports none); the book answers for every pending job
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import QuotaBlock, min_block
@@ -63,7 +63,8 @@ class ParkedTail:
     queue: str
     after: tuple[int, int]
     block: QuotaBlock
-    #: request -> its text, worded once per distinct request
+    #: request -> its text, worded once per distinct request (shared by the tails
+    #: parked on the same figures, :attr:`~fleet.core.cycle_context.CycleRun.tail_texts`)
     texts: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(
@@ -85,7 +86,9 @@ class ParkedTail:
         need = job.gang_request[self.block.resource]
         text = self.texts.get(need)
         if text is None:
-            text = self.texts[need] = replace(self.block, request=need).reason
+            b = self.block
+            asked = QuotaBlock(b.node, b.resource, b.used, need, b.limit, b.kind, b.leaf)
+            text = self.texts[need] = asked.reason
         return text
 
 

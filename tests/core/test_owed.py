@@ -187,6 +187,38 @@ def test_the_kept_room_is_quota_a_guaranteed_job_ahead_keeps_it_even_if_it_finds
     assert reasons(state)["default/o2"].startswith("no cluster fits the gang")
 
 
+def test_the_room_a_borrower_leaves_holds_its_own_queues_guaranteed_jobs_too() -> None:
+    """team-c's c5 would borrow 4 of the root's last 6 GPUs, leaving 2: enough for
+    team-a's a6 (1 GPU, owed).  But team-c's own c7 (2 GPUs, within its min) comes
+    later and is never kept out: it would take the 2 first, and a6, finding the
+    root full, would reclaim c5 in the very cycle that started it.  So c5 waits
+    and the guaranteed jobs of both queues start (and a3 borrows what is left)."""
+    state = make_state(TREE_3, {"c1": make_nodes(8, gpus=16)})
+    submit(state, make_job("a0", queue="team-a", pods=3, gpus=2, priority=10, seq=0))
+    assert admitted(run(state)) == ["default/a0"]  # team-a borrows 2 of its 6
+    submit(
+        state,
+        make_job("a1", queue="team-a", pods=1, gpus=1, priority=10, seq=1),
+        make_job("a2", queue="team-a", pods=1, gpus=2, priority=10, seq=2),
+        make_job("a3", queue="team-a", pods=1, gpus=2, priority=10, seq=3),
+        make_job("c4", queue="team-c", pods=1, gpus=1, priority=10, seq=4),
+        make_job("c5", queue="team-c", pods=1, gpus=4, priority=10, seq=5),
+        make_job("a6", queue="team-a", pods=1, gpus=1, priority=10, seq=6),
+        make_job("c7", queue="team-c", pods=1, gpus=2, priority=10, seq=7),
+    )
+    decisions = run(state)
+    assert not [d for d in decisions if isinstance(d, Wait) and "displaced" in d.reason]
+    assert sorted(admitted(decisions)) == [
+        "default/a1",
+        "default/a2",
+        "default/a3",
+        "default/a6",
+        "default/c4",
+        "default/c7",
+    ]
+    assert "are owed the room" in reasons(state)["default/c5"]
+
+
 job_spec = st.tuples(
     st.sampled_from(["team-a", "team-b", "team-c"]),
     st.integers(1, 3),  # pods
