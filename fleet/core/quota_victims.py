@@ -501,16 +501,16 @@ def queue_victims(
         return []
     if min(tree._ranks[leaf], default=priority) >= priority:
         return None  # no preemptible job of the queue below ``priority`` (the leaf's count)
-    candidates = sorted(
-        (
-            rec
-            for rec in tree._leaf_jobs[leaf].values()
-            if rec.preemptible
-            and 0 <= rec.priority < priority
-            and not protected(tree, rec, now, PREEMPT)
-        ),
-        key=cheapest_first,
-    )
+    candidates = [
+        rec
+        for rec in tree._leaf_jobs[leaf].values()
+        if rec.preemptible
+        and 0 <= rec.priority < priority
+        and not protected(tree, rec, now, PREEMPT)
+    ]
+    if _short(tree, request, deficits, candidates):
+        return None
+    candidates.sort(key=cheapest_first)
     picked: list[Admitted] = []
     for rec in candidates:
         if not any(rec.request.get(r, 0) > 0 for _, r in deficits):
@@ -521,6 +521,29 @@ def queue_victims(
         if not deficits:
             return _prune(tree, path, request, picked)
     return None
+
+
+def _short(
+    tree: QuotaUsage,
+    request: Resources,
+    deficits: list[tuple[int, str]],
+    candidates: list[Admitted],
+) -> bool:
+    """Whether even all ``candidates`` (jobs of one leaf, so charged on its whole
+    path) cannot free enough of some resource short at some node: then the
+    search that takes them one by one fails too, and need not be run."""
+    for n, r in deficits:
+        cap = (tree._max_d[n] or {}).get(r)
+        if cap is None:
+            continue  # not a deficit (there is one only under a max)
+        short = tree._used[n].get(r, 0) + request.get(r, 0) - cap
+        for rec in candidates:
+            short -= rec.request.get(r, 0)
+            if short <= 0:
+                break
+        if short > 0:
+            return True
+    return False
 
 
 def over_limit_victims(tree: QuotaUsage, node: str) -> list[str]:
