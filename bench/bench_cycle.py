@@ -33,8 +33,8 @@ per pending job.
 After the backlog is queued the benchmark calls ``gc.freeze()``, follows
 the full collections as ``fleet serve`` does (:class:`fleet.collector.FollowGrowth`:
 what survives one is frozen), and runs each cycle as the service's loop does,
-with automatic collection paused and the young generations collected right
-after, on the cycle's clock (:func:`fleet.collector.cycle_paused`);
+with automatic collection paused and the youngest generation collected right
+after when due, on the cycle's clock (:func:`fleet.collector.cycle_paused`);
 ``--no-gc-freeze`` leaves the collector as it is, to compare.
 The figures are printed, never asserted.
 """

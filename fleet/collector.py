@@ -25,9 +25,10 @@ A scheduling cycle allocates tens of thousands of short-lived objects
 cycle by reference counting; left to itself, the collector stops the cycle
 every 700 allocations to walk the young objects alive at that moment, about
 a tenth of a cycle's time.  :func:`cycle_paused` runs the cycle with
-automatic collection off and then collects the young generations once: the
-objects that died meanwhile are never walked, and the survivors (the
-cycle's decisions, new records) are walked once, on the cycle's own time.
+automatic collection off and then, if the cycle allocated enough for one,
+collects the youngest generation once: the objects that died meanwhile are
+never walked, and the survivors (the cycle's decisions, new records) are
+walked once, on the cycle's own time; the older generations follow as due.
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ class _Pauses:
 
 @contextlib.contextmanager
 def cycle_paused() -> Iterator[None]:
-    """Run a scheduling cycle without automatic collection, then collect the young
-    generations once (see the module docstring).
+    """Run a scheduling cycle without automatic collection, then collect the youngest
+    generation once if a collection came due (see the module docstring).
 
     Nested or concurrent uses (several schedulers in one process) turn collection
     back on when the last one ends, and only if it was on when the first began:
@@ -122,5 +123,5 @@ def cycle_paused() -> Iterator[None]:
             resume = _Pauses.running == 0 and _Pauses.was_on
             if resume:
                 gc.enable()
-        if resume:
-            gc.collect(1)
+        if resume and gc.get_count()[0] >= gc.get_threshold()[0]:
+            gc.collect(0)  # the collection the pause put off; the older ones as due

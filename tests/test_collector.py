@@ -101,7 +101,7 @@ def test_a_paused_cycle_is_not_stopped_and_collects_the_young_after() -> None:
             kept = [Node() for _ in range(5 * gc.get_threshold()[0])]
             assert collections == []  # far past the threshold: no collection
         assert gc.isenabled()
-        assert collections == [1]  # one, of the young generations, right after
+        assert collections == [0]  # one, of the youngest generation, right after
         assert gc.get_count()[0] < 100
     finally:
         gc.callbacks.remove(seen)
@@ -114,10 +114,27 @@ def test_garbage_made_in_a_paused_cycle_is_freed_right_after() -> None:
         a.other, b.other = b, a
         gone = weakref.ref(a)
         del a, b
-        for _ in range(3 * gc.get_threshold()[0]):
-            Node()
+        kept = [Node() for _ in range(3 * gc.get_threshold()[0])]
         assert gone() is not None  # a reference cycle waits for the collector
     assert gone() is None
+    assert len(kept) == 3 * gc.get_threshold()[0]
+
+
+def test_a_cycle_that_allocated_little_collects_nothing() -> None:
+    collections: list[object] = []
+
+    def seen(phase: str, info: dict[str, object]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        with cycle_paused():
+            Node()
+    finally:
+        gc.callbacks.remove(seen)
+    assert collections == []
 
 
 def test_overlapping_pauses_resume_when_the_last_ends() -> None:
