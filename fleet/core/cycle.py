@@ -395,6 +395,16 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
     return out, lists
 
 
+def _park(run: CycleRun, queue: str, last: Job, block: QuotaBlock) -> None:
+    """Park ``queue``'s jobs behind ``last`` on ``block`` (one text per need, shared by
+    the tails parked on the same figures)."""
+    figures = (block.node, block.resource, block.used, block.limit, str(block.kind), block.leaf)
+    texts = run.tail_texts.get(figures)
+    if texts is None:
+        texts = run.tail_texts[figures] = {}
+    run.book.tails[queue] = ParkedTail(queue, sort_key(last), block, texts)
+
+
 def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) -> bool:
     """Wait every job behind position ``at`` (up to ``end``) if ``block`` provably stops each.
 
@@ -432,6 +442,18 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         return False  # the guarantee does not depend on r: cannot rule reclaim out
     guaranteed = tree.guaranteed_of(queue, r)
     if run.shortcuts.parking:
+        # Most often the queue's smallest need is already too large: then every
+        # job behind is stopped, if each asks for some of r and none is rigid.
+        needs = state.needs.get(r)
+        bound = max(room, leaf_min[r] - guaranteed) if leaf_min else room
+        if (
+            needs
+            and min(needs) > bound
+            and sum(needs.values()) == state.split()
+            and not state.rigid_behind(jobs[at])
+        ):
+            _park(run, queue, jobs[at], block)
+            return True
         # What the cycle already looked at in this queue (counted once per
         # cycle, as its cursor moves on): what is behind is the rest.
         seen = run.seen.get((queue, r))
@@ -449,13 +471,9 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
             (need for need, n in state.needs.get(r, {}).items() if n > counts.get(need, 0)),
             default=None,
         )
-        if least is None or least <= room or (leaf_min and guaranteed + least <= leaf_min[r]):
+        if least is None or least <= bound:
             return False
-        figures = (block.node, r, block.used, block.limit, str(block.kind), block.leaf)
-        texts = run.tail_texts.get(figures)
-        if texts is None:
-            texts = run.tail_texts[figures] = {}
-        run.book.tails[queue] = ParkedTail(queue, sort_key(jobs[at]), block, texts)
+        _park(run, queue, jobs[at], block)
         return True
     rest = jobs[at + 1 : end]
     for job in rest:

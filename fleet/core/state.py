@@ -206,6 +206,11 @@ class QueueState:
             i += 1
         return i
 
+    def rigid_behind(self, job: Job) -> bool:
+        """Whether a rigid job comes after ``job`` in queue order."""
+        jobs = self.rigid_jobs
+        return bool(jobs) and bisect.bisect_right(jobs, sort_key(job), key=sort_key) < len(jobs)
+
     def split(self) -> int:
         """The position of the first opportunistic job (they sort last)."""
         return bisect.bisect_left(self.pending, 1, key=_opportunistic)
