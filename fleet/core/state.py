@@ -212,8 +212,9 @@ class QueueState:
         return bool(jobs) and bisect.bisect_right(jobs, sort_key(job), key=sort_key) < len(jobs)
 
     def split(self) -> int:
-        """The position of the first opportunistic job (they sort last)."""
-        return bisect.bisect_left(self.pending, 1, key=_opportunistic)
+        """The position of the first opportunistic job (they sort last): every
+        opportunistic job has a stamp."""
+        return len(self.pending) - len(self.stamps)
 
 
 def _remove_job(jobs: list[Job], job: Job) -> None:
@@ -510,6 +511,11 @@ class SchedulerState:
             require(
                 groups == {k: [j.key for j in g] for k, g in q.idle.items()},
                 f"queue {q.name}: opportunistic groups differ from its pending jobs",
+            )
+            require(
+                q.split() == bisect.bisect_left(q.pending, 1, key=_opportunistic),
+                f"queue {q.name}: {len(q.stamps)} opportunistic jobs stamped, "
+                f"{len(q.pending) - bisect.bisect_left(q.pending, 1, key=_opportunistic)} queued",
             )
             merged = sorted((j for g in q.idle.values() for j in g), key=q.idle_order)
             require(
