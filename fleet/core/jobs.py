@@ -51,9 +51,10 @@ class ReplicaGroup:
     per_pod: Resources
 
     def __hash__(self) -> int:
-        # The generated hash, written here so that the compiled core compiles it
-        # (a job's shape, hashed by every memory of the cycle, holds its groups).
-        return hash((self.role, self.count, self.per_pod))
+        # Agrees with the generated equality; written here so that the compiled
+        # core compiles it, and without building a tuple (a job's shape, hashed
+        # by every memory of the cycle, holds its groups).
+        return hash(self.role) ^ (self.count * 1_000_003) ^ hash(self.per_pod)
 
     @property
     def gpus(self) -> int:
@@ -102,12 +103,26 @@ class Job:
     #: Quota charge of every pod, and of the smallest start (computed, shared).
     request: Resources = field(init=False, repr=False, compare=False)
     gang_request: Resources = field(init=False, repr=False, compare=False)
+    #: How many pods must start together, at least one (computed).
+    gang_size: int = field(init=False, repr=False, compare=False)
+    #: How many pods the first admission asks for at most (computed).
+    start_size: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         pods = _expand(self.groups)
         object.__setattr__(self, "pods", pods)
+        n = len(pods)
+        if not self.gang:
+            gang = 1 if pods else 0
+        elif self.min_members <= 0 or self.min_members > n:
+            gang = n
+        else:
+            gang = self.min_members
+        object.__setattr__(self, "gang_size", gang)
+        start = n if self.target <= 0 or self.target > n else max(self.target, gang)
+        object.__setattr__(self, "start_size", start)
         object.__setattr__(self, "request", _charge(pods, self.gpu_sku))
-        object.__setattr__(self, "gang_request", _charge(pods[: self.gang_size], self.gpu_sku))
+        object.__setattr__(self, "gang_request", _charge(pods[:gang], self.gpu_sku))
 
     @property
     def size(self) -> int:
@@ -116,22 +131,6 @@ class Job:
     @property
     def namespace(self) -> str:
         return self.key.partition("/")[0]
-
-    @property
-    def start_size(self) -> int:
-        """How many pods the first admission asks for at most."""
-        if self.target <= 0 or self.target > len(self.pods):
-            return len(self.pods)
-        return max(self.target, self.gang_size)
-
-    @property
-    def gang_size(self) -> int:
-        """How many pods must start together (at least one)."""
-        if not self.gang:
-            return 1 if self.pods else 0
-        if self.min_members <= 0 or self.min_members > len(self.pods):
-            return len(self.pods)
-        return self.min_members
 
     @property
     def opportunistic(self) -> bool:
