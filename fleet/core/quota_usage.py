@@ -25,8 +25,9 @@ Theory of operation:
   reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
   the leaf marks that order stale (None).  The leaves that have reclaimable
   jobs (``_lending``) and, per leaf, its preemptible charged jobs counted by
-  priority (``_ranks``) are kept too.  For a (node, resource) a reclaim search
-  has asked about, the leaves under the node with reclaimable jobs are kept
+  priority (``_ranks``, and the lowest of them, ``_lowest``) are kept too.
+  For a (node, resource) a reclaim search has asked about, the leaves under
+  the node with reclaimable jobs are kept
   in the order the search takes them (:meth:`QuotaUsage.lending_order`:
   their cheapest job's priority, most borrowed of the resource, that job's
   newest submission, leaf), moved by every admission or release of a
@@ -243,6 +244,7 @@ class QuotaUsage(QuotaStructure):
     _borrowed_order: list[list[Admitted] | None]  # the same, cheapest first; None = stale
     _lending: dict[int, None]  # the leaves with reclaimable jobs (order: none; sort to use)
     _ranks: list[dict[int, int]]  # per leaf: priority -> its preemptible, charged jobs
+    _lowest: list[int | None]  # per leaf: the lowest priority of ``_ranks`` (None: empty)
     #: (node, resource) -> the lending leaves under the node in reclaim order (as asked)
     _lend_index: dict[tuple[int, str], list[tuple[LendKey, int]]]
     #: (node, resource) -> leaf -> its key in that order
@@ -266,6 +268,7 @@ class QuotaUsage(QuotaStructure):
         self._borrowed_order = [None] * n
         self._lending = {}
         self._ranks = [{} for _ in range(n)]
+        self._lowest = [None] * n
         self._lend_index = {}
         self._lend_keys = {}
         self._lend_dirty = set()
@@ -284,6 +287,7 @@ class QuotaUsage(QuotaStructure):
         other._borrowed_order = [None] * len(self._leaf_borrowed)
         other._lending = dict(self._lending)
         other._ranks = [dict(d) for d in self._ranks]
+        other._lowest = list(self._lowest)
         other._lend_index = {}  # built again when a search asks
         other._lend_keys = {}
         other._lend_dirty = set()
@@ -349,8 +353,7 @@ class QuotaUsage(QuotaStructure):
         from the leaf's count of such jobs per priority (a few priorities, not
         every job).
         """
-        ranks = self._ranks[self._leaf(queue)]
-        return min(ranks) if ranks else None
+        return self._lowest[self._leaf(queue)]
 
     # Admission ----------------------------------------------------------------
     def _fits_min(self, leaf: int, request: Resources) -> MinFit:
@@ -444,6 +447,9 @@ class QuotaUsage(QuotaStructure):
         if rec.preemptible and rec.priority >= 0:
             ranks = self._ranks[leaf]
             ranks[rec.priority] = ranks.get(rec.priority, 0) + 1
+            lowest = self._lowest[leaf]
+            if lowest is None or rec.priority < lowest:
+                self._lowest[leaf] = rec.priority
         if _reclaimable(rec):
             self._leaf_borrowed[leaf][key] = rec
             self._borrowed_order[leaf] = None
@@ -462,6 +468,8 @@ class QuotaUsage(QuotaStructure):
                 ranks[rec.priority] = left
             else:
                 del ranks[rec.priority]
+                if rec.priority == self._lowest[rec.leaf]:
+                    self._lowest[rec.leaf] = min(ranks) if ranks else None
         lent = self._leaf_borrowed[rec.leaf]
         if lent.pop(key, None) is not None:
             self._borrowed_order[rec.leaf] = None
@@ -655,6 +663,12 @@ class QuotaUsage(QuotaStructure):
                 raise InvariantError(
                     f"{self._names[leaf_index]}: stale count of preemptible jobs by "
                     f"priority: kept {self._ranks[leaf_index]}, recount {ranks}"
+                )
+            lowest = min(ranks) if ranks else None
+            if lowest != self._lowest[leaf_index]:
+                raise InvariantError(
+                    f"{self._names[leaf_index]}: stale lowest preemptible priority: "
+                    f"kept {self._lowest[leaf_index]}, recount {lowest}"
                 )
         dirty = self._lend_dirty  # marked leaves are moved when a search next asks
         for (node, r), index in self._lend_index.items():

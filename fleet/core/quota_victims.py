@@ -499,7 +499,8 @@ def queue_victims(
     deficits = _deficits(tree, path, request, removed)
     if not deficits:
         return []
-    if min(tree._ranks[leaf], default=priority) >= priority:
+    lowest = tree._lowest[leaf]
+    if lowest is None or lowest >= priority:
         return None  # no preemptible job of the queue below ``priority`` (the leaf's count)
     candidates = [
         rec
