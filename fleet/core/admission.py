@@ -111,6 +111,9 @@ def admit(run: CycleRun, job: Job) -> Outcome:
             # is no smaller size to try.
             run.last_block = None
             return Waits(run.block_reason(verdict))
+        if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED and least == start:
+            run.last_block = None
+            return DEFER  # what plan answers at once (a deferral is never remembered)
         key = _memo_key(run, job, verdict, start, least)
         known = run.shapes.get(key)
         if known is None and run.owed is not None:
