@@ -152,7 +152,7 @@ def _limits(values: Resources | None) -> dict[str, str] | None:
 
 
 def _paused_cycle(state: SchedulerState) -> list[Decision]:
-    """The scheduling cycle with the collector paused, and the young collected after."""
+    """The scheduling cycle with the collector paused (:func:`fleet.collector.cycle_paused`)."""
     with cycle_paused():
         return cycle(state)
 
