@@ -111,7 +111,7 @@ def admit(run: CycleRun, job: Job) -> Outcome:
             # is no smaller size to try.
             run.last_block = None
             return Waits(run.block_reason(verdict))
-        if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED and least == start:
+        if _deferred(run, verdict) and least == start:
             run.last_block = None
             return DEFER  # what plan answers at once (a deferral is never remembered)
         key = _memo_key(run, job, verdict, start, least)
@@ -205,7 +205,7 @@ def plan(
         verdict = run.state.tree.classify(
             job.queue, request, priority=job.priority, preemptible=job.preemptible
         )
-    if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
+    if _deferred(run, verdict):
         return DEFER
     if verdict is Mode.BORROWED and run.owed is not None:
         kept = _kept(run, run.owed, job, request)
@@ -218,6 +218,12 @@ def plan(
         spared = _spared(run, job, fit)
         return Plan(verdict, pods, fit) if spared is None else spared
     return plan_with_victims(run, job, pods, request, verdict)
+
+
+def _deferred(run: CycleRun, verdict: Mode | QuotaBlock) -> bool:
+    """Whether a job with this verdict waits for the borrowing pass: it would borrow,
+    and the first pass starts only what fits within its queue's ``min``."""
+    return verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED
 
 
 def _final(block: QuotaBlock, job: Job) -> bool:
@@ -268,7 +274,7 @@ def plan_with_victims(
         )
         if not isinstance(verdict, Mode):
             return run.block_reason(block)
-        if verdict is Mode.BORROWED and run.phase is Pass.GUARANTEED:
+        if _deferred(run, verdict):
             return DEFER
         if verdict is Mode.BORROWED and run.owed is not None:
             kept = _kept(run, run.owed, job, request)

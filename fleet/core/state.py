@@ -512,10 +512,11 @@ class SchedulerState:
                 groups == {k: [j.key for j in g] for k, g in q.idle.items()},
                 f"queue {q.name}: opportunistic groups differ from its pending jobs",
             )
+            first = bisect.bisect_left(q.pending, 1, key=_opportunistic)
             require(
-                q.split() == bisect.bisect_left(q.pending, 1, key=_opportunistic),
+                q.split() == first,
                 f"queue {q.name}: {len(q.stamps)} opportunistic jobs stamped, "
-                f"{len(q.pending) - bisect.bisect_left(q.pending, 1, key=_opportunistic)} queued",
+                f"{len(q.pending) - first} queued",
             )
             merged = sorted((j for g in q.idle.values() for j in g), key=q.idle_order)
             require(
