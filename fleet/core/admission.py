@@ -208,7 +208,7 @@ def plan(
     if _deferred(run, verdict):
         return DEFER
     if verdict is Mode.BORROWED and run.owed is not None:
-        kept = _kept(run, run.owed, job, request)
+        kept = _kept(run, run.owed, job, request, final=True)
         if kept is not None:
             return kept
     if isinstance(verdict, Mode):
@@ -277,7 +277,7 @@ def plan_with_victims(
         if _deferred(run, verdict):
             return DEFER
         if verdict is Mode.BORROWED and run.owed is not None:
-            kept = _kept(run, run.owed, job, request)
+            kept = _kept(run, run.owed, job, request, final=False)
             if kept is not None:
                 return kept
         fit = cluster_choice.place(run, job, pods, verdict, tuple(victims))
@@ -290,14 +290,23 @@ def plan_with_victims(
             tree.admit(charge)
 
 
-def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources) -> str | None:
+def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: bool) -> str | None:
     """Why ``request`` may not borrow now: guaranteed jobs still ahead in the borrowing
     pass are owed the room (:mod:`fleet.core.owed`); None when it may.  The answer
-    changes as the pass goes on, so the attempt is not remembered by its shape."""
+    changes as the pass goes on, so the attempt is not remembered by its shape.
+
+    ``final``: no victim was taken to get here, so nothing can make room for
+    it in this pass; the ``max`` whose room is owed becomes ``run.last_block``
+    (the jobs behind may wait on it together, :func:`fleet.core.cycle.wait_all`).
+    """
     kept = owed.kept(job, request)
     if kept is None:
         return None
     run.kept = True
+    if final:
+        run.last_block = QuotaBlock(
+            kept.node, kept.resource, kept.used, kept.request, kept.limit, MAX, kept.leaf
+        )
     return owed.text(kept)
 
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from dataclasses import replace
 
 from fleet.core import admission, cluster_choice, growth, quota_change
 from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
@@ -71,8 +70,8 @@ from fleet.core.jobs import Job, sort_key
 from fleet.core.owed import Owed
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS
-from fleet.core.state import SchedulerState
-from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail
+from fleet.core.state import QueueState, SchedulerState
+from fleet.core.waiting import IdleKey, ParkedRun, ParkedTail, tail_reason
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
 
@@ -208,12 +207,14 @@ def serve(
             and block is not None
             and run.shortcuts.bulk_wait
             and not (lists and name in lists)
-            and wait_all(run, name, i, end, block)
         ):
-            cursors[name] = end
-            if owed is not None:
-                owed.moved(name, end)
-            continue
+            stop = wait_all(run, name, i, end, block)
+            if stop > i + 1:
+                cursors[name] = stop
+                if owed is not None:
+                    owed.moved(name, stop)
+                if stop >= end:
+                    continue
         if strict:
             run.blocked.add(name)
             if owed is not None:
@@ -395,102 +396,161 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
     return out, lists
 
 
-def _park(run: CycleRun, queue: str, last: Job, block: QuotaBlock) -> None:
-    """Park ``queue``'s jobs behind ``last`` on ``block`` (one text per need, shared by
-    the tails parked on the same figures)."""
+def _park(run: CycleRun, queue: str, last: Job, until: Job | None, block: QuotaBlock) -> None:
+    """Park ``queue``'s jobs behind ``last`` (up to ``until``, or to the end) on ``block``
+    (one text per need, shared by the tails parked on the same figures)."""
     figures = (block.node, block.resource, block.used, block.limit, str(block.kind), block.leaf)
     texts = run.tail_texts.get(figures)
     if texts is None:
         texts = run.tail_texts[figures] = {}
-    run.book.tails[queue] = ParkedTail(queue, sort_key(last), block, texts)
+    stop = None if until is None else sort_key(until)
+    run.book.tails.setdefault(queue, []).append(
+        ParkedTail(queue, sort_key(last), stop, block, texts)
+    )
 
 
-def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) -> bool:
-    """Wait every job behind position ``at`` (up to ``end``) if ``block`` provably stops each.
+#: The most jobs :func:`wait_all` walks when it cannot tell the whole tail waits;
+#: the job after them is tried, and the walk goes on from there.
+WALK = 64
+
+
+def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) -> int:
+    """Wait the jobs behind position ``at`` (up to ``end``) that ``block`` provably
+    stops, as far as they go in a row; returns the position of the first job
+    after them (``at + 1`` when none waits, ``end`` when the whole tail does).
 
     ``block`` is a ``max`` at some node that nothing could make room under
-    for the job at ``at``.  A job behind it is stopped by the same node
-    unless its smallest start fits the node's room, or it is within its
-    queue's ``min`` (reclaim may help it), or the queue runs preemptible
-    jobs of lower priority (it may preempt them).  When none of these holds
-    for any job, they all wait for the same reason without being tried one
-    by one.
+    for the job at ``at`` (in the borrowing pass also the room under a
+    ``max`` that guaranteed jobs still ahead in the pass are owed, ADR 0030).
+    A job behind it is stopped by the same node unless its smallest start
+    fits the room a job of the queue may take there (:func:`_room`), or it
+    is within its queue's ``min`` (reclaim may help it), or it asks nothing
+    of the block's resource, or it is not preemptible (the ``min`` decides
+    for it), or it may preempt its queue's running jobs of lower priority.
+    Such jobs wait without being tried one by one: a job asking more than
+    the room left waits on the ``max``, one asking less on the owed room
+    (:func:`~fleet.core.waiting.tail_reason`).  When no job behind is an
+    exception, the whole tail waits, decided from the smallest need behind
+    whatever its length; otherwise the run ends at the first exception (at
+    most :data:`WALK` jobs on), which is then tried.
 
-    With parking on (:class:`~fleet.core.cycle_memory.Shortcuts`), the test
-    reads the queue's counters (:class:`~fleet.core.state.QueueState`: the
-    smallest need behind ``at``, non-preemptible jobs behind it, and the
-    priority of the next job, since the queue is sorted) and the tail is
-    parked as one group (:class:`~fleet.core.waiting.ParkedTail`): the cost
-    does not depend on how many jobs wait behind.  With parking off, every
+    With parking on (:class:`~fleet.core.cycle_memory.Shortcuts`), the
+    smallest need behind comes from the queue's counters
+    (:class:`~fleet.core.state.QueueState`) and the run is parked as one
+    group (:class:`~fleet.core.waiting.ParkedTail`).  With parking off, every
     job behind is checked and given its own reason, as a full scan would.
+    Both ask :func:`_room` at the same moments (only when the room left on
+    the ``max`` alone does not settle it), so that the owed counts go on alike.
     """
     if at + 1 >= end:
-        return False
+        return at + 1
     tree = run.state.tree
     lowest = tree.lowest_preemptible_priority(queue)
     state = run.state.queues[queue]
     jobs = state.pending
-    if run.shortcuts.parking and lowest is not None and jobs[at + 1].priority > lowest:
-        return False  # the next job (the highest priority behind) may preempt
+    if lowest is not None and jobs[at + 1].priority > lowest:
+        return at + 1  # the next job (the highest priority behind) may preempt
     r = block.resource
     limit = tree.max_of(block.node)
     if limit is None or r not in limit:
-        return False
+        return at + 1
     room = limit[r] - tree.used_of(block.node, r)
     leaf_min = tree.min_of(queue)
     if leaf_min and r not in leaf_min:
-        return False  # the guarantee does not depend on r: cannot rule reclaim out
-    guaranteed = tree.guaranteed_of(queue, r)
-    if run.shortcuts.parking:
+        return at + 1  # the guarantee does not depend on r: cannot rule reclaim out
+    # A need up to ``floor`` fits the queue's min: reclaim may make room for it.
+    floor = leaf_min[r] - tree.guaranteed_of(queue, r) if leaf_min else -1
+    if sort_key(jobs[at + 1]) == sort_key(jobs[at]):
+        return at + 1  # where the run starts is ambiguous
+    parking = run.shortcuts.parking
+    if parking:
         # Most often the queue's smallest need is already too large: then every
         # job behind is stopped, if each asks for some of r and none is rigid.
         needs = state.needs.get(r)
-        bound = max(room, leaf_min[r] - guaranteed) if leaf_min else room
         if (
             needs
-            and min(needs) > bound
+            and min(needs) > max(room, floor)
             and sum(needs.values()) == state.split()
             and not state.rigid_behind(jobs[at])
         ):
-            _park(run, queue, jobs[at], block)
-            return True
-        # What the cycle already looked at in this queue (counted once per
-        # cycle, as its cursor moves on): what is behind is the rest.
-        seen = run.seen.get((queue, r))
-        if seen is None:
-            seen = run.seen[(queue, r)] = Seen()
-        counts = seen.needs
-        for job in jobs[seen.upto : at + 1]:
+            _park(run, queue, jobs[at], None, block)
+            return end
+        least = _least_behind(run, state, at, r)
+    else:
+        least = _least_rest(jobs[at + 1 : end], r)
+    usable: int | None = None  # what a job of the queue may borrow there (asked once)
+    if least is not None and least > floor:
+        usable = room if least > room else _room(run, queue, block.node, r, room)
+        stop = end if least > usable else at + 1
+    else:
+        stop = at + 1
+    if stop < end:
+        # Not the whole tail: the run up to the first job that may start.
+        top = min(end, at + 1 + WALK)
+        while stop < top:
+            job = jobs[stop]
             need = job.gang_request[r]
-            counts[need] = counts.get(need, 0) + 1
-            seen.rigid += 0 if job.preemptible else 1
-        seen.upto = max(seen.upto, at + 1)
-        if state.rigid > seen.rigid:
-            return False
-        least = min(
-            (need for need, n in state.needs.get(r, {}).items() if n > counts.get(need, 0)),
-            default=None,
-        )
-        if least is None or least <= bound:
-            return False
-        _park(run, queue, jobs[at], block)
-        return True
-    rest = jobs[at + 1 : end]
-    for job in rest:
-        need = job.gang_request[r]
-        if (
-            job.opportunistic
-            or not job.preemptible
-            or need <= room
-            or (leaf_min and guaranteed + need <= leaf_min[r])
-            or (lowest is not None and job.priority > lowest)
-        ):
-            return False
+            if not job.preemptible or need == 0 or need <= floor:
+                break
+            if need <= room:
+                if usable is None:
+                    usable = _room(run, queue, block.node, r, room)
+                if need <= usable:
+                    break
+            stop += 1
+        if stop == at + 1 or (stop < end and sort_key(jobs[stop]) == sort_key(jobs[stop - 1])):
+            return at + 1  # nothing waits, or where the run ends is ambiguous
+    if parking:
+        _park(run, queue, jobs[at], jobs[stop] if stop < end else None, block)
+        return stop
     reasons: dict[int, str] = {}  # one text per distinct need
-    for job in rest:
+    for job in jobs[at + 1 : stop]:
         need = job.gang_request[r]
         why = reasons.get(need)
         if why is None:
-            why = reasons[need] = replace(block, request=need).reason
+            why = reasons[need] = tail_reason(block, need)
         run.wait(job, why)
-    return True
+    return stop
+
+
+def _least_behind(run: CycleRun, state: QueueState, at: int, r: str) -> int | None:
+    """The smallest need of ``r`` among the jobs behind position ``at`` of ``state``'s
+    pending list (not opportunistic), from its counters less the jobs the cycle
+    already looked at; None if one of them is rigid or asks no ``r``."""
+    # What the cycle already looked at in this queue (counted once per
+    # cycle, as its cursor moves on): what is behind is the rest.
+    seen = run.seen.get((state.name, r))
+    if seen is None:
+        seen = run.seen[(state.name, r)] = Seen()
+    counts = seen.needs
+    for job in state.pending[seen.upto : at + 1]:
+        need = job.gang_request[r]
+        counts[need] = counts.get(need, 0) + 1
+        seen.rigid += 0 if job.preemptible else 1
+    seen.upto = max(seen.upto, at + 1)
+    if state.rigid > seen.rigid:
+        return None
+    needs = state.needs.get(r, {})
+    if state.split() - sum(needs.values()) > counts.get(0, 0):
+        return None  # a job behind asks no r
+    return min((need for need, n in needs.items() if n > counts.get(need, 0)), default=None)
+
+
+def _least_rest(rest: list[Job], r: str) -> int | None:
+    """:func:`_least_behind` from the jobs themselves (the full scan)."""
+    least: int | None = None
+    for job in rest:
+        need = job.gang_request[r]
+        if job.opportunistic or not job.preemptible or need == 0:
+            return None
+        if least is None or need < least:
+            least = need
+    return least
+
+
+def _room(run: CycleRun, queue: str, node: str, r: str, room: int) -> int:
+    """What of ``r`` a job of ``queue`` that would borrow may take under ``node``'s
+    ``max``: ``room``, less what other queues are owed there in the borrowing pass."""
+    if run.owed is None:
+        return room
+    return run.owed.room_for(queue, node, r)

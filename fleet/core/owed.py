@@ -53,8 +53,9 @@ from dataclasses import dataclass, field
 
 from fleet.core.jobs import Job
 from fleet.core.quota import QuotaTree
-from fleet.core.resources import Resources, format_quantity
+from fleet.core.resources import Resources
 from fleet.core.state import QueueState
+from fleet.core.waiting import Kept
 
 #: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
 Span = tuple[int, int]
@@ -80,45 +81,6 @@ class _Demand:
         self.base = base
         self.picks = [] if picks is None else picks
         self.total = {} if total is None else total
-
-
-@dataclass(frozen=True, slots=True)
-class Kept:
-    """Why a borrowing job waits: what is left of ``resource`` under ``node``'s ``max``
-    is kept for guaranteed jobs still queued in this cycle."""
-
-    node: str
-    resource: str
-    used: int
-    request: int
-    limit: int
-    leaf: bool
-
-    def __init__(
-        self,
-        node: str,
-        resource: str,
-        used: int,
-        request: int,
-        limit: int,
-        leaf: bool,
-    ) -> None:
-        object.__setattr__(self, "node", node)
-        object.__setattr__(self, "resource", resource)
-        object.__setattr__(self, "used", used)
-        object.__setattr__(self, "request", request)
-        object.__setattr__(self, "limit", limit)
-        object.__setattr__(self, "leaf", leaf)
-
-    @property
-    def reason(self) -> str:
-        r = self.resource
-        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
-        return (
-            f"{where} at max {r} {format_quantity(r, self.used)}/"
-            f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
-            "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
-        )
 
 
 class Owed:
@@ -249,6 +211,35 @@ class Owed:
                 if used + amount + others + ours > cap:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
+
+    def room_for(self, queue: str, node: str, resource: str) -> int:
+        """At most how much of ``resource`` a job of ``queue`` that would borrow may
+        take under ``node``'s ``max`` now: the room left there less what the other
+        queues under ``node`` are owed (its own queue's demand counted as none).
+
+        A job that asks more waits: the ``max`` says no, or :meth:`kept` does
+        (it keeps the others' demand, and its own queue's, at every such
+        node).  The queues under ``node`` marked since their last count are
+        counted first, so the answer is the same whatever questions came
+        before it (the parked cycle and the full scan ask it at the same
+        moments, and must go on with the same counts).
+        """
+        tree = self._tree
+        limit = tree.max_of(node)
+        if limit is None or resource not in limit:
+            raise ValueError(f"node {node!r} has no max of {resource}")
+        room = limit[resource] - tree.used_of(node, resource)
+        if all(above != node for above, _ in self._limited(queue)):
+            return room  # its own leaf: no other queue is owed room under it
+        for marked in [q for q in self._dirty if q != queue and node in self._path(q)]:
+            self._refresh(marked)
+        sums = self._sums.get(node)
+        if not sums:
+            return room
+        own = self._demand.get(queue)
+        mine = own.total.get(resource, 0) if own is not None and queue not in self._dirty else 0
+        others = sums.get(resource, 0) - self._stale.get(node, {}).get(resource, 0) - mine
+        return room - max(others, 0)
 
     def text(self, kept: Kept) -> str:
         """``kept.reason``, worded once per distinct answer in the pass."""

@@ -2,12 +2,14 @@
 
 Theory of operation: a cycle writes a new :class:`WaitBook` into the state
 (:attr:`fleet.core.state.SchedulerState.waiting`).  A job the cycle looked at
-and left waiting gets its own entry.  A queue's tail that one full ``max``
-provably stops (:func:`fleet.core.cycle.wait_all`) is *parked* as one
-:class:`ParkedTail`: the jobs behind a given position (not opportunistic)
-and the quota block that stops them; each job's text is rendered from the
-block and its own request when somebody asks, so parking a tail of any
-length costs the same.  A job queued after the book was written (a new
+and left waiting gets its own entry.  A queue's jobs that one full ``max``
+provably stops (:func:`fleet.core.cycle.wait_all`), in the borrowing pass
+also the room under it that guaranteed work is owed (:class:`Kept`), are
+*parked* as one :class:`ParkedTail`: the jobs between two positions of the
+queue's order (the whole tail behind one, or a run up to the first job that
+may start; not opportunistic) and the quota block that stops them; each
+job's text is rendered from the block and its own request when somebody
+asks (:func:`tail_reason`), so parking a tail of any length costs the same.  A job queued after the book was written (a new
 submission, a requeued job) has no reason until the next cycle, as before.
 
 A run of non-preemptible jobs that their queue's ``min`` stops
@@ -34,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fleet.core.jobs import Job, sort_key
-from fleet.core.quota import QuotaBlock, min_block
-from fleet.core.resources import Resources
+from fleet.core.quota import MAX, QuotaBlock, min_block
+from fleet.core.resources import Resources, format_quantity
 
 #: What an opportunistic job asks every cluster when it is tried: its replica
 #: groups, how many pods it starts with, GPU type, pinned cell, allowed clusters.
@@ -57,11 +59,68 @@ def idle_key(job: Job) -> IdleKey | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Kept:
+    """Why a borrowing job waits: what is left of ``resource`` under ``node``'s ``max``
+    is kept for guaranteed jobs still queued in this cycle."""
+
+    node: str
+    resource: str
+    used: int
+    request: int
+    limit: int
+    leaf: bool
+
+    def __init__(
+        self,
+        node: str,
+        resource: str,
+        used: int,
+        request: int,
+        limit: int,
+        leaf: bool,
+    ) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "resource", resource)
+        object.__setattr__(self, "used", used)
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "limit", limit)
+        object.__setattr__(self, "leaf", leaf)
+
+    @property
+    def reason(self) -> str:
+        r = self.resource
+        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        return (
+            f"{where} at max {r} {format_quantity(r, self.used)}/"
+            f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
+            "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
+        )
+
+
+def tail_reason(block: QuotaBlock, need: int) -> str:
+    """Why a job of a parked tail that asks ``need`` of ``block.resource`` waits.
+
+    A tail is parked on a full ``max`` (:func:`fleet.core.cycle.wait_all`); in
+    the borrowing pass also on the room under a ``max`` that other queues'
+    guaranteed jobs are owed (:mod:`fleet.core.owed`).  A job that asks more
+    than the room left waits on the ``max``; one that asks less would borrow
+    what is owed, and waits for that (:class:`Kept`), as its own attempt
+    would say.
+    """
+    b = block
+    if b.kind == MAX and need <= b.limit - b.used:
+        return Kept(b.node, b.resource, b.used, need, b.limit, b.leaf).reason
+    return QuotaBlock(b.node, b.resource, b.used, need, b.limit, b.kind, b.leaf).reason
+
+
+@dataclass(frozen=True, slots=True)
 class ParkedTail:
-    """The non-opportunistic jobs of ``queue`` sorted after ``after`` wait on ``block``."""
+    """The non-opportunistic jobs of ``queue`` sorted after ``after`` (and before
+    ``until``; None: to the end) wait on ``block``."""
 
     queue: str
     after: tuple[int, int]
+    until: tuple[int, int] | None
     block: QuotaBlock
     #: request -> its text, worded once per distinct request (shared by the tails
     #: parked on the same figures, :attr:`~fleet.core.cycle_context.CycleRun.tail_texts`)
@@ -71,24 +130,27 @@ class ParkedTail:
         self,
         queue: str,
         after: tuple[int, int],
+        until: tuple[int, int] | None,
         block: QuotaBlock,
         texts: dict[int, str] | None = None,
     ) -> None:
         object.__setattr__(self, "queue", queue)
         object.__setattr__(self, "after", after)
+        object.__setattr__(self, "until", until)
         object.__setattr__(self, "block", block)
         object.__setattr__(self, "texts", {} if texts is None else texts)
 
     def holds(self, job: Job) -> bool:
-        return not job.opportunistic and sort_key(job) > self.after
+        if job.opportunistic:
+            return False
+        key = sort_key(job)
+        return key > self.after and (self.until is None or key < self.until)
 
     def reason_for(self, job: Job) -> str:
         need = job.gang_request[self.block.resource]
         text = self.texts.get(need)
         if text is None:
-            b = self.block
-            asked = QuotaBlock(b.node, b.resource, b.used, need, b.limit, b.kind, b.leaf)
-            text = self.texts[need] = asked.reason
+            text = self.texts[need] = tail_reason(self.block, need)
         return text
 
 
@@ -151,8 +213,8 @@ class WaitBook:
 
     #: job key -> reason, for jobs looked at one by one
     single: dict[str, str] = field(default_factory=dict)
-    #: queue -> its parked tail
-    tails: dict[str, ParkedTail] = field(default_factory=dict)
+    #: queue -> its parked tails (runs of jobs a ``max`` stops), in queue order
+    tails: dict[str, list[ParkedTail]] = field(default_factory=dict)
     #: queue -> its parked runs of non-preemptible jobs over its ``min``
     runs: dict[str, list[ParkedRun]] = field(default_factory=dict)
     #: idle key -> why no cluster takes its jobs (opportunistic jobs parked by question)
@@ -170,13 +232,19 @@ class WaitBook:
         known = self.single.get(key)
         if known is not None:
             return known
-        tail = self.tails.get(job.queue)
-        if tail is not None and tail.holds(job):
+        tail = self._tail_of(job)
+        if tail is not None:
             return tail.reason_for(job)
         run = self._run_of(job)
         if run is not None:
             return run.reason_for(job)
         return self._idle_reason(job)
+
+    def _tail_of(self, job: Job) -> ParkedTail | None:
+        for tail in self.tails.get(job.queue, ()):
+            if tail.holds(job):
+                return tail
+        return None
 
     def _run_of(self, job: Job) -> ParkedRun | None:
         for run in self.runs.get(job.queue, ()):
@@ -193,9 +261,8 @@ class WaitBook:
     def queued(self, job: Job) -> None:
         """``job`` was (re)queued after this book was written: no reason yet."""
         self.single.pop(job.key, None)
-        tail = self.tails.get(job.queue)
         if (
-            (tail is not None and tail.holds(job))
+            self._tail_of(job) is not None
             or self._run_of(job) is not None
             or self._idle_reason(job)
         ):

@@ -1,0 +1,138 @@
+"""Jobs that wait together behind a refused one (``fleet.core.cycle.wait_all``): in the
+borrowing pass also on room owed to guaranteed work, up to the first job that may
+start, and never past a job the blocking resource does not stop.
+
+Each scenario runs three cycles side by side: the parked cycle, the scan (no
+parking) and the plain cycle (no shortcut).  The parked and scan cycles must
+agree on every decision and every reason; the plain cycle, which tries every
+job itself, on every admission and preemption.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
+from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
+from fleet.core.jobs import Job
+from fleet.core.resources import GPU
+from fleet.core.state import SchedulerState
+from tests.core.factories import make_job, make_nodes, make_state, submit
+
+MODES = {"parked": ALL_SHORTCUTS, "scan": Shortcuts(parking=False), "plain": NO_SHORTCUTS}
+KEPT = "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
+
+
+def acts(decisions: list[Decision]) -> list[Decision]:
+    return [d for d in decisions if isinstance(d, Admit | Preempt)]
+
+
+class SideBySide:
+    """One scheduler state per mode, fed the same jobs."""
+
+    def __init__(self, tree: dict[str, Any], nodes: int, **capacity: str | int) -> None:
+        self.states = {m: make_state(tree, {"c1": make_nodes(nodes, **capacity)}) for m in MODES}
+        self.scan_reasons: dict[str, str] = {}
+
+    def submit(self, *jobs: Job) -> None:
+        for state in self.states.values():
+            submit(state, *jobs)
+
+    def cycle(self, now: float) -> list[Decision]:
+        out = {m: cycle(state, now, shortcuts=MODES[m]) for m, state in self.states.items()}
+        assert acts(out["parked"]) == acts(out["scan"]) == acts(out["plain"])
+        self.scan_reasons.update({d.job: d.reason for d in out["scan"] if isinstance(d, Wait)})
+        parked = self.parked
+        assert {j.key: parked.waiting.reason_of(j) for j in parked.pending()} == {
+            j.key: self.scan_reasons[j.key] for j in self.states["scan"].pending()
+        }
+        return out["parked"]
+
+    @property
+    def parked(self) -> SchedulerState:
+        return self.states["parked"]
+
+    def reason(self, name: str) -> str:
+        (job,) = (j for j in self.parked.pending() if j.key == f"default/{name}")
+        return self.parked.waiting.reason_of(job)
+
+    def looked_at(self, name: str) -> bool:
+        """Whether the parked cycle tried the job itself (else it waited in a group)."""
+        return f"default/{name}" in self.parked.waiting.single
+
+
+OWED_TREE: dict[str, Any] = {
+    "name": "root",
+    "min": {GPU: 20},
+    "max": {GPU: 20},
+    "children": [
+        {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 20}},
+        {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 20}},
+    ],
+}
+
+
+def test_jobs_refused_on_owed_room_wait_together_up_to_the_first_that_may_start() -> None:
+    # team-a uses 6 of its min 8, team-b 7 of 8: the root has 7 of 20 left.
+    # Both queues' first jobs would borrow, so both wait for the borrowing
+    # pass, where team-b's 1-GPU b2 (behind its b1) is owed 1 of the 7: a job
+    # of team-a may borrow at most 6.  team-a (the lower share) is served
+    # first: a1 (7) is kept out; a2 (8) and a3 (7) wait with it without being
+    # tried; a4 (3) may start and does.  Then team-b's b1 starts; a5 (8) is
+    # refused on the max, with a6 (7) parked behind it; b2 starts.
+    runs = SideBySide(OWED_TREE, 4, gpus=8)
+    runs.submit(
+        make_job("a0", queue="team-a", gpus=6, seq=0),
+        make_job("b0", queue="team-b", gpus=7, seq=1),
+    )
+    runs.cycle(0.0)
+    needs = {"a1": 7, "a2": 8, "a3": 7, "a4": 3, "a5": 8, "a6": 7}
+    team_a = [
+        make_job(n, queue="team-a", gpus=g, seq=10 + i) for i, (n, g) in enumerate(needs.items())
+    ]
+    runs.submit(
+        *team_a,
+        make_job("b1", queue="team-b", gpus=2, seq=20),
+        make_job("b2", queue="team-b", gpus=1, seq=21),
+    )
+    decisions = runs.cycle(1.0)
+    admitted = ["default/a4", "default/b1", "default/b2"]
+    assert [d.job for d in decisions if isinstance(d, Admit)] == admitted
+    kept_7 = f"node 'root' at max {GPU} 13/20 (needs 7 {KEPT}"
+    assert runs.reason("a1") == kept_7
+    assert runs.reason("a2") == f"node 'root' at max {GPU} 13/20 (needs 8 more)"
+    assert runs.reason("a3") == kept_7
+    assert runs.reason("a5") == f"node 'root' at max {GPU} 18/20 (needs 8 more)"
+    assert runs.reason("a6") == f"node 'root' at max {GPU} 18/20 (needs 7 more)"
+    # Only the jobs looked at one by one report a Wait.
+    assert [n for n in ("a1", "a2", "a3", "a5", "a6") if runs.looked_at(n)] == ["a1", "a5"]
+    assert [d.job for d in decisions if isinstance(d, Wait)] == ["default/a1", "default/a5"]
+
+
+def test_a_job_that_asks_none_of_the_blocking_resource_is_still_tried() -> None:
+    # The root has 2 GPUs left; team-a's g1 and g2 (8 each) would borrow and
+    # cannot, but c1 behind them asks no GPU and fits team-a's min: it starts.
+    tree: dict[str, Any] = {
+        "name": "root",
+        "min": {GPU: 16},
+        "max": {GPU: 16},
+        "children": [
+            {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 16}},
+            {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 16}},
+        ],
+    }
+    runs = SideBySide(tree, 4, gpus=8, cpu=8)
+    runs.submit(
+        make_job("a0", queue="team-a", gpus=8, seq=0),
+        make_job("b0", queue="team-b", gpus=6, seq=1),
+    )
+    runs.cycle(0.0)
+    runs.submit(
+        make_job("g1", queue="team-a", gpus=8, seq=10),
+        make_job("g2", queue="team-a", gpus=8, seq=11),
+        make_job("c1", queue="team-a", cpu="1", seq=12),
+    )
+    decisions = runs.cycle(1.0)
+    assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/c1"]
+    assert runs.reason("g2") == f"node 'root' at max {GPU} 14/16 (needs 8 more)"
+    assert not runs.looked_at("g2")
