@@ -426,7 +426,9 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     fits the room a job of the queue may take there (:func:`_room`), or it
     is within its queue's ``min`` (reclaim may help it), or it asks nothing
     of the block's resource, or it is not preemptible (the ``min`` decides
-    for it), or it may preempt its queue's running jobs of lower priority.
+    for it).  A job that may preempt its queue's running jobs of lower
+    priority is stopped only if it would be even with all they hold freed
+    (:meth:`~fleet.core.quota.QuotaTree.lower_usage`).
     Such jobs wait without being tried one by one: a job asking more than
     the room left waits on the ``max``, one asking less on the owed room
     (:func:`~fleet.core.waiting.tail_reason`).  When no job behind is an
@@ -448,8 +450,6 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     lowest = tree.lowest_preemptible_priority(queue)
     state = run.state.queues[queue]
     jobs = state.pending
-    if lowest is not None and jobs[at + 1].priority > lowest:
-        return at + 1  # the next job (the highest priority behind) may preempt
     r = block.resource
     limit = tree.max_of(block.node)
     if limit is None or r not in limit:
@@ -463,39 +463,53 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     if sort_key(jobs[at + 1]) == sort_key(jobs[at]):
         return at + 1  # where the run starts is ambiguous
     parking = run.shortcuts.parking
-    if parking:
-        # Most often the queue's smallest need is already too large: then every
-        # job behind is stopped, if each asks for some of r and none is rigid.
-        needs = state.needs.get(r)
-        if (
-            needs
-            and min(needs) > max(room, floor)
-            and sum(needs.values()) == state.split()
-            and not state.rigid_behind(jobs[at])
-        ):
-            _park(run, queue, jobs[at], None, block)
-            return end
-        least = _least_behind(run, state, at, r)
-    else:
-        least = _least_rest(jobs[at + 1 : end], r)
     usable: int | None = None  # what a job of the queue may borrow there (asked once)
-    if least is not None and least > floor:
-        usable = room if least > room else _room(run, queue, block.node, r, room)
-        stop = end if least > usable else at + 1
-    else:
-        stop = at + 1
+    stop = at + 1
+    # The queue is sorted: when the next job may not preempt inside the queue,
+    # no job behind may, and the whole tail is judged by its smallest need.
+    if lowest is None or jobs[at + 1].priority <= lowest:
+        if parking:
+            # Most often the queue's smallest need is already too large: then every
+            # job behind is stopped, if each asks for some of r and none is rigid.
+            needs = state.needs.get(r)
+            if (
+                needs
+                and min(needs) > max(room, floor)
+                and sum(needs.values()) == state.split()
+                and not state.rigid_behind(jobs[at])
+            ):
+                _park(run, queue, jobs[at], None, block)
+                return end
+            least = _least_behind(run, state, at, r)
+        else:
+            least = _least_rest(jobs[at + 1 : end], r)
+        if least is not None and least > floor:
+            usable = room if least > room else _room(run, queue, block.node, r, room)
+            if least > usable:
+                stop = end
     if stop < end:
-        # Not the whole tail: the run up to the first job that may start.
+        # Not the whole tail: the run up to the first job that may start.  A job
+        # that may preempt its queue's lower priorities could free what they hold
+        # (``freeable``) under every node of its path.
+        freeable: dict[int, int] = {}
         top = min(end, at + 1 + WALK)
         while stop < top:
             job = jobs[stop]
             need = job.gang_request[r]
-            if not job.preemptible or need == 0 or need <= floor:
+            if not job.preemptible or need == 0:
                 break
-            if need <= room:
+            extra = 0
+            if lowest is not None and job.priority > lowest:
+                known = freeable.get(job.priority)
+                if known is None:
+                    known = freeable[job.priority] = tree.lower_usage(queue, job.priority, r)
+                extra = known
+            if need <= floor + extra:
+                break
+            if need <= room + extra:
                 if usable is None:
                     usable = _room(run, queue, block.node, r, room)
-                if need <= usable:
+                if need <= usable + extra:
                     break
             stop += 1
         if stop == at + 1 or (stop < end and sort_key(jobs[stop]) == sort_key(jobs[stop - 1])):

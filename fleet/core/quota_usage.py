@@ -355,6 +355,21 @@ class QuotaUsage(QuotaStructure):
         """
         return self._lowest[self._leaf(queue)]
 
+    def lower_usage(self, queue: str, priority: int, resource: str) -> int:
+        """How much of ``resource`` the queue's preemptible, charged jobs below
+        ``priority`` hold: the most that preempting inside the queue could free
+        for a job of that priority (:func:`~fleet.core.quota_victims.queue_victims`
+        takes its victims among them)."""
+        leaf = self._leaf(queue)
+        lowest = self._lowest[leaf]
+        if lowest is None or lowest >= priority:
+            return 0
+        total = 0
+        for rec in self._leaf_jobs[leaf].values():
+            if rec.preemptible and 0 <= rec.priority < priority:
+                total += rec.request.get(resource, 0)
+        return total
+
     # Admission ----------------------------------------------------------------
     def _fits_min(self, leaf: int, request: Resources) -> MinFit:
         """Whether ``request`` fits the leaf's min, else the first resource over it."""

@@ -9,8 +9,9 @@ also the room under it that guaranteed work is owed (:class:`Kept`), are
 queue's order (the whole tail behind one, or a run up to the first job that
 may start; not opportunistic) and the quota block that stops them; each
 job's text is rendered from the block and its own request when somebody
-asks (:func:`tail_reason`), so parking a tail of any length costs the same.  A job queued after the book was written (a new
-submission, a requeued job) has no reason until the next cycle, as before.
+asks (:func:`tail_reason`), so parking a tail of any length costs the
+same.  A job queued after the book was written (a new submission, a
+requeued job) has no reason until the next cycle, as before.
 
 A run of non-preemptible jobs that their queue's ``min`` stops
 (:func:`fleet.core.cycle.park_rigid_run`) is parked as one

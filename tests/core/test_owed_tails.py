@@ -136,3 +136,33 @@ def test_a_job_that_asks_none_of_the_blocking_resource_is_still_tried() -> None:
     assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/c1"]
     assert runs.reason("g2") == f"node 'root' at max {GPU} 14/16 (needs 8 more)"
     assert not runs.looked_at("g2")
+
+
+def test_jobs_that_could_preempt_too_little_of_their_own_queue_wait_together() -> None:
+    # team-a is at its max (8) with low (2 GPUs, priority 10) and high (6, 100).
+    # p1 (8) cannot start: preempting low frees 2 of the 6 missing.  p2 (6) and
+    # p3 (4) behind it are no better off, so they wait without being tried; p4
+    # (2) fits once low is preempted, and starts.
+    tree: dict[str, Any] = {
+        "name": "root",
+        "max": {GPU: 24},
+        "children": [{"name": "team-a", "max": {GPU: 8}}, {"name": "team-b", "max": {GPU: 8}}],
+    }
+    runs = SideBySide(tree, 4, gpus=8)
+    runs.submit(
+        make_job("low", queue="team-a", gpus=2, priority=10, seq=0),
+        make_job("high", queue="team-a", gpus=6, priority=100, seq=1),
+    )
+    runs.cycle(0.0)
+    runs.submit(
+        *(
+            make_job(f"p{i}", queue="team-a", gpus=g, priority=100, seq=10 + i)
+            for i, g in enumerate((8, 6, 4, 2), start=1)
+        )
+    )
+    decisions = runs.cycle(1.0)
+    assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/p4"]
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/low"]
+    assert [n for n in ("p1", "p2", "p3") if runs.looked_at(n)] == ["p1"]
+    assert runs.reason("p2") == f"queue team-a at max {GPU} 8/8 (needs 6 more)"
+    assert runs.reason("p3") == f"queue team-a at max {GPU} 8/8 (needs 4 more)"
