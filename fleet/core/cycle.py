@@ -564,7 +564,8 @@ def _least_rest(rest: list[Job], r: str) -> int | None:
 
 def _room(run: CycleRun, queue: str, node: str, r: str, room: int) -> int:
     """What of ``r`` a job of ``queue`` that would borrow may take under ``node``'s
-    ``max``: ``room``, less what other queues are owed there in the borrowing pass."""
+    ``max``: ``room``, less in the borrowing pass what guaranteed jobs still ahead
+    are owed there (:meth:`~fleet.core.owed.Owed.room_for`)."""
     if run.owed is None:
         return room
     return run.owed.room_for(queue, node, r)

@@ -214,15 +214,16 @@ class Owed:
 
     def room_for(self, queue: str, node: str, resource: str) -> int:
         """At most how much of ``resource`` a job of ``queue`` that would borrow may
-        take under ``node``'s ``max`` now: the room left there less what the other
-        queues under ``node`` are owed (its own queue's demand counted as none).
+        take under ``node``'s ``max`` now: the room left there, less what the
+        other queues under ``node`` are owed and, when they are owed some, its
+        own queue's demand too.
 
         A job that asks more waits: the ``max`` says no, or :meth:`kept` does
-        (it keeps the others' demand, and its own queue's, at every such
-        node).  The queues under ``node`` marked since their last count are
-        counted first, so the answer is the same whatever questions came
-        before it (the parked cycle and the full scan ask it at the same
-        moments, and must go on with the same counts).
+        (at every such node).  The queues under ``node`` marked since their
+        last count, its own among them, are counted first, so the answer is
+        the same whatever questions came before it (the parked cycle and the
+        full scan ask it at the same moments, and must go on with the same
+        counts).
         """
         tree = self._tree
         limit = tree.max_of(node)
@@ -231,15 +232,15 @@ class Owed:
         room = limit[resource] - tree.used_of(node, resource)
         if all(above != node for above, _ in self._limited(queue)):
             return room  # its own leaf: no other queue is owed room under it
-        for marked in [q for q in self._dirty if q != queue and node in self._path(q)]:
+        for marked in [q for q in self._dirty if node in self._path(q)]:
             self._refresh(marked)
         sums = self._sums.get(node)
         if not sums:
             return room
         own = self._demand.get(queue)
-        mine = own.total.get(resource, 0) if own is not None and queue not in self._dirty else 0
-        others = sums.get(resource, 0) - self._stale.get(node, {}).get(resource, 0) - mine
-        return room - max(others, 0)
+        mine = own.total.get(resource, 0) if own is not None else 0
+        others = sums.get(resource, 0) - mine
+        return room - others - mine if others > 0 else room
 
     def text(self, kept: Kept) -> str:
         """``kept.reason``, worded once per distinct answer in the pass."""
