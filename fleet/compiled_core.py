@@ -135,6 +135,7 @@ def picklable() -> None:
                 and value.__module__ == name
                 and params is not None
                 and params.frozen
+                and "__reduce__" not in vars(value)  # it says how itself
             ):
                 copyreg.pickle(value, _reduce)
 

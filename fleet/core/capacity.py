@@ -98,11 +98,13 @@ class CapacityPlacer:
     ) -> None:
         self._cluster = cluster
         self._nodes: dict[str, _Node] = {}
-        #: free GPU count -> names of the healthy nodes with that many, in node order
-        #: (a canonical order: the choice among equally free nodes never depends on
-        #: history, so a restored placer answers as the original did)
-        self._buckets: dict[int, list[str]] = {}
+        #: free GPU count -> the ranks of the healthy nodes with that many, in node
+        #: order (a canonical order: the choice among equally free nodes never
+        #: depends on history, so a restored placer answers as the original did);
+        #: ranks, not names, so that keeping a bucket sorted compares plain ints
+        self._buckets: dict[int, list[int]] = {}
         self._rank: dict[str, int] = {}
+        self._by_rank: list[_Node] = []
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
         self._allocated: dict[str, int] = {}
@@ -121,8 +123,9 @@ class CapacityPlacer:
             gpus = cap[resources.GPU]
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
             self._nodes[name] = node
-            self._rank[name] = len(self._rank)
-            self._buckets.setdefault(gpus, []).append(name)
+            self._rank[name] = len(self._by_rank)
+            self._buckets.setdefault(gpus, []).append(len(self._by_rank))
+            self._by_rank.append(node)
             self._open[gpus] = self._open.get(gpus, 0) + 1
             self._capacity = self._capacity + cap
         self._max_gpus = max((n.gpus for n in self._nodes.values()), default=0)
@@ -407,11 +410,12 @@ class CapacityPlacer:
             node = self._nodes[name]
             if name not in self._bad and self._sku_ok(job, node) and _fits(pod.request, free):
                 return node
+        by_rank = self._by_rank
         for count in range(pod.gpus, self._max_gpus + 1):
-            for name in self._buckets.get(count, ()):
-                if name in overlay:
+            for rank in self._buckets.get(count, ()):
+                node = by_rank[rank]
+                if node.name in overlay:
                     continue
-                node = self._nodes[name]
                 if self._sku_ok(job, node) and _fits(pod.request, node.free):
                     return node
         return None
@@ -581,12 +585,13 @@ class CapacityPlacer:
         self._rebucket(node, before)
 
     def _bucket_add(self, free: int, name: str) -> None:
-        bisect.insort(self._buckets.setdefault(free, []), name, key=self._rank.__getitem__)
+        bisect.insort(self._buckets.setdefault(free, []), self._rank[name])
 
     def _bucket_remove(self, free: int, name: str) -> None:
         bucket = self._buckets[free]
-        i = bisect.bisect_left(bucket, self._rank[name], key=self._rank.__getitem__)
-        if i >= len(bucket) or bucket[i] != name:
+        rank = self._rank[name]
+        i = bisect.bisect_left(bucket, rank)
+        if i >= len(bucket) or bucket[i] != rank:
             raise InvariantError(f"{name}: not in the bucket of nodes with {free} free GPUs")
         del bucket[i]
 
@@ -693,8 +698,7 @@ class CapacityPlacer:
             raise InvariantError(
                 f"mode index lists {indexed_modes} jobs, {len(self._held)} are held"
             )
-        for free, bucket in self._buckets.items():
-            ranks = [self._rank[n] for n in bucket]
+        for free, ranks in self._buckets.items():
             if ranks != sorted(ranks):
                 raise InvariantError(f"the bucket of nodes with {free} free GPUs is out of order")
         total: dict[str, int] = {}
@@ -754,7 +758,7 @@ class CapacityPlacer:
                 raise InvariantError(
                     f"{name}: free GPU indices drifted: kept {node.free_gpus}, recount {expected}"
                 )
-            in_bucket = name in self._buckets.get(len(node.free_gpus), ())
+            in_bucket = self._rank[name] in self._buckets.get(len(node.free_gpus), ())
             if name in self._bad and in_bucket:
                 raise InvariantError(f"{name}: a bad node is in a free-GPU bucket")
             if name not in self._bad and not in_bucket:

@@ -463,7 +463,10 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     if sort_key(jobs[at + 1]) == sort_key(jobs[at]):
         return at + 1  # where the run starts is ambiguous
     parking = run.shortcuts.parking
-    usable: int | None = None  # what a job of the queue may borrow there (asked once)
+    # What a job of the queue may borrow there: asked when the room left on the
+    # max does not settle it, and again for a smaller need while not ``exact``.
+    usable = room
+    exact = run.owed is None
     stop = at + 1
     # The queue is sorted: when the next job may not preempt inside the queue,
     # no job behind may, and the whole tail is judged by its smallest need.
@@ -484,7 +487,8 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         else:
             least = _least_rest(jobs[at + 1 : end], r)
         if least is not None and least > floor:
-            usable = room if least > room else _room(run, queue, block.node, r, room)
+            if least <= room:
+                usable, exact = _room(run, queue, block.node, r, room, least)
             if least > usable:
                 stop = end
     if stop < end:
@@ -506,11 +510,10 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
                 extra = known
             if need <= floor + extra:
                 break
-            if need <= room + extra:
-                if usable is None:
-                    usable = _room(run, queue, block.node, r, room)
-                if need <= usable + extra:
-                    break
+            if need <= usable + extra and not exact:
+                usable, exact = _room(run, queue, block.node, r, room, need - extra)
+            if need <= usable + extra:
+                break
             stop += 1
         if stop == at + 1 or (stop < end and sort_key(jobs[stop]) == sort_key(jobs[stop - 1])):
             return at + 1  # nothing waits, or where the run ends is ambiguous
@@ -562,10 +565,11 @@ def _least_rest(rest: list[Job], r: str) -> int | None:
     return least
 
 
-def _room(run: CycleRun, queue: str, node: str, r: str, room: int) -> int:
+def _room(run: CycleRun, queue: str, node: str, r: str, room: int, below: int) -> tuple[int, bool]:
     """What of ``r`` a job of ``queue`` that would borrow may take under ``node``'s
-    ``max``: ``room``, less in the borrowing pass what guaranteed jobs still ahead
-    are owed there (:meth:`~fleet.core.owed.Owed.room_for`)."""
+    ``max``, and whether exactly: ``room``, less in the borrowing pass what
+    guaranteed jobs still ahead are owed there, counted only as far as it takes
+    to tell whether it is under ``below`` (:meth:`~fleet.core.owed.Owed.room_for`)."""
     if run.owed is None:
-        return room
-    return run.owed.room_for(queue, node, r)
+        return room, True
+    return run.owed.room_for(queue, node, r, below)

@@ -49,12 +49,23 @@ class ReplicaGroup:
     role: str
     count: int
     per_pod: Resources
+    #: the hash, computed once: a job's shape, hashed by every memory of the
+    #: cycle, holds its groups
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        h = hash(self.role) ^ (self.count * 1_000_003) ^ hash(self.per_pod)
+        object.__setattr__(self, "_hash", h)
 
     def __hash__(self) -> int:
         # Agrees with the generated equality; written here so that the compiled
-        # core compiles it, and without building a tuple (a job's shape, hashed
-        # by every memory of the cycle, holds its groups).
-        return hash(self.role) ^ (self.count * 1_000_003) ^ hash(self.per_pod)
+        # core compiles it.
+        return self._hash
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled by its fields, and hashed afresh where it is unpickled (a
+        # string's hash differs from one interpreter to the next).
+        return (ReplicaGroup, (self.role, self.count, self.per_pod))
 
     @property
     def gpus(self) -> int:

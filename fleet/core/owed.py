@@ -212,18 +212,19 @@ class Owed:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
 
-    def room_for(self, queue: str, node: str, resource: str) -> int:
+    def room_for(self, queue: str, node: str, resource: str, below: int) -> tuple[int, bool]:
         """At most how much of ``resource`` a job of ``queue`` that would borrow may
-        take under ``node``'s ``max`` now: the room left there, less what the
-        other queues under ``node`` are owed and, when they are owed some, its
-        own queue's demand too.
+        take under ``node``'s ``max`` now, and whether that is exact: the room
+        left there, less what the other queues under ``node`` are owed and, when
+        they are owed some, its own queue's demand too.
 
         A job that asks more waits: the ``max`` says no, or :meth:`kept` does
         (at every such node).  The queues under ``node`` marked since their
-        last count, its own among them, are counted first, so the answer is
-        the same whatever questions came before it (the parked cycle and the
-        full scan ask it at the same moments, and must go on with the same
-        counts).
+        last count are counted again in the order they were marked, its own
+        last, only while the answer is at least ``below`` (each count can only
+        lower it): an answer under ``below`` may be above the exact one, which
+        is all the caller asks then.  The counting depends only on the
+        questions asked, which the parked cycle and the full scan ask alike.
         """
         tree = self._tree
         limit = tree.max_of(node)
@@ -231,15 +232,27 @@ class Owed:
             raise ValueError(f"node {node!r} has no max of {resource}")
         room = limit[resource] - tree.used_of(node, resource)
         if all(above != node for above, _ in self._limited(queue)):
-            return room  # its own leaf: no other queue is owed room under it
-        for marked in [q for q in self._dirty if node in self._path(q)]:
+            return room, True  # its own leaf: no other queue is owed room under it
+        while True:
+            usable = self._usable(queue, node, resource, room)
+            if usable < below:
+                return usable, False
+            marked = next((q for q in self._dirty if q != queue and node in self._path(q)), None)
+            if marked is None and queue in self._dirty:
+                marked = queue
+            if marked is None:
+                return usable, True
             self._refresh(marked)
+
+    def _usable(self, queue: str, node: str, resource: str, room: int) -> int:
+        """:meth:`room_for` from the counts as they are (a queue marked since its
+        last count counts as owed nothing)."""
         sums = self._sums.get(node)
         if not sums:
             return room
         own = self._demand.get(queue)
-        mine = own.total.get(resource, 0) if own is not None else 0
-        others = sums.get(resource, 0) - mine
+        mine = own.total.get(resource, 0) if own is not None and queue not in self._dirty else 0
+        others = sums.get(resource, 0) - self._stale.get(node, {}).get(resource, 0) - mine
         return room - others - mine if others > 0 else room
 
     def text(self, kept: Kept) -> str:

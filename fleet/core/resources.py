@@ -202,6 +202,12 @@ class Resources:
             self._hash = hash(frozenset(self.amounts.items()))
         return self._hash
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled by its amounts alone: the cached hash belongs to this process
+        # (a string's hash differs from one interpreter to the next), so the
+        # process that unpickles it hashes it afresh.
+        return (_unpickled, (dict(self.amounts),))
+
     def __repr__(self) -> str:
         return f"Resources({self.to_quantities()!r})"
 
@@ -279,3 +285,8 @@ def _pairs(values: Amounts) -> ItemsView[str, int]:
 
 ZERO: Final = Resources()
 ONE_JOB: Final = Resources({MAX_JOBS: 1})
+
+
+def _unpickled(amounts: dict[str, int]) -> Resources:
+    """A vector from pickled amounts, exactly (a limit's zeros are kept)."""
+    return Resources._raw(amounts)
