@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from fleet.core.jobs import Job
 from fleet.core.quota import QuotaTree
@@ -59,6 +60,9 @@ from fleet.core.waiting import Kept
 
 #: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
 Span = tuple[int, int]
+
+#: An empty count, read (never written) where a node has none.
+_EMPTY: Final[dict[str, int]] = {}
 
 
 @dataclass(slots=True)
@@ -197,7 +201,7 @@ class Owed:
             sums = self._sums.get(node)
             if not sums:
                 continue
-            stale = self._stale.get(node, {})
+            stale = self._stale.get(node, _EMPTY)
             for r, amount in request.amounts.items():
                 if amount <= 0 or r not in limit:
                     continue
@@ -237,7 +241,7 @@ class Owed:
             usable = self._usable(queue, node, resource, room)
             if usable < below:
                 return usable, False
-            marked = next((q for q in self._dirty if q != queue and node in self._path(q)), None)
+            marked = next((q for q in self._dirty if q != queue and node in self._above(q)), None)
             if marked is None and queue in self._dirty:
                 marked = queue
             if marked is None:
@@ -252,7 +256,7 @@ class Owed:
             return room
         own = self._demand.get(queue)
         mine = own.total.get(resource, 0) if own is not None and queue not in self._dirty else 0
-        others = sums.get(resource, 0) - self._stale.get(node, {}).get(resource, 0) - mine
+        others = sums.get(resource, 0) - self._stale.get(node, _EMPTY).get(resource, 0) - mine
         return room - others - mine if others > 0 else room
 
     def text(self, kept: Kept) -> str:
@@ -269,25 +273,28 @@ class Owed:
         if found is None:
             found = self._limits[queue] = [
                 (node, limit)
-                for node in self._path(queue)[1:]
+                for node in self._above(queue)
                 if (limit := self._tree.max_of(node)) is not None
             ]
         return found
 
     def _add(
-        self, sums: dict[str, dict[str, int]], queue: str, total: Mapping[str, int], sign: int
+        self, sums: dict[str, dict[str, int]], queue: str, total: dict[str, int], sign: int
     ) -> None:
         """Add ``total`` (``sign`` 1) or take it away (-1) on every node above ``queue``."""
-        for node in self._path(queue)[1:]:
-            counts = sums.setdefault(node, {})
+        for node in self._above(queue):
+            counts = sums.get(node)
+            if counts is None:
+                counts = sums[node] = {}
             for r, amount in total.items():
                 counts[r] = counts.get(r, 0) + sign * amount
 
-    def _path(self, queue: str) -> list[str]:
-        path = self._paths.get(queue)
-        if path is None:
-            path = self._paths[queue] = self._tree.path_to_root(queue)
-        return path
+    def _above(self, queue: str) -> list[str]:
+        """The nodes above ``queue``, from its parent up."""
+        above = self._paths.get(queue)
+        if above is None:
+            above = self._paths[queue] = self._tree.path_to_root(queue)[1:]
+        return above
 
     def _refresh(self, queue: str) -> None:
         """Bring the marked ``queue``'s demand up to date."""
@@ -323,14 +330,14 @@ class Owed:
                 for r in expect:
                     expect[r] += request.get(r, 0)
             if expect == now:
-                if not passed and at == old.at:
+                if not passed:
+                    old.at = at  # it passed only jobs it did not count: the same demand
                     return old
-                kept = old.picks[passed:]
-                total: dict[str, int] = {}
-                for _, request in kept:
+                total = dict(old.total)
+                for _, request in old.picks[:passed]:
                     for r, amount in request.items():
-                        total[r] = total.get(r, 0) + amount
-                return _Demand(at, now, kept, total)
+                        total[r] -= amount
+                return _Demand(at, now, old.picks[passed:], {r: n for r, n in total.items() if n})
         return self._count(queue, at, end, floor, now)
 
     def _count(
@@ -353,7 +360,7 @@ class Owed:
             job = jobs[pos]
             # The gang minimum is the least a job takes: most jobs of a tail that
             # must borrow are ruled out by that one check.
-            if job.opportunistic or not _fits(job.gang_request, left):
+            if job.opportunistic or not _fits(job.gang_request.amounts, left):
                 if strict:
                     break
                 continue
@@ -368,23 +375,23 @@ class Owed:
         return demand
 
 
-def _exhausted(left: Mapping[str, int], least: Mapping[str, int]) -> bool:
+def _exhausted(left: dict[str, int], least: dict[str, int]) -> bool:
     """Whether less is left of some resource than every job asks for."""
     return any(left[r] < need for r, need in least.items())
 
 
-def _fits(request: Resources, left: Mapping[str, int]) -> bool:
-    return all(request.get(r, 0) <= room for r, room in left.items())
+def _fits(amounts: dict[str, int], left: dict[str, int]) -> bool:
+    return all(amounts.get(r, 0) <= room for r, room in left.items())
 
 
-def _counted(job: Job, left: Mapping[str, int]) -> Resources:
+def _counted(job: Job, left: dict[str, int]) -> Resources:
     """What ``job``, whose gang minimum fits what is left of its queue's ``min``, would
     take within it: its start size if that fits too, else its gang minimum."""
     start = job.start_size
     if start == job.gang_size:
         return job.gang_request
     full = job.request if start == job.size else job.request_of(job.pods[:start])
-    return full if _fits(full, left) else job.gang_request
+    return full if _fits(full.amounts, left) else job.gang_request
 
 
 def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:
