@@ -52,6 +52,7 @@ class _Node:
     free: dict[str, int]
     free_gpus: list[int]  # sorted free GPU indices
     sku: str | None
+    rank: int  # its place in node order (the buckets hold ranks)
 
 
 @dataclass(slots=True)
@@ -121,9 +122,11 @@ class CapacityPlacer:
         self._bad: set[str] = set()
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
-            node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), (skus or {}).get(name))
+            rank = len(self._by_rank)
+            sku = (skus or {}).get(name)
+            node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), sku, rank)
             self._nodes[name] = node
-            self._rank[name] = len(self._by_rank)
+            self._rank[name] = rank
             self._buckets.setdefault(gpus, []).append(len(self._by_rank))
             self._by_rank.append(node)
             self._open[gpus] = self._open.get(gpus, 0) + 1
@@ -441,7 +444,7 @@ class CapacityPlacer:
             if pod is None or node is None or pp.pod in placed:
                 raise BindError(f"{job.key}: {pp.pod} on {pp.node} is not a pod it can place")
             free, idx = _scratch(node, overlay)
-            if not _fits(pod.request, free) or not set(pp.gpus) <= set(idx):
+            if not _fits(pod.request, free) or not all(g in idx for g in pp.gpus):
                 raise BindError(f"{job.key}: {pp.pod} no longer fits on {pp.node}; ask fit again")
             for name, amount in pod.request.items():
                 if name in free:
@@ -598,8 +601,17 @@ class CapacityPlacer:
     def _rebucket(self, node: _Node, before: int) -> None:
         after = len(node.free_gpus)
         if after != before and node.name not in self._bad:
-            self._bucket_remove(before, node.name)
-            self._bucket_add(after, node.name)
+            bucket = self._buckets[before]
+            i = bisect.bisect_left(bucket, node.rank)
+            if i >= len(bucket) or bucket[i] != node.rank:
+                raise InvariantError(
+                    f"{node.name}: not in the bucket of nodes with {before} free GPUs"
+                )
+            del bucket[i]
+            target = self._buckets.get(after)
+            if target is None:
+                target = self._buckets[after] = []
+            bisect.insort(target, node.rank)
 
     # Introspection ----------------------------------------------------------
     def holds(self, key: str) -> bool:

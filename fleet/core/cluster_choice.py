@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from fleet.core import resources
 from fleet.core.cycle_context import CycleRun
+from fleet.core.cycle_memory import Ranked
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import Fit, NoFit, Placer
 
@@ -70,8 +71,7 @@ def place(
     held = _held_by_cluster(run, released) if released else None
     blind = question[:-1]
     room = run.places.room
-    for load, placer in placers:
-        name = placer.cluster
+    for load, name, placer in placers:
         known = run.places.answers(name)
         # Only a guaranteed question names the queue (its last item).
         blind_here = mode is not Mode.GUARANTEED or placer.blind_to_queue(job, mode)
@@ -139,7 +139,7 @@ def place_with_preemption(
     pods: tuple[Pod, ...],
     mode: Mode,
     released: tuple[str, ...],
-    placers: list[tuple[float, Placer]],
+    placers: list[Ranked],
 ) -> Fit | None:
     """The fit with the fewest, then lowest-priority victims among the first clusters that fit."""
     units = run.state.units
@@ -151,7 +151,7 @@ def place_with_preemption(
     question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
     wide = question[1:]
     held = _held_by_cluster(run, released) if released else None
-    for load, placer in placers:
+    for load, _, placer in placers:
         if found >= PREEMPTION_CLUSTERS:
             break
         if run.places.on and not placer.may_have_victims(job, mode):
@@ -206,8 +206,9 @@ def _nowhere(run: CycleRun, job: Job) -> str:
     return "no allowed member cluster takes new jobs: " + ", ".join(why[:3])
 
 
-def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
-    """The clusters ``job`` may use with their load, least loaded first (then by name).
+def candidates(run: CycleRun, job: Job) -> list[Ranked]:
+    """The clusters ``job`` may use with their load and name, least loaded first
+    (then by name: the triples sort as they are, no two names alike).
 
     The order of all clusters is kept (:class:`~fleet.core.cycle_memory.PlacementMemo`),
     not sorted again for every job: a cluster whose load a bind or release
@@ -222,12 +223,12 @@ def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
             placed = memo.placed.pop(name, None)
             if placed is None:
                 continue  # not in the order (draining or not ready)
-            i = bisect.bisect_left(order, (placed, name), key=_rank)
-            placer = order.pop(i)[1]
+            i = bisect.bisect_left(order, (placed, name))
+            placer = order.pop(i)[2]
             room = memo.room.get(name)
             if room is None:
                 room = memo.room[name] = _room(placer)
-            bisect.insort(order, (room[1], placer), key=_rank)
+            bisect.insort(order, (room[1], name, placer))
             memo.placed[name] = room[1]
         memo.moved.clear()
         memo.order = order
@@ -243,21 +244,16 @@ def candidates(run: CycleRun, job: Job) -> list[tuple[float, Placer]]:
             room = memo.room.get(name)
             if room is None:
                 room = memo.room[name] = _room(placer)
-            order.append((room[1], placer))
-        order.sort(key=_rank)
+            order.append((room[1], name, placer))
+        order.sort()
         if memo.on:
             memo.order = order
             memo.moved.clear()
-            memo.placed = {placer.cluster: load for load, placer in order}
+            memo.placed = {name: load for load, name, _ in order}
     if job.clusters is None:
         return order
     allowed = job.clusters
-    return [lp for lp in order if lp[1].cluster in allowed]
-
-
-def _rank(lp: tuple[float, Placer]) -> tuple[float, str]:
-    """The clusters' order: least loaded first, then by name."""
-    return lp[0], lp[1].cluster
+    return [ranked for ranked in order if ranked[1] in allowed]
 
 
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:
@@ -270,13 +266,14 @@ def _sum(pods: Sequence[Pod]) -> dict[str, int]:
 
 def _room(placer: Placer) -> tuple[dict[str, int], float]:
     """Free resources of a cluster and its load (share of GPUs, else cpu, in use)."""
-    capacity = placer.capacity()
-    allocated = placer.allocated()
-    free = {name: amount - allocated[name] for name, amount in capacity.items()}
+    capacity = placer.capacity().amounts
+    allocated = placer.allocated().amounts
+    free = {name: amount - allocated.get(name, 0) for name, amount in capacity.items()}
     load = 0.0
     for name in (resources.GPU, resources.CPU):
-        if capacity[name]:
-            load = allocated[name] / capacity[name]
+        total = capacity.get(name, 0)
+        if total:
+            load = allocated.get(name, 0) / total
             break
     return free, load
 

@@ -50,6 +50,10 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaBlock
 from fleet.core.resources import Resources
 
+#: A member cluster in the order :func:`fleet.core.cluster_choice.candidates` keeps:
+#: its load, its name and its placer (the triples sort as they are).
+Ranked = tuple[float, str, Placer]
+
 
 @dataclass(frozen=True, slots=True)
 class Shortcuts:
@@ -182,7 +186,7 @@ class PlacementMemo:
     strict_nofit: dict[str, set[tuple[object, ...]]] = field(default_factory=dict)
     #: every (not draining) cluster with its load, least loaded first; a cluster
     #: whose load changed is put back in its place when next asked (``moved``)
-    order: list[tuple[float, Placer]] | None = None
+    order: list[Ranked] | None = None
     #: clusters whose load changed since ``order`` was last brought up to date
     moved: set[str] = field(default_factory=set)
     #: the load each cluster of ``order`` sits there with
