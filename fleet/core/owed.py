@@ -136,10 +136,24 @@ class Owed:
         self._texts: dict[tuple[str, str, int, int, int, bool], str] = {}
 
     def moved(self, queue: str, cursor: int) -> None:
-        """The pass moved on in ``queue``: its next job is at ``cursor``."""
-        if queue in self.cursors:
-            self.cursors[queue] = cursor
-            self._mark(queue)
+        """The pass moved on in ``queue``: its next job is at ``cursor``.
+
+        A count that passed none of the jobs it counted stays right as it is
+        (the jobs passed took nothing of the ``min``): only its start moves.
+        """
+        if queue not in self.cursors:
+            return
+        self.cursors[queue] = cursor
+        known = self._demand.get(queue)
+        if (
+            self._incremental
+            and known is not None
+            and queue not in self._dirty
+            and (not known.picks or known.picks[0][0] >= cursor)
+        ):
+            known.at = cursor
+            return
+        self._mark(queue)
 
     def finished(self, queue: str) -> None:
         """The pass will serve nothing more of ``queue`` (a StrictFIFO queue stopped)."""
@@ -355,6 +369,22 @@ class Owed:
         picks = demand.picks
         strict = state.strict_fifo
         if _exhausted(left, least):
+            return demand
+        if len(left) == 1 and not strict:
+            # The usual ``min`` names one resource: the same count, in one compare a job.
+            r, room = next(iter(left.items()))
+            bound = least.get(r, 0)
+            for pos in range(at, end):
+                job = jobs[pos]
+                if job.priority < 0 or job.gang_request.amounts.get(r, 0) > room:
+                    continue
+                request = _counted(job, left)
+                picks.append((pos, request))
+                for name, amount in request.items():
+                    total[name] = total.get(name, 0) + amount
+                room = left[r] = room - request.amounts.get(r, 0)
+                if room < bound:
+                    break
             return demand
         for pos in range(at, end):
             job = jobs[pos]
