@@ -474,13 +474,8 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         if parking:
             # Most often the queue's smallest need is already too large: then every
             # job behind is stopped, if each asks for some of r and none is rigid.
-            needs = state.needs.get(r)
-            if (
-                needs
-                and min(needs) > max(room, floor)
-                and sum(needs.values()) == state.split()
-                and not state.rigid_behind(jobs[at])
-            ):
+            smallest = _smallest_need(state, r)
+            if smallest > 0 and smallest > max(room, floor) and not state.rigid_behind(jobs[at]):
                 _park(run, queue, jobs[at], None, block)
                 return end
             least = _least_behind(run, state, at, r)
@@ -530,6 +525,22 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     return stop
 
 
+#: No counts of needs (read, never written).
+_NO_NEEDS: dict[int, int] = {}
+
+
+def _smallest_need(state: QueueState, r: str) -> int:
+    """The smallest need of ``r`` among the queue's pending jobs (not opportunistic)
+    when every one of them asks some; else -1."""
+    asking = 0
+    least = -1
+    for need, n in state.needs.get(r, _NO_NEEDS).items():
+        asking += n
+        if least < 0 or need < least:
+            least = need
+    return least if asking and asking == state.split() else -1
+
+
 def _least_behind(run: CycleRun, state: QueueState, at: int, r: str) -> int | None:
     """The smallest need of ``r`` among the jobs behind position ``at`` of ``state``'s
     pending list (not opportunistic), from its counters less the jobs the cycle
@@ -540,17 +551,26 @@ def _least_behind(run: CycleRun, state: QueueState, at: int, r: str) -> int | No
     if seen is None:
         seen = run.seen[(state.name, r)] = Seen()
     counts = seen.needs
-    for job in state.pending[seen.upto : at + 1]:
-        need = job.gang_request[r]
+    pending = state.pending
+    for i in range(seen.upto, at + 1):
+        job = pending[i]
+        need = job.gang_request.amounts.get(r, 0)
         counts[need] = counts.get(need, 0) + 1
-        seen.rigid += 0 if job.preemptible else 1
-    seen.upto = max(seen.upto, at + 1)
+        if not job.preemptible:
+            seen.rigid += 1
+    if seen.upto <= at:
+        seen.upto = at + 1
     if state.rigid > seen.rigid:
         return None
-    needs = state.needs.get(r, {})
-    if state.split() - sum(needs.values()) > counts.get(0, 0):
+    asking = 0
+    least = -1
+    for need, n in state.needs.get(r, _NO_NEEDS).items():
+        asking += n
+        if n > counts.get(need, 0) and (least < 0 or need < least):
+            least = need
+    if state.split() - asking > counts.get(0, 0):
         return None  # a job behind asks no r
-    return min((need for need, n in needs.items() if n > counts.get(need, 0)), default=None)
+    return None if least < 0 else least
 
 
 def _least_rest(rest: list[Job], r: str) -> int | None:

@@ -195,7 +195,7 @@ class Owed:
             found = self._over(job, request)
             if found is not None:
                 return found
-            stale = next((q for q in self._dirty if q != job.queue), None)
+            stale = self._first_marked(job.queue, None)
             if stale is None:
                 if job.queue not in self._dirty or not self._others_owed:
                     return None
@@ -209,22 +209,23 @@ class Owed:
         queues are owed room anywhere it looked (``_others_owed``)."""
         tree = self._tree
         own = self._demand.get(job.queue)
-        mine = own.total if own is not None and job.queue not in self._dirty else {}
+        mine = own.total if own is not None and job.queue not in self._dirty else _EMPTY
         self._others_owed = False
         for node, limit in self._limited(job.queue):
             sums = self._sums.get(node)
             if not sums:
                 continue
             stale = self._stale.get(node, _EMPTY)
+            caps = limit.amounts
             for r, amount in request.amounts.items():
-                if amount <= 0 or r not in limit:
+                cap = caps.get(r)
+                if amount <= 0 or cap is None:
                     continue
                 ours = mine.get(r, 0)
                 others = sums.get(r, 0) - stale.get(r, 0) - ours
                 if others <= 0:
                     continue
                 self._others_owed = True
-                cap = limit[r]
                 used = tree.used_of(node, r)
                 if used + amount + others + ours > cap:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
@@ -255,12 +256,19 @@ class Owed:
             usable = self._usable(queue, node, resource, room)
             if usable < below:
                 return usable, False
-            marked = next((q for q in self._dirty if q != queue and node in self._above(q)), None)
+            marked = self._first_marked(queue, node)
             if marked is None and queue in self._dirty:
                 marked = queue
             if marked is None:
                 return usable, True
             self._refresh(marked)
+
+    def _first_marked(self, queue: str, node: str | None) -> str | None:
+        """The queue marked first, other than ``queue`` (under ``node`` if given)."""
+        for marked in self._dirty:
+            if marked != queue and (node is None or node in self._above(marked)):
+                return marked
+        return None
 
     def _usable(self, queue: str, node: str, resource: str, room: int) -> int:
         """:meth:`room_for` from the counts as they are (a queue marked since its
@@ -431,6 +439,14 @@ def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in floor:
         counts = state.needs.get(r)
-        if counts and sum(counts.values()) == jobs:
-            out[r] = min(counts)
+        if not counts:
+            continue
+        asking = 0
+        least = -1
+        for need, n in counts.items():
+            asking += n
+            if least < 0 or need < least:
+                least = need
+        if asking == jobs:
+            out[r] = least
     return out

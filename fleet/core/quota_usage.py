@@ -47,7 +47,7 @@ construction, copying and the victim searches.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -219,9 +219,9 @@ def lend_key(head: Admitted, borrowed: int) -> LendKey:
     return (head.priority, -borrowed, -head.seq)
 
 
-def add_to(counter: dict[str, int], vec: Iterable[tuple[str, int]], sign: int) -> None:
-    """Add (``sign`` 1) or subtract (-1) ``vec``'s amounts in ``counter``."""
-    for r, v in vec:
+def add_to(counter: dict[str, int], amounts: dict[str, int], sign: int) -> None:
+    """Add (``sign`` 1) or subtract (-1) ``amounts`` in ``counter``."""
+    for r, v in amounts.items():
         counter[r] = counter.get(r, 0) + sign * v
 
 
@@ -559,11 +559,11 @@ class QuotaUsage(QuotaStructure):
                 used[MAX_JOBS] = used.get(MAX_JOBS, 0) + jobs
                 self._count[n] += sign
             return
-        items = list(rec.request.amounts.items())
+        amounts = rec.request.amounts
         split = self._guar if rec.mode is Mode.GUARANTEED else self._borr
         for n in path:
-            add_to(self._used[n], items, sign)
-            add_to(split[n], items, sign)
+            add_to(self._used[n], amounts, sign)
+            add_to(split[n], amounts, sign)
             self._count[n] += sign
 
     # Quota changes ------------------------------------------------------------
@@ -646,10 +646,10 @@ class QuotaUsage(QuotaStructure):
             for m in self._paths[rec.leaf]:
                 count[m] += 1
                 if rec.mode is Mode.OPPORTUNISTIC:
-                    add_to(used[m], [(MAX_JOBS, rec.request.get(MAX_JOBS, 0))], 1)
+                    add_to(used[m], {MAX_JOBS: rec.request.get(MAX_JOBS, 0)}, 1)
                     continue
-                add_to(used[m], rec.request.items(), 1)
-                add_to((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.items(), 1)
+                add_to(used[m], rec.request.amounts, 1)
+                add_to((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.amounts, 1)
         if sum(len(j) for j in self._leaf_jobs) != len(self._jobs):
             stale = sorted(k for jobs in self._leaf_jobs for k in jobs if k not in self._jobs)
             raise InvariantError(f"stale job index: {stale} indexed by leaf but not admitted")

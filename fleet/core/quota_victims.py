@@ -96,7 +96,7 @@ def _deficits(
 def _remove(tree: QuotaUsage, removed: dict[int, dict[str, int]], rec: Admitted, sign: int) -> None:
     """Count ``rec``'s request as removed (``sign`` 1) or back (-1) on its whole path."""
     for n in tree._paths[rec.leaf]:
-        add_to(removed.setdefault(n, {}), rec.request.items(), sign)
+        add_to(removed.setdefault(n, {}), rec.request.amounts, sign)
 
 
 def _prune(
