@@ -256,6 +256,7 @@ def plan_with_victims(
             lowest is not None
             and lowest < job.priority
             and not run.reclaims.inside_fails(job.queue, job.priority, request)
+            and not _kept_even_so(run, job, request)
         ):
             victims = tree.queue_victims(job.queue, request, job.priority, now)
             if victims is None:
@@ -308,6 +309,25 @@ def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: boo
             kept.node, kept.resource, kept.used, kept.request, kept.limit, MAX, kept.leaf
         )
     return owed.text(kept)
+
+
+def _kept_even_so(run: CycleRun, job: Job, request: Resources) -> bool:
+    """Whether ``job``, in the borrowing pass, would still be kept out on owed room
+    with everything its queue's lower priorities hold freed (and still not fit its
+    queue's ``min``): then no victim search among them can let it start, and
+    none is made.  Whatever the search would find, the job waits all the same."""
+    owed = run.owed
+    if owed is None:
+        return False
+    tree = run.state.tree
+    freed = {r: tree.lower_usage(job.queue, job.priority, r) for r in request.amounts}
+    floor = tree.min_of(job.queue)
+    if not floor or all(
+        tree.guaranteed_of(job.queue, r) - freed.get(r, 0) + request.get(r, 0) <= cap
+        for r, cap in floor.items()
+    ):
+        return False  # with them gone it might fit its min: then nothing is kept from it
+    return owed.kept_beyond(job, request, freed)
 
 
 def _spared(run: CycleRun, job: Job, fit: Fit) -> str | None:

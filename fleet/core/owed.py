@@ -231,6 +231,39 @@ class Owed:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
 
+    def kept_beyond(self, job: Job, request: Resources, freed: dict[str, int]) -> bool:
+        """Whether ``request`` of ``job``, which would borrow, is kept out at some node
+        even with ``freed`` (resource -> amount) taken off the usage of every node
+        above its queue.  Its own queue's demand counts as none; the other queues
+        marked since their last count are counted again, in the order they were
+        marked, only while the counts do not already say yes (a yes is final)."""
+        while True:
+            if self._kept_beyond(job, request, freed):
+                return True
+            stale = self._first_marked(job.queue, None)
+            if stale is None:
+                return False
+            self._refresh(stale)
+
+    def _kept_beyond(self, job: Job, request: Resources, freed: dict[str, int]) -> bool:
+        tree = self._tree
+        own = self._demand.get(job.queue)
+        mine = own.total if own is not None and job.queue not in self._dirty else _EMPTY
+        for node, limit in self._limited(job.queue):
+            sums = self._sums.get(node)
+            if not sums:
+                continue
+            stale = self._stale.get(node, _EMPTY)
+            caps = limit.amounts
+            for r, amount in request.amounts.items():
+                cap = caps.get(r)
+                if amount <= 0 or cap is None:
+                    continue
+                others = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)
+                if others > 0 and tree.used_of(node, r) - freed.get(r, 0) + amount + others > cap:
+                    return True
+        return False
+
     def room_for(self, queue: str, node: str, resource: str, below: int) -> tuple[int, bool]:
         """At most how much of ``resource`` a job of ``queue`` that would borrow may
         take under ``node``'s ``max`` now, and whether that is exact: the room

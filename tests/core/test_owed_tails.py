@@ -166,3 +166,39 @@ def test_jobs_that_could_preempt_too_little_of_their_own_queue_wait_together() -
     assert [n for n in ("p1", "p2", "p3") if runs.looked_at(n)] == ["p1"]
     assert runs.reason("p2") == f"queue team-a at max {GPU} 8/8 (needs 6 more)"
     assert runs.reason("p3") == f"queue team-a at max {GPU} 8/8 (needs 4 more)"
+
+
+def test_a_job_kept_out_even_with_its_queues_lower_priorities_gone_preempts_nobody() -> None:
+    # team-a (min 12) runs g (8 GPUs, priority 100) and low (2, priority 10);
+    # team-b (min 8) runs 7.  The root has 3 of 20 left, and team-b's b2 is
+    # owed 1 of them.  h1 (5, priority 100) would borrow: preempting low frees
+    # 2, and 3 + 2 - 1 is still short of 5, so it waits on the full max without
+    # a search among low and the rest; h2 and h3 behind it wait with it.
+    tree: dict[str, Any] = {
+        "name": "root",
+        "min": {GPU: 20},
+        "max": {GPU: 20},
+        "children": [
+            {"name": "team-a", "min": {GPU: 12}, "max": {GPU: 20}},
+            {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 20}},
+        ],
+    }
+    runs = SideBySide(tree, 4, gpus=8)
+    runs.submit(
+        make_job("g", queue="team-a", gpus=8, priority=100, seq=0),
+        make_job("low", queue="team-a", gpus=2, priority=10, seq=1),
+        make_job("b0", queue="team-b", gpus=7, seq=2),
+    )
+    runs.cycle(0.0)
+    runs.submit(
+        make_job("h1", queue="team-a", gpus=5, priority=100, seq=10),
+        make_job("h2", queue="team-a", gpus=5, priority=100, seq=11),
+        make_job("h3", queue="team-a", gpus=6, priority=100, seq=12),
+        make_job("b1", queue="team-b", gpus=2, seq=20),
+        make_job("b2", queue="team-b", gpus=1, seq=21),
+    )
+    decisions = runs.cycle(1.0)
+    assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/b1", "default/b2"]
+    assert not [d for d in decisions if isinstance(d, Preempt)]
+    assert runs.reason("h1") == f"node 'root' at max {GPU} 17/20 (needs 5 more)"
+    assert [n for n in ("h1", "h2", "h3") if runs.looked_at(n)] == ["h1"]
