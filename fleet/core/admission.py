@@ -388,7 +388,8 @@ class _Stop:
 def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
     """Preempt the victims and start ``job``, or do neither; a reason if refused."""
     state = run.state
-    stops = _stops(run, (*plan.quota_victims, *plan.fit.victims))
+    units = plan.quota_victims + plan.fit.victims
+    stops = _stops(run, units) if units else []
     for stop in stops:
         for unit in stop.units:
             state.release_unit(stop.owner, unit)
