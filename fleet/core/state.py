@@ -335,21 +335,26 @@ class SchedulerState:
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
     def drop_pending(self, queue: str, keys: set[str]) -> None:
-        """Remove admitted jobs from a queue's pending list.
+        """Remove admitted jobs (running now) from a queue's pending list.
 
-        Admitted jobs sit near the front (the cycle reached them), so the
-        list is walked only until all of them are found.
+        Each is found by a bisection on queue order (the cycle may admit a
+        job from deep in a long queue), then among the jobs of equal order.
         """
         state = self.queues[queue]
         pending = state.pending
-        left = len(keys)
         found: list[int] = []
-        for i, job in enumerate(pending):
-            if not left:
-                break
-            if job.key in keys:
+        for key in keys:
+            run = self.running.get(key)
+            i = len(pending)
+            if run is not None:
+                i = bisect.bisect_left(pending, sort_key(run.job), key=sort_key)
+                while i < len(pending) and pending[i].key != key:
+                    i += 1
+            if i == len(pending):  # not where its order says: look everywhere
+                i = next((k for k, job in enumerate(pending) if job.key == key), i)
+            if i < len(pending):
                 found.append(i)
-                left -= 1
+        found.sort()
         for i in reversed(found):
             state.count(pending[i], -1)
             state.forget_idle(pending[i])
