@@ -327,7 +327,7 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     for request, group in queue.rigid_groups.items():
         if tree.stops_rigid(first.queue, request):
             continue
-        i = bisect.bisect_left(group, key, key=sort_key)
+        i = bisect.bisect_left(group, first)
         if i == len(group):
             continue
         starts = group[i]

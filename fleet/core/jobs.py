@@ -135,6 +135,13 @@ class Job:
         object.__setattr__(self, "request", _charge(pods, self.gpu_sku))
         object.__setattr__(self, "gang_request", _charge(pods[:gang], self.gpu_sku))
 
+    def __lt__(self, other: Job) -> bool:
+        """Queue order (:func:`sort_key`): sorted lists of jobs bisect without a
+        key function, which would build a tuple for every comparison."""
+        if self.priority != other.priority:
+            return self.priority > other.priority
+        return self.seq < other.seq
+
     @property
     def size(self) -> int:
         return len(self.pods)

@@ -144,13 +144,13 @@ class QueueState:
     _queued: int = 0
 
     def add(self, job: Job) -> None:
-        bisect.insort(self.pending, job, key=sort_key)
+        bisect.insort(self.pending, job)
         self.count(job, 1)
         if job.opportunistic:
             group = self.idle.get(idle_key(job))
             if group is None:
                 group = self.idle[idle_key(job)] = []
-            bisect.insort(group, job, key=sort_key)
+            bisect.insort(group, job)
             self._queued += 1
             self.stamps[job.key] = self._queued
 
@@ -164,7 +164,7 @@ class QueueState:
             return
         key = idle_key(job)
         group = self.idle[key]
-        i = bisect.bisect_left(group, sort_key(job), key=sort_key)
+        i = bisect.bisect_left(group, job)
         while group[i] is not job and group[i].key != job.key:
             i += 1
         del group[i]
@@ -192,7 +192,7 @@ class QueueState:
                 group = self.rigid_groups[job.gang_request] = []
             for jobs in (self.rigid_jobs, group):
                 if sign > 0:
-                    bisect.insort(jobs, job, key=sort_key)
+                    bisect.insort(jobs, job)
                 else:
                     _remove_job(jobs, job)
             if not group:
@@ -201,7 +201,7 @@ class QueueState:
     def rigid_rank(self, job: Job) -> int:
         """The position of the rigid ``job`` in ``rigid_jobs``."""
         jobs = self.rigid_jobs
-        i = bisect.bisect_left(jobs, sort_key(job), key=sort_key)
+        i = bisect.bisect_left(jobs, job)
         while jobs[i] is not job:
             i += 1
         return i
@@ -209,7 +209,7 @@ class QueueState:
     def rigid_behind(self, job: Job) -> bool:
         """Whether a rigid job comes after ``job`` in queue order."""
         jobs = self.rigid_jobs
-        return bool(jobs) and bisect.bisect_right(jobs, sort_key(job), key=sort_key) < len(jobs)
+        return bool(jobs) and bisect.bisect_right(jobs, job) < len(jobs)
 
     def split(self) -> int:
         """The position of the first opportunistic job (they sort last): every
@@ -219,7 +219,7 @@ class QueueState:
 
 def _remove_job(jobs: list[Job], job: Job) -> None:
     """Take ``job`` out of ``jobs`` (sorted in queue order)."""
-    i = bisect.bisect_left(jobs, sort_key(job), key=sort_key)
+    i = bisect.bisect_left(jobs, job)
     while jobs[i] is not job and jobs[i].key != job.key:
         i += 1
     del jobs[i]
@@ -347,7 +347,7 @@ class SchedulerState:
             run = self.running.get(key)
             i = len(pending)
             if run is not None:
-                i = bisect.bisect_left(pending, sort_key(run.job), key=sort_key)
+                i = bisect.bisect_left(pending, run.job)
                 while i < len(pending) and pending[i].key != key:
                     i += 1
             if i == len(pending):  # not where its order says: look everywhere
