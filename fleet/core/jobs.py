@@ -142,6 +142,36 @@ class Job:
             return self.priority > other.priority
         return self.seq < other.seq
 
+    # Written out (the dataclass's own, field for field): the compiled core gives
+    # a class that writes one comparison a native slot for all of them, and the
+    # generated equality would not be reached (tests/core/test_job_order.py
+    # holds these to the fields).
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__ or not isinstance(other, Job):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[object, ...]:
+        return (
+            self.key,
+            self.queue,
+            self.priority,
+            self.seq,
+            self.groups,
+            self.min_members,
+            self.gang,
+            self.preemptible,
+            self.gpu_sku,
+            self.clusters,
+            self.priority_class,
+            self.pinned_cell_id,
+            self.target,
+            self.queue_from_namespace,
+        )
+
     @property
     def size(self) -> int:
         return len(self.pods)
