@@ -202,14 +202,20 @@ class Owed:
                 stale = job.queue  # its own count matters where others are owed room
             self._refresh(stale)
 
-    def _over(self, job: Job, request: Resources) -> Kept | None:
+    def _over(
+        self, job: Job, request: Resources, freed: dict[str, int] = _EMPTY, own: bool = True
+    ) -> Kept | None:
         """The first node and resource where other queues whose counts are up to date
         are owed room and ``request`` does not fit with that and its own queue's demand,
         counted as nothing while out of date (None: it fits).  Notes whether other
-        queues are owed room anywhere it looked (``_others_owed``)."""
+        queues are owed room anywhere it looked (``_others_owed``).
+
+        ``freed``: amounts taken off the usage of every node above the queue;
+        ``own`` False: its own queue's demand counts as none (:meth:`kept_beyond`).
+        """
         tree = self._tree
-        own = self._demand.get(job.queue)
-        mine = own.total if own is not None and job.queue not in self._dirty else _EMPTY
+        known = self._demand.get(job.queue)
+        mine = known.total if known is not None and job.queue not in self._dirty else _EMPTY
         self._others_owed = False
         for node, limit in self._limited(job.queue):
             sums = self._sums.get(node)
@@ -226,8 +232,8 @@ class Owed:
                 if others <= 0:
                     continue
                 self._others_owed = True
-                used = tree.used_of(node, r)
-                if used + amount + others + ours > cap:
+                used = tree.used_of(node, r) - freed.get(r, 0)
+                if used + amount + others + (ours if own else 0) > cap:
                     return Kept(node, r, used, amount, cap, tree.is_leaf(node))
         return None
 
@@ -238,31 +244,12 @@ class Owed:
         marked since their last count are counted again, in the order they were
         marked, only while the counts do not already say yes (a yes is final)."""
         while True:
-            if self._kept_beyond(job, request, freed):
+            if self._over(job, request, freed, own=False) is not None:
                 return True
             stale = self._first_marked(job.queue, None)
             if stale is None:
                 return False
             self._refresh(stale)
-
-    def _kept_beyond(self, job: Job, request: Resources, freed: dict[str, int]) -> bool:
-        tree = self._tree
-        own = self._demand.get(job.queue)
-        mine = own.total if own is not None and job.queue not in self._dirty else _EMPTY
-        for node, limit in self._limited(job.queue):
-            sums = self._sums.get(node)
-            if not sums:
-                continue
-            stale = self._stale.get(node, _EMPTY)
-            caps = limit.amounts
-            for r, amount in request.amounts.items():
-                cap = caps.get(r)
-                if amount <= 0 or cap is None:
-                    continue
-                others = sums.get(r, 0) - stale.get(r, 0) - mine.get(r, 0)
-                if others > 0 and tree.used_of(node, r) - freed.get(r, 0) + amount + others > cap:
-                    return True
-        return False
 
     def room_for(self, queue: str, node: str, resource: str, below: int) -> tuple[int, bool]:
         """At most how much of ``resource`` a job of ``queue`` that would borrow may
