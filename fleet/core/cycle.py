@@ -37,12 +37,14 @@ Theory of operation:
    (the default) lets the jobs behind it try.
 3. **Admission** (:mod:`fleet.core.admission`): quota verdict, victims,
    placement (:mod:`fleet.core.cluster_choice`) and an all-or-nothing commit.
-4. **Bulk wait and parking** (:func:`wait_all`): when a full ``max``
-   provably stops every job behind a waiting one, they all wait at once; the
-   tail is parked as one group with the block (:mod:`fleet.core.waiting`),
-   decided from the queue's counters in a few lookups, whatever its length.
-   Reasons live in the state's :class:`~fleet.core.waiting.WaitBook`; a
-   ``Wait`` decision is reported only for a reason that changed.  Non-
+4. **Bulk wait and parking** (:func:`wait_all`): the jobs behind a waiting
+   one that a full ``max`` (in the borrowing pass also the room under it
+   owed to guaranteed work, ADR 0036) provably stops wait at once, up to the
+   first job that may start; they are parked as one group with the block
+   (:mod:`fleet.core.waiting`).  A whole tail is decided from the queue's
+   counters in a few lookups, whatever its length.  Reasons live in the
+   state's :class:`~fleet.core.waiting.WaitBook`; a ``Wait`` decision is
+   reported only for a reason that changed.  Non-
    preemptible jobs over their queue's ``min`` that follow a failed job wait
    together: the run is found from the queue's index of such jobs in a few
    bisections and parked as one group (:func:`park_rigid_run`; without
