@@ -258,7 +258,7 @@ def _unindexed_guaranteed_job() -> tuple[Checkable, str]:
 def _wrong_bucket() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
     node = placer._nodes["node-0"]
-    rank = placer._rank["node-0"]
+    rank = node.rank
     placer._buckets[len(node.free_gpus)].remove(rank)
     placer._buckets.setdefault(8, []).insert(0, rank)
     return placer, "node-0: not in the bucket of nodes with 2 free GPUs"

@@ -104,7 +104,6 @@ class CapacityPlacer:
         #: depends on history, so a restored placer answers as the original did);
         #: ranks, not names, so that keeping a bucket sorted compares plain ints
         self._buckets: dict[int, list[int]] = {}
-        self._rank: dict[str, int] = {}
         self._by_rank: list[_Node] = []
         self._held: dict[str, _Held] = {}
         self._capacity = Resources()
@@ -126,7 +125,6 @@ class CapacityPlacer:
             sku = (skus or {}).get(name)
             node = _Node(name, cap, gpus, dict(cap), list(range(gpus)), sku, rank)
             self._nodes[name] = node
-            self._rank[name] = rank
             self._buckets.setdefault(gpus, []).append(len(self._by_rank))
             self._by_rank.append(node)
             self._open[gpus] = self._open.get(gpus, 0) + 1
@@ -478,12 +476,12 @@ class CapacityPlacer:
         unguarded = target.gpus - self._guarded.get(node, 0)
         if healthy:
             self._bad.discard(node)
-            self._bucket_add(free, node)
+            self._bucket_add(free, target)
             self._count_open(unguarded, 1)
             self._capacity = self._capacity + target.capacity
             return []
         self._bad.add(node)
-        self._bucket_remove(free, node)
+        self._bucket_remove(free, target)
         self._count_open(unguarded, -1)
         self._capacity = self._capacity - target.capacity
         return [k for k, h in self._held.items() if any(pp.node == node for pp in h.pods)]
@@ -587,31 +585,24 @@ class CapacityPlacer:
         node.free_gpus.sort()
         self._rebucket(node, before)
 
-    def _bucket_add(self, free: int, name: str) -> None:
-        bisect.insort(self._buckets.setdefault(free, []), self._rank[name])
+    def _bucket_add(self, free: int, node: _Node) -> None:
+        bucket = self._buckets.get(free)
+        if bucket is None:
+            bucket = self._buckets[free] = []
+        bisect.insort(bucket, node.rank)
 
-    def _bucket_remove(self, free: int, name: str) -> None:
+    def _bucket_remove(self, free: int, node: _Node) -> None:
         bucket = self._buckets[free]
-        rank = self._rank[name]
-        i = bisect.bisect_left(bucket, rank)
-        if i >= len(bucket) or bucket[i] != rank:
-            raise InvariantError(f"{name}: not in the bucket of nodes with {free} free GPUs")
+        i = bisect.bisect_left(bucket, node.rank)
+        if i >= len(bucket) or bucket[i] != node.rank:
+            raise InvariantError(f"{node.name}: not in the bucket of nodes with {free} free GPUs")
         del bucket[i]
 
     def _rebucket(self, node: _Node, before: int) -> None:
         after = len(node.free_gpus)
         if after != before and node.name not in self._bad:
-            bucket = self._buckets[before]
-            i = bisect.bisect_left(bucket, node.rank)
-            if i >= len(bucket) or bucket[i] != node.rank:
-                raise InvariantError(
-                    f"{node.name}: not in the bucket of nodes with {before} free GPUs"
-                )
-            del bucket[i]
-            target = self._buckets.get(after)
-            if target is None:
-                target = self._buckets[after] = []
-            bisect.insort(target, node.rank)
+            self._bucket_remove(before, node)
+            self._bucket_add(after, node)
 
     # Introspection ----------------------------------------------------------
     def holds(self, key: str) -> bool:
@@ -770,7 +761,7 @@ class CapacityPlacer:
                 raise InvariantError(
                     f"{name}: free GPU indices drifted: kept {node.free_gpus}, recount {expected}"
                 )
-            in_bucket = self._rank[name] in self._buckets.get(len(node.free_gpus), ())
+            in_bucket = node.rank in self._buckets.get(len(node.free_gpus), ())
             if name in self._bad and in_bucket:
                 raise InvariantError(f"{name}: a bad node is in a free-GPU bucket")
             if name not in self._bad and not in_bucket:
