@@ -119,6 +119,11 @@ class CapacityPlacer:
         #: GPUs not held by guaranteed units -> how many healthy nodes have that many
         self._open: dict[int, int] = {}
         self._bad: set[str] = set()
+        #: bumped by every change to a node's free resources or health
+        self._version = 0
+        #: the last fit answered without victims or freed jobs, for which job, and
+        #: the version it was answered at: bound unchanged, it needs no check
+        self._fresh: tuple[Fit, Job, int] | None = None
         for name, cap in nodes.items():
             gpus = cap[resources.GPU]
             rank = len(self._by_rank)
@@ -152,8 +157,9 @@ class CapacityPlacer:
     ) -> Fit | NoFit:
         # Sorted: the order of a frozenset of keys changes with the hash seed, and the
         # order the freed jobs' nodes are tried in decides where the pods go.
-        freed = sorted(k for k in released if k in self._held)
-        if not freed and not preempt and not self.may_fit(pods):
+        freed = sorted(k for k in released if k in self._held) if released else []
+        may_fit = self.may_fit(pods)
+        if not freed and not preempt and not may_fit:
             return NoFit(self._cluster, self._why(job, pods))
         if preempt:
             need = sum(p.gpus for p in pods)
@@ -165,9 +171,12 @@ class CapacityPlacer:
                 bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
             if bound < need or (mode is Mode.GUARANTEED and not self._may_free(job, pods, freed)):
                 return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
-        placed = self._try(job, pods, freed) if freed or self.may_fit(pods) else None
+        placed = self._try(job, pods, freed) if freed or may_fit else None
         if placed is not None:
-            return self._fit(placed, ())
+            fit = self._fit(placed, ())
+            if not freed:
+                self._fresh = (fit, job, self._version)
+            return fit
         if not preempt:
             return NoFit(self._cluster, self._why(job, pods))
         # Victims are chosen where they help: when a pod does not fit, the node
@@ -430,26 +439,9 @@ class CapacityPlacer:
         if charge.key != job.key:
             raise BindError(f"{job.key}: bound as unit {charge.key} of another key")
         mode = charge.mode
-        for victim in fit.victims:
-            if victim in self._held:
-                raise BindError(f"victim {victim} of {job.key} still holds {self._cluster}")
         by_name = {p.name: p for p in job.pods}
-        placed = {pp.pod for pp in self._held[job.key].pods} if job.key in self._held else set()
-        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
-        for pp in fit.pods:  # check everything first: a bind is all or nothing
-            pod = by_name.get(pp.pod)
-            node = self._nodes.get(pp.node)
-            if pod is None or node is None or pp.pod in placed:
-                raise BindError(f"{job.key}: {pp.pod} on {pp.node} is not a pod it can place")
-            free, idx = _scratch(node, overlay)
-            if not _fits(pod.request, free) or not all(g in idx for g in pp.gpus):
-                raise BindError(f"{job.key}: {pp.pod} no longer fits on {pp.node}; ask fit again")
-            for name, amount in pod.request.items():
-                if name in free:
-                    free[name] -= amount
-            for g in pp.gpus:
-                idx.remove(g)
-            placed.add(pp.pod)
+        if not self._answered_now(fit, job):
+            self._check_bind(job, fit, by_name)
         held = self._held.get(job.key)
         if held is None:
             held = self._held[job.key] = _Held(charge)
@@ -465,6 +457,43 @@ class CapacityPlacer:
             held.gpus += len(pp.gpus)
             self._count_gpus(held.info, len(pp.gpus), node)
 
+    def _answered_now(self, fit: Fit, job: Job) -> bool:
+        """Whether ``fit`` is the last fit :meth:`fit` answered, for ``job`` as it
+        holds nothing here, with no victims and nothing freed, and no node changed
+        since: it holds as it was checked then."""
+        fresh = self._fresh
+        self._fresh = None
+        return (
+            fresh is not None
+            and fresh[0] is fit
+            and fresh[1] is job
+            and fresh[2] == self._version
+            and job.key not in self._held
+        )
+
+    def _check_bind(self, job: Job, fit: Fit, by_name: dict[str, Pod]) -> None:
+        """Raise BindError unless every pod of ``fit`` is one of ``job``'s not placed yet
+        and all of them fit where ``fit`` puts them, together (a bind is all or nothing)."""
+        for victim in fit.victims:
+            if victim in self._held:
+                raise BindError(f"victim {victim} of {job.key} still holds {self._cluster}")
+        placed = {pp.pod for pp in self._held[job.key].pods} if job.key in self._held else set()
+        overlay: dict[str, tuple[dict[str, int], list[int]]] = {}
+        for pp in fit.pods:
+            pod = by_name.get(pp.pod)
+            node = self._nodes.get(pp.node)
+            if pod is None or node is None or pp.pod in placed:
+                raise BindError(f"{job.key}: {pp.pod} on {pp.node} is not a pod it can place")
+            free, idx = _scratch(node, overlay)
+            if not _fits(pod.request, free) or not all(g in idx for g in pp.gpus):
+                raise BindError(f"{job.key}: {pp.pod} no longer fits on {pp.node}; ask fit again")
+            for name, amount in pod.request.items():
+                if name in free:
+                    free[name] -= amount
+            for g in pp.gpus:
+                idx.remove(g)
+            placed.add(pp.pod)
+
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
         """Take a bad node out of the buckets and the capacity; put it back when healthy."""
         target = self._nodes.get(node)
@@ -472,6 +501,7 @@ class CapacityPlacer:
             raise KeyError(f"{self._cluster} has no node {node!r}")
         if healthy == (node not in self._bad):
             return []
+        self._version += 1
         free = len(target.free_gpus)
         unguarded = target.gpus - self._guarded.get(node, 0)
         if healthy:
@@ -562,6 +592,7 @@ class CapacityPlacer:
             del self._open[gpus]
 
     def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
+        self._version += 1
         before = len(node.free_gpus)
         for name, amount in req.items():
             if name in node.free:
@@ -575,6 +606,7 @@ class CapacityPlacer:
         self._rebucket(node, before)
 
     def _give(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
+        self._version += 1
         before = len(node.free_gpus)
         for name, amount in req.items():
             if name in node.free:
@@ -631,7 +663,7 @@ class CapacityPlacer:
         return view
 
     def free_gpus(self) -> int:
-        return self._capacity[resources.GPU] - self._allocated.get(resources.GPU, 0)
+        return self._capacity.amounts.get(resources.GPU, 0) - self._allocated.get(resources.GPU, 0)
 
     def check_invariants(self) -> None:
         """Recount from the held pods and compare every index and counter.

@@ -19,7 +19,6 @@ each placer sees those it holds as free.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 
 from fleet.core import resources
@@ -219,16 +218,16 @@ def candidates(run: CycleRun, job: Job) -> list[Ranked]:
     order = memo.order
     if order is not None and memo.moved:
         order = order.copy()  # a list handed out before stays as it was
-        for name in sorted(memo.moved):
+        moved = sorted(memo.moved) if len(memo.moved) > 1 else list(memo.moved)
+        for name in moved:
             placed = memo.placed.pop(name, None)
             if placed is None:
                 continue  # not in the order (draining or not ready)
-            i = bisect.bisect_left(order, (placed, name))
-            placer = order.pop(i)[2]
+            placer = order.pop(_position(order, placed, name))[2]
             room = memo.room.get(name)
             if room is None:
                 room = memo.room[name] = _room(placer)
-            bisect.insort(order, (room[1], name, placer))
+            order.insert(_position(order, room[1], name), (room[1], name, placer))
             memo.placed[name] = room[1]
         memo.moved.clear()
         memo.order = order
@@ -254,6 +253,21 @@ def candidates(run: CycleRun, job: Job) -> list[Ranked]:
         return order
     allowed = job.clusters
     return [ranked for ranked in order if ranked[1] in allowed]
+
+
+def _position(order: list[Ranked], load: float, name: str) -> int:
+    """Where ``(load, name)`` is or would go in ``order`` (a bisection that compares
+    the typed fields, not the triples: no two names alike)."""
+    lo = 0
+    hi = len(order)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        entry = order[mid]
+        if entry[0] < load or (entry[0] == load and entry[1] < name):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _sum(pods: Sequence[Pod]) -> dict[str, int]:

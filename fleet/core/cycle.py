@@ -26,12 +26,13 @@ Theory of operation:
    the quota could not foresee), its admission is withdrawn (a ``Wait``
    "displaced by ...") rather than reported as started and preempted.
 2. **Fair order across queues** (:func:`serve`).  In each pass, queues sit in
-   a heap keyed by their *share*: the largest ratio, over the resources the
-   queue's ``min`` names, of what it uses to what it is guaranteed (a queue
-   without ``min`` uses its ``max``; without either it sorts last).  The
-   queue furthest below its share is served first; its key is recomputed
-   after each admission (lazily: a stale key is re-pushed when popped).  Many
-   gangs are admitted per cycle, not one head per queue.  Within a queue,
+   a heap (:mod:`fleet.core.fair_heap`) keyed by their *share*: the largest
+   ratio, over the resources the queue's ``min`` names, of what it uses to
+   what it is guaranteed (a queue without ``min`` uses its ``max``; without
+   either it sorts last).  The queue furthest below its share is served
+   first; its key is recomputed after each admission (lazily: a stale key is
+   re-pushed when popped).  Many gangs are admitted per cycle, not one head
+   per queue.  Within a queue,
    jobs are taken in priority order, then submission order.  A ``StrictFIFO``
    queue stops at the first job that cannot start; a ``BestEffortFIFO`` queue
    (the default) lets the jobs behind it try.
@@ -61,13 +62,14 @@ changes no decision.
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
+from typing import Final
 
 from fleet.core import admission, cluster_choice, growth, quota_change
 from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
+from fleet.core.fair_heap import FairHeap
 from fleet.core.jobs import Job, sort_key
 from fleet.core.owed import Owed
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
@@ -155,28 +157,29 @@ def serve(
     rest wait behind it.
     """
     state = run.state
-    order = {name: i for i, name in enumerate(state.queues)}
-    heap = [(share(run, name), order[name], name) for name in work]
-    heapq.heapify(heap)
+    names = list(state.queues)  # rank -> queue
+    order = {name: i for i, name in enumerate(names)}
+    heap = FairHeap([(share(run, name), order[name]) for name in work])
     cursors = {name: span[0] for name, span in work.items()}
     deferred: dict[str, Span] = {}
     owed = run.owed
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
-    nxt: tuple[float, int, str] | None = None
+    nxt: tuple[float, int] | None = None
     last: str | None = None  # the queue served last
     while heap or nxt is not None:
         if nxt is not None:
-            key, rank, name = nxt
+            key, rank = nxt
             nxt = None
         else:
-            key, rank, name = heapq.heappop(heap)
+            key, rank = heap.pop()
+        name = names[rank]
         if name != last:
             run.shapes.kept.clear()  # owed answers hold within one queue's run
             last = name
         current = share(run, name)
         if current != key:
-            heapq.heappush(heap, (current, rank, name))
+            heap.push(current, rank)
             continue
         end = work[name][1]
         i = cursors[name]
@@ -189,7 +192,7 @@ def serve(
             owed.moved(name, i + 1)
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
-            nxt = _back(heap, (share(run, name), rank, name))
+            nxt = _back(heap, share(run, name), rank)
             continue
         if isinstance(outcome, admission.Defer):
             # The queue's order holds: this job and every job behind it wait
@@ -226,18 +229,18 @@ def serve(
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:
                     run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}")
             continue
-        nxt = _back(heap, (key, rank, name))
+        nxt = _back(heap, key, rank)
     return deferred
 
 
-def _back(
-    heap: list[tuple[float, int, str]], entry: tuple[float, int, str]
-) -> tuple[float, int, str]:
-    """Put ``entry`` back into ``heap`` and return the smallest entry, popped: ``entry``
-    itself when it is smaller than every other (one queue has one entry at a time)."""
-    if heap and heap[0] < entry:
-        return heapq.heapreplace(heap, entry)
-    return entry
+def _back(heap: FairHeap, share: float, rank: int) -> tuple[float, int]:
+    """Put ``(share, rank)`` back into ``heap`` and return the smallest entry, popped:
+    that entry itself when it is smaller than every other (one queue has one entry
+    at a time)."""
+    if heap.first_below(share, rank):
+        heap.push(share, rank)
+        return heap.pop()
+    return share, rank
 
 
 def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
@@ -347,6 +350,11 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     return stop
 
 
+#: No answer yet (:func:`idle_pass`): an answer is None (some cluster takes the
+#: jobs) or why none does, never this.
+_UNASKED: Final = "\0unasked"
+
+
 def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], dict[str, list[Job]]]:
     """Ask each distinct opportunistic question once as the last pass begins.
 
@@ -379,15 +387,21 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
             if key is None:
                 tried.append(group)
                 continue
-            if key not in answers:
-                answers[key] = cluster_choice.idle_question(run, group[0])
-            if answers[key] is None:
+            why = answers.get(key, _UNASKED)
+            if why == _UNASKED:
+                why = answers[key] = cluster_choice.idle_question(run, group[0])
+            if why is None:
                 tried.append(group)
         if not run.shortcuts.parking:
             out[name] = span
             continue
         run.book.idle_queues.add(name)
-        jobs = tried[0] if len(tried) == 1 else list(heapq.merge(*tried, key=queue.idle_order))
+        if len(tried) == 1:
+            jobs = tried[0]
+        elif len(tried) == len(queue.idle):
+            jobs = queue.pending[span[0] : span[1]]  # every group: all of them, in order
+        else:
+            jobs = sorted([job for group in tried for job in group], key=queue.idle_order)
         if jobs:
             lists[name] = jobs
             out[name] = (0, len(jobs))
@@ -496,7 +510,7 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         top = min(end, at + 1 + WALK)
         while stop < top:
             job = jobs[stop]
-            need = job.gang_request[r]
+            need = job.gang_request.amounts.get(r, 0)
             if not job.preemptible or need == 0:
                 break
             extra = 0
@@ -519,7 +533,7 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
         return stop
     reasons: dict[int, str] = {}  # one text per distinct need
     for job in jobs[at + 1 : stop]:
-        need = job.gang_request[r]
+        need = job.gang_request.amounts.get(r, 0)
         why = reasons.get(need)
         if why is None:
             why = reasons[need] = tail_reason(block, need)
@@ -579,7 +593,7 @@ def _least_rest(rest: list[Job], r: str) -> int | None:
     """:func:`_least_behind` from the jobs themselves (the full scan)."""
     least: int | None = None
     for job in rest:
-        need = job.gang_request[r]
+        need = job.gang_request.amounts.get(r, 0)
         if job.opportunistic or not job.preemptible or need == 0:
             return None
         if least is None or need < least:

@@ -69,7 +69,7 @@ class ReplicaGroup:
 
     @property
     def gpus(self) -> int:
-        return self.per_pod[resources.GPU]
+        return self.per_pod.amounts.get(resources.GPU, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class Pod:
 
     @property
     def gpus(self) -> int:
-        return self.request[resources.GPU]
+        return self.request.amounts.get(resources.GPU, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,11 +94,15 @@ class Owed:
         "_demand",
         "_dirty",
         "_ends",
+        "_head",
         "_incremental",
         "_limits",
+        "_marks",
         "_others_owed",
         "_paths",
         "_queues",
+        "_serial",
+        "_serials",
         "_stale",
         "_sums",
         "_texts",
@@ -123,7 +127,17 @@ class Owed:
         self.cursors = {name: span[0] for name, span in work.items()}
         self._ends = {name: span[1] for name, span in work.items()}
         self._demand: dict[str, _Demand] = {}
-        self._dirty: dict[str, None] = dict.fromkeys(work)  # counted at the first question
+        #: the marked queues (counted at their next question): queue -> the number
+        #: of its mark; the marks in the order they were made, with their numbers,
+        #: from ``_head`` on (a queue counted since, or marked again, leaves a
+        #: spent mark behind: skipped when read)
+        self._dirty: dict[str, int] = {}
+        self._marks: list[str] = []
+        self._serials: list[int] = []
+        self._head = 0
+        self._serial = 0
+        for name in work:  # every queue is counted at its first question
+            self._mark_as_dirty(name)
         #: node -> the owed demand under it, as last counted
         self._sums: dict[str, dict[str, int]] = {}
         #: node -> the part of ``_sums`` counted for queues marked since (out of date)
@@ -169,7 +183,7 @@ class Owed:
         """``queue``'s count is out of date: it moves from the node sums to the stale sums."""
         if queue in self._dirty:
             return
-        self._dirty[queue] = None
+        self._mark_as_dirty(queue)
         known = self._demand.get(queue)
         if known is not None and known.total:
             self._add(self._stale, queue, known.total, 1)
@@ -188,8 +202,8 @@ class Owed:
         if not self._incremental:
             for queue in self.cursors:
                 self._mark(queue)
-            while self._dirty:
-                self._refresh(next(iter(self._dirty)))
+            while (oldest := self._first_marked("", None)) is not None:
+                self._refresh(oldest)
             return self._over(job, request)
         while True:
             found = self._over(job, request)
@@ -269,7 +283,7 @@ class Owed:
         limit = tree.max_of(node)
         if limit is None or resource not in limit:
             raise ValueError(f"node {node!r} has no max of {resource}")
-        room = limit[resource] - tree.used_of(node, resource)
+        room = limit.amounts.get(resource, 0) - tree.used_of(node, resource)
         if all(above != node for above, _ in self._limited(queue)):
             return room, True  # its own leaf: no other queue is owed room under it
         while True:
@@ -283,11 +297,53 @@ class Owed:
                 return usable, True
             self._refresh(marked)
 
+    def _mark_as_dirty(self, queue: str) -> None:
+        self._serial += 1
+        self._dirty[queue] = self._serial
+        self._marks.append(queue)
+        self._serials.append(self._serial)
+
     def _first_marked(self, queue: str, node: str | None) -> str | None:
-        """The queue marked first, other than ``queue`` (under ``node`` if given)."""
-        for marked in self._dirty:
-            if marked != queue and (node is None or node in self._above(marked)):
+        """The queue marked first, other than ``queue`` (under ``node`` if given).
+
+        The marks are read from the oldest; the spent ones in front (also those
+        right behind ``queue``'s own mark in front) are passed for good, and
+        dropped once they are half the list, so the usual question, the oldest
+        mark, costs a few lookups however many queues were counted before it
+        (a dict would walk past every key it deleted since it last grew).
+        """
+        dirty = self._dirty
+        marks = self._marks
+        serials = self._serials
+        i = self._head
+        n = len(marks)
+        while i < n and dirty.get(marks[i], 0) != serials[i]:
+            i += 1
+        if i < n and marks[i] == queue:
+            # Its own mark in front: carried over the spent marks behind it, which
+            # are then passed for good too (its mark stays before every other).
+            j = i + 1
+            while j < n and dirty.get(marks[j], 0) != serials[j]:
+                j += 1
+            if j - 1 > i:
+                marks[j - 1] = queue
+                serials[j - 1] = serials[i]
+                i = j - 1
+        if i > 64 and 2 * i > n:
+            del marks[:i]
+            del serials[:i]
+            i = 0
+            n = len(marks)
+        self._head = i
+        while i < n:
+            marked = marks[i]
+            if (
+                marked != queue
+                and dirty.get(marked, 0) == serials[i]
+                and (node is None or node in self._above(marked))
+            ):
                 return marked
+            i += 1
         return None
 
     def _usable(self, queue: str, node: str, resource: str, room: int) -> int:
@@ -328,8 +384,12 @@ class Owed:
             counts = sums.get(node)
             if counts is None:
                 counts = sums[node] = {}
-            for r, amount in total.items():
-                counts[r] = counts.get(r, 0) + sign * amount
+            if sign > 0:
+                for r, amount in total.items():
+                    counts[r] = counts.get(r, 0) + amount
+            else:
+                for r, amount in total.items():
+                    counts[r] = counts.get(r, 0) - amount
 
     def _above(self, queue: str) -> list[str]:
         """The nodes above ``queue``, from its parent up."""
@@ -342,16 +402,34 @@ class Owed:
         """Bring the marked ``queue``'s demand up to date."""
         del self._dirty[queue]
         old = self._demand.get(queue)
-        if old is not None and old.total:
-            self._add(self._stale, queue, old.total, -1)
         new = self._update(queue, old if self._incremental else None)
+        was = old.total if old is not None else _EMPTY
         if new is old:
+            if was:
+                self._add(self._stale, queue, was, -1)
             return
         self._demand[queue] = new
-        if old is not None and old.total:
-            self._add(self._sums, queue, old.total, -1)
-        if new.total:
-            self._add(self._sums, queue, new.total, 1)
+        if was or new.total:
+            self._move(queue, was, new.total)
+
+    def _move(self, queue: str, was: dict[str, int], now: dict[str, int]) -> None:
+        """On every node above ``queue``: its count ``was`` leaves the stale sums
+        (where its mark put it) and the sums, and ``now`` joins the sums."""
+        stale = self._stale
+        sums = self._sums
+        for node in self._above(queue):
+            counts = sums.get(node)
+            if counts is None:
+                counts = sums[node] = {}
+            if was:
+                marked = stale.get(node)
+                if marked is None:
+                    marked = stale[node] = {}
+                for r, amount in was.items():
+                    marked[r] = marked.get(r, 0) - amount
+                    counts[r] = counts.get(r, 0) - amount
+            for r, amount in now.items():
+                counts[r] = counts.get(r, 0) + amount
 
     def _update(self, queue: str, old: _Demand | None) -> _Demand:
         """The queue's demand from its cursor: ``old`` with the jobs passed dropped when

@@ -561,9 +561,13 @@ class QuotaUsage(QuotaStructure):
             return
         amounts = rec.request.amounts
         split = self._guar if rec.mode is Mode.GUARANTEED else self._borr
-        for n in path:
-            add_to(self._used[n], amounts, sign)
-            add_to(split[n], amounts, sign)
+        for n in path:  # add_to on both counters, in one loop
+            used = self._used[n]
+            part = split[n]
+            for r, v in amounts.items():
+                delta = v if sign > 0 else -v
+                used[r] = used.get(r, 0) + delta
+                part[r] = part.get(r, 0) + delta
             self._count[n] += sign
 
     # Quota changes ------------------------------------------------------------

@@ -139,7 +139,16 @@ class Resources:
     _hash: int | None
 
     def __init__(self, values: Amounts | Iterable[tuple[str, int]] = ()) -> None:
-        items = _pairs(values) if isinstance(values, (Resources, Mapping)) else values
+        # The common cases first: a mapping's ABC check costs more than the copy.
+        items: Iterable[tuple[str, int]]
+        if isinstance(values, dict):
+            items = values.items()
+        elif isinstance(values, Resources):
+            items = values.amounts.items()
+        elif isinstance(values, (tuple, list)) or not isinstance(values, Mapping):
+            items = values
+        else:
+            items = values.items()
         self.amounts = {k: v for k, v in items if v}
         self._hash = None
 

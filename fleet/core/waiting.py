@@ -114,6 +114,12 @@ def tail_reason(block: QuotaBlock, need: int) -> str:
     return QuotaBlock(b.node, b.resource, b.used, need, b.limit, b.kind, b.leaf).reason
 
 
+def _before(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """``a < b`` for two :func:`~fleet.core.jobs.sort_key` values, compared as ints
+    (a comparison of the tuples goes through the generic protocol)."""
+    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
+
+
 @dataclass(frozen=True, slots=True)
 class ParkedTail:
     """The non-opportunistic jobs of ``queue`` sorted after ``after`` (and before
@@ -145,10 +151,10 @@ class ParkedTail:
         if job.opportunistic:
             return False
         key = sort_key(job)
-        return key > self.after and (self.until is None or key < self.until)
+        return _before(self.after, key) and (self.until is None or _before(key, self.until))
 
     def reason_for(self, job: Job) -> str:
-        need = job.gang_request[self.block.resource]
+        need = job.gang_request.amounts.get(self.block.resource, 0)
         text = self.texts.get(need)
         if text is None:
             text = self.texts[need] = tail_reason(self.block, need)
@@ -195,8 +201,8 @@ class ParkedRun:
         return (
             not job.preemptible
             and not job.opportunistic
-            and self.first <= key
-            and (self.stop is None or key < self.stop)
+            and not _before(key, self.first)
+            and (self.stop is None or _before(key, self.stop))
         )
 
     def reason_for(self, job: Job) -> str:
