@@ -16,7 +16,8 @@ Theory of operation:
   borrow; Fleet keeps each queue's order and instead keeps, for the jobs
   still ahead in the pass, the room their guarantee needs.
 * A queue's *owed demand* is what its jobs still ahead in the pass (from its
-  cursor to the end of its span) would take within its ``min``, in order: a
+  cursor to the end of its span) would take within its ``min``, counted in
+  the resources some ``max`` names (a question reads only those), in order: a
   job counts with its start size if that fits what is left of the ``min``,
   else with its gang minimum if that fits, else not at all (it would
   borrow).  A StrictFIFO queue counts only up to its first job that would
@@ -91,6 +92,7 @@ class Owed:
     """The owed demand of the queues of one borrowing pass; see the module docstring."""
 
     __slots__ = (
+        "_capped",
         "_demand",
         "_dirty",
         "_ends",
@@ -144,6 +146,9 @@ class Owed:
         self._stale: dict[str, dict[str, int]] = {}
         self._paths: dict[str, list[str]] = {}
         self._limits: dict[str, list[tuple[str, Resources]]] = {}
+        #: the resources some ``max`` names: a question reads a queue's demand only
+        #: in those named above it, so only these are counted
+        self._capped = tree.limited_resources()
         #: whether the last question found other queues owed room (:meth:`_over`)
         self._others_owed = False
         #: Kept's fields -> its reason (a tuple hashes faster than the dataclass)
@@ -237,9 +242,13 @@ class Owed:
                 continue
             stale = self._stale.get(node, _EMPTY)
             caps = limit.amounts
-            for r, amount in request.amounts.items():
-                cap = caps.get(r)
-                if amount <= 0 or cap is None:
+            amounts = request.amounts
+            # The max names few resources: those are looked at, and where some are
+            # kept out the answer names the first in the request's order.
+            found: dict[str, int] | None = None  # resource kept out -> the usage
+            for r, cap in caps.items():
+                amount = amounts.get(r, 0)
+                if amount <= 0:
                     continue
                 ours = mine.get(r, 0)
                 others = sums.get(r, 0) - stale.get(r, 0) - ours
@@ -248,7 +257,13 @@ class Owed:
                 self._others_owed = True
                 used = tree.used_of(node, r) - freed.get(r, 0)
                 if used + amount + others + (ours if own else 0) > cap:
-                    return Kept(node, r, used, amount, cap, tree.is_leaf(node))
+                    if found is None:
+                        found = {}
+                    found[r] = used
+            if found is not None:
+                for r, amount in amounts.items():
+                    if r in found:
+                        return Kept(node, r, found[r], amount, caps[r], tree.is_leaf(node))
         return None
 
     def kept_beyond(self, job: Job, request: Resources, freed: dict[str, int]) -> bool:
@@ -454,9 +469,10 @@ class Owed:
                     old.at = at  # it passed only jobs it did not count: the same demand
                     return old
                 total = dict(old.total)
+                capped = self._capped
                 for _, request in old.picks[:passed]:
-                    for r, amount in request.items():
-                        total[r] -= amount
+                    for r in capped:
+                        total[r] = total.get(r, 0) - request.amounts.get(r, 0)
                 return _Demand(at, now, old.picks[passed:], {r: n for r, n in total.items() if n})
         return self._count(queue, at, end, floor, now)
 
@@ -473,6 +489,7 @@ class Owed:
         demand = _Demand(at, now)
         total = demand.total
         picks = demand.picks
+        capped = self._capped
         strict = state.strict_fifo
         if _exhausted(left, least):
             return demand
@@ -486,8 +503,7 @@ class Owed:
                     continue
                 request = _counted(job, left)
                 picks.append((pos, request))
-                for name, amount in request.items():
-                    total[name] = total.get(name, 0) + amount
+                _take(total, capped, request)
                 room = left[r] = room - request.amounts.get(r, 0)
                 if room < bound:
                     break
@@ -502,13 +518,21 @@ class Owed:
                 continue
             request = _counted(job, left)
             picks.append((pos, request))
+            _take(total, capped, request)
             for r, amount in request.items():
-                total[r] = total.get(r, 0) + amount
                 if r in left:
                     left[r] -= amount
             if _exhausted(left, least):
                 break
         return demand
+
+
+def _take(total: dict[str, int], capped: list[str], request: Resources) -> None:
+    """Add the ``capped`` resources of ``request`` to ``total``."""
+    for r in capped:
+        amount = request.amounts.get(r, 0)
+        if amount:
+            total[r] = total.get(r, 0) + amount
 
 
 def _exhausted(left: dict[str, int], least: dict[str, int]) -> bool:

@@ -208,6 +208,15 @@ class QuotaStructure:
         """The node's own ``max``; None means it sets no limit."""
         return self._max[self._node(name)]
 
+    def limited_resources(self) -> list[str]:
+        """Every resource some node's ``max`` names, in the order first named."""
+        names: dict[str, None] = {}
+        for limit in self._max_d:
+            if limit is not None:
+                for r in limit:
+                    names[r] = None
+        return list(names)
+
     def path_limits(self, name: str, resource: str) -> bool:
         """Whether some node from ``name`` up to the root names ``resource`` in its ``max``."""
         for i in self._paths[self._node(name)]:

@@ -393,20 +393,27 @@ class QuotaUsage(QuotaStructure):
             if mx is None:
                 continue
             used = self._used[n]
-            for r, amount in amounts.items():
-                if amount <= 0:
-                    continue
-                cap = mx.get(r)
-                if cap is not None and used.get(r, 0) + amount > cap:
-                    return QuotaBlock(
-                        node=self._names[n],
-                        resource=r,
-                        used=used.get(r, 0),
-                        request=amount,
-                        limit=cap,
-                        kind=MAX,
-                        leaf=not self._children[n],
-                    )
+            # A max names few resources: those are looked at, and where some are
+            # exceeded the block names the first in the request's order.
+            over: list[str] | None = None
+            for r, cap in mx.items():
+                amount = amounts.get(r, 0)
+                if amount > 0 and used.get(r, 0) + amount > cap:
+                    if over is None:
+                        over = []
+                    over.append(r)
+            if over is not None:
+                for r, amount in amounts.items():
+                    if r in over:
+                        return QuotaBlock(
+                            node=self._names[n],
+                            resource=r,
+                            used=used.get(r, 0),
+                            request=amount,
+                            limit=mx[r],
+                            kind=MAX,
+                            leaf=not self._children[n],
+                        )
         return None
 
     def stops_rigid(self, queue: str, request: Resources) -> bool:
