@@ -158,11 +158,10 @@ class CapacityPlacer:
         # Sorted: the order of a frozenset of keys changes with the hash seed, and the
         # order the freed jobs' nodes are tried in decides where the pods go.
         freed = sorted(k for k in released if k in self._held) if released else []
-        may_fit = self.may_fit(pods)
-        if not freed and not preempt and not may_fit:
+        if not freed and not preempt and not self.may_fit(pods):
             return NoFit(self._cluster, self._why(job, pods))
         if preempt:
-            need = sum(p.gpus for p in pods)
+            need = _gpus(pods)
             room = self.free_gpus() + sum(self._gpus_of(k) for k in freed)
             # Upper bound from the per-mode counters before looking at any job
             # (it also bounds a placement without victims: free and freed GPUs).
@@ -171,7 +170,8 @@ class CapacityPlacer:
                 bound += self._mode_gpus[Mode.BORROWED] + self._queue_gpus.get(job.queue, 0)
             if bound < need or (mode is Mode.GUARANTEED and not self._may_free(job, pods, freed)):
                 return NoFit(self._cluster, self._why(job, pods) + " even with preemption")
-        placed = self._try(job, pods, freed) if freed or may_fit else None
+        # Without preemption the slot counts said yes above (asked once).
+        placed = self._try(job, pods, freed) if freed or not preempt or self.may_fit(pods) else None
         if placed is not None:
             fit = self._fit(placed, ())
             if not freed:
@@ -351,14 +351,14 @@ class CapacityPlacer:
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """0 when the pods could share one node (by GPU count), else 1."""
-        return 0 if sum(p.gpus for p in pods) <= self._max_gpus else 1
+        return 0 if _gpus(pods) <= self._max_gpus else 1
 
     def _fit(self, placed: list[PodPlacement], victims: tuple[str, ...]) -> Fit:
         nodes = {p.node for p in placed}
         return Fit(self._cluster, tuple(placed), level=0 if len(nodes) <= 1 else 1, victims=victims)
 
     def _why(self, job: Job, pods: Sequence[Pod]) -> str:
-        gpus = sum(p.gpus for p in pods)
+        gpus = _gpus(pods)
         if job.gpu_sku is None:
             free = self.free_gpus()
         else:
@@ -809,6 +809,14 @@ def _scratch(
     if node.name not in overlay:
         overlay[node.name] = (dict(node.free), list(node.free_gpus))
     return overlay[node.name]
+
+
+def _gpus(pods: Sequence[Pod]) -> int:
+    """The GPUs ``pods`` ask for, together (a loop: no generator to build)."""
+    total = 0
+    for pod in pods:
+        total += pod.request.amounts.get(resources.GPU, 0)
+    return total
 
 
 def _fits(request: Resources, free: Mapping[str, int]) -> bool:
