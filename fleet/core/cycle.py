@@ -32,10 +32,10 @@ Theory of operation:
    either it sorts last).  The queue furthest below its share is served
    first; its key is recomputed after each admission (lazily: a stale key is
    re-pushed when popped).  Many gangs are admitted per cycle, not one head
-   per queue.  Within a queue,
-   jobs are taken in priority order, then submission order.  A ``StrictFIFO``
-   queue stops at the first job that cannot start; a ``BestEffortFIFO`` queue
-   (the default) lets the jobs behind it try.
+   per queue.  Within a queue, jobs are taken in priority order, then
+   submission order.  A ``StrictFIFO`` queue stops at the first job that
+   cannot start; a ``BestEffortFIFO`` queue (the default) lets the jobs
+   behind it try.
 3. **Admission** (:mod:`fleet.core.admission`): quota verdict, victims,
    placement (:mod:`fleet.core.cluster_choice`) and an all-or-nothing commit.
 4. **Bulk wait and parking** (:func:`wait_all`): the jobs behind a waiting

@@ -8,7 +8,7 @@ from fleet.core.capacity import CapacityPlacer
 from fleet.core.charges import charge_for
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode
-from fleet.core.placement import Fit, NoFit
+from fleet.core.placement import BindError, Fit, NoFit
 from fleet.core.resources import Resources
 from tests.core.factories import make_job, make_nodes
 
@@ -137,4 +137,35 @@ def test_the_allocated_total_is_checked_when_every_node_is_bad() -> None:
         p.check_invariants()
     p._allocated["nvidia.com/gpu"] -= 1
     p.release("default/a")
+    p.check_invariants()
+
+
+def test_a_fit_overtaken_by_another_bind_is_refused_even_when_answered_last() -> None:
+    # The fit answered last binds without a second check only while no node
+    # changed since; here another job took its GPUs in between.
+    p = placer(nodes=1)
+    first, last = make_job("first", gpus=8), make_job("last", gpus=8)
+    early = p.fit(first, first.pods, Mode.BORROWED)
+    late = p.fit(last, last.pods, Mode.BORROWED)
+    assert isinstance(early, Fit) and isinstance(late, Fit)
+    p.bind(first, charge_for(first, Mode.BORROWED), early)
+    with pytest.raises(BindError, match="no longer fits"):
+        p.bind(last, charge_for(last, Mode.BORROWED), late)
+    assert not p.holds(last.key)
+    assert p.placement_of(first.key) == early.pods
+    p.check_invariants()
+
+
+def test_the_fit_just_answered_binds_as_answered() -> None:
+    p = placer(nodes=2)
+    bind(p, make_job("half", gpus=4))
+    gang = make_job("gang", pods=3, gpus=4)
+    fit = p.fit(gang, gang.pods, Mode.BORROWED)
+    assert isinstance(fit, Fit)
+    p.bind(gang, charge_for(gang, Mode.BORROWED), fit)
+    assert p.placement_of(gang.key) == fit.pods
+    assert p.allocated()["nvidia.com/gpu"] == 16
+    # Binding it again is refused: its pods are placed already.
+    with pytest.raises(BindError, match="not a pod it can place"):
+        p.bind(gang, charge_for(gang, Mode.BORROWED), fit)
     p.check_invariants()
