@@ -32,7 +32,6 @@ Theory of operation:
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -621,11 +620,11 @@ class CapacityPlacer:
         bucket = self._buckets.get(free)
         if bucket is None:
             bucket = self._buckets[free] = []
-        bisect.insort(bucket, node.rank)
+        bucket.insert(_rank_at(bucket, node.rank), node.rank)
 
     def _bucket_remove(self, free: int, node: _Node) -> None:
         bucket = self._buckets[free]
-        i = bisect.bisect_left(bucket, node.rank)
+        i = _rank_at(bucket, node.rank)
         if i >= len(bucket) or bucket[i] != node.rank:
             raise InvariantError(f"{node.name}: not in the bucket of nodes with {free} free GPUs")
         del bucket[i]
@@ -659,7 +658,7 @@ class CapacityPlacer:
             # The zeros dropped here, not by the interpreted constructor (it is
             # rebuilt after every bind or release the cycle asks about).
             nonzero = {name: amount for name, amount in self._allocated.items() if amount}
-            view = self._allocated_view = Resources.limits(nonzero)
+            view = self._allocated_view = Resources._raw(nonzero)  # a dict of its own
         return view
 
     def free_gpus(self) -> int:
@@ -809,6 +808,20 @@ def _scratch(
     if node.name not in overlay:
         overlay[node.name] = (dict(node.free), list(node.free_gpus))
     return overlay[node.name]
+
+
+def _rank_at(bucket: list[int], rank: int) -> int:
+    """Where ``rank`` is or would go in the sorted ``bucket`` (``bisect_left``, with
+    the compiled core's own int comparisons rather than a call into ``bisect``)."""
+    lo = 0
+    hi = len(bucket)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bucket[mid] < rank:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _gpus(pods: Sequence[Pod]) -> int:
