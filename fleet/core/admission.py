@@ -116,7 +116,8 @@ def admit(run: CycleRun, job: Job) -> Outcome:
             return DEFER  # what plan answers at once (a deferral is never remembered)
         key = _memo_key(run, job, verdict, start, least)
         known = run.shapes.get(key)
-        if known is None and run.owed is not None:
+        if known is None and run.owed is not None and run.shapes.kept:
+            # (Asked only when there is something to find: a lookup hashes the key.)
             known = run.shapes.kept.get(key)
             run.kept = known is not None
         if known is not None:

@@ -7,8 +7,10 @@ among equal shares, the queue that comes first in the state's order (its
 Theory of operation: a heap of ``(share, rank, name)`` tuples would give the
 same order, but the pass pops and pushes thousands of entries a cycle and a
 heap of tuples compares them element by element through the generic protocol.
-Here the distinct shares sit in one heap of floats, and each share's ranks in
-a heap of ints of their own: every comparison is one of two numbers.
+Here the distinct shares sit in a heap of floats, and each share's ranks in a
+list sorted from the largest down: the queues of a pass mostly share a few
+shares, so the next rank is popped from the end of its list, and a rank put
+back is placed by a bisection over ints.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class FairHeap:
     __slots__ = ("_ranks", "_shares")
 
     def __init__(self, entries: list[tuple[float, int]]) -> None:
-        #: share -> the ranks with that share, a heap (never empty)
+        #: share -> the ranks with that share, largest first (never empty)
         self._ranks: dict[float, list[int]] = {}
         for share, rank in entries:
             bucket = self._ranks.get(share)
@@ -31,7 +33,7 @@ class FairHeap:
             else:
                 bucket.append(rank)
         for bucket in self._ranks.values():
-            heapify(bucket)
+            bucket.sort(reverse=True)
         #: the distinct shares, a heap
         self._shares = list(self._ranks)
         heapify(self._shares)
@@ -47,14 +49,23 @@ class FairHeap:
         if bucket is None:
             self._ranks[share] = [rank]
             heappush(self._shares, share)
-        else:
-            heappush(bucket, rank)
+            return
+        # The first place holding a smaller rank (the list runs largest first).
+        lo = 0
+        hi = len(bucket)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if bucket[mid] > rank:
+                lo = mid + 1
+            else:
+                hi = mid
+        bucket.insert(lo, rank)
 
     def pop(self) -> tuple[float, int]:
         """The smallest entry, taken out (IndexError when empty)."""
         share = self._shares[0]
         bucket = self._ranks[share]
-        rank = heappop(bucket)
+        rank = bucket.pop()
         if not bucket:
             heappop(self._shares)
             del self._ranks[share]
@@ -65,4 +76,4 @@ class FairHeap:
         if not self._shares:
             return False
         top = self._shares[0]
-        return top < share or (top == share and self._ranks[top][0] < rank)
+        return top < share or (top == share and self._ranks[top][-1] < rank)
