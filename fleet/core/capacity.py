@@ -232,7 +232,7 @@ class CapacityPlacer:
                 held = self._held[info.key]
                 for pp, req in zip(held.pods, held.requests, strict=True):
                     if pp.node == node_name:
-                        for name, amount in req.items():
+                        for name, amount in req.amounts.items():
                             if name in free:
                                 free[name] += amount
             if not add or not _fits(pod.request, free):
@@ -382,7 +382,7 @@ class CapacityPlacer:
             held = self._held[key]
             for pp, req in zip(held.pods, held.requests, strict=True):
                 free, idx = _scratch(self._nodes[pp.node], overlay)
-                for name, amount in req.items():
+                for name, amount in req.amounts.items():
                     if name in free:
                         free[name] += amount
                 idx.extend(pp.gpus)
@@ -402,7 +402,7 @@ class CapacityPlacer:
             if node is None:
                 return None, pod
             free, idx = _scratch(node, overlay)
-            for name, amount in pod.request.items():
+            for name, amount in pod.request.amounts.items():
                 if name in free:
                     free[name] -= amount
             gpus = tuple(idx[: pod.gpus])
@@ -411,7 +411,7 @@ class CapacityPlacer:
         return placed, None
 
     def _pick(
-        self, job: Job, pod: Pod, overlay: Mapping[str, tuple[dict[str, int], list[int]]]
+        self, job: Job, pod: Pod, overlay: dict[str, tuple[dict[str, int], list[int]]]
     ) -> _Node | None:
         # Nodes touched by this question are checked first with their scratch state
         # (packing a gang together), then the buckets from the fullest node up.
@@ -421,7 +421,10 @@ class CapacityPlacer:
                 return node
         by_rank = self._by_rank
         for count in range(pod.gpus, self._max_gpus + 1):
-            for rank in self._buckets.get(count, ()):
+            bucket = self._buckets.get(count)
+            if bucket is None:
+                continue
+            for rank in bucket:
                 node = by_rank[rank]
                 if node.name in overlay:
                     continue
@@ -486,7 +489,7 @@ class CapacityPlacer:
             free, idx = _scratch(node, overlay)
             if not _fits(pod.request, free) or not all(g in idx for g in pp.gpus):
                 raise BindError(f"{job.key}: {pp.pod} no longer fits on {pp.node}; ask fit again")
-            for name, amount in pod.request.items():
+            for name, amount in pod.request.amounts.items():
                 if name in free:
                     free[name] -= amount
             for g in pp.gpus:
@@ -550,7 +553,7 @@ class CapacityPlacer:
                 idx.remove(g)
             if not _fits(pod.request, free):
                 raise RestoreError(f"{where}: pod {pp.pod} does not fit on node {pp.node}")
-            for name, amount in pod.request.items():
+            for name, amount in pod.request.amounts.items():
                 if name in free:
                     free[name] -= amount
         self._hold(job, charge, Fit(self._cluster, tuple(pp for pp, _ in records)))
@@ -593,7 +596,7 @@ class CapacityPlacer:
     def _take(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
         self._version += 1
         before = len(node.free_gpus)
-        for name, amount in req.items():
+        for name, amount in req.amounts.items():
             if name in node.free:
                 node.free[name] -= amount
                 self._allocated[name] = self._allocated.get(name, 0) + amount
@@ -607,7 +610,7 @@ class CapacityPlacer:
     def _give(self, node: _Node, req: Resources, gpus: tuple[int, ...]) -> None:
         self._version += 1
         before = len(node.free_gpus)
-        for name, amount in req.items():
+        for name, amount in req.amounts.items():
             if name in node.free:
                 node.free[name] += amount
                 self._allocated[name] -= amount
@@ -684,7 +687,7 @@ class CapacityPlacer:
                 if per_node is None:
                     raise InvariantError(f"{key}: pod {pp.pod} is on unknown node {pp.node}")
                 node_free = self._nodes[pp.node].free
-                for name, amount in req.items():
+                for name, amount in req.amounts.items():
                     if name in node_free:  # as _take counts: what the node has at all
                         per_node[name] = per_node.get(name, 0) + amount
                 for g in pp.gpus:

@@ -519,7 +519,7 @@ class Owed:
             request = _counted(job, left)
             picks.append((pos, request))
             _take(total, capped, request)
-            for r, amount in request.items():
+            for r, amount in request.amounts.items():
                 if r in left:
                     left[r] -= amount
             if _exhausted(left, least):

@@ -84,7 +84,7 @@ def _deficits(
             continue
         used = tree._used[n]
         gone = removed.get(n, {})
-        for r, amount in request.items():
+        for r, amount in request.amounts.items():
             if amount <= 0:
                 continue
             cap = mx.get(r)

@@ -176,7 +176,7 @@ class QueueState:
         """Add (``sign`` 1) or take away (-1) ``job`` in the tail counters."""
         if job.opportunistic:
             return
-        for r, amount in job.gang_request.items():
+        for r, amount in job.gang_request.amounts.items():
             counts = self.needs.get(r)
             if counts is None:
                 counts = self.needs[r] = {}
