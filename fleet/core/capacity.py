@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleet.core import checks, placement, resources
+from fleet.core import checks, placement, resources, sorted_ints
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode, Pod
@@ -623,11 +623,11 @@ class CapacityPlacer:
         bucket = self._buckets.get(free)
         if bucket is None:
             bucket = self._buckets[free] = []
-        bucket.insert(_rank_at(bucket, node.rank), node.rank)
+        bucket.insert(sorted_ints.position(bucket, node.rank), node.rank)
 
     def _bucket_remove(self, free: int, node: _Node) -> None:
         bucket = self._buckets[free]
-        i = _rank_at(bucket, node.rank)
+        i = sorted_ints.position(bucket, node.rank)
         if i >= len(bucket) or bucket[i] != node.rank:
             raise InvariantError(f"{node.name}: not in the bucket of nodes with {free} free GPUs")
         del bucket[i]
@@ -811,20 +811,6 @@ def _scratch(
     if node.name not in overlay:
         overlay[node.name] = (dict(node.free), list(node.free_gpus))
     return overlay[node.name]
-
-
-def _rank_at(bucket: list[int], rank: int) -> int:
-    """Where ``rank`` is or would go in the sorted ``bucket`` (``bisect_left``, with
-    the compiled core's own int comparisons rather than a call into ``bisect``)."""
-    lo = 0
-    hi = len(bucket)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if bucket[mid] < rank:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _gpus(pods: Sequence[Pod]) -> int:

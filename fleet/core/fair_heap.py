@@ -7,15 +7,17 @@ among equal shares, the queue that comes first in the state's order (its
 Theory of operation: a heap of ``(share, rank, name)`` tuples would give the
 same order, but the pass pops and pushes thousands of entries a cycle and a
 heap of tuples compares them element by element through the generic protocol.
-Here the distinct shares sit in a heap of floats, and each share's ranks in a
-list sorted from the largest down: the queues of a pass mostly share a few
-shares, so the next rank is popped from the end of its list, and a rank put
+Here the distinct shares sit in a heap of floats, and each share's ranks,
+negated, in a sorted list: the queues of a pass mostly share a few shares, so
+the next (smallest) rank is popped from the end of its list, and a rank put
 back is placed by a bisection over ints.
 """
 
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+
+from fleet.core import sorted_ints
 
 
 class FairHeap:
@@ -24,16 +26,17 @@ class FairHeap:
     __slots__ = ("_ranks", "_shares")
 
     def __init__(self, entries: list[tuple[float, int]]) -> None:
-        #: share -> the ranks with that share, largest first (never empty)
+        #: share -> the ranks with that share, negated and sorted: the smallest rank
+        #: last (never empty)
         self._ranks: dict[float, list[int]] = {}
         for share, rank in entries:
             bucket = self._ranks.get(share)
             if bucket is None:
-                self._ranks[share] = [rank]
+                self._ranks[share] = [-rank]
             else:
-                bucket.append(rank)
+                bucket.append(-rank)
         for bucket in self._ranks.values():
-            bucket.sort(reverse=True)
+            bucket.sort()
         #: the distinct shares, a heap
         self._shares = list(self._ranks)
         heapify(self._shares)
@@ -47,25 +50,16 @@ class FairHeap:
     def push(self, share: float, rank: int) -> None:
         bucket = self._ranks.get(share)
         if bucket is None:
-            self._ranks[share] = [rank]
+            self._ranks[share] = [-rank]
             heappush(self._shares, share)
-            return
-        # The first place holding a smaller rank (the list runs largest first).
-        lo = 0
-        hi = len(bucket)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if bucket[mid] > rank:
-                lo = mid + 1
-            else:
-                hi = mid
-        bucket.insert(lo, rank)
+        else:
+            bucket.insert(sorted_ints.position(bucket, -rank), -rank)
 
     def pop(self) -> tuple[float, int]:
         """The smallest entry, taken out (IndexError when empty)."""
         share = self._shares[0]
         bucket = self._ranks[share]
-        rank = bucket.pop()
+        rank = -bucket.pop()
         if not bucket:
             heappop(self._shares)
             del self._ranks[share]
@@ -76,4 +70,4 @@ class FairHeap:
         if not self._shares:
             return False
         top = self._shares[0]
-        return top < share or (top == share and self._ranks[top][-1] < rank)
+        return top < share or (top == share and -self._ranks[top][-1] < rank)

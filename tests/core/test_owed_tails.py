@@ -27,6 +27,20 @@ def acts(decisions: list[Decision]) -> list[Decision]:
     return [d for d in decisions if isinstance(d, Admit | Preempt)]
 
 
+def two_teams(root: int, team_a: int, team_b: int) -> dict[str, Any]:
+    """A root of ``root`` GPUs (its min and its max) over team-a and team-b, guaranteed
+    ``team_a`` and ``team_b`` GPUs and each allowed to borrow up to the root's."""
+    return {
+        "name": "root",
+        "min": {GPU: root},
+        "max": {GPU: root},
+        "children": [
+            {"name": "team-a", "min": {GPU: team_a}, "max": {GPU: root}},
+            {"name": "team-b", "min": {GPU: team_b}, "max": {GPU: root}},
+        ],
+    }
+
+
 class SideBySide:
     """One scheduler state per mode, fed the same jobs."""
 
@@ -61,15 +75,7 @@ class SideBySide:
         return f"default/{name}" in self.parked.waiting.single
 
 
-OWED_TREE: dict[str, Any] = {
-    "name": "root",
-    "min": {GPU: 20},
-    "max": {GPU: 20},
-    "children": [
-        {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 20}},
-        {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 20}},
-    ],
-}
+OWED_TREE: dict[str, Any] = two_teams(20, 8, 8)
 
 
 def test_jobs_refused_on_owed_room_wait_together_up_to_the_first_that_may_start() -> None:
@@ -112,15 +118,7 @@ def test_jobs_refused_on_owed_room_wait_together_up_to_the_first_that_may_start(
 def test_a_job_that_asks_none_of_the_blocking_resource_is_still_tried() -> None:
     # The root has 2 GPUs left; team-a's g1 and g2 (8 each) would borrow and
     # cannot, but c1 behind them asks no GPU and fits team-a's min: it starts.
-    tree: dict[str, Any] = {
-        "name": "root",
-        "min": {GPU: 16},
-        "max": {GPU: 16},
-        "children": [
-            {"name": "team-a", "min": {GPU: 8}, "max": {GPU: 16}},
-            {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 16}},
-        ],
-    }
+    tree: dict[str, Any] = two_teams(16, 8, 8)
     runs = SideBySide(tree, 4, gpus=8, cpu=8)
     runs.submit(
         make_job("a0", queue="team-a", gpus=8, seq=0),
@@ -174,15 +172,7 @@ def test_a_job_kept_out_even_with_its_queues_lower_priorities_gone_preempts_nobo
     # owed 1 of them.  h1 (5, priority 100) would borrow: preempting low frees
     # 2, and 3 + 2 - 1 is still short of 5, so it waits on the full max without
     # a search among low and the rest; h2 and h3 behind it wait with it.
-    tree: dict[str, Any] = {
-        "name": "root",
-        "min": {GPU: 20},
-        "max": {GPU: 20},
-        "children": [
-            {"name": "team-a", "min": {GPU: 12}, "max": {GPU: 20}},
-            {"name": "team-b", "min": {GPU: 8}, "max": {GPU: 20}},
-        ],
-    }
+    tree: dict[str, Any] = two_teams(20, 12, 8)
     runs = SideBySide(tree, 4, gpus=8)
     runs.submit(
         make_job("g", queue="team-a", gpus=8, priority=100, seq=0),
