@@ -39,7 +39,7 @@ from fleet.core import checks, placement, resources, sorted_ints
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement, RestoreError
+from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement, RestoreError
 from fleet.core.resources import Resources
 
 
@@ -87,7 +87,7 @@ def _victim_key(victim: Charge) -> tuple[tuple[int, int, int], str]:
     return victim_order(victim), victim.key
 
 
-class CapacityPlacer:
+class CapacityPlacer(Placer):
     """Placer over free per-node capacity; see the module docstring."""
 
     def __init__(

@@ -548,12 +548,7 @@ _NO_NEEDS: dict[int, int] = {}
 def _smallest_need(state: QueueState, r: str) -> int:
     """The smallest need of ``r`` among the queue's pending jobs (not opportunistic)
     when every one of them asks some; else -1."""
-    asking = 0
-    least = -1
-    for need, n in state.needs.get(r, _NO_NEEDS).items():
-        asking += n
-        if least < 0 or need < least:
-            least = need
+    asking, least = state.least_need(r)
     return least if asking and asking == state.split() else -1
 
 

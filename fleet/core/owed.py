@@ -560,15 +560,7 @@ def _least_needs(state: QueueState, floor: Resources) -> dict[str, int]:
     jobs = state.split()
     out: dict[str, int] = {}
     for r in floor:
-        counts = state.needs.get(r)
-        if not counts:
-            continue
-        asking = 0
-        least = -1
-        for need, n in counts.items():
-            asking += n
-            if least < 0 or need < least:
-                least = need
-        if asking == jobs:
+        asking, least = state.least_need(r)
+        if asking and asking == jobs:
             out[r] = least
     return out

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
@@ -156,24 +155,30 @@ def may_preempt(job: Job, mode: Mode, victim: Charge) -> bool:
     return victim.queue == job.queue and victim.priority < job.priority
 
 
-class Placer(Protocol):
-    """One member cluster's placement engine."""
+class Placer:
+    """One member cluster's placement engine: the base of every placer.
+
+    A base class, not a protocol: the compiled core then calls a placer's
+    methods through its class's table of methods, not by looking each name up
+    at every call (the cycle asks placers tens of thousands of questions a cycle).
+    """
 
     @property
-    def cluster(self) -> str: ...
+    def cluster(self) -> str:
+        raise NotImplementedError
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
         """Whether the answer to ``job`` in ``mode`` without preemption or released jobs
         depends only on its pods, mode, GPU type and pinned cell, not on its queue:
         one "no" then serves every such job."""
-        ...
+        raise NotImplementedError
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """A lower bound on the ``Fit.level`` these pods can get here (cheap, no search).
 
         The cycle stops asking further clusters once a fit reaches it.
         """
-        ...
+        raise NotImplementedError
 
     def fit(
         self,
@@ -185,7 +190,7 @@ class Placer(Protocol):
         released: frozenset[str] = frozenset(),
     ) -> Fit | NoFit:
         """Can ``pods`` of ``job`` run here now in ``mode``; where; whom to preempt."""
-        ...
+        raise NotImplementedError
 
     def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
         """Commit ``fit`` for the unit ``charge`` of ``job`` (victims released first).
@@ -196,7 +201,7 @@ class Placer(Protocol):
         Atomic: raises :class:`BindError` and binds nothing when the fit no
         longer holds.
         """
-        ...
+        raise NotImplementedError
 
     def restore(self, job: Job, charge: Charge, pods: Sequence[PodPlacement]) -> None:
         """Hold ``pods`` of unit ``charge`` exactly where they were recorded.
@@ -207,22 +212,22 @@ class Placer(Protocol):
         unit, or the unit is already held here.  Restoring the same units in
         any order gives the same placer (fastest in :func:`restore_order`).
         """
-        ...
+        raise NotImplementedError
 
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
         """Mark ``node`` bad (nothing new lands there) or healthy again.
 
         Returns the units with pods on a node that went bad; they keep running.
         """
-        ...
+        raise NotImplementedError
 
     def release(self, key: str) -> None:
         """Free every cell held by job ``key`` (no-op if it holds none)."""
-        ...
+        raise NotImplementedError
 
     def holds(self, key: str) -> bool:
         """Whether job ``key`` has pods placed here."""
-        ...
+        raise NotImplementedError
 
     def may_have_victims(self, job: Job, mode: Mode) -> bool:
         """Whether some unit held here might be a victim of ``job`` in ``mode`` (cheap).
@@ -230,15 +235,15 @@ class Placer(Protocol):
         False only when no held unit is one the victim rules allow: then a
         question with preemption is the same as one without.
         """
-        ...
+        raise NotImplementedError
 
     def capacity(self) -> Resources:
         """Total healthy allocatable resources (cpu, memory, nvidia.com/gpu)."""
-        ...
+        raise NotImplementedError
 
     def allocated(self) -> Resources:
         """Resources held by placed pods."""
-        ...
+        raise NotImplementedError
 
     def check_invariants(self) -> None:
         """Raise :class:`~fleet.core.checks.InvariantError` when internal indexes
@@ -247,4 +252,4 @@ class Placer(Protocol):
         It must not use ``assert`` (``python -O`` strips it), and its message
         names what drifted (node, job or cell) with the kept and recounted value.
         """
-        ...
+        raise NotImplementedError

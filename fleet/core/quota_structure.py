@@ -161,13 +161,15 @@ class QuotaStructure:
 
     # Questions ----------------------------------------------------------------
     def _node(self, name: str) -> int:
-        try:
-            return self._index[name]
-        except KeyError:
-            raise KeyError(f"no quota node named {name!r}") from None
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError(f"no quota node named {name!r}")
+        return i
 
     def _leaf(self, queue: str) -> int:
-        i = self._node(queue)
+        i = self._index.get(queue)
+        if i is None:
+            raise KeyError(f"no quota node named {queue!r}")
         if self._children[i]:
             raise ValueError(f"quota node {queue!r} is not a leaf queue")
         return i

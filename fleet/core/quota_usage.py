@@ -367,7 +367,7 @@ class QuotaUsage(QuotaStructure):
         total = 0
         for rec in self._leaf_jobs[leaf].values():
             if rec.preemptible and 0 <= rec.priority < priority:
-                total += rec.request.get(resource, 0)
+                total += rec.request.amounts.get(resource, 0)
         return total
 
     # Admission ----------------------------------------------------------------

@@ -142,6 +142,8 @@ class QueueState:
     #: priority and submission keep the pending list's order across groups
     stamps: dict[str, int] = field(default_factory=dict)
     _queued: int = 0
+    #: resource -> :meth:`least_need`'s answer, until the counters change
+    _least: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job)
@@ -176,6 +178,8 @@ class QueueState:
         """Add (``sign`` 1) or take away (-1) ``job`` in the tail counters."""
         if job.opportunistic:
             return
+        if self._least:
+            self._least.clear()
         for r, amount in job.gang_request.amounts.items():
             counts = self.needs.get(r)
             if counts is None:
@@ -197,6 +201,22 @@ class QueueState:
                     _remove_job(jobs, job)
             if not group:
                 del self.rigid_groups[job.gang_request]
+
+    def least_need(self, r: str) -> tuple[int, int]:
+        """How many of the counted jobs ask some ``r``, and the least one asks (-1 when
+        none does), from ``needs``; kept until the counters change."""
+        known = self._least.get(r)
+        if known is None:
+            asking = 0
+            least = -1
+            counts = self.needs.get(r)
+            if counts is not None:
+                for need, n in counts.items():
+                    asking += n
+                    if least < 0 or need < least:
+                        least = need
+            known = self._least[r] = (asking, least)
+        return known
 
     def rigid_rank(self, job: Job) -> int:
         """The position of the rigid ``job`` in ``rigid_jobs``."""

@@ -52,13 +52,13 @@ from fleet.core.cells.state import KIND_SHARED, CellFit, Held, PlacerState
 from fleet.core.cells.topology import Topology
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
-from fleet.core.placement import BindError, Fit, NoFit, PodPlacement
+from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement
 from fleet.core.resources import Resources
 
 __all__ = ["CellPlacer"]
 
 
-class CellPlacer:
+class CellPlacer(Placer):
     """One member cluster's cell allocator behind :class:`fleet.core.placement.Placer`.
 
     ``node_restriction=True`` enables :meth:`suggest_nodes`, which replays HiveD's
