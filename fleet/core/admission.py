@@ -98,7 +98,6 @@ def admit(run: CycleRun, job: Job) -> Outcome:
     start, least = job.start_size, job.gang_size
     verdict: Mode | QuotaBlock | None = None
     key = None
-    run.kept = False
     if run.shapes.on:
         verdict = run.state.tree.classify(
             job.queue,
@@ -114,15 +113,12 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         if _deferred(run, verdict) and least == start:
             run.last_block = None
             return DEFER  # what plan answers at once (a deferral is never remembered)
-        key = _memo_key(run, job, verdict, start, least)
-        known = run.shapes.get(key)
-        if known is None and run.owed is not None and run.shapes.kept:
-            # (Asked only when there is something to find: a lookup hashes the key.)
-            known = run.shapes.kept.get(key)
-            run.kept = known is not None
-        if known is not None:
-            run.last_block = known.block
-            return Waits(known.reason)
+        if run.phase is not Pass.BORROWING:  # (the memory is not used there)
+            key = _memo_key(run, job, verdict, start, least)
+            known = run.shapes.get(key)
+            if known is not None:
+                run.last_block = known.block
+                return Waits(known.reason)
     deferred = False
     reason = ""
     # The verdict at the start size is the one just asked (nothing changed since).
@@ -138,14 +134,11 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         deferred = deferred or smaller_deferred
         reason = reason or smaller_reason
     if isinstance(found, Plan):
-        run.shapes.kept.clear()
         refused = commit(run, job, found)
         return STARTED if refused is None else Waits(refused)
     if deferred:
         return DEFER
-    if key is not None and run.kept:
-        run.shapes.kept[key] = Remembered(reason, run.last_block)
-    elif key is not None:
+    if key is not None:
         # At either size, a guaranteed or blocked verdict may preempt borrowed work.
         verdicts = (key[2], key[3])
         could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)
@@ -190,7 +183,7 @@ def _verdict(verdict: Mode | QuotaBlock) -> object:
     (an admission under the same limit changes them, and the text with them)."""
     if isinstance(verdict, Mode):
         return verdict
-    return (verdict.node, verdict.resource, str(verdict.kind), verdict.used, verdict.limit)
+    return (verdict.node, verdict.resource, verdict.kind, verdict.used, verdict.limit)
 
 
 def plan(
@@ -304,7 +297,6 @@ def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: boo
     kept = owed.kept(job, request)
     if kept is None:
         return None
-    run.kept = True
     if final:
         run.last_block = QuotaBlock(
             kept.node, kept.resource, kept.used, kept.request, kept.limit, MAX, kept.leaf

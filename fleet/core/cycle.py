@@ -166,7 +166,6 @@ def serve(
     # A queue that goes back into the heap and would come out first again is
     # taken at once (``nxt``) instead of pushed and popped: the heap's order.
     nxt: tuple[float, int] | None = None
-    last: str | None = None  # the queue served last
     while heap or nxt is not None:
         if nxt is not None:
             key, rank = nxt
@@ -174,9 +173,6 @@ def serve(
         else:
             key, rank = heap.pop()
         name = names[rank]
-        if name != last:
-            run.shapes.kept.clear()  # owed answers hold within one queue's run
-            last = name
         current = share(run, name)
         if current != key:
             heap.push(current, rank)
@@ -415,7 +411,7 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
 def _park(run: CycleRun, queue: str, last: Job, until: Job | None, block: QuotaBlock) -> None:
     """Park ``queue``'s jobs behind ``last`` (up to ``until``, or to the end) on ``block``
     (one text per need, shared by the tails parked on the same figures)."""
-    figures = (block.node, block.resource, block.used, block.limit, str(block.kind), block.leaf)
+    figures = (block.node, block.resource, block.used, block.limit, block.kind, block.leaf)
     texts = run.tail_texts.get(figures)
     if texts is None:
         texts = run.tail_texts[figures] = {}

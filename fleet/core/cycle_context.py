@@ -77,8 +77,6 @@ class CycleRun:
     seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
     #: the borrowing pass's owed demand (:mod:`fleet.core.owed`); None in the other passes
     owed: Owed | None = None
-    #: the job being admitted waited at some size on room kept for guaranteed work
-    kept: bool = False
     #: a quota block's fields -> its reason, worded once per cycle
     block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
     #: a parked tail's block without its request -> the texts by request, shared by
@@ -106,7 +104,7 @@ class CycleRun:
             block.used,
             block.request,
             block.limit,
-            str(block.kind),
+            block.kind,
             block.leaf,
         )
         known = self.block_texts.get(key)

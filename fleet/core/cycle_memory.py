@@ -13,7 +13,12 @@ every memory switched off through :class:`Shortcuts`).
   block with its usage and limit, which its text gives).  A
   borrowed admission creates new victims for guaranteed jobs (reclaim and
   placement), so answers that could preempt borrowed work are forgotten then;
-  any release forgets everything.
+  any release forgets everything.  It is not used in the borrowing pass
+  (ADR 0038): there an answer also depends on the room owed to guaranteed
+  work (:mod:`fleet.core.owed`), which moves as the pass goes on and is not
+  in the key, and every admission under a full ``max`` changes the figures
+  that are, so it found next to nothing (on ``bench/bench_cycle.py``'s tree,
+  28 answers in 8,000 lookups).
 * :class:`ReclaimMemo`: a reclaim search that failed for a queue blocked at
   one node and resource is not repeated for a larger shortfall there, until a
   release or a borrowed admission changes the candidates.  Likewise a search
@@ -35,11 +40,7 @@ every memory switched off through :class:`Shortcuts`).
   each queue's count between questions and drops the jobs the pass went
   past that started as counted; ``Shortcuts.owed_counts`` off counts every
   queue afresh at every question.  An answer "the room is owed" moves as the
-  pass goes on (other queues' cursors, admissions), so it is remembered by
-  shape (``ShapeMemo.kept``) only while the pass stays in one queue and
-  admits nothing: the pass forgets it when it turns to another queue and
-  before any commit.  Between two jobs of one queue nothing the answer
-  depends on moves (the queue's own cursor is not counted against it).
+  pass goes on (other queues' cursors, admissions) and is not remembered.
 """
 
 from __future__ import annotations
@@ -109,9 +110,6 @@ class ShapeMemo:
     entries: dict[tuple[object, ...], Remembered] = field(default_factory=dict)
     #: keys whose answer may change when a borrowed job is admitted
     could_preempt_borrowed: set[tuple[object, ...]] = field(default_factory=set)
-    #: shapes refused because the room is owed to guaranteed work (borrowing pass),
-    #: while the pass stays in one queue and admits nothing (see the module docstring)
-    kept: dict[tuple[object, ...], Remembered] = field(default_factory=dict)
 
     def get(self, key: tuple[object, ...]) -> Remembered | None:
         return self.entries.get(key) if self.on else None
@@ -126,7 +124,6 @@ class ShapeMemo:
     def forget(self) -> None:
         self.entries.clear()
         self.could_preempt_borrowed.clear()
-        self.kept.clear()
 
     def forget_borrowed_dependents(self) -> None:
         for key in self.could_preempt_borrowed:
