@@ -156,11 +156,17 @@ def serve(
     holds.  A StrictFIFO queue stops at its first job that cannot start; the
     rest wait behind it.
     """
-    state = run.state
-    names = list(state.queues)  # rank -> queue
-    order = {name: i for i, name in enumerate(names)}
-    heap = FairHeap([(share(run, name), order[name]) for name in work])
-    cursors = {name: span[0] for name, span in work.items()}
+    names, order, queues = run.ranks()
+    # By rank: where each queue of the pass is, and where its span ends.
+    cursors = [0] * len(names)
+    ends = [0] * len(names)
+    entries: list[tuple[float, int]] = []
+    for name, (start, stop) in work.items():
+        rank = order[name]
+        cursors[rank] = start
+        ends[rank] = stop
+        entries.append((share(run, name), rank))
+    heap = FairHeap(entries)
     deferred: dict[str, Span] = {}
     owed = run.owed
     # A queue that goes back into the heap and would come out first again is
@@ -177,13 +183,14 @@ def serve(
         if current != key:
             heap.push(current, rank)
             continue
-        end = work[name][1]
-        i = cursors[name]
+        end = ends[rank]
+        i = cursors[rank]
         if i >= end:
             continue
-        jobs = lists.get(name, state.queues[name].pending) if lists else state.queues[name].pending
+        queue = queues[rank]
+        jobs = lists.get(name, queue.pending) if lists else queue.pending
         job = jobs[i]
-        cursors[name] = i + 1
+        cursors[rank] = i + 1
         if owed is not None:
             owed.moved(name, i + 1)
         outcome = admission.admit(run, job)
@@ -196,13 +203,13 @@ def serve(
             deferred[name] = (i, end)
             continue
         run.wait(job, outcome.reason)
-        strict = state.queues[name].strict_fifo
+        strict = queue.strict_fifo
         block = run.last_block
         if not strict and block is None and not job.preemptible and run.shortcuts.bulk_wait:
-            cursors[name] = rigid_run(run, jobs, i + 1, end)
-            i = cursors[name] - 1  # the last job that waits
+            cursors[rank] = rigid_run(run, jobs, i + 1, end)
+            i = cursors[rank] - 1  # the last job that waits
             if owed is not None:
-                owed.moved(name, cursors[name])
+                owed.moved(name, cursors[rank])
         if (
             not strict
             and block is not None
@@ -211,7 +218,7 @@ def serve(
         ):
             stop = wait_all(run, name, i, end, block)
             if stop > i + 1:
-                cursors[name] = stop
+                cursors[rank] = stop
                 if owed is not None:
                     owed.moved(name, stop)
                 if stop >= end:
@@ -221,7 +228,7 @@ def serve(
             if owed is not None:
                 owed.finished(name)
             admitted = run.admitted.get(name, set())
-            for rest in state.queues[name].pending:
+            for rest in queue.pending:
                 if sort_key(rest) > sort_key(job) and rest.key not in admitted:
                     run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}")
             continue

@@ -20,7 +20,7 @@ from fleet.core.decisions import Decision, Wait
 from fleet.core.jobs import Job
 from fleet.core.owed import Owed
 from fleet.core.quota import QuotaBlock
-from fleet.core.state import SchedulerState
+from fleet.core.state import QueueState, SchedulerState
 from fleet.core.waiting import WaitBook
 
 #: Positions ``[start, end)`` of a queue's pending list that a pass goes through.
@@ -77,6 +77,8 @@ class CycleRun:
     seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
     #: the borrowing pass's owed demand (:mod:`fleet.core.owed`); None in the other passes
     owed: Owed | None = None
+    #: :meth:`ranks`, once built
+    ranked: tuple[list[str], dict[str, int], list[QueueState]] | None = None
     #: a quota block's fields -> its reason, worded once per cycle
     block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
     #: a parked tail's block without its request -> the texts by request, shared by
@@ -110,6 +112,20 @@ class CycleRun:
         known = self.block_texts.get(key)
         if known is None:
             known = self.block_texts[key] = block.reason
+        return known
+
+    def ranks(self) -> tuple[list[str], dict[str, int], list[QueueState]]:
+        """The queues by rank (the state's order, which breaks ties in the fair
+        order), each queue's rank, and the queues' states by rank; built once
+        per cycle (a cycle adds and removes no queue)."""
+        known = self.ranked
+        if known is None:
+            names = list(self.state.queues)
+            known = self.ranked = (
+                names,
+                {name: i for i, name in enumerate(names)},
+                list(self.state.queues.values()),
+            )
         return known
 
     def admitted_keys(self) -> list[str]:

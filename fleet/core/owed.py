@@ -202,7 +202,9 @@ class Owed:
         count are counted again one at a time, in the order they were marked,
         only while the counts already up to date do not say no (a count is
         never negative, so they can only add to a no); its own queue last, and
-        only if other queues are owed room where it would borrow.
+        only if other queues are owed room where it would borrow.  The answer
+        is read again only after a count that owes something (or its own): a
+        queue that owes nothing changes no sum it reads (:meth:`_refresh`).
         """
         if not self._incremental:
             for queue in self.cursors:
@@ -210,16 +212,16 @@ class Owed:
             while (oldest := self._first_marked("", None)) is not None:
                 self._refresh(oldest)
             return self._over(job, request)
-        while True:
-            found = self._over(job, request)
-            if found is not None:
-                return found
+        found = self._over(job, request)
+        while found is None:
             stale = self._first_marked(job.queue, None)
             if stale is None:
                 if job.queue not in self._dirty or not self._others_owed:
                     return None
                 stale = job.queue  # its own count matters where others are owed room
-            self._refresh(stale)
+            if self._refresh(stale) or stale == job.queue:
+                found = self._over(job, request)
+        return found
 
     def _over(
         self, job: Job, request: Resources, freed: dict[str, int] = _EMPTY, own: bool = True
@@ -272,13 +274,14 @@ class Owed:
         above its queue.  Its own queue's demand counts as none; the other queues
         marked since their last count are counted again, in the order they were
         marked, only while the counts do not already say yes (a yes is final)."""
+        if self._over(job, request, freed, own=False) is not None:
+            return True
         while True:
-            if self._over(job, request, freed, own=False) is not None:
-                return True
             stale = self._first_marked(job.queue, None)
             if stale is None:
                 return False
-            self._refresh(stale)
+            if self._refresh(stale) and self._over(job, request, freed, own=False) is not None:
+                return True
 
     def room_for(self, queue: str, node: str, resource: str, below: int) -> tuple[int, bool]:
         """At most how much of ``resource`` a job of ``queue`` that would borrow may
@@ -301,8 +304,8 @@ class Owed:
         room = limit.amounts.get(resource, 0) - tree.used_of(node, resource)
         if all(above != node for above, _ in self._limited(queue)):
             return room, True  # its own leaf: no other queue is owed room under it
+        usable = self._usable(queue, node, resource, room)
         while True:
-            usable = self._usable(queue, node, resource, room)
             if usable < below:
                 return usable, False
             marked = self._first_marked(queue, node)
@@ -310,7 +313,8 @@ class Owed:
                 marked = queue
             if marked is None:
                 return usable, True
-            self._refresh(marked)
+            if self._refresh(marked) or marked == queue:
+                usable = self._usable(queue, node, resource, room)
 
     def _mark_as_dirty(self, queue: str) -> None:
         self._serial += 1
@@ -413,8 +417,14 @@ class Owed:
             above = self._paths[queue] = self._tree.path_to_root(queue)[1:]
         return above
 
-    def _refresh(self, queue: str) -> None:
-        """Bring the marked ``queue``'s demand up to date."""
+    def _refresh(self, queue: str) -> bool:
+        """Bring the marked ``queue``'s demand up to date; whether it owes any now.
+
+        Counted again, the queue's demand adds what it owes now to the sums read
+        as up to date on every node above it (its last count, taken out of them
+        when it was marked, leaves the stale part): a queue that owes nothing
+        changes no answer read from them.
+        """
         del self._dirty[queue]
         old = self._demand.get(queue)
         new = self._update(queue, old if self._incremental else None)
@@ -422,10 +432,11 @@ class Owed:
         if new is old:
             if was:
                 self._add(self._stale, queue, was, -1)
-            return
+            return bool(was)
         self._demand[queue] = new
         if was or new.total:
             self._move(queue, was, new.total)
+        return bool(new.total)
 
     def _move(self, queue: str, was: dict[str, int], now: dict[str, int]) -> None:
         """On every node above ``queue``: its count ``was`` leaves the stale sums
