@@ -68,6 +68,9 @@ class QuotaStructure:
     _max: list[Resources | None]
     _min_d: list[dict[str, int]]
     _max_d: list[dict[str, int] | None]
+    #: node -> the nodes on its path to the root that have a ``max``, each with the
+    #: max's items and the max (built when first asked, dropped when a max changes)
+    _path_maxes: dict[int, list[tuple[int, tuple[tuple[str, int], ...], dict[str, int]]]]
     _namespaces: list[tuple[str, ...]]
     _ns_map: dict[str, int]
     _own_runtime: list[tuple[float | None, float | None]]  # as written: preempt, reclaim
@@ -123,6 +126,7 @@ class QuotaStructure:
         self._leaves_under = [tuple(u) for u in under]
         self._min_d = [dict(m) for m in self._min]
         self._max_d = [None if m is None else dict(m) for m in self._max]
+        self._path_maxes = {}
         self._ns_map = {ns: i for i in range(n) for ns in self._namespaces[i]}
         runtime: list[tuple[float, float]] = []
         for i in range(n):  # parents come before their children
@@ -156,6 +160,7 @@ class QuotaStructure:
         other._max = list(self._max)
         other._min_d = list(self._min_d)
         other._max_d = list(self._max_d)
+        other._path_maxes = {}
         other._namespaces = list(self._namespaces)
         other._ns_map = dict(self._ns_map)
 
@@ -173,6 +178,20 @@ class QuotaStructure:
         if self._children[i]:
             raise ValueError(f"quota node {queue!r} is not a leaf queue")
         return i
+
+    def _maxes_along(
+        self, node: int
+    ) -> list[tuple[int, tuple[tuple[str, int], ...], dict[str, int]]]:
+        """The nodes from ``node`` up to the root that have a ``max``, in that order,
+        each with the max's items (a tuple walks faster than a dict) and the max."""
+        found = self._path_maxes.get(node)
+        if found is None:
+            found = self._path_maxes[node] = [
+                (n, tuple(mx.items()), mx)
+                for n in self._paths[node]
+                if (mx := self._max_d[n]) is not None
+            ]
+        return found
 
     def nodes(self) -> list[str]:
         """Every node name in document order (root first, depth-first)."""
@@ -297,6 +316,7 @@ class QuotaStructure:
         if not isinstance(max, _Unchanged):
             self._max[i] = max
             self._max_d[i] = None if max is None else dict(max)
+            self._path_maxes.clear()
         if namespaces is not None:
             for ns in self._namespaces[i]:
                 self._ns_map.pop(ns, None)

@@ -122,7 +122,8 @@ class QuotaBlock:
         used = format_quantity(r, self.used)
         limit = format_quantity(r, self.limit)
         need = format_quantity(r, self.request)
-        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        # (A conversion flag would make the compiled core call str.format.)
+        where = f"queue {self.node}" if self.leaf else "node " + repr(self.node)
         if self.kind in (OVER_MAX, OVER_MIN):
             what = "max" if self.kind == OVER_MAX else "min (guaranteed usage)"
             return (
@@ -386,17 +387,14 @@ class QuotaUsage(QuotaStructure):
                 return over
         return WITHIN_MIN
 
-    def _max_block(self, path: tuple[int, ...], request: Resources) -> QuotaBlock | None:
+    def _max_block(self, leaf: int, request: Resources) -> QuotaBlock | None:
         amounts = request.amounts
-        for n in path:
-            mx = self._max_d[n]
-            if mx is None:
-                continue
+        for n, caps, mx in self._maxes_along(leaf):
             used = self._used[n]
             # A max names few resources: those are looked at, and where some are
             # exceeded the block names the first in the request's order.
             over: list[str] | None = None
-            for r, cap in mx.items():
+            for r, cap in caps:
                 amount = amounts.get(r, 0)
                 if amount > 0 and used.get(r, 0) + amount > cap:
                     if over is None:
@@ -432,16 +430,15 @@ class QuotaUsage(QuotaStructure):
     ) -> Mode | QuotaBlock:
         """How ``request`` would be admitted to ``queue`` now, or why it cannot be."""
         leaf = self._leaf(queue)
-        path = self._paths[leaf]
         if priority < 0:
             need = request.get(MAX_JOBS, 0)
             if need > 0:
-                block = self._max_block(path, Resources({MAX_JOBS: need}))
+                block = self._max_block(leaf, Resources({MAX_JOBS: need}))
                 if block is not None:
                     return block
             return Mode.OPPORTUNISTIC
         if self._cut:
-            for n in path:
+            for n in self._paths[leaf]:
                 if n in self._cut:
                     over = self.over_limit(n)
                     if over is not None:
@@ -453,7 +450,7 @@ class QuotaUsage(QuotaStructure):
             mode = Mode.BORROWED
         else:
             return min_block(self._names[leaf], self._min_d[leaf], self._guar[leaf], request)
-        block = self._max_block(path, request)
+        block = self._max_block(leaf, request)
         return mode if block is None else block
 
     def admit(self, charge: Charge) -> None:

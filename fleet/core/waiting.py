@@ -90,7 +90,8 @@ class Kept:
     @property
     def reason(self) -> str:
         r = self.resource
-        where = f"queue {self.node}" if self.leaf else f"node {self.node!r}"
+        # (A conversion flag would make the compiled core call str.format.)
+        where = f"queue {self.node}" if self.leaf else "node " + repr(self.node)
         return (
             f"{where} at max {r} {format_quantity(r, self.used)}/"
             f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
