@@ -8,10 +8,10 @@ for one job was given to a later job of the same shape even once the room had
 become owed.  It is not used in that pass (ADR 0038): every job refused for
 owed room says so, with the memory on as with it off.
 
-The workload is a smaller copy of ``bench/bench_cycle.py``'s (1,000 leaf
-queues under 20 groups, 20 clusters of 500 eight-GPU nodes, 10,000 gangs of
-1 to 64 GPUs): the refusal that the memory used to word after a placement
-failure shows in its first cycle.
+The workload is ``bench/bench_cycle.py``'s at 10,000 pending gangs of 1 to
+64 GPUs (1,000 leaf queues under 20 groups, 20 clusters of 500 eight-GPU
+nodes), built here again: the refusal that the memory used to word after a
+placement failure shows in its first cycle.
 """
 
 from __future__ import annotations
