@@ -86,7 +86,7 @@ class CellPlacer(Placer):
         self.alloc: Allocator = self.state.alloc
         checks.built(self)
 
-    # -- Placer protocol ------------------------------------------------------------------
+    # -- Placer methods -------------------------------------------------------------------
 
     @property
     def cluster(self) -> str:
