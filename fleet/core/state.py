@@ -143,7 +143,7 @@ class QueueState:
     stamps: dict[str, int] = field(default_factory=dict)
     _queued: int = 0
     #: resource -> :meth:`least_need`'s answer, until the counters change
-    _least: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _least: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job)
