@@ -54,15 +54,13 @@ from typing import Any
 from fleet import compiled_core
 from fleet.collector import FollowGrowth, cycle_paused
 from fleet.core import events
-from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.cycle import Admit, cycle
-from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.placement import Placer
-from fleet.core.quota import QuotaNodeSpec, QuotaTree
-from fleet.core.resources import Resources
+from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
+from fleet.sim.backlog import build_tree, capacity_placers, make_jobs
 
 GPU = "nvidia.com/gpu"
 TARGET_RATE = 10_000
@@ -77,78 +75,12 @@ TARGET_BYTES = 2048
 TARGET_US_PER_ADMISSION = 50
 
 
-def build_tree(groups: int, leaves_per_group: int, total_gpus: int) -> QuotaTree:
-    leaf_min = total_gpus // (groups * leaves_per_group)
-    children = []
-    for g in range(groups):
-        leaves = tuple(
-            QuotaNodeSpec(
-                name=f"team-{g}-{i}",
-                min=Resources({GPU: leaf_min}),
-                max=Resources({GPU: leaf_min * 4}),
-                namespaces=(f"ns-{g}-{i}",),
-            )
-            for i in range(leaves_per_group)
-        )
-        children.append(
-            QuotaNodeSpec(
-                name=f"group-{g}",
-                min=Resources({GPU: leaf_min * leaves_per_group}),
-                max=Resources({GPU: leaf_min * leaves_per_group * 2}),
-                children=leaves,
-            )
-        )
-    root = QuotaNodeSpec(
-        name="root",
-        min=Resources({GPU: total_gpus}),
-        max=Resources({GPU: total_gpus}),
-        children=tuple(children),
-    )
-    return QuotaTree.build(root)
-
-
-SHAPES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)]  # (pods, gpus per pod)
-SHAPE_WEIGHTS = [20, 15, 15, 20, 15, 10, 5]
-PRIORITIES = [10, 100, -1, 120]
-PRIORITY_WEIGHTS = [70, 22, 5, 3]
-
-
-def make_jobs(rng: random.Random, n: int, queues: list[str], start: int) -> list[Job]:
-    groups_cache: dict[tuple[int, int], tuple[ReplicaGroup, ...]] = {}
-    jobs = []
-    for i in range(start, start + n):
-        shape = rng.choices(SHAPES, SHAPE_WEIGHTS)[0]
-        groups = groups_cache.get(shape)
-        if groups is None:
-            groups = (ReplicaGroup("Worker", shape[0], Resources({GPU: shape[1]})),)
-            groups_cache[shape] = groups
-        priority = rng.choices(PRIORITIES, PRIORITY_WEIGHTS)[0]
-        jobs.append(
-            Job(
-                key=f"ns/job-{i}",
-                queue=rng.choice(queues),
-                priority=priority,
-                seq=i,
-                groups=groups,
-                preemptible=priority != 120,
-            )
-        )
-    return jobs
-
-
 def build_state(
     tree: QuotaTree, clusters: int, nodes: int, placer: str = "capacity"
 ) -> SchedulerState:
     if placer == "cells":
         return SchedulerState(tree, cell_placers(tree, clusters, nodes))
-    node_cap = Resources({GPU: 8})
-    placers: dict[str, Placer] = {
-        f"cluster-{c:02d}": CapacityPlacer(
-            f"cluster-{c:02d}", {f"c{c}-node-{n}": node_cap for n in range(nodes)}
-        )
-        for c in range(clusters)
-    }
-    return SchedulerState(tree, placers)
+    return SchedulerState(tree, capacity_placers(clusters, nodes))
 
 
 def cell_placers(tree: QuotaTree, clusters: int, nodes: int) -> dict[str, Placer]:

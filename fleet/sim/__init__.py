@@ -4,4 +4,5 @@
 from a trace, :mod:`.policies` turns a policy name into a configuration of
 the core, :mod:`.engine` replays a trace through
 :class:`fleet.loop.SchedulerLoop`, and :mod:`.report` writes what came out.
+:mod:`.backlog` builds the benchmarks' synthetic quota tree and gangs.
 """
