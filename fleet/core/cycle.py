@@ -61,7 +61,6 @@ changes no decision.
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Final
 
@@ -70,7 +69,7 @@ from fleet.core.cycle_context import CycleRun, Pass, Seen, Span
 from fleet.core.cycle_memory import ALL_SHORTCUTS, Shortcuts
 from fleet.core.decisions import Admit, Decision, Preempt, Wait
 from fleet.core.fair_heap import FairHeap
-from fleet.core.jobs import Job, sort_key
+from fleet.core.jobs import Job, position, sort_key
 from fleet.core.owed import Owed
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.resources import MAX_JOBS
@@ -111,7 +110,7 @@ def cycle(
     else:
         serve(run, last)
     for name, keys in run.admitted.items():
-        state.drop_pending(name, keys)
+        state.drop_pending(name, keys, run.taken)
     if run.displaced:
         run.decisions = [
             d for d in run.decisions if not (isinstance(d, Admit) and d.job in run.displaced)
@@ -195,6 +194,8 @@ def serve(
             owed.moved(name, i + 1)
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
+            if jobs is queue.pending:
+                run.taken[job.key] = i
             nxt = _back(heap, share(run, name), rank)
             continue
         if isinstance(outcome, admission.Defer):
@@ -335,20 +336,25 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     for request, group in queue.rigid_groups.items():
         if tree.stops_rigid(first.queue, request):
             continue
-        i = bisect.bisect_left(group, first)
+        i = position(group, first)
         if i == len(group):
             continue
         starts = group[i]
         if starts is not first and sort_key(starts) == key:
             return None
-        stop = min(stop, at + queue.rigid_rank(starts) - rank)
+        # Only a job of the run so far can end it sooner: looked for there.
+        stop = at + queue.rigid_rank(starts, rank, rank + stop - at) - rank
     if stop == at:
         return at
     after = sort_key(jobs[stop]) if stop < len(jobs) else None
     if after is not None and after == sort_key(jobs[stop - 1]):
         return None
     floor, guaranteed = tree.guarantee_of(first.queue)
-    parked = ParkedRun(first.queue, key, after, floor, guaranteed)
+    # The queue's runs parked on the same figures share one copy and one set of texts.
+    known = run.run_figures.get(first.queue)
+    if known is None or known[0] is not floor or known[1] != guaranteed:
+        known = run.run_figures[first.queue] = (floor, dict(guaranteed), {})
+    parked = ParkedRun(first.queue, key, after, floor, known[1], known[2])
     run.book.runs.setdefault(first.queue, []).append(parked)
     return stop
 

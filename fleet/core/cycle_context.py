@@ -12,6 +12,7 @@ is reported as waiting, never as started and preempted).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -20,6 +21,7 @@ from fleet.core.decisions import Decision, Wait
 from fleet.core.jobs import Job
 from fleet.core.owed import Owed
 from fleet.core.quota import QuotaBlock
+from fleet.core.resources import Resources
 from fleet.core.state import QueueState, SchedulerState
 from fleet.core.waiting import WaitBook
 
@@ -65,6 +67,9 @@ class CycleRun:
     last_block: QuotaBlock | None = None
     #: queue -> keys admitted this cycle (dropped from the pending lists at the end)
     admitted: dict[str, set[str]] = field(default_factory=dict)
+    #: job key -> where the cycle took it from in its queue's pending list (the
+    #: lists stay as they are until the cycle ends), for the jobs it admitted
+    taken: dict[str, int] = field(default_factory=dict)
     #: jobs admitted earlier in this cycle and displaced later in it
     displaced: set[str] = field(default_factory=set)
     #: StrictFIFO queues stopped this cycle
@@ -81,6 +86,12 @@ class CycleRun:
     ranked: tuple[list[str], dict[str, int], list[QueueState]] | None = None
     #: a quota block's fields -> its reason, worded once per cycle
     block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
+    #: queue -> the ``min`` and guaranteed usage (a copy) its last parked run of
+    #: non-preemptible jobs was parked on, with that run's texts by request: the
+    #: queue's later runs on the same figures share them
+    run_figures: dict[str, tuple[Mapping[str, int], dict[str, int], dict[Resources, str]]] = field(
+        default_factory=dict
+    )
     #: a parked tail's block without its request -> the texts by request, shared by
     #: the tails this cycle parks on the same figures (a node's queues, one text each)
     tail_texts: dict[tuple[str, str, int, int, str, bool], dict[int, str]] = field(

@@ -235,6 +235,24 @@ def _charge(pods: tuple[Pod, ...], sku: str | None) -> Resources:
     return Resources(total)
 
 
+def position(jobs: list[Job], job: Job, lo: int = 0, hi: int = -1) -> int:
+    """``bisect_left`` of ``job`` in ``jobs`` (sorted in queue order) within
+    ``[lo, hi)`` (``hi`` -1: to the end), comparing the fields as
+    :meth:`Job.__lt__` does, without the generic comparison protocol."""
+    if hi < 0:
+        hi = len(jobs)
+    priority = job.priority
+    seq = job.seq
+    while lo < hi:
+        mid = (lo + hi) // 2
+        other = jobs[mid]
+        if other.priority > priority or (other.priority == priority and other.seq < seq):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def sort_key(job: Job) -> tuple[int, int]:
     """Queue order: higher priority first, then earlier submission."""
     return (-job.priority, job.seq)

@@ -327,11 +327,11 @@ class QuotaUsage(QuotaStructure):
     def borrowed_used(self, name: str) -> Resources:
         return Resources(self._borr[self._node(name)])
 
-    def guarantee_of(self, queue: str) -> tuple[Mapping[str, int], dict[str, int]]:
-        """The leaf's ``min`` and a copy of its guaranteed usage now (for
-        :func:`min_block` later, when the usage may have moved on)."""
+    def guarantee_of(self, queue: str) -> tuple[Mapping[str, int], Mapping[str, int]]:
+        """The leaf's ``min`` and its guaranteed usage, as the tree holds them (to
+        be read now: the usage moves on; a caller that keeps it keeps a copy)."""
         leaf = self._leaf(queue)
-        return self._min_d[leaf], dict(self._guar[leaf])
+        return self._min_d[leaf], self._guar[leaf]
 
     def admitted_count(self, name: str) -> int:
         """How many admitted jobs (any mode) are charged at or below the node."""

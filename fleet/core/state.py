@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from fleet.core import checks, lifecycle
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
-from fleet.core.jobs import Job, Mode, sort_key
+from fleet.core.jobs import Job, Mode, position, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
@@ -166,7 +166,7 @@ class QueueState:
             return
         key = idle_key(job)
         group = self.idle[key]
-        i = bisect.bisect_left(group, job)
+        i = position(group, job)
         while group[i] is not job and group[i].key != job.key:
             i += 1
         del group[i]
@@ -218,11 +218,13 @@ class QueueState:
             known = self._least[r] = (asking, least)
         return known
 
-    def rigid_rank(self, job: Job) -> int:
-        """The position of the rigid ``job`` in ``rigid_jobs``."""
+    def rigid_rank(self, job: Job, lo: int = 0, hi: int = -1) -> int:
+        """The position of the rigid ``job`` in ``rigid_jobs``, looked for in
+        ``[lo, hi)`` only (``hi`` -1: to the end): ``hi`` when it is not there."""
         jobs = self.rigid_jobs
-        i = bisect.bisect_left(jobs, job)
-        while jobs[i] is not job:
+        end = len(jobs) if hi < 0 else hi
+        i = position(jobs, job, lo, end)
+        while i < end and jobs[i] is not job:
             i += 1
         return i
 
@@ -239,7 +241,7 @@ class QueueState:
 
 def _remove_job(jobs: list[Job], job: Job) -> None:
     """Take ``job`` out of ``jobs`` (sorted in queue order)."""
-    i = bisect.bisect_left(jobs, job)
+    i = position(jobs, job)
     while jobs[i] is not job and jobs[i].key != job.key:
         i += 1
     del jobs[i]
@@ -354,20 +356,29 @@ class SchedulerState:
                 return job
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
-    def drop_pending(self, queue: str, keys: set[str]) -> None:
+    def drop_pending(
+        self, queue: str, keys: set[str], where: Mapping[str, int] | None = None
+    ) -> None:
         """Remove admitted jobs (running now) from a queue's pending list.
 
-        Each is found by a bisection on queue order (the cycle may admit a
-        job from deep in a long queue), then among the jobs of equal order.
+        ``where`` may say where a job is in the list (the cycle knows where it
+        took it from); that is checked against the job found there.  Otherwise
+        each is found by a bisection on queue order (the cycle may admit a job
+        from deep in a long queue), then among the jobs of equal order.
         """
         state = self.queues[queue]
         pending = state.pending
         found: list[int] = []
         for key in keys:
+            if where is not None:
+                at = where.get(key, -1)
+                if 0 <= at < len(pending) and pending[at].key == key:
+                    found.append(at)
+                    continue
             run = self.running.get(key)
             i = len(pending)
             if run is not None:
-                i = bisect.bisect_left(pending, run.job)
+                i = position(pending, run.job)
                 while i < len(pending) and pending[i].key != key:
                     i += 1
             if i == len(pending):  # not where its order says: look everywhere
