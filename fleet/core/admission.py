@@ -237,7 +237,7 @@ def plan_with_victims(
     shortfall = block.used + block.request - block.limit
     # Minimum runtimes count only when a node sets one (the usual tree sets none).
     now = run.now if tree.protects() else None
-    victims: list[str] | None = None
+    victims: list[str] | tuple[str, ...] | None = None
     if not run.reclaims.known_to_fail(memo, shortfall):
         victims = tree.reclaim_victims(job.queue, request, now, bounded=run.shortcuts.reclaim_bound)
         if victims is None:
@@ -252,9 +252,14 @@ def plan_with_victims(
             and not run.reclaims.inside_fails(job.queue, job.priority, request)
             and not _kept_even_so(run, job, request)
         ):
-            victims = tree.queue_victims(job.queue, request, job.priority, now)
+            found = (job.queue, job.priority, request)
+            victims = run.victims.victims(found, run.changes)
             if victims is None:
-                run.reclaims.record_inside(job.queue, job.priority, request)
+                victims = tree.queue_victims(job.queue, request, job.priority, now)
+                if victims is None:
+                    run.reclaims.record_inside(job.queue, job.priority, request)
+                elif run.victims.on:
+                    run.victims.found[found] = (run.changes, tuple(victims))
     if not victims:
         note = "" if now is None else _protection_note(run, job, request)
         if not note:
@@ -275,10 +280,17 @@ def plan_with_victims(
             kept = _kept(run, run.owed, job, request, final=False)
             if kept is not None:
                 return kept
-        fit = cluster_choice.place(run, job, pods, verdict, tuple(victims))
+        released = tuple(victims)
+        question = (job.shape, len(pods), verdict, released)
+        failed = run.victims.place_failed(question, run.changes)
+        if failed is not None:
+            return f"{run.block_reason(block)}; after preemption: {failed}"
+        fit = cluster_choice.place(run, job, pods, verdict, released)
         if isinstance(fit, Fit):
             spared = _spared(run, job, fit)
-            return Plan(verdict, pods, fit, tuple(victims)) if spared is None else spared
+            return Plan(verdict, pods, fit, released) if spared is None else spared
+        if run.victims.on:
+            run.victims.unplaced[question] = (run.changes, fit)
         return f"{run.block_reason(block)}; after preemption: {fit}"
     finally:
         for charge in reversed(removed):
@@ -381,6 +393,7 @@ class _Stop:
 def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
     """Preempt the victims and start ``job``, or do neither; a reason if refused."""
     state = run.state
+    run.changes += 1  # whatever comes of it (a refused bind puts everything back)
     units = plan.quota_victims + plan.fit.victims
     stops = _stops(run, units) if units else []
     for stop in stops:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts
+from fleet.core.cycle_memory import PlacementMemo, ReclaimMemo, ShapeMemo, Shortcuts, VictimMemo
 from fleet.core.decisions import Decision, Wait
 from fleet.core.jobs import Job
 from fleet.core.owed import Owed
@@ -63,6 +63,11 @@ class CycleRun:
     shapes: ShapeMemo = field(default_factory=ShapeMemo)
     reclaims: ReclaimMemo = field(default_factory=ReclaimMemo)
     places: PlacementMemo = field(default_factory=PlacementMemo)
+    victims: VictimMemo = field(default_factory=VictimMemo)
+    #: changes to usage, running jobs or placements so far (commits, releases,
+    #: growth): what :class:`~fleet.core.cycle_memory.VictimMemo` keeps holds
+    #: only at the count it was found at
+    changes: int = 0
     #: The quota block of the last attempt when nothing could make room (else None).
     last_block: QuotaBlock | None = None
     #: queue -> keys admitted this cycle (dropped from the pending lists at the end)
@@ -102,6 +107,7 @@ class CycleRun:
         self.shapes.on = self.shortcuts.shape_memo
         self.reclaims.on = self.shortcuts.reclaim_memo
         self.places.on = self.shortcuts.nofit_memo
+        self.victims.on = self.shortcuts.reclaim_memo
 
     def wait(self, job: Job, reason: str) -> None:
         """``job`` waits for ``reason``; reported unless the last cycle said the same."""
@@ -146,6 +152,7 @@ class CycleRun:
     def touch(self, queue: str) -> None:
         """The usage of ``queue`` changed: forget its fairness key, and which requests
         its own jobs could not make room for."""
+        self.changes += 1
         self.shares.pop(queue, None)
         self.reclaims.changed(queue)
         if self.owed is not None:

@@ -27,6 +27,9 @@ every memory switched off through :class:`Shortcuts`).
   queue's jobs change (an admission to it) or anything is released: usage
   only grows in between, so the shortfall at every node does too, and each
   resource still short was short after taking every candidate that holds it.
+* :class:`VictimMemo`: a search among a queue's own lower-priority jobs that
+  found victims, and a placement that failed with victims released, until
+  the next change of usage, running jobs or placements (``CycleRun.changes``).
 * :class:`PlacementMemo`: per cluster, its free resources and load, and the
   placement questions it answered "no" to without preemption (and, for
   borrowed jobs, with preemption: their only victims are opportunistic jobs),
@@ -167,6 +170,39 @@ class ReclaimMemo:
     def forget(self) -> None:
         self.failed.clear()
         self.inside.clear()
+
+
+@dataclass(slots=True)
+class VictimMemo:
+    """Answers of the victim search that hold until the next change (``CycleRun.changes``).
+
+    Between two changes to the quota usage, the running jobs and the
+    placements (an admission, a release, a commit that was refused), a search
+    among a queue's own lower-priority jobs is a pure query of them, and so is
+    a placement question asked with those victims released: jobs of one queue,
+    one priority and one request that come one after the other, each failing
+    in the same way, ask the same questions with the same answers.  The
+    searches found (``found``) and the placements that failed after their
+    victims were released (``unplaced``) are kept with the change count they
+    were asked at and read back only at that count.  Checks that depend on
+    where the borrowing pass is (:mod:`fleet.core.owed`) are asked every time.
+    """
+
+    on: bool = True
+    #: (queue, priority, request) -> (change count, victims found)
+    found: dict[tuple[str, int, Resources], tuple[int, tuple[str, ...]]] = field(
+        default_factory=dict
+    )
+    #: (job shape, pod count, mode, victims) -> (change count, why no cluster took it)
+    unplaced: dict[tuple[object, ...], tuple[int, str]] = field(default_factory=dict)
+
+    def victims(self, key: tuple[str, int, Resources], changes: int) -> tuple[str, ...] | None:
+        known = self.found.get(key) if self.on else None
+        return known[1] if known is not None and known[0] == changes else None
+
+    def place_failed(self, key: tuple[object, ...], changes: int) -> str | None:
+        known = self.unplaced.get(key) if self.on else None
+        return known[1] if known is not None and known[0] == changes else None
 
 
 @dataclass(slots=True)

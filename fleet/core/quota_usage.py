@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from fleet.core.charges import Charge
+from fleet.core.charges import Charge, step_of
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
 from fleet.core.quota_rules import fmt
@@ -185,7 +185,17 @@ _OVER_MIN: dict[str, MinFit] = {}
 class Admitted:
     """An admitted unit's charge record (shared with the state and the placer) and its leaf."""
 
-    __slots__ = ("charge", "key", "leaf", "mode", "preemptible", "priority", "request", "seq")
+    __slots__ = (
+        "charge",
+        "key",
+        "leaf",
+        "mode",
+        "preemptible",
+        "priority",
+        "request",
+        "seq",
+        "step",
+    )
 
     def __init__(self, charge: Charge, leaf: int) -> None:
         self.charge = charge
@@ -197,6 +207,7 @@ class Admitted:
         self.priority = charge.priority
         self.seq = charge.seq
         self.preemptible = charge.preemptible
+        self.step = step_of(charge.key)
 
 
 def _reclaimable(rec: Admitted) -> bool:
@@ -204,9 +215,13 @@ def _reclaimable(rec: Admitted) -> bool:
     return rec.mode is Mode.BORROWED and rec.preemptible and rec.priority >= 0
 
 
-def cheapest_first(rec: Admitted) -> tuple[int, int]:
-    """Sort key of a leaf's reclaimable jobs: lowest priority, then newest."""
-    return (rec.priority, -rec.seq)
+def cheapest_first(rec: Admitted) -> tuple[int, int, int]:
+    """Sort key of a leaf's preemptible units: lowest priority, then newest job,
+    then of one job its last growth step first (the first unit, which stops the
+    whole job, last).  No two units compare equal, so the order never rests on
+    the order the records were charged in (a planning query's "what if"
+    release charges them again, at the end)."""
+    return (rec.priority, -rec.seq, -rec.step)
 
 
 #: A lending leaf's place in a reclaim search: its cheapest job's priority, minus
