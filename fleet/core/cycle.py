@@ -305,7 +305,9 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     rank on as long as the two lists agree job for job (a bisection over that
     prefix).  The second: one quota question per distinct request of the
     queue's rigid jobs (``rigid_groups``), and a bisection in each group that
-    the ``min`` takes.  The run is parked in the book as one
+    the ``min`` takes; none when the least any group asks of some resource is
+    already over what the ``min`` leaves (``QueueState.rigid_least``), which
+    is most often so.  The run is parked in the book as one
     :class:`~fleet.core.waiting.ParkedRun` (the jobs' texts are worded when
     read) and reports no ``Wait``.  Returns the position where the run ends,
     or None when jobs of equal queue order make the bounds ambiguous (the
@@ -333,17 +335,19 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
             hi = mid - 1
     stop = at + lo
     tree = run.state.tree
-    for request, group in queue.rigid_groups.items():
-        if tree.stops_rigid(first.queue, request):
-            continue
-        i = position(group, first)
-        if i == len(group):
-            continue
-        starts = group[i]
-        if starts is not first and sort_key(starts) == key:
-            return None
-        # Only a job of the run so far can end it sooner: looked for there.
-        stop = at + queue.rigid_rank(starts, rank, rank + stop - at) - rank
+    # Most often the min stops every group: then none is looked at.
+    if not tree.stops_every_rigid(first.queue, queue.rigid_least()):
+        for request, group in queue.rigid_groups.items():
+            if tree.stops_rigid(first.queue, request):
+                continue
+            i = position(group, first)
+            if i == len(group):
+                continue
+            starts = group[i]
+            if starts is not first and sort_key(starts) == key:
+                return None
+            # Only a job of the run so far can end it sooner: looked for there.
+            stop = at + queue.rigid_rank(starts, rank, rank + stop - at) - rank
     if stop == at:
         return at
     after = sort_key(jobs[stop]) if stop < len(jobs) else None
@@ -378,17 +382,36 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
     With parking on, the jobs of an unanswerable question are parked as one
     group in the book (``WaitBook.idle``) and the pass goes, per qualifying
     queue, only through the others, merged in queue order: the returned
-    ``lists`` and their spans.  With parking off, every job is still tried
-    and gets the remembered answer (the full scan).
+    ``lists`` and their spans.  Most often no cluster answers any question
+    of a qualifying queue: that is found from the scheduler's index of groups
+    (``SchedulerState.idle_index``, :func:`_none_answered`), one question at
+    a time, and then no queue's groups are gone through.  With parking off,
+    every job is still tried and gets the remembered answer (the full scan).
     """
     state = run.state
     tree = state.tree
     answers: dict[IdleKey, str | None] = {}
     lists: dict[str, list[Job]] = {}
     out: dict[str, Span] = {}
+    qualifying = {
+        name
+        for name in work
+        if not state.queues[name].strict_fifo and not tree.path_limits(name, MAX_JOBS)
+    }
+    if run.shortcuts.parking and _none_answered(run, qualifying, answers):
+        # No qualifying queue has a job to try: each is parked as a whole.
+        for name, span in work.items():
+            if name in qualifying:
+                run.book.idle_queues.add(name)
+            else:
+                out[name] = span
+        for question, why in answers.items():
+            if why is not None:
+                run.book.idle[question] = why
+        return out, lists
     for name, span in work.items():
         queue = state.queues[name]
-        if queue.strict_fifo or tree.path_limits(name, MAX_JOBS):
+        if name not in qualifying:
             out[name] = span
             continue
         tried: list[list[Job]] = []
@@ -419,6 +442,32 @@ def idle_pass(run: CycleRun, work: dict[str, Span]) -> tuple[dict[str, Span], di
             if why is not None:
                 run.book.idle[key] = why
     return out, lists
+
+
+def _none_answered(run: CycleRun, qualifying: set[str], answers: dict[IdleKey, str | None]) -> bool:
+    """Whether no ``qualifying`` queue (:func:`idle_pass`) has an opportunistic job to
+    try: none has a group of jobs tried one by one, and no cluster answers any
+    question a group of one of them asks.
+
+    The questions are found from the scheduler's index of groups
+    (``SchedulerState.idle_index``), not from each queue's groups, and asked
+    (into ``answers``) until one is answered.
+    """
+    state = run.state
+    if not qualifying or not all(state.queues[name].idle for name in qualifying):
+        return False
+    for key, queues in state.idle_index.items():
+        if not any(name in qualifying for name in queues):
+            continue
+        if key is None:
+            return False
+        why = answers.get(key, _UNASKED)
+        if why == _UNASKED:
+            queue = state.queues[next(name for name in queues if name in qualifying)]
+            why = answers[key] = cluster_choice.idle_question(run, queue.idle[key][0])
+        if why is None:
+            return False
+    return True
 
 
 def _park(run: CycleRun, queue: str, last: Job, until: Job | None, block: QuotaBlock) -> None:

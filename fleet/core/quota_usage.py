@@ -440,6 +440,22 @@ class QuotaUsage(QuotaStructure):
                     return False
         return not self._fits_min(leaf, request).fits
 
+    def stops_every_rigid(self, queue: str, least: Mapping[str, int]) -> bool:
+        """Whether :meth:`stops_rigid` says so for every request that asks at least
+        ``least`` of each resource (missing: 0): the guaranteed usage plus the
+        least of some resource is over the queue's ``min`` already.  False says
+        nothing (some request may still be stopped on another resource)."""
+        leaf = self._leaf(queue)
+        if self._cut:
+            for n in self._paths[leaf]:
+                if n in self._cut and self.over_limit(n) is not None:
+                    return False
+        mn = self._min_d[leaf]
+        if not mn:
+            return not NO_MIN.fits
+        guar = self._guar[leaf]
+        return any(guar.get(r, 0) + least.get(r, 0) > cap for r, cap in mn.items())
+
     def classify(
         self, queue: str, request: Resources, *, priority: int, preemptible: bool
     ) -> Mode | QuotaBlock:

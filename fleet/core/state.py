@@ -109,6 +109,11 @@ class Running:
         return dataclasses.replace(self.job, key=unit.charge.key)
 
 
+#: An opportunistic question (or None: jobs tried one by one) -> the queues with a
+#: group of jobs asking it, in the order their groups came.
+IdleIndex = dict[IdleKey | None, dict[str, None]]
+
+
 @dataclass(slots=True)
 class QueueState:
     """One leaf queue: its policy and its pending jobs in order.
@@ -144,14 +149,22 @@ class QueueState:
     _queued: int = 0
     #: resource -> :meth:`least_need`'s answer, until the counters change
     _least: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
+    #: :meth:`rigid_least`'s answer, until a rigid job comes or goes
+    _rigid_least: dict[str, int] | None = field(default=None, compare=False, repr=False)
+    #: the scheduler's index of opportunistic groups (:attr:`SchedulerState.idle_index`),
+    #: kept as this queue's groups come and go
+    index: IdleIndex | None = field(default=None, compare=False, repr=False)
 
     def add(self, job: Job) -> None:
         bisect.insort(self.pending, job)
         self.count(job, 1)
         if job.opportunistic:
-            group = self.idle.get(idle_key(job))
+            key = idle_key(job)
+            group = self.idle.get(key)
             if group is None:
-                group = self.idle[idle_key(job)] = []
+                group = self.idle[key] = []
+                if self.index is not None:
+                    self.index.setdefault(key, {})[self.name] = None
             bisect.insort(group, job)
             self._queued += 1
             self.stamps[job.key] = self._queued
@@ -173,6 +186,11 @@ class QueueState:
         del self.stamps[job.key]
         if not group:
             del self.idle[key]
+            if self.index is not None:
+                queues = self.index[key]
+                del queues[self.name]
+                if not queues:
+                    del self.index[key]
 
     def count(self, job: Job, sign: int) -> None:
         """Add (``sign`` 1) or take away (-1) ``job`` in the tail counters."""
@@ -191,6 +209,7 @@ class QueueState:
                 del counts[amount]
         if not job.preemptible:
             self.rigid += sign
+            self._rigid_least = None
             group = self.rigid_groups.get(job.gang_request)
             if group is None:
                 group = self.rigid_groups[job.gang_request] = []
@@ -216,6 +235,20 @@ class QueueState:
                     if least < 0 or need < least:
                         least = need
             known = self._least[r] = (asking, least)
+        return known
+
+    def rigid_least(self) -> dict[str, int]:
+        """The least any rigid group's request asks of each resource some group asks
+        (0 where a group asks none of it); kept until a rigid job comes or goes."""
+        known = self._rigid_least
+        if known is None:
+            names: set[str] = set()
+            for request in self.rigid_groups:
+                names.update(request.amounts)
+            known = {}
+            for r in sorted(names):
+                known[r] = min(request.amounts.get(r, 0) for request in self.rigid_groups)
+            self._rigid_least = known
         return known
 
     def rigid_rank(self, job: Job, lo: int = 0, hi: int = -1) -> int:
@@ -266,6 +299,8 @@ class SchedulerState:
         self.placers: dict[str, Placer] = dict(placers)
         self.strict_fifo: frozenset[str] = frozenset(strict_fifo)
         self.queues: dict[str, QueueState] = {}
+        #: opportunistic question -> the queues with a group of jobs asking it
+        self.idle_index: IdleIndex = {}
         self.sync_queues()
         self.running: dict[str, Running] = {}
         #: unit key -> the running job that holds it
@@ -301,6 +336,13 @@ class SchedulerState:
             leaf: old.get(leaf) or QueueState(leaf, leaf in self.strict_fifo)
             for leaf in self.tree.leaves()
         }
+        # Which queues have a group of opportunistic jobs for each question, kept
+        # by the queues from here on (:func:`fleet.core.cycle.idle_pass`).
+        self.idle_index = {}
+        for name, queue in self.queues.items():
+            queue.index = self.idle_index
+            for key in queue.idle:
+                self.idle_index.setdefault(key, {})[name] = None
 
     # Lifecycle -----------------------------------------------------------------
     def move(self, key: str, new: JobState, reason: str = "") -> Transition:
@@ -554,11 +596,21 @@ class SchedulerState:
                 f"queue {q.name}: {len(q.stamps)} opportunistic jobs stamped, "
                 f"{len(q.pending) - first} queued",
             )
+            for question in q.idle:
+                require(
+                    q.name in self.idle_index.get(question, {}),
+                    f"queue {q.name}: an opportunistic group is missing from the index",
+                )
             merged = sorted((j for g in q.idle.values() for j in g), key=q.idle_order)
             require(
                 [j.key for j in merged] == [j.key for j in q.pending if j.opportunistic],
                 f"queue {q.name}: opportunistic groups merged are not in queue order",
             )
+        require(
+            sum(len(queues) for queues in self.idle_index.values())
+            == sum(len(q.idle) for q in self.queues.values()),
+            "the index of opportunistic groups names a group no queue has",
+        )
         for key, run in self.running.items():
             require(run.complete or key in self.partial, f"partial job {key} is not tracked")
         for key in self.stopping:
