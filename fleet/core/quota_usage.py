@@ -440,7 +440,7 @@ class QuotaUsage(QuotaStructure):
                     return False
         return not self._fits_min(leaf, request).fits
 
-    def stops_every_rigid(self, queue: str, least: Mapping[str, int]) -> bool:
+    def stops_every_rigid(self, queue: str, least: dict[str, int]) -> bool:
         """Whether :meth:`stops_rigid` says so for every request that asks at least
         ``least`` of each resource (missing: 0): the guaranteed usage plus the
         least of some resource is over the queue's ``min`` already.  False says
