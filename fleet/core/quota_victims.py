@@ -21,10 +21,12 @@ Theory of operation:
   victim's chain of nodes off the requester's path stays above its own ``min``
   in the resource (:func:`_givable`).  Order: lowest priority, then the leaf
   borrowing most of the first still-blocking resource (recomputed after each
-  pick), then newest.  Every job of one leaf borrows from the same leaf, so
-  each leaf's reclaimable jobs are kept sorted cheapest first (the *per-leaf
-  borrowed order*, cached on the tree in ``_borrowed_order`` until the leaf's
-  jobs change, built by :func:`_sorted_borrowed`) and leaves sit in a heap
+  pick), then newest (of one job, its last growth step first:
+  :func:`~fleet.core.quota_usage.cheapest_first`).  Every job of one leaf
+  borrows from the same leaf, so each leaf's reclaimable jobs are kept
+  sorted cheapest first (the *per-leaf borrowed order*, cached on the tree
+  in ``_borrowed_order`` until the leaf's jobs change, built by
+  :func:`_sorted_borrowed`) and leaves sit in a heap
   keyed lazily by their best remaining job.  Usually no heap is built over
   the leaves at all: the tree keeps the lending leaves under a node in the
   heap's starting order (:meth:`~fleet.core.quota_usage.QuotaUsage.lending_order`),
@@ -35,8 +37,9 @@ Theory of operation:
   jobs, those whose chain is above its ``min``), not every leaf under the
   blocking node.
 * The queue search takes the queue's own preemptible jobs below the request's
-  priority, lowest priority then newest (none at once when the leaf's count
-  of preemptible jobs by priority has none below it).
+  priority, lowest priority then newest, a job's last growth step first
+  (none at once when the leaf's count of preemptible jobs by priority has
+  none below it).
 
 These are functions rather than methods so that the tree's classes hold only
 its state and accounting; they read the tree's counters and indexes directly
