@@ -302,12 +302,14 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     both).  So the run ends at the first job from ``at`` on that is not rigid,
     or is rigid with a smallest start the ``min`` does take.  The first: the
     rigid jobs from ``at`` on are the queue's ``rigid_jobs`` from ``at``'s
-    rank on as long as the two lists agree job for job (a bisection over that
-    prefix).  The second: one quota question per distinct request of the
-    queue's rigid jobs (``rigid_groups``), and a bisection in each group that
-    the ``min`` takes; none when the least any group asks of some resource is
-    already over what the ``min`` leaves (``QueueState.rigid_least``), which
-    is most often so.  The run is parked in the book as one
+    rank on as long as the two lists agree job for job (within the queue's
+    rigid head, ``QueueState.rigid_head``, they are one list to its end;
+    elsewhere a bisection over that prefix).  The second: one quota question
+    per distinct request of the queue's rigid jobs (``rigid_groups``), and a
+    bisection in each group that the ``min`` takes; none when the least any
+    group asks of some resource is already over what the ``min`` leaves
+    (``QueueState.rigid_least``), which is most often so.  The run is parked
+    in the book as one
     :class:`~fleet.core.waiting.ParkedRun` (the jobs' texts are worded when
     read) and reports no ``Wait``.  Returns the position where the run ends,
     or None when jobs of equal queue order make the bounds ambiguous (the
@@ -323,17 +325,22 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     if at > 0 and sort_key(jobs[at - 1]) == key:
         return None
     rigid = queue.rigid_jobs
-    rank = queue.rigid_rank(first)
-    # The longest prefix from ``at`` on where the pending list and the rigid
-    # jobs agree (a job out of step means a job that is not rigid came between).
-    lo, hi = 1, min(end - at, len(rigid) - rank)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if jobs[at + mid - 1] is rigid[rank + mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    stop = at + lo
+    if at < queue.rigid_head:
+        # In the queue's rigid head the two lists are one, up to its end.
+        rank = at
+        stop = min(end, queue.rigid_head)
+    else:
+        rank = queue.rigid_rank(first)
+        # The longest prefix from ``at`` on where the pending list and the rigid
+        # jobs agree (a job out of step means a job that is not rigid came between).
+        lo, hi = 1, min(end - at, len(rigid) - rank)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if jobs[at + mid - 1] is rigid[rank + mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        stop = at + lo
     tree = run.state.tree
     # Most often the min stops every group: then none is looked at.
     if not tree.stops_every_rigid(first.queue, queue.rigid_least()):

@@ -154,9 +154,17 @@ class QueueState:
     #: the scheduler's index of opportunistic groups (:attr:`SchedulerState.idle_index`),
     #: kept as this queue's groups come and go
     index: IdleIndex | None = field(default=None, compare=False, repr=False)
+    #: how many jobs at the head of ``pending`` are rigid: they are the first
+    #: of ``rigid_jobs``, in the same order (the most often so, as rigid jobs
+    #: tend to come with the highest priorities)
+    rigid_head: int = 0
 
     def add(self, job: Job) -> None:
-        bisect.insort(self.pending, job)
+        pending = self.pending
+        at = bisect.bisect_right(pending, job)
+        pending.insert(at, job)
+        if at <= self.rigid_head:
+            self.rigid_head = self.rigid_head + 1 if _rigid(job) else at
         self.count(job, 1)
         if job.opportunistic:
             key = idle_key(job)
@@ -168,6 +176,23 @@ class QueueState:
             bisect.insort(group, job)
             self._queued += 1
             self.stamps[job.key] = self._queued
+
+    def remove_at(self, i: int) -> Job:
+        """Take the job at position ``i`` out of the queue and its counters."""
+        pending = self.pending
+        job = pending[i]
+        self.count(job, -1)
+        self.forget_idle(job)
+        del pending[i]
+        head = self.rigid_head
+        if i < head:
+            self.rigid_head = head - 1
+        elif i == head:
+            # The job that ended the rigid head went: the head may go on.
+            while head < len(pending) and _rigid(pending[head]):
+                head += 1
+            self.rigid_head = head
+        return job
 
     def idle_order(self, job: Job) -> tuple[int, int, int]:
         """An opportunistic job's place in the pending list (queue order, then queued)."""
@@ -270,6 +295,12 @@ class QueueState:
         """The position of the first opportunistic job (they sort last): every
         opportunistic job has a stamp."""
         return len(self.pending) - len(self.stamps)
+
+
+def _rigid(job: Job) -> bool:
+    """Whether ``job`` starts only within its queue's ``min`` (not preemptible, not
+    opportunistic)."""
+    return not job.preemptible and not job.opportunistic
 
 
 def _remove_job(jobs: list[Job], job: Job) -> None:
@@ -392,10 +423,7 @@ class SchedulerState:
         pending = state.pending
         for i, job in enumerate(pending):
             if job.key == key:
-                del pending[i]
-                state.count(job, -1)
-                state.forget_idle(job)
-                return job
+                return state.remove_at(i)
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
     def drop_pending(
@@ -429,9 +457,7 @@ class SchedulerState:
                 found.append(i)
         found.sort()
         for i in reversed(found):
-            state.count(pending[i], -1)
-            state.forget_idle(pending[i])
-            del pending[i]
+            state.remove_at(i)
         for key in keys:
             self._pending_keys.pop(key, None)
 
@@ -574,7 +600,12 @@ class SchedulerState:
                 == ({r: c for r, c in q.needs.items() if c}, q.rigid),
                 f"queue {q.name}: tail counters differ from a recount",
             )
-            rigid = [j for j in q.pending if not j.preemptible and not j.opportunistic]
+            rigid = [j for j in q.pending if _rigid(j)]
+            head = next((i for i, j in enumerate(q.pending) if not _rigid(j)), len(q.pending))
+            require(
+                q.rigid_head == head,
+                f"queue {q.name}: {q.rigid_head} rigid jobs kept at its head, {head} there",
+            )
             require(
                 all(a is b for a, b in zip(q.rigid_jobs, rigid, strict=False))
                 and len(q.rigid_jobs) == len(rigid)

@@ -105,3 +105,23 @@ def test_drop_pending_checks_the_positions_it_is_given() -> None:
         assert queue.rigid_groups == again.rigid_groups
         assert queue.idle == again.idle
         assert sorted(queue.stamps) == sorted(again.stamps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([-1, 10, 100, 120]), st.booleans(), st.integers(0, 40)),
+        max_size=25,
+    )
+)
+def test_the_rigid_head_is_kept_as_jobs_come_and_go(steps: list[tuple[int, bool, int]]) -> None:
+    """Jobs queued (any priority, preemptible or not) and taken out at some
+    position: the queue keeps how many of its first jobs are rigid."""
+    queue = QueueState("team-a")
+    for n, (priority, preemptible, out) in enumerate(steps):
+        queue.add(make_job(f"j{n}", priority=priority, preemptible=preemptible, seq=n % 7))
+        if out % 3 == 0 and queue.pending:
+            queue.remove_at(out % len(queue.pending))
+        rigid = [not j.preemptible and not j.opportunistic for j in queue.pending]
+        assert queue.rigid_head == (rigid.index(False) if False in rigid else len(rigid))
+        assert queue.pending[: queue.rigid_head] == queue.rigid_jobs[: queue.rigid_head]
