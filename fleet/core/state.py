@@ -149,7 +149,7 @@ class QueueState:
     _queued: int = 0
     #: resource -> :meth:`least_need`'s answer, until the counters change
     _least: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
-    #: :meth:`rigid_least`'s answer, until a rigid job comes or goes
+    #: :meth:`rigid_least`'s answer, until a group of rigid jobs comes or goes
     _rigid_least: dict[str, int] | None = field(default=None, compare=False, repr=False)
     #: the scheduler's index of opportunistic groups (:attr:`SchedulerState.idle_index`),
     #: kept as this queue's groups come and go
@@ -234,10 +234,10 @@ class QueueState:
                 del counts[amount]
         if not job.preemptible:
             self.rigid += sign
-            self._rigid_least = None
             group = self.rigid_groups.get(job.gang_request)
             if group is None:
                 group = self.rigid_groups[job.gang_request] = []
+                self._rigid_least = None  # a new group
             for jobs in (self.rigid_jobs, group):
                 if sign > 0:
                     bisect.insort(jobs, job)
@@ -245,6 +245,7 @@ class QueueState:
                     _remove_job(jobs, job)
             if not group:
                 del self.rigid_groups[job.gang_request]
+                self._rigid_least = None  # a group gone
 
     def least_need(self, r: str) -> tuple[int, int]:
         """How many of the counted jobs ask some ``r``, and the least one asks (-1 when
@@ -264,7 +265,7 @@ class QueueState:
 
     def rigid_least(self) -> dict[str, int]:
         """The least any rigid group's request asks of each resource some group asks
-        (0 where a group asks none of it); kept until a rigid job comes or goes."""
+        (0 where a group asks none of it); kept until a group comes or goes."""
         known = self._rigid_least
         if known is None:
             names: set[str] = set()
