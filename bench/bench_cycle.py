@@ -24,7 +24,10 @@ Printed figures, per placer:
   1,000,000 pending jobs, with the admissions it made and the CPU per
   admission (a round's churn frees about the same GPUs at every size, and a
   deeper backlog has more small jobs to fill them with, so a cycle at 1M
-  admits about twice as many jobs as one at 10k); ``--profile`` prints a
+  admits about 1.4 times as many jobs as one at 10k), each backlog measured
+  in turn ``--scale-passes`` times (3) and the 1M-to-10k ratios given as the
+  medians of the passes', since the machine's speed drifts between the
+  passes; ``--profile`` prints a
   pyinstrument profile of the steady rounds (if pyinstrument is installed).
 
 Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
@@ -299,6 +302,13 @@ def main() -> None:
         action="store_true",
         help="also a table of the steady-state cycle time at 10k / 100k / 1M pending jobs",
     )
+    parser.add_argument(
+        "--scale-passes",
+        type=int,
+        default=3,
+        help="with --scale: measure every backlog this many times, in turn (the "
+        "ratio is the median of the passes': the machine's speed drifts)",
+    )
     parser.add_argument("--profile", action="store_true", help="pyinstrument the steady rounds")
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the GC as it is")
     args = parser.parse_args()
@@ -308,31 +318,48 @@ def main() -> None:
     for placer in placers:
         measure(args, placer, args.jobs)
     if args.scale:
-        print("steady-state cycle time by backlog (median of the rounds):")
+        passes = max(1, args.scale_passes)
+        print(
+            "steady-state cycle time by backlog (median of the rounds; "
+            f"{passes} pass{'es' if passes > 1 else ''}, each backlog in turn):"
+        )
         for placer in placers:
-            times = {}
-            cpus = {}
-            each = {}
-            for jobs in SCALE:
-                figures = measure(args, placer, jobs, quiet=True)
-                times[jobs] = figures["cycle"]
-                cpus[jobs] = figures["cpu"]
-                each[jobs] = figures["per_admission"]
-                print(
-                    f"  [{placer}] {jobs:>9,} pending: {figures['cycle'] * 1000:9,.1f} ms "
-                    f"(CPU {figures['cpu'] * 1000:,.1f} ms) for {figures['admitted']:,.0f} "
-                    f"admissions, {figures['per_admission'] * 1e6:,.0f} us of CPU each, "
-                    f"{figures['steady']:9,.0f} admissions/s, {figures['bytes']:,.0f} bytes/job",
-                    flush=True,
+            ratios: list[tuple[float, float, float]] = []
+            for n in range(passes):
+                times: dict[int, float] = {}
+                cpus: dict[int, float] = {}
+                each: dict[int, float] = {}
+                for jobs in SCALE:
+                    figures = measure(args, placer, jobs, quiet=True)
+                    times[jobs] = figures["cycle"]
+                    cpus[jobs] = figures["cpu"]
+                    each[jobs] = figures["per_admission"]
+                    print(
+                        f"  [{placer}] pass {n + 1}: {jobs:>9,} pending: "
+                        f"{figures['cycle'] * 1000:9,.1f} ms "
+                        f"(CPU {figures['cpu'] * 1000:,.1f} ms) for {figures['admitted']:,.0f} "
+                        f"admissions, {figures['per_admission'] * 1e6:,.0f} us of CPU each, "
+                        f"{figures['steady']:9,.0f} admissions/s, "
+                        f"{figures['bytes']:,.0f} bytes/job",
+                        flush=True,
+                    )
+                ratios.append(
+                    (
+                        times[SCALE[-1]] / times[SCALE[0]] if times[SCALE[0]] else 0.0,
+                        cpus[SCALE[-1]] / cpus[SCALE[0]] if cpus[SCALE[0]] else 0.0,
+                        each[SCALE[-1]] / each[SCALE[0]] if each[SCALE[0]] else 0.0,
+                    )
                 )
-            ratio = times[SCALE[-1]] / times[SCALE[0]] if times[SCALE[0]] else 0.0
-            cpu_ratio = cpus[SCALE[-1]] / cpus[SCALE[0]] if cpus[SCALE[0]] else 0.0
-            each_ratio = each[SCALE[-1]] / each[SCALE[0]] if each[SCALE[0]] else 0.0
+            ratio, cpu_ratio, each_ratio = (
+                statistics.median(r[i] for r in ratios) for i in range(3)
+            )
+            per_pass = ", ".join(f"{r[0]:.1f}x" for r in ratios)
             print(
                 f"  [{placer}] {SCALE[-1]:,} vs {SCALE[0]:,} pending: {ratio:.1f}x "
-                f"the cycle time, {cpu_ratio:.1f}x its CPU time (target <= 1.5x); "
-                f"{each_ratio:.2f}x the CPU per admission (the same churn frees about the "
-                "same GPUs at every size; a deeper backlog fills them with more, smaller jobs)"
+                f"the cycle time, {cpu_ratio:.1f}x its CPU time (target <= 1.5x; medians "
+                f"of the passes, cycle time by pass: {per_pass}); {each_ratio:.2f}x the CPU "
+                "per admission (the same churn frees about the same GPUs at every size; a "
+                "deeper backlog fills them with more, smaller jobs)"
             )
     print(
         "baseline: Kueue, one head per queue per cycle, admitted 9.6 workloads/min "
