@@ -353,10 +353,10 @@ def main() -> None:
             ratio, cpu_ratio, each_ratio = (
                 statistics.median(r[i] for r in ratios) for i in range(3)
             )
-            per_pass = ", ".join(f"{r[0]:.1f}x" for r in ratios)
+            per_pass = ", ".join(f"{r[0]:.2f}x" for r in ratios)
             print(
-                f"  [{placer}] {SCALE[-1]:,} vs {SCALE[0]:,} pending: {ratio:.1f}x "
-                f"the cycle time, {cpu_ratio:.1f}x its CPU time (target <= 1.5x; medians "
+                f"  [{placer}] {SCALE[-1]:,} vs {SCALE[0]:,} pending: {ratio:.2f}x "
+                f"the cycle time, {cpu_ratio:.2f}x its CPU time (target <= 1.5x; medians "
                 f"of the passes, cycle time by pass: {per_pass}); {each_ratio:.2f}x the CPU "
                 "per admission (the same churn frees about the same GPUs at every size; a "
                 "deeper backlog fills them with more, smaller jobs)"
