@@ -258,8 +258,8 @@ def plan_with_victims(
                 victims = tree.queue_victims(job.queue, request, job.priority, now)
                 if victims is None:
                     run.reclaims.record_inside(job.queue, job.priority, request)
-                elif run.victims.on:
-                    run.victims.found[found] = (run.changes, tuple(victims))
+                else:
+                    run.victims.record_victims(found, run.changes, victims)
     if not victims:
         note = "" if now is None else _protection_note(run, job, request)
         if not note:
@@ -289,8 +289,7 @@ def plan_with_victims(
         if isinstance(fit, Fit):
             spared = _spared(run, job, fit)
             return Plan(verdict, pods, fit, released) if spared is None else spared
-        if run.victims.on:
-            run.victims.unplaced[question] = (run.changes, fit)
+        run.victims.record_failure(question, run.changes, fit)
         return f"{run.block_reason(block)}; after preemption: {fit}"
     finally:
         for charge in reversed(removed):

@@ -204,6 +204,16 @@ class VictimMemo:
         known = self.unplaced.get(key) if self.on else None
         return known[1] if known is not None and known[0] == changes else None
 
+    def record_victims(
+        self, key: tuple[str, int, Resources], changes: int, victims: list[str]
+    ) -> None:
+        if self.on:
+            self.found[key] = (changes, tuple(victims))
+
+    def record_failure(self, key: tuple[object, ...], changes: int, why: str) -> None:
+        if self.on:
+            self.unplaced[key] = (changes, why)
+
 
 @dataclass(slots=True)
 class PlacementMemo:

@@ -429,15 +429,23 @@ class QuotaUsage(QuotaStructure):
                         )
         return None
 
+    def _cut_over(self, leaf: int) -> QuotaBlock | None:
+        """The first node on ``leaf``'s path that a tree change left over a limit
+        and that is still over it (what :meth:`classify` answers first), if any."""
+        for n in self._paths[leaf]:
+            if n in self._cut:
+                over = self.over_limit(n)
+                if over is not None:
+                    return over
+        return None
+
     def stops_rigid(self, queue: str, request: Resources) -> bool:
         """Whether :meth:`classify` says a non-preemptible, non-opportunistic
         ``request`` does not fit the queue's ``min`` (a ``NON_PREEMPTIBLE_MIN``
         block), without building the block."""
         leaf = self._leaf(queue)
-        if self._cut:
-            for n in self._paths[leaf]:
-                if n in self._cut and self.over_limit(n) is not None:
-                    return False
+        if self._cut and self._cut_over(leaf) is not None:
+            return False
         return not self._fits_min(leaf, request).fits
 
     def stops_every_rigid(self, queue: str, least: dict[str, int]) -> bool:
@@ -446,10 +454,8 @@ class QuotaUsage(QuotaStructure):
         least of some resource is over the queue's ``min`` already.  False says
         nothing (some request may still be stopped on another resource)."""
         leaf = self._leaf(queue)
-        if self._cut:
-            for n in self._paths[leaf]:
-                if n in self._cut and self.over_limit(n) is not None:
-                    return False
+        if self._cut and self._cut_over(leaf) is not None:
+            return False
         mn = self._min_d[leaf]
         if not mn:
             return not NO_MIN.fits
@@ -469,11 +475,9 @@ class QuotaUsage(QuotaStructure):
                     return block
             return Mode.OPPORTUNISTIC
         if self._cut:
-            for n in self._paths[leaf]:
-                if n in self._cut:
-                    over = self.over_limit(n)
-                    if over is not None:
-                        return over
+            over = self._cut_over(leaf)
+            if over is not None:
+                return over
         fit = self._fits_min(leaf, request)
         if fit.fits:
             mode = Mode.GUARANTEED
