@@ -269,6 +269,8 @@ def plan_with_victims(
     try:
         for key in victims:
             removed.append(tree.release(key))
+        if run.owed is not None:
+            _guarantees_moved(run.owed, removed)
         verdict = tree.classify(
             job.queue, request, priority=job.priority, preemptible=job.preemptible
         )
@@ -294,6 +296,17 @@ def plan_with_victims(
     finally:
         for charge in reversed(removed):
             tree.admit(charge)
+        if run.owed is not None:
+            _guarantees_moved(run.owed, removed)
+
+
+def _guarantees_moved(owed: Owed, charges: list[Charge]) -> None:
+    """The victims' charges were lifted off the tree to ask "what if", or put back:
+    the guaranteed usage of their queues moved, and with it what those queues
+    are owed (their counts are out of date; a borrowed charge changes none)."""
+    for charge in charges:
+        if charge.mode is Mode.GUARANTEED:
+            owed.touched(charge.queue)
 
 
 def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: bool) -> str | None:
