@@ -25,9 +25,10 @@ Printed figures, per placer:
   admission (a round's churn frees about the same GPUs at every size, and a
   deeper backlog has more small jobs to fill them with, so a cycle at 1M
   admits about 1.4 times as many jobs as one at 10k), each backlog measured
-  in turn ``--scale-passes`` times (3) and the 1M-to-10k ratios given as the
-  medians of the passes', since the machine's speed drifts between the
-  passes; ``--profile`` prints a
+  in turn ``--scale-passes`` times (4), every other pass from the largest
+  backlog down, and the 1M-to-10k ratios given as the medians of the
+  passes', since the machine's speed drifts within and between the passes;
+  ``--profile`` prints a
   pyinstrument profile of the steady rounds (if pyinstrument is installed).
 
 Targets: >= 10,000 admissions/s (capacity) and >= 3,000 (cells) in steady
@@ -305,9 +306,10 @@ def main() -> None:
     parser.add_argument(
         "--scale-passes",
         type=int,
-        default=3,
-        help="with --scale: measure every backlog this many times, in turn (the "
-        "ratio is the median of the passes': the machine's speed drifts)",
+        default=4,
+        help="with --scale: measure every backlog this many times, in turn, every "
+        "other pass from the largest down (the ratio is the median of the passes': "
+        "the machine's speed drifts)",
     )
     parser.add_argument("--profile", action="store_true", help="pyinstrument the steady rounds")
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the GC as it is")
@@ -329,7 +331,9 @@ def main() -> None:
                 times: dict[int, float] = {}
                 cpus: dict[int, float] = {}
                 each: dict[int, float] = {}
-                for jobs in SCALE:
+                # Every other pass goes from the largest backlog down, so that a
+                # drift of the machine's speed within a pass leans neither way.
+                for jobs in SCALE if n % 2 == 0 else SCALE[::-1]:
                     figures = measure(args, placer, jobs, quiet=True)
                     times[jobs] = figures["cycle"]
                     cpus[jobs] = figures["cpu"]

@@ -84,6 +84,7 @@ def cycle(
 ) -> list[Decision]:
     """Run one scheduling cycle over ``state`` and return its decisions."""
     run = CycleRun(state, state.now if now is None else now, shortcuts)
+    state.texts.trim()
     run.decisions.extend(quota_change.expire_cuts(state, run.now))
     guaranteed: dict[str, Span] = {}
     opportunistic: dict[str, Span] = {}
@@ -192,6 +193,14 @@ def serve(
         cursors[rank] = i + 1
         if owed is not None:
             owed.moved(name, i + 1)
+        elif i < queue.rigid_head and run.phase is Pass.GUARANTEED and not lists:
+            # The queue's rigid head, first job and all, when its min stops them all.
+            head_end = park_rigid_head(run, queue, i, end)
+            if head_end is not None:
+                cursors[rank] = head_end
+                if head_end < end:
+                    nxt = _back(heap, key, rank)
+                continue
         outcome = admission.admit(run, job)
         if isinstance(outcome, admission.Started):
             if jobs is queue.pending:
@@ -360,14 +369,56 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     after = sort_key(jobs[stop]) if stop < len(jobs) else None
     if after is not None and after == sort_key(jobs[stop - 1]):
         return None
-    floor, guaranteed = tree.guarantee_of(first.queue)
-    # The queue's runs parked on the same figures share one copy and one set of texts.
-    known = run.run_figures.get(first.queue)
-    if known is None or known[0] is not floor or known[1] != guaranteed:
-        known = run.run_figures[first.queue] = (floor, dict(guaranteed), {})
-    parked = ParkedRun(first.queue, key, after, floor, known[1], known[2])
-    run.book.runs.setdefault(first.queue, []).append(parked)
+    _park_run(run, first.queue, key, after)
     return stop
+
+
+def park_rigid_head(run: CycleRun, queue: QueueState, at: int, end: int) -> int | None:
+    """The queue's rigid head (``QueueState.rigid_head``) from ``at`` on parked as
+    one group, the job at ``at`` with it, when the queue's ``min`` stops every
+    rigid group (``QuotaTree.stops_every_rigid``); returns where the head ends,
+    or None (nothing done) when the ``min`` may take some rigid job, when jobs of
+    equal queue order make the bounds ambiguous, or without parking.
+
+    It decides what trying the job at ``at`` and parking the run behind it
+    (:func:`rigid_run`) decide: the job would wait on its ``min``
+    (a ``NON_PREEMPTIBLE_MIN`` block, worded as the parked run words it), and a
+    ``Wait`` is reported for it as for a job looked at alone, when its reason
+    changed.  Only the guaranteed pass meets a rigid head: a queue's later passes
+    start at a job that may borrow, or at its opportunistic jobs.
+    """
+    shortcuts = run.shortcuts
+    if not (shortcuts.parking and shortcuts.bulk_wait) or queue.strict_fifo:
+        return None
+    jobs = queue.pending
+    first = jobs[at]
+    if not run.state.tree.stops_every_rigid(first.queue, queue.rigid_least()):
+        return None
+    key = sort_key(first)
+    if at > 0 and sort_key(jobs[at - 1]) == key:
+        return None
+    stop = min(end, queue.rigid_head)
+    after = sort_key(jobs[stop]) if stop < len(jobs) else None
+    if after is not None and after == sort_key(jobs[stop - 1]):
+        return None
+    text = _park_run(run, first.queue, key, after).reason_for(first)
+    if run.state.waiting.reason_of(first) != text:
+        run.decisions.append(Wait(first.key, first.queue, text, run.now))
+    return stop
+
+
+def _park_run(
+    run: CycleRun, queue: str, first: tuple[int, int], stop: tuple[int, int] | None
+) -> ParkedRun:
+    """Park the rigid jobs of ``queue`` in ``[first, stop)`` on its ``min`` and
+    guaranteed usage now; the runs parked on the same figures, in this cycle or
+    an earlier one, share one copy of them and one set of texts
+    (:meth:`~fleet.core.reason_texts.ReasonTexts.run_figures`)."""
+    floor, guaranteed = run.state.tree.guarantee_of(queue)
+    kept_floor, kept_guaranteed, texts = run.state.texts.run_figures(queue, floor, guaranteed)
+    parked = ParkedRun(queue, first, stop, kept_floor, kept_guaranteed, texts)
+    run.book.runs.setdefault(queue, []).append(parked)
+    return parked
 
 
 #: No answer yet (:func:`idle_pass`): an answer is None (some cluster takes the
@@ -480,13 +531,9 @@ def _none_answered(run: CycleRun, qualifying: set[str], answers: dict[IdleKey, s
 def _park(run: CycleRun, queue: str, last: Job, until: Job | None, block: QuotaBlock) -> None:
     """Park ``queue``'s jobs behind ``last`` (up to ``until``, or to the end) on ``block``
     (one text per need, shared by the tails parked on the same figures)."""
-    figures = (block.node, block.resource, block.used, block.limit, block.kind, block.leaf)
-    texts = run.tail_texts.get(figures)
-    if texts is None:
-        texts = run.tail_texts[figures] = {}
     stop = None if until is None else sort_key(until)
     run.book.tails.setdefault(queue, []).append(
-        ParkedTail(queue, sort_key(last), stop, block, texts)
+        ParkedTail(queue, sort_key(last), stop, block, run.state.texts.tail_texts(block))
     )
 
 

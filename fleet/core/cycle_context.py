@@ -12,7 +12,6 @@ is reported as waiting, never as started and preempted).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -21,7 +20,6 @@ from fleet.core.decisions import Decision, Wait
 from fleet.core.jobs import Job
 from fleet.core.owed import Owed
 from fleet.core.quota import QuotaBlock
-from fleet.core.resources import Resources
 from fleet.core.state import QueueState, SchedulerState
 from fleet.core.waiting import WaitBook
 
@@ -89,19 +87,6 @@ class CycleRun:
     owed: Owed | None = None
     #: :meth:`ranks`, once built
     ranked: tuple[list[str], dict[str, int], list[QueueState]] | None = None
-    #: a quota block's fields -> its reason, worded once per cycle
-    block_texts: dict[tuple[str, str, int, int, int, str, bool], str] = field(default_factory=dict)
-    #: queue -> the ``min`` and guaranteed usage (a copy) its last parked run of
-    #: non-preemptible jobs was parked on, with that run's texts by request: the
-    #: queue's later runs on the same figures share them
-    run_figures: dict[str, tuple[Mapping[str, int], dict[str, int], dict[Resources, str]]] = field(
-        default_factory=dict
-    )
-    #: a parked tail's block without its request -> the texts by request, shared by
-    #: the tails this cycle parks on the same figures (a node's queues, one text each)
-    tail_texts: dict[tuple[str, str, int, int, str, bool], dict[int, str]] = field(
-        default_factory=dict
-    )
 
     def __post_init__(self) -> None:
         self.shapes.on = self.shortcuts.shape_memo
@@ -116,20 +101,8 @@ class CycleRun:
             self.decisions.append(Wait(job.key, job.queue, reason, self.now))
 
     def block_reason(self, block: QuotaBlock) -> str:
-        """``block.reason``, worded once per distinct block in the cycle."""
-        key = (
-            block.node,
-            block.resource,
-            block.used,
-            block.request,
-            block.limit,
-            block.kind,
-            block.leaf,
-        )
-        known = self.block_texts.get(key)
-        if known is None:
-            known = self.block_texts[key] = block.reason
-        return known
+        """``block.reason``, worded once for its figures (:mod:`fleet.core.reason_texts`)."""
+        return self.state.texts.block(block)
 
     def ranks(self) -> tuple[list[str], dict[str, int], list[QueueState]]:
         """The queues by rank (the state's order, which breaks ties in the fair

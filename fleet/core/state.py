@@ -34,6 +34,7 @@ from fleet.core.jobs import Job, Mode, position, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
 from fleet.core.quota import QuotaTree
+from fleet.core.reason_texts import ReasonTexts
 from fleet.core.resources import Resources
 from fleet.core.unknown_job import UnknownJob as UnknownJob
 from fleet.core.waiting import IdleKey, WaitBook, idle_key
@@ -356,6 +357,9 @@ class SchedulerState:
         self.unready: set[str] = set()
         #: why each pending job waits, as the last cycle left it (:mod:`fleet.core.waiting`)
         self.waiting = WaitBook()
+        #: the reasons' texts by the figures they are worded from, kept from one
+        #: cycle to the next (:mod:`fleet.core.reason_texts`)
+        self.texts = ReasonTexts()
         #: running jobs that may hold fewer pods than they can run (a superset)
         self.partial: set[str] = set()
         self._order = 0

@@ -131,7 +131,7 @@ class ParkedTail:
     until: tuple[int, int] | None
     block: QuotaBlock
     #: request -> its text, worded once per distinct request (shared by the tails
-    #: parked on the same figures, :attr:`~fleet.core.cycle_context.CycleRun.tail_texts`)
+    #: parked on the same figures, :meth:`~fleet.core.reason_texts.ReasonTexts.tail_texts`)
     texts: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(

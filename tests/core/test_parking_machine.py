@@ -2,8 +2,8 @@
 
 A hypothesis state machine keeps three scheduler states that receive the
 same events (submissions, finishes, cancellations, refused dispatches,
-preemptions and their confirmations, node health, quota changes, the clock,
-clusters drained, added and removed):
+preemptions and their confirmations, node health, quota changes (a ``max``
+or a ``min``), the clock, clusters drained, added and removed):
 
 * ``parked``: the cycle as the service runs it (every shortcut, parked
   tails, only changed reasons reported);
@@ -211,6 +211,12 @@ class ParkingMachine(RuleBasedStateMachine):
     @rule(queue=st.sampled_from([*QUEUES, "org"]), new_max=st.integers(2, 20))
     def change_quota(self, queue: str, new_max: int) -> None:
         self.each(events.QuotaNodePatched(queue, max=Resources({GPU: new_max})))
+
+    @rule(queue=st.sampled_from(QUEUES), new_min=st.integers(0, 8))
+    def change_min(self, queue: str, new_min: int) -> None:
+        """A queue's ``min`` moves: the reasons of its parked non-preemptible jobs
+        are worded from it (and kept from one cycle to the next by their figures)."""
+        self.each(events.QuotaNodePatched(queue, min=Resources({GPU: new_min})))
 
     @rule(
         name=st.sampled_from([*QUEUES, "org"]),

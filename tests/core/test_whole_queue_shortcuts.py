@@ -128,3 +128,58 @@ def test_a_queue_of_opportunistic_jobs_only_is_indexed_and_forgotten() -> None:
     assert list(state.idle_index.values()) == [{"team-c": None}]
     cancel(state, "default/o1")
     assert state.idle_index == {}
+
+
+def rigid(name: str, gpus: int, seq: int) -> Any:
+    return make_job(name, queue="team-a", gpus=gpus, priority=120, preemptible=False, seq=seq)
+
+
+def test_a_rigid_head_the_min_stops_waits_whole_as_the_scan_says() -> None:
+    # team-a holds 5 of its min of 6 as guaranteed: no rigid job fits what is left.
+    fill = [
+        make_job("a0", queue="team-a", gpus=3, seq=0),
+        make_job("a1", queue="team-a", gpus=2, seq=1),
+    ]
+    run_both(
+        [
+            fill,
+            [rigid("r4", 4, 10), rigid("r2", 2, 11), rigid("r3", 3, 12)],
+            [],
+            ["default/a1"],  # 3 left: r2 and then r3 fit, r4 still waits
+            [],
+        ]
+    )
+
+
+def test_a_rigid_head_parked_whole_reports_its_first_job_only_when_its_reason_changes() -> None:
+    state = fresh()
+    for job in (
+        make_job("a0", queue="team-a", gpus=3, seq=0),
+        make_job("a1", queue="team-a", gpus=2, seq=1),
+    ):
+        submit(state, job)
+    cycle(state, 0.0)
+    for job in (rigid("r4", 4, 10), rigid("r3", 3, 11)):
+        submit(state, job)
+
+    def waits(now: float) -> list[tuple[str, str]]:
+        return [(d.job, d.reason) for d in cycle(state, now) if isinstance(d, Wait)]
+
+    first = waits(1.0)
+    # The head, first job and all, is one parked run: nothing waits one by one.
+    assert [j.key for j in state.pending()] == ["default/r4", "default/r3"]
+    assert not state.waiting.single
+    [run] = state.waiting.runs["team-a"]
+    assert run.stop is None
+    assert first == [("default/r4", state.waiting.reason_of(state.pending()[0]))]
+    assert "5/6 guaranteed in use (needs 4 more)" in first[0][1]
+    assert waits(2.0) == []  # nothing changed: nothing reported
+    finish(state, "default/a0")  # 2 of 6 in use: r4 fits
+    submit(state, make_job("a2", queue="team-a", gpus=1, seq=20))
+    assert waits(3.0) == [
+        (
+            "default/r3",
+            "non-preemptible job needs to fit within min of queue team-a: "
+            "nvidia.com/gpu 6/6 guaranteed in use (needs 3 more)",
+        )
+    ]
