@@ -139,22 +139,26 @@ class QuotaBlock:
 
 
 def min_block(
-    queue: str, floor: Mapping[str, int], guaranteed: Mapping[str, int], request: Resources
+    queue: str, floor: dict[str, int], guaranteed: dict[str, int], request: Resources
 ) -> QuotaBlock:
     """Why a non-preemptible ``request`` does not fit ``queue``'s ``min`` (``floor``)
     with ``guaranteed`` in use: the first resource of the ``min`` it would exceed
     (the request's first resource if the queue has no ``min``).  The block
     :meth:`QuotaUsage.classify` returns for such a job."""
-    over = next(
-        (r for r, cap in floor.items() if guaranteed.get(r, 0) + request.get(r, 0) > cap), None
-    )
-    r = over if over is not None else next(iter(request), MAX_JOBS)
+    amounts = request.amounts
+    over: str | None = None
+    for r, cap in floor.items():
+        if guaranteed.get(r, 0) + amounts.get(r, 0) > cap:
+            over = r
+            break
+    if over is None:
+        over = next(iter(amounts), MAX_JOBS)
     return QuotaBlock(
         node=queue,
-        resource=r,
-        used=guaranteed.get(r, 0),
-        request=request.get(r, 0),
-        limit=floor.get(r, 0),
+        resource=over,
+        used=guaranteed.get(over, 0),
+        request=amounts.get(over, 0),
+        limit=floor.get(over, 0),
         kind=NON_PREEMPTIBLE_MIN,
     )
 
@@ -342,9 +346,10 @@ class QuotaUsage(QuotaStructure):
     def borrowed_used(self, name: str) -> Resources:
         return Resources(self._borr[self._node(name)])
 
-    def guarantee_of(self, queue: str) -> tuple[Mapping[str, int], Mapping[str, int]]:
+    def guarantee_of(self, queue: str) -> tuple[dict[str, int], dict[str, int]]:
         """The leaf's ``min`` and its guaranteed usage, as the tree holds them (to
-        be read now: the usage moves on; a caller that keeps it keeps a copy)."""
+        be read now and not changed: the usage moves on; a caller that keeps it
+        keeps a copy)."""
         leaf = self._leaf(queue)
         return self._min_d[leaf], self._guar[leaf]
 
@@ -460,7 +465,11 @@ class QuotaUsage(QuotaStructure):
         if not mn:
             return not NO_MIN.fits
         guar = self._guar[leaf]
-        return any(guar.get(r, 0) + least.get(r, 0) > cap for r, cap in mn.items())
+        # A loop, not any() over a generator: the compiled core would build one per call.
+        for r, cap in mn.items():  # noqa: SIM110
+            if guar.get(r, 0) + least.get(r, 0) > cap:
+                return True
+        return False
 
     def classify(
         self, queue: str, request: Resources, *, priority: int, preemptible: bool

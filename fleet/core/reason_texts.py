@@ -18,7 +18,6 @@ again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -71,7 +70,7 @@ class ReasonTexts:
         return texts
 
     def run_figures(
-        self, queue: str, floor: Mapping[str, int], guaranteed: Mapping[str, int]
+        self, queue: str, floor: dict[str, int], guaranteed: dict[str, int]
     ) -> RunFigures:
         """Copies of ``queue``'s ``min`` and guaranteed usage now and the texts by
         request of the rigid runs parked on them: the last ones while they hold."""

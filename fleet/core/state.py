@@ -431,9 +431,7 @@ class SchedulerState:
                 return state.remove_at(i)
         raise UnknownJob(key)  # pragma: no cover - the index and the queue agree
 
-    def drop_pending(
-        self, queue: str, keys: set[str], where: Mapping[str, int] | None = None
-    ) -> None:
+    def drop_pending(self, queue: str, keys: set[str], where: dict[str, int] | None = None) -> None:
         """Remove admitted jobs (running now) from a queue's pending list.
 
         ``where`` may say where a job is in the list (the cycle knows where it

@@ -33,7 +33,6 @@ group reports none); the book answers for every pending job
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fleet.core.jobs import Job, sort_key
@@ -149,9 +148,12 @@ class ParkedTail:
         object.__setattr__(self, "texts", {} if texts is None else texts)
 
     def holds(self, job: Job) -> bool:
+        return self.holds_at(job, sort_key(job))
+
+    def holds_at(self, job: Job, key: tuple[int, int]) -> bool:
+        """:meth:`holds` for ``job`` at its queue order ``key`` (``sort_key(job)``)."""
         if job.opportunistic:
             return False
-        key = sort_key(job)
         return _before(self.after, key) and (self.until is None or _before(key, self.until))
 
     def reason_for(self, job: Job) -> str:
@@ -176,7 +178,7 @@ class ParkedRun:
     queue: str
     first: tuple[int, int]
     stop: tuple[int, int] | None
-    floor: Mapping[str, int]
+    floor: dict[str, int]
     guaranteed: dict[str, int]
     #: request -> its text, worded once per distinct request
     texts: dict[Resources, str] = field(default_factory=dict, compare=False, repr=False)
@@ -186,7 +188,7 @@ class ParkedRun:
         queue: str,
         first: tuple[int, int],
         stop: tuple[int, int] | None,
-        floor: Mapping[str, int],
+        floor: dict[str, int],
         guaranteed: dict[str, int],
         texts: dict[Resources, str] | None = None,
     ) -> None:
@@ -198,7 +200,10 @@ class ParkedRun:
         object.__setattr__(self, "texts", {} if texts is None else texts)
 
     def holds(self, job: Job) -> bool:
-        key = sort_key(job)
+        return self.holds_at(job, sort_key(job))
+
+    def holds_at(self, job: Job, key: tuple[int, int]) -> bool:
+        """:meth:`holds` for ``job`` at its queue order ``key`` (``sort_key(job)``)."""
         return (
             not job.preemptible
             and not job.opportunistic
@@ -240,23 +245,26 @@ class WaitBook:
         known = self.single.get(key)
         if known is not None:
             return known
-        tail = self._tail_of(job)
+        order = sort_key(job)
+        tail = self._tail_of(job, order)
         if tail is not None:
             return tail.reason_for(job)
-        run = self._run_of(job)
+        run = self._run_of(job, order)
         if run is not None:
             return run.reason_for(job)
         return self._idle_reason(job)
 
-    def _tail_of(self, job: Job) -> ParkedTail | None:
+    def _tail_of(self, job: Job, order: tuple[int, int]) -> ParkedTail | None:
+        """The parked tail holding ``job`` (at queue order ``order``), if any."""
         for tail in self.tails.get(job.queue, ()):
-            if tail.holds(job):
+            if tail.holds_at(job, order):
                 return tail
         return None
 
-    def _run_of(self, job: Job) -> ParkedRun | None:
+    def _run_of(self, job: Job, order: tuple[int, int]) -> ParkedRun | None:
+        """The parked run holding ``job`` (at queue order ``order``), if any."""
         for run in self.runs.get(job.queue, ()):
-            if run.holds(job):
+            if run.holds_at(job, order):
                 return run
         return None
 
@@ -269,9 +277,10 @@ class WaitBook:
     def queued(self, job: Job) -> None:
         """``job`` was (re)queued after this book was written: no reason yet."""
         self.single.pop(job.key, None)
+        order = sort_key(job)
         if (
-            self._tail_of(job) is not None
-            or self._run_of(job) is not None
+            self._tail_of(job, order) is not None
+            or self._run_of(job, order) is not None
             or self._idle_reason(job)
         ):
             self.fresh.add(job.key)  # only where a parked tail, run or group would claim it
