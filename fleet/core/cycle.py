@@ -49,7 +49,11 @@ Theory of operation:
    preemptible jobs over their queue's ``min`` that follow a failed job wait
    together: the run is found from the queue's index of such jobs in a few
    bisections and parked as one group (:func:`park_rigid_run`; without
-   parking, one quota question each: :func:`rigid_run`), and the last pass leaves
+   parking, one quota question each: :func:`rigid_run`); a queue's head of
+   such jobs that the ``min`` stops every one of is parked whole, its first
+   job included, before any is tried (:func:`park_rigid_head`).  Texts are
+   kept from one cycle to the next by the figures they are worded from
+   (:mod:`fleet.core.reason_texts`).  The last pass leaves
    out the opportunistic jobs whose placement question no cluster can answer,
    asked once per question (:func:`idle_pass`), parked as one group each.
 5. **Growth** (:mod:`fleet.core.growth`) of partially running jobs, last.

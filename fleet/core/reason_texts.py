@@ -8,8 +8,9 @@ non-preemptible jobs, :meth:`ReasonTexts.run_figures`).  The wording is a
 function of those figures alone, so the texts are kept on the state, keyed
 by every figure they are worded from, and a cycle words only the reasons
 whose figures moved since some cycle last worded them.  At a deep backlog a
-steady cycle parks nearly every queue's rigid jobs again on the same
-figures; worded afresh, those texts were a twelfth of its work.
+steady cycle parks nearly every queue's rigid jobs again, many on figures
+that have not moved; worded afresh every cycle, the texts were a twelfth of
+its work.
 
 What is kept changes no decision and no text; it is dropped whole when it
 grows past :data:`LIMIT` entries (figures that moved on are not looked up
