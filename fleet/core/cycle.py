@@ -334,9 +334,9 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
     queue = run.state.queues[first.queue]
     if jobs is not queue.pending:
         return None
-    key = sort_key(first)
-    if at > 0 and sort_key(jobs[at - 1]) == key:
+    if _tied(jobs, at):
         return None
+    key = sort_key(first)
     rigid = queue.rigid_jobs
     if at < queue.rigid_head:
         # In the queue's rigid head the two lists are one, up to its end.
@@ -370,10 +370,9 @@ def park_rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int | N
             stop = at + queue.rigid_rank(starts, rank, rank + stop - at) - rank
     if stop == at:
         return at
-    after = sort_key(jobs[stop]) if stop < len(jobs) else None
-    if after is not None and after == sort_key(jobs[stop - 1]):
+    if _tied(jobs, stop):
         return None
-    _park_run(run, first.queue, key, after)
+    _park_run(run, first.queue, key, sort_key(jobs[stop]) if stop < len(jobs) else None)
     return stop
 
 
@@ -398,17 +397,21 @@ def park_rigid_head(run: CycleRun, queue: QueueState, at: int, end: int) -> int 
     first = jobs[at]
     if not run.state.tree.stops_every_rigid(first.queue, queue.rigid_least()):
         return None
-    key = sort_key(first)
-    if at > 0 and sort_key(jobs[at - 1]) == key:
-        return None
     stop = min(end, queue.rigid_head)
-    after = sort_key(jobs[stop]) if stop < len(jobs) else None
-    if after is not None and after == sort_key(jobs[stop - 1]):
+    if _tied(jobs, at) or _tied(jobs, stop):
         return None
-    text = _park_run(run, first.queue, key, after).reason_for(first)
-    if run.state.waiting.reason_of(first) != text:
-        run.decisions.append(Wait(first.key, first.queue, text, run.now))
+    after = sort_key(jobs[stop]) if stop < len(jobs) else None
+    run.report(first, _park_run(run, first.queue, sort_key(first), after).reason_for(first))
     return stop
+
+
+def _tied(jobs: list[Job], i: int) -> bool:
+    """Whether the jobs at ``i - 1`` and ``i`` share a queue order (:func:`sort_key`),
+    so that a parked group's bound between them would be ambiguous."""
+    if i <= 0 or i >= len(jobs):
+        return False
+    a, b = jobs[i - 1], jobs[i]
+    return a.priority == b.priority and a.seq == b.seq
 
 
 def _park_run(

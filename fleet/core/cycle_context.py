@@ -97,6 +97,11 @@ class CycleRun:
     def wait(self, job: Job, reason: str) -> None:
         """``job`` waits for ``reason``; reported unless the last cycle said the same."""
         self.book.single[job.key] = reason
+        self.report(job, reason)
+
+    def report(self, job: Job, reason: str) -> None:
+        """A ``Wait`` for ``job``, unless the last cycle left it the same reason (with
+        parking on: without it, every waiting job is reported every cycle)."""
         if not self.shortcuts.parking or self.state.waiting.reason_of(job) != reason:
             self.decisions.append(Wait(job.key, job.queue, reason, self.now))
 

@@ -147,11 +147,8 @@ class ParkedTail:
         object.__setattr__(self, "block", block)
         object.__setattr__(self, "texts", {} if texts is None else texts)
 
-    def holds(self, job: Job) -> bool:
-        return self.holds_at(job, sort_key(job))
-
-    def holds_at(self, job: Job, key: tuple[int, int]) -> bool:
-        """:meth:`holds` for ``job`` at its queue order ``key`` (``sort_key(job)``)."""
+    def holds(self, job: Job, key: tuple[int, int]) -> bool:
+        """Whether the tail holds ``job``, at its queue order ``key`` (``sort_key(job)``)."""
         if job.opportunistic:
             return False
         return _before(self.after, key) and (self.until is None or _before(key, self.until))
@@ -199,11 +196,8 @@ class ParkedRun:
         object.__setattr__(self, "guaranteed", guaranteed)
         object.__setattr__(self, "texts", {} if texts is None else texts)
 
-    def holds(self, job: Job) -> bool:
-        return self.holds_at(job, sort_key(job))
-
-    def holds_at(self, job: Job, key: tuple[int, int]) -> bool:
-        """:meth:`holds` for ``job`` at its queue order ``key`` (``sort_key(job)``)."""
+    def holds(self, job: Job, key: tuple[int, int]) -> bool:
+        """Whether the run holds ``job``, at its queue order ``key`` (``sort_key(job)``)."""
         return (
             not job.preemptible
             and not job.opportunistic
@@ -257,14 +251,14 @@ class WaitBook:
     def _tail_of(self, job: Job, order: tuple[int, int]) -> ParkedTail | None:
         """The parked tail holding ``job`` (at queue order ``order``), if any."""
         for tail in self.tails.get(job.queue, ()):
-            if tail.holds_at(job, order):
+            if tail.holds(job, order):
                 return tail
         return None
 
     def _run_of(self, job: Job, order: tuple[int, int]) -> ParkedRun | None:
         """The parked run holding ``job`` (at queue order ``order``), if any."""
         for run in self.runs.get(job.queue, ()):
-            if run.holds_at(job, order):
+            if run.holds(job, order):
                 return run
         return None
 
