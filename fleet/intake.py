@@ -4,7 +4,11 @@ Theory of operation: a submission has already been parsed and validated into
 :class:`NewJob` values.  Storing it is one write transaction: a job whose
 ``namespace/name`` exists with the same spec hash is returned as it is (a
 resubmission, not a new job); with another hash the whole submission is
-refused with :class:`NameTaken` and nothing of it is written.  New jobs get a
+refused with :class:`NameTaken` and nothing of it is written.  **Names come
+back**, as ``kubectl delete`` frees a name: a name whose job was cancelled,
+with any spec, or whose job Succeeded or Failed, with another spec, starts a
+new run (a new row and uid); the old run keeps its row and events under its
+uid (:func:`fleet.store.jobs.supersede`).  New jobs get a
 row (state ``Queued``), whose id is their submission order (the core job's
 ``seq``), a uid, and a first event.  Only after the commit is the loop told
 of them, so the loop never sees a job the database does not hold.  A job
@@ -230,13 +234,20 @@ async def _store(
     #: jobs this batch creates: key -> (spec hash, index into ``rows``)
     claimed: dict[str, tuple[str, int]] = {}
     rows: list[dict[str, Any]] = []
+    #: ended runs whose names this batch gives to new runs
+    superseded: list[int] = []
     plans: list[list[tuple[NewJob, job_rows.JobHead | int]] | NameTaken] = []
     for new in submissions:
         taken = [
             n.job.key
             for n in new
-            if (n.job.key in stored and stored[n.job.key].spec_hash != n.spec_hash)
-            or (n.job.key in claimed and claimed[n.job.key][0] != n.spec_hash)
+            if (n.job.key in claimed and claimed[n.job.key][0] != n.spec_hash)
+            or (
+                n.job.key not in claimed
+                and n.job.key in stored
+                and _holds_name(stored[n.job.key], n.spec_hash)
+                and stored[n.job.key].spec_hash != n.spec_hash
+            )
         ]
         if taken:
             plans.append(NameTaken(taken))
@@ -244,15 +255,18 @@ async def _store(
         plan: list[tuple[NewJob, job_rows.JobHead | int]] = []
         for item in new:
             key = item.job.key
-            if key in stored:
-                plan.append((item, stored[key]))
-            elif key in claimed:
+            if key in claimed:
                 plan.append((item, -1 - claimed[key][1]))  # created earlier in this batch
+            elif key in stored and _holds_name(stored[key], item.spec_hash):
+                plan.append((item, stored[key]))
             else:
+                if key in stored:
+                    superseded.append(stored[key].id)
                 claimed[key] = (item.spec_hash, len(rows))
                 plan.append((item, len(rows)))
                 rows.append(_row(item, now))
         plans.append(plan)
+    await job_rows.supersede(session, superseded)
     ids = await job_rows.insert_jobs(session, rows)
     await job_rows.insert_events(
         session,
@@ -290,6 +304,21 @@ async def _store(
                 accepted.append(Accepted(head, created=False))
         out.append(accepted)
     return out
+
+
+def _holds_name(head: job_rows.JobHead, spec_hash: str) -> bool:
+    """Whether the stored run ``head`` answers a submission of its name with
+    ``spec_hash`` (same spec: unchanged; another: 409) rather than giving the name
+    to a new run: a live job always does, a cancelled one never, one that
+    Succeeded or Failed only for the same spec."""
+    if head.state == JobState.CANCELLED.value:
+        return False
+    if head.state in _ENDED:
+        return head.spec_hash == spec_hash
+    return True
+
+
+_ENDED = frozenset({JobState.SUCCEEDED.value, JobState.FAILED.value})
 
 
 def _row(item: NewJob, now: float) -> dict[str, Any]:

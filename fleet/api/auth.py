@@ -5,7 +5,11 @@ Theory of operation (DESIGN.md "Who may do what"; tokens in :mod:`fleet.api.toke
 * Each route of :mod:`fleet.api.openapi` names the least role it needs
   (:data:`~fleet.api.openapi.Access`): ``open`` (health, the document),
   ``read`` (any valid token), ``team`` (a team or admin token; the handler
-  then checks the job's queue with :func:`require_queues`), ``admin``.
+  then checks the job's namespace with :func:`require_namespaces`), ``admin``.
+* **Namespaces**: a namespace belongs to one leaf of the quota tree in force,
+  and a team token acts (submits, cancels, reads the documents and events of
+  jobs) only in the namespaces its leaves list, whoever submitted the job
+  there (:func:`namespaces_of`, ADR 0008).
 * **No tokens configured**: every caller is the admin
   :data:`~fleet.api.tokens.NO_TOKENS_CALLER` (the settings refuse to bind
   anything but loopback then, and the service says so in its log at start).
@@ -33,6 +37,7 @@ from fleet.api import keys
 from fleet.api.openapi import Access, Handler, Route
 from fleet.api.problems import Problem, ProblemError, problem_response
 from fleet.api.tokens import NO_TOKENS_CALLER, Caller, Role, TokenStore
+from fleet.core.quota import QuotaTree
 
 log = logging.getLogger("fleet.api.auth")
 
@@ -77,16 +82,37 @@ def caller(request: web.Request) -> Caller:
     return found if found is not None else NO_TOKENS_CALLER
 
 
-def require_queues(request: web.Request, queues: Iterable[tuple[str, str]]) -> None:
-    """403 unless the caller may act in every queue of ``(what, queue)`` pairs."""
+def namespaces_of(who: Caller, tree: QuotaTree) -> list[str]:
+    """The namespaces ``who`` acts in under ``tree``: those its leaves list (sorted)."""
+    return sorted(
+        ns
+        for q in who.queues
+        if tree.has_node(q) and tree.is_leaf(q)
+        for ns in tree.namespaces_of(q)
+    )
+
+
+def may_act_in(who: Caller, tree: QuotaTree, namespace: str) -> bool:
+    """Whether ``who`` may submit, cancel and read the documents of jobs in ``namespace``:
+    an admin anywhere, a team token where one of its leaves lists the namespace."""
+    return who.admin or tree.queue_for_namespace(namespace) in who.queues
+
+
+def require_namespaces(
+    request: web.Request, tree: QuotaTree, namespaces: Iterable[tuple[str, str]]
+) -> None:
+    """403 unless the caller may act in every namespace of ``(what, namespace)`` pairs."""
     who = caller(request)
     if who.admin:
         return
-    outside = [(what, q) for what, q in queues if not who.may_act_in(q)]
+    outside = [(what, ns) for what, ns in namespaces if not may_act_in(who, tree, ns)]
     if outside:
-        listed = "; ".join(f"{what} is in queue {q}" for what, q in outside[:10])
+        listed = "; ".join(f"{what} is in namespace {ns}" for what, ns in outside[:10])
+        own = ", ".join(namespaces_of(who, tree)) or "none"
         bound = ", ".join(sorted(who.queues))
-        raise forbidden(f"token {who.name} is bound to {bound}: {listed}")
+        raise forbidden(
+            f"token {who.name} acts only in the namespaces of its queues ({bound}): {own}; {listed}"
+        )
 
 
 _RANK: Final[dict[Access | Role, int]] = {"open": 0, "read": 1, "team": 2, "admin": 3}

@@ -58,6 +58,7 @@ async def whoami(request: web.Request) -> web.Response:
         name=who.name,
         role=who.role,
         queues=sorted(who.queues),
+        namespaces=auth.namespaces_of(who, request.app[keys.SERVICE].tree),
         tokens_required=request.app[keys.TOKENS].configured,
     )
     return schemas.json_response(body)
@@ -236,7 +237,7 @@ async def submitted(request: web.Request) -> web.Response:
         row = await job_rows.by_name(session, namespace, name)
     if row is None:
         raise ProblemError(not_found(f"no job {namespace[:60]}/{name[:60]}"))
-    auth.require_queues(request, [(f"job {namespace}/{name}", row.queue)])
+    auth.require_namespaces(request, svc.tree, [(f"job {namespace}/{name}", row.namespace)])
     documents = [d for d in (row.policy, row.manifest) if d is not None]
     text = yaml.safe_dump_all(documents, sort_keys=False)
     return web.Response(text=text, content_type="application/yaml")

@@ -27,6 +27,11 @@ class WhoAmI(Schema):
     queues: list[str] = Field(
         default_factory=list, description="The leaf queues a team token may submit and cancel in."
     )
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="The namespaces a team token may submit and cancel in: those its "
+        "leaf queues list in the quota tree in force (empty for an admin, who acts anywhere).",
+    )
     tokens_required: bool = Field(
         description="Whether the service checks bearer tokens (false: every caller is admin)."
     )

@@ -180,6 +180,12 @@ ROUTES: Final[tuple[Route, ...]] = (
             Parameter("namespace", "query", "Only jobs of this namespace."),
             Parameter("cluster", "query", "Only jobs placed in this member cluster."),
             Parameter(
+                "uid",
+                "query",
+                "Only the run with this uid, current or earlier (a name submitted again after "
+                "its job was cancelled or ended starts a new run; the list shows current runs).",
+            ),
+            Parameter(
                 "limit",
                 "query",
                 "Jobs per page.",
@@ -200,11 +206,18 @@ ROUTES: Final[tuple[Route, ...]] = (
         "/api/v1/jobs/{namespace}/{name}",
         "Describe a job: state, queue, priority, placement, waiting reason, events",
         "jobs",
-        parameters=JOB_PATH,
+        parameters=(
+            *JOB_PATH,
+            Parameter(
+                "uid",
+                "query",
+                "An earlier run of this name, by its uid (default: the current run).",
+            ),
+        ),
         replies=(
             Reply(200, "The job.", schemas.JobDetail),
             UNAUTHORIZED,
-            _problem(404, "No such job."),
+            _problem(404, "No such job, or no run of it with this uid."),
         ),
     ),
     Route(

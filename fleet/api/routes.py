@@ -82,7 +82,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
         )
     else:
         submitted = await workers.parse(body, tree=svc.tree, clusters=svc.clusters, limits=limits)
-    auth.require_queues(request, [(s.job.key, s.job.queue) for s in submitted])
+    auth.require_namespaces(request, svc.tree, [(s.job.key, s.job.namespace) for s in submitted])
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     audit = auth.audit_values(request)
     try:
@@ -161,6 +161,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         state=state,
         namespace=query.get("namespace"),
         cluster=query.get("cluster"),
+        uid=query.get("uid"),
     )
     limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
@@ -174,13 +175,22 @@ async def list_jobs(request: web.Request) -> web.Response:
     return schemas.json_response(result)
 
 
-async def _job_row(request: web.Request) -> JobRow:
+async def _job_row(request: web.Request, *, runs: bool = False) -> JobRow:
+    """The job the path names: its current run, or with ``runs`` and a ``uid`` query
+    parameter the run of that name with that uid (an earlier one included)."""
     svc = _svc(request)
     namespace, name = request.match_info["namespace"], request.match_info["name"]
+    uid = request.query.get("uid") if runs else None
     async with svc.db.read() as session:
-        row = await job_rows.by_name(session, namespace, name)
+        if uid is None:
+            row = await job_rows.by_name(session, namespace, name)
+        else:
+            row = await job_rows.by_uid(session, uid)
+            if row is not None and (row.namespace, row.name) != (namespace, name):
+                row = None
     if row is None:
-        raise ProblemError(not_found(f"no job {namespace[:60]}/{name[:60]}"))
+        run = "" if uid is None else f" with uid {uid[:40]!r}"
+        raise ProblemError(not_found(f"no job {namespace[:60]}/{name[:60]}{run}"))
     return row
 
 
@@ -206,7 +216,7 @@ def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
 async def get_job(request: web.Request) -> web.Response:
     """``GET /api/v1/jobs/{namespace}/{name}``: state, placement, reason, events."""
     svc = _svc(request)
-    row = await _job_row(request)
+    row = await _job_row(request, runs=True)
     async with svc.db.read() as session:
         events = await job_rows.events_of(session, row.id)
     job = snapshot.job_from_plain(row.record, seq=row.id)
@@ -222,8 +232,10 @@ async def get_job(request: web.Request) -> web.Response:
             if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
             else None
         ),
-        # A team token sees the events of its own queues' jobs only.
-        events=[_event(e) for e in events] if auth.caller(request).may_act_in(row.queue) else [],
+        # A team token sees the events of its own namespaces' jobs only.
+        events=[_event(e) for e in events]
+        if auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
+        else [],
     )
     return schemas.json_response(detail)
 
@@ -232,7 +244,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     """``DELETE /api/v1/jobs/{namespace}/{name}``: cancel (and remove from its member)."""
     svc = _svc(request)
     row = await _job_row(request)
-    auth.require_queues(request, [(f"job {row.namespace}/{row.name}", row.queue)])
+    auth.require_namespaces(request, svc.tree, [(f"job {row.namespace}/{row.name}", row.namespace)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
     await service.cancel(svc, row.id, f"{row.namespace}/{row.name}")

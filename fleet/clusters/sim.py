@@ -18,7 +18,8 @@ ending at the same time end in the order they were created); on a
 Events wait in a queue until :meth:`SimulatedCluster.watch` reads them.  An
 ended job stays in the member, as a finished PyTorchJob stays in Kubernetes,
 until it is deleted, so creating it again with the same uid still does
-nothing.  A simulator can also mark nodes bad or healthy (reported as
+nothing; creating a new run of its name (another uid) replaces it, as Fleet
+frees a name once its job ended.  A simulator can also mark nodes bad or healthy (reported as
 :class:`NodeHealth`; jobs there keep running) and make the member
 unreachable (:class:`ClusterUnavailable` for create and delete; running jobs
 go on).
@@ -138,6 +139,9 @@ class SimulatedCluster:
             raise ValueError(f"job {job.key} is dispatched to {job.cluster}, not to {self._name}")
         run = self._running.get(job.key)
         existing = run.job if run is not None else self._ended.get(job.key)
+        if existing is not None and run is None and existing.uid != job.uid:
+            del self._ended[job.key]  # an ended earlier run of the name: replaced
+            existing = None
         if existing is not None:
             if existing.uid == job.uid:
                 return

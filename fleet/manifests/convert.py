@@ -9,8 +9,8 @@ accepted.
 
 A PyTorchJob becomes a core :class:`~fleet.core.jobs.Job`:
 
-* queue: ``schedulingPolicy.queue`` (must be a leaf), else the leaf owning the
-  job's namespace, else an error;
+* queue: the leaf that lists the job's namespace (a namespace no leaf lists
+  is an error); ``schedulingPolicy.queue``, when given, must name that leaf;
 * priority from the class name (default ``test``); preemptible from the
   ``fleet.io/preemptible`` annotation, else every class but ``crit``;
 * groups Master then Worker with exact per-pod requests;
@@ -161,24 +161,35 @@ def resolve_clusters(
 
 
 def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Problem]) -> str:
+    """The leaf that lists the job's namespace; ``schedulingPolicy.queue``, when
+    given, must name that same leaf (a namespace belongs to one leaf, as Kueue's
+    LocalQueue is namespaced: a job cannot name its way into another team's queue)."""
+    ns = job_doc.namespace
     wanted = job_doc.scheduling_policy.queue
-    if wanted is not None:
-        if tree.has_node(wanted) and tree.is_leaf(wanted):
-            return wanted
-        if tree.has_node(wanted):
-            msg = f"queue {quote(wanted)} is not a leaf of the quota tree; jobs go to leaf queues"
-        else:
-            msg = f"no queue {quote(wanted)} in the quota tree; leaves: {', '.join(tree.leaves())}"
-        problems.append((QUEUE_PATH, msg))
-        return ""
-    owner = tree.queue_for_namespace(job_doc.namespace)
+    owner = tree.queue_for_namespace(ns)
     if owner is None:
-        ns = job_doc.namespace
-        msg = (
-            f"no queue: no leaf of the quota tree owns namespace {quote(ns)}; "
-            f"set {QUEUE_PATH} or add namespace {ns} to a leaf"
+        problems.append(
+            (
+                "metadata.namespace",
+                f"no leaf of the quota tree lists namespace {quote(ns)}; jobs run only in "
+                "namespaces a leaf queue lists (ask an administrator to add it to a leaf)",
+            )
         )
-        problems.append((QUEUE_PATH, msg))
+        return ""
+    if wanted is not None and wanted != owner:
+        if not tree.has_node(wanted):
+            why = f"no queue {quote(wanted)} in the quota tree"
+        elif not tree.is_leaf(wanted):
+            why = f"queue {quote(wanted)} is not a leaf of the quota tree"
+        else:
+            why = f"queue {quote(wanted)} does not list namespace {quote(ns)}"
+        problems.append(
+            (
+                QUEUE_PATH,
+                f"{why}; namespace {quote(ns)} belongs to queue {quote(owner)}: "
+                f"name {quote(owner)} or leave {QUEUE_PATH} out",
+            )
+        )
         return ""
     return owner
 
@@ -321,7 +332,8 @@ def _build(
         priority_class=pclass,
         pinned_cell_id=pinned,
         target=target,
-        queue_from_namespace=job_doc.scheduling_policy.queue is None,
+        # the queue is always the namespace's leaf (an explicit queue must name it)
+        queue_from_namespace=True,
     )
     return job, []
 

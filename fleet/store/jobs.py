@@ -5,6 +5,12 @@ Theory of operation: every function takes a session the caller opened
 transaction can hold a whole submission or a whole scheduling cycle's
 decisions.  Lists are paged by the job's ``id`` (its submission order): the
 ``continue`` token is the last id of the previous page, opaque to clients.
+
+**Runs.**  A name's current run is the row with ``superseded = 0``; when a
+name is submitted again after its job was cancelled (or ended, with another
+spec), the old row is superseded (:func:`supersede`) and a new one takes the
+name.  Reads by name and lists see current runs only; a run's uid finds it
+whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, func, insert, select, update
+from sqlalchemy import Table, Update, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobEventRow, JobRow
@@ -36,6 +42,8 @@ class JobFilter:
     state: str | None = None
     namespace: str | None = None
     cluster: str | None = None
+    #: one run by its uid, current or superseded (the other filters still apply)
+    uid: str | None = None
 
 
 def encode_continue(last_id: int) -> str:
@@ -98,6 +106,7 @@ _HEAD = (
 _HEADS_BY_NAMES = select(*_HEAD).where(
     _JOBS.c.namespace == bindparam("namespace"),
     _JOBS.c.name.in_(bindparam("names", expanding=True)),
+    _JOBS.c.superseded == literal_column("0"),
 )
 _DISPATCH_HEADS = select(*_HEAD, _JOBS.c.manifest).where(
     _JOBS.c.id.in_(bindparam("ids", expanding=True))
@@ -235,10 +244,28 @@ async def last_event_times(
 
 
 async def by_name(session: AsyncSession, namespace: str, name: str) -> JobRow | None:
+    """The current run of ``namespace/name`` (None: the name was never used)."""
     found = await session.execute(
-        select(JobRow).where(JobRow.namespace == namespace, JobRow.name == name)
+        select(JobRow).where(
+            JobRow.namespace == namespace, JobRow.name == name, JobRow.superseded == 0
+        )
     )
     return found.scalar_one_or_none()
+
+
+async def by_uid(session: AsyncSession, uid: str) -> JobRow | None:
+    """The run with ``uid``, current or superseded."""
+    found = await session.execute(select(JobRow).where(JobRow.uid == uid))
+    return found.scalar_one_or_none()
+
+
+async def supersede(session: AsyncSession, ids: Sequence[int]) -> None:
+    """Free the names of the runs ``ids`` (ended jobs): each keeps its row and events,
+    findable by its uid, and the name takes a new run."""
+    if ids:
+        await session.execute(
+            update(_JOBS).where(_JOBS.c.id.in_(ids)).values(superseded=_JOBS.c.id)
+        )
 
 
 async def by_ids(session: AsyncSession, ids: Sequence[int]) -> list[JobRow]:
@@ -261,6 +288,10 @@ async def page(
         query = query.where(JobRow.namespace == where.namespace)
     if where.cluster is not None:
         query = query.where(JobRow.cluster == where.cluster)
+    if where.uid is not None:
+        query = query.where(JobRow.uid == where.uid)
+    else:
+        query = query.where(JobRow.superseded == 0)
     if after is not None:
         query = query.where(JobRow.id > decode_continue(after))
     rows = list((await session.execute(query.order_by(JobRow.id).limit(limit + 1))).scalars())

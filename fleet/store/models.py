@@ -63,7 +63,8 @@ class Base(DeclarativeBase):
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        UniqueConstraint("namespace", "name"),
+        # one current run per name (superseded = 0); earlier runs keep their rows
+        UniqueConstraint("namespace", "name", "superseded"),
         Index(None, "queue", "state"),
     )
 
@@ -87,6 +88,9 @@ class JobRow(Base):
     suspended: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    #: 0 while this row is its name's current run; its own id once the name was
+    #: submitted again (the run stays findable by its uid)
+    superseded: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class JobEventRow(Base):

@@ -72,8 +72,8 @@ async def _me(api: Api) -> dict[str, Any]:
     return found
 
 
-def _may_act(me: Mapping[str, Any], queue: str) -> bool:
-    return me.get("role") == "admin" or queue in me.get("queues", [])
+def _may_act(me: Mapping[str, Any], namespace: str) -> bool:
+    return me.get("role") == "admin" or namespace in me.get("namespaces", [])
 
 
 def _login_redirect(request: web.Request) -> web.HTTPFound:
@@ -426,7 +426,7 @@ async def job(request: web.Request) -> web.Response:
         "events": [{**e, "at": present.short_time(e["time"])} for e in detail.get("events", [])],
         "waited": present.waited(detail.get("submittedAt"), now),
         "submitted": present.short_time(detail.get("submittedAt")),
-        "may_cancel": _may_act(me, detail["queue"]) and detail["state"] not in TERMINAL,
+        "may_cancel": _may_act(me, detail["namespace"]) and detail["state"] not in TERMINAL,
         "short_time": present.short_time,
         "vc_class": present.vc_class,
         "cancel_url": "/ui/jobs/" + path(namespace, name) + "/cancel",

@@ -172,3 +172,151 @@ async def test_an_unknown_token_is_refused_as_invalid(api: Api) -> None:
     resp = await api.client.get("/api/v1/queues", headers={"Authorization": "Basic dXNlcg=="})
     assert resp.status == 401
     assert 'error="invalid_request"' in resp.headers["WWW-Authenticate"]
+
+
+# Namespaces ---------------------------------------------------------------------------
+#
+# A namespace belongs to one leaf (team-tree.yaml: team-a lists team-a and default,
+# team-b lists team-b, kube-system is listed by no leaf).  A team token acts only in
+# its leaves' namespaces, on any job there, whoever submitted it.
+
+NAMESPACE_CALLERS = ("admin", "team-a", "team-b")
+
+
+@dataclass(frozen=True)
+class NamespaceCase:
+    id: str
+    namespace: str
+    #: ``schedulingPolicy.queue`` of the submitted job (None: left out)
+    queue: str | None
+    #: caller -> status of a submission
+    submit: dict[str, int]
+    #: caller -> status of cancelling (and of reading the documents of) a job an
+    #: admin submitted there; None when no job can be there
+    cancel: dict[str, int] | None
+
+
+NAMESPACE_CASES = [
+    NamespaceCase(
+        "own-namespace",
+        "team-a",
+        None,
+        {"admin": 201, "team-a": 201, "team-b": 403},
+        {"admin": 202, "team-a": 202, "team-b": 403},
+    ),
+    NamespaceCase(
+        "own-second-namespace",
+        "default",
+        None,
+        {"admin": 201, "team-a": 201, "team-b": 403},
+        {"admin": 202, "team-a": 202, "team-b": 403},
+    ),
+    NamespaceCase(
+        "own-queue-named",
+        "team-a",
+        "team-a",
+        {"admin": 201, "team-a": 201, "team-b": 403},
+        None,
+    ),
+    NamespaceCase(
+        "another-teams-namespace",
+        "team-b",
+        None,
+        {"admin": 201, "team-a": 403, "team-b": 201},
+        {"admin": 202, "team-a": 403, "team-b": 202},
+    ),
+    # The attack: naming one's own leaf to put a job into another team's namespace.
+    NamespaceCase(
+        "another-teams-namespace-own-queue-named",
+        "team-b",
+        "team-a",
+        dict.fromkeys(NAMESPACE_CALLERS, 422),
+        None,
+    ),
+    NamespaceCase(
+        "a-namespace-no-leaf-lists",
+        "kube-system",
+        None,
+        dict.fromkeys(NAMESPACE_CALLERS, 422),
+        None,
+    ),
+    NamespaceCase(
+        "a-namespace-no-leaf-lists-own-queue-named",
+        "kube-system",
+        "team-a",
+        dict.fromkeys(NAMESPACE_CALLERS, 422),
+        None,
+    ),
+]
+
+
+def test_the_namespace_cases_are_unique() -> None:
+    assert len({c.id for c in NAMESPACE_CASES}) == len(NAMESPACE_CASES)
+
+
+async def test_a_team_acts_only_in_its_own_namespaces_on_any_job_there(api: Api) -> None:
+    """Route × caller × namespace: submit, cancel and read the submitted documents."""
+    for case in NAMESPACE_CASES:
+        if case.cancel is not None:
+            for caller in NAMESPACE_CALLERS:  # submitted by the admin, acted on by caller
+                job = pytorchjob(f"{case.id}-by-admin-{caller}", namespace=case.namespace)
+                await api.call("POST", "/api/v1/submissions", data=job, headers=YAML, status=201)
+    await api.settle()
+    seen: dict[tuple[str, str, str], int] = {}
+    expected: dict[tuple[str, str, str], int] = {}
+    for case in NAMESPACE_CASES:
+        for caller in NAMESPACE_CALLERS:
+            name = f"{case.id}-{caller}"
+            job = pytorchjob(name, namespace=case.namespace, queue=case.queue)
+            resp = await api.client.post(
+                "/api/v1/submissions", data=job, headers={**YAML, **headers(caller)}
+            )
+            seen[case.id, caller, "submit"] = resp.status
+            expected[case.id, caller, "submit"] = case.submit[caller]
+            if resp.status == 422:
+                body = await resp.json()
+                paths = {e["path"] for e in body["errors"]}
+                wanted = "metadata.namespace" if case.namespace == "kube-system" else None
+                assert paths == {wanted or "spec.runPolicy.schedulingPolicy.queue"}, body
+            if resp.status == 403:
+                detail = (await resp.json())["detail"]
+                assert f"is in namespace {case.namespace}" in detail, detail
+            if case.cancel is None:
+                continue
+            path = f"/api/v1/jobs/{case.namespace}/{case.id}-by-admin-{caller}"
+            resp = await api.client.get(path + "/submitted", headers=headers(caller))
+            seen[case.id, caller, "documents"] = resp.status
+            expected[case.id, caller, "documents"] = 200 if case.cancel[caller] == 202 else 403
+            resp = await api.client.get(path, headers=headers(caller))
+            events = (await resp.json())["events"]
+            seen[case.id, caller, "sees events"] = int(bool(events))
+            expected[case.id, caller, "sees events"] = int(case.cancel[caller] == 202)
+            resp = await api.client.delete(path, headers=headers(caller))
+            seen[case.id, caller, "cancel"] = resp.status
+            expected[case.id, caller, "cancel"] = case.cancel[caller]
+    assert seen == expected
+
+
+async def test_a_team_follows_its_namespaces_when_the_tree_moves_them(api: Api) -> None:
+    """The rule reads the tree in force: a namespace moved to team-b's leaf is team-b's."""
+    await api.call(
+        "POST", "/api/v1/submissions", data=pytorchjob("moving"), headers=YAML, status=201
+    )
+    await api.settle()  # running: its leaf stays, its namespace moves
+    await api.call(
+        "PATCH",
+        "/api/v1/quota-tree/nodes/team-a",
+        json={"namespaces": ["default"]},
+        status=200,
+    )
+    await api.call(
+        "PATCH",
+        "/api/v1/quota-tree/nodes/team-b",
+        json={"namespaces": ["team-b", "team-a"]},
+        status=200,
+    )
+    await api.settle()
+    await api.call("DELETE", "/api/v1/jobs/team-a/moving", "team-a", status=403)
+    await api.call("DELETE", "/api/v1/jobs/team-a/moving", "team-b", status=202)
+    who = await api.call("GET", "/api/v1/whoami", "team-b", status=200)
+    assert who["namespaces"] == ["team-a", "team-b"]

@@ -106,7 +106,7 @@ async def test_every_write_is_audited_with_its_caller_and_outcome(api: Api) -> N
         ("ci-b", "submission", "POST", 403),
         ("ci-a", "submission", "POST", 201),
     ]
-    assert "bound to team-b" in log["items"][3]["detail"]
+    assert "acts only in the namespaces of its queues (team-b)" in log["items"][3]["detail"]
     only = await api.call("GET", "/api/v1/audit?actor=ci-b", status=200)
     assert [r["kind"] for r in only["items"]] == ["quota-tree", "submission"]
     kind = await api.call("GET", "/api/v1/audit?kind=submission&limit=1", status=200)

@@ -55,8 +55,13 @@ async def submit(client: Client, clock: VirtualClock, file: str) -> None:
     await settle(client, clock, INTERVAL)
 
 
+#: the lab's jobs by name: vc1's live in namespace lab-vc1, default's in lab
+VC1_JOBS = frozenset({"vc1-0", "vc1-1", "vc1-2", "low", "high", "prod", "oppo"})
+
+
 async def job(client: Client, name: str) -> dict[str, Any]:
-    resp = await client.get(f"/api/v1/jobs/lab/{name}")
+    namespace = "lab-vc1" if name in VC1_JOBS else "lab"
+    resp = await client.get(f"/api/v1/jobs/{namespace}/{name}")
     body: dict[str, Any] = await resp.json()
     assert resp.status == 200, body
     return body
@@ -89,7 +94,7 @@ async def test_vc_safety_vc1_never_runs_guaranteed_work_on_defaults_node(
     # The idle default VC's machine is only borrowed, never vc1's guaranteed work.
     assert (second["state"], second["mode"], nodes(second)) == ("Running", "borrowed", [CAROL])
     assert third["state"] == "Queued" and third["placement"] == []
-    assert list(await pending(client, "vc1")) == ["lab/vc1-2"]
+    assert list(await pending(client, "vc1")) == ["lab-vc1/vc1-2"]
     # default wants its machine back: the borrowed job goes, default's job starts there.
     await submit(client, clock, "vc-safety-2-default-job.yaml")
     taken = await job(client, "default-0")
@@ -101,7 +106,7 @@ async def test_vc_safety_vc1_never_runs_guaranteed_work_on_defaults_node(
     first = await job(client, "vc1-0")
     assert (first["state"], nodes(first)) == ("Running", [DAN])
     assert "Preempted" not in reasons(first)
-    assert list(await pending(client, "vc1")) == ["lab/vc1-1", "lab/vc1-2"]
+    assert list(await pending(client, "vc1")) == ["lab-vc1/vc1-1", "lab-vc1/vc1-2"]
 
 
 async def test_vc_safety_with_a_hard_share_vc1_jobs_queue_instead(
@@ -112,9 +117,9 @@ async def test_vc_safety_with_a_hard_share_vc1_jobs_queue_instead(
     first = await job(client, "vc1-0")
     assert (first["state"], first["mode"], nodes(first)) == ("Running", "guaranteed", [DAN])
     waiting = await pending(client, "vc1")
-    assert list(waiting) == ["lab/vc1-1", "lab/vc1-2"]
-    assert "vc1" in waiting["lab/vc1-1"] and "max" in waiting["lab/vc1-1"]
-    assert (await job(client, "vc1-1"))["reason"] == waiting["lab/vc1-1"]
+    assert list(waiting) == ["lab-vc1/vc1-1", "lab-vc1/vc1-2"]
+    assert "vc1" in waiting["lab-vc1/vc1-1"] and "max" in waiting["lab-vc1/vc1-1"]
+    assert (await job(client, "vc1-1"))["reason"] == waiting["lab-vc1/vc1-1"]
 
 
 async def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes(
@@ -130,7 +135,7 @@ async def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes
     low = await job(client, "low")
     assert low["state"] == "Queued" and low["placement"] == []
     assert reasons(low) == ["Queued", "Admitted", "Dispatched", "Running", "Preempted", "Queued"]
-    assert list(await pending(client, "vc1")) == ["lab/low"]
+    assert list(await pending(client, "vc1")) == ["lab-vc1/low"]
     # high runs for 10 minutes (fleet.io/simulated-duration); then low runs on dan again.
     await settle(client, clock, 600 + 2 * INTERVAL)
     assert (await job(client, "high"))["state"] == "Succeeded"

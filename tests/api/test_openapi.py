@@ -155,7 +155,7 @@ def test_the_submission_route_reads_yaml_and_lists_its_problems(
 def test_the_job_list_parameters(document: dict[str, Any]) -> None:
     op = document["paths"]["/api/v1/jobs"]["get"]
     params = {p["name"]: p for p in op["parameters"]}
-    assert set(params) == {"queue", "state", "namespace", "cluster", "limit", "continue"}
+    assert set(params) == {"queue", "state", "namespace", "cluster", "uid", "limit", "continue"}
     assert params["state"]["schema"]["enum"] == [state.value for state in JobState]
     assert params["limit"]["schema"] == {
         "type": "integer",

@@ -154,7 +154,7 @@ async def test_the_api_reads_submissions_in_its_workers(
     assert resp.status == 422 and resp.content_type == "application/problem+json"
     errors = (await resp.json())["errors"]
     assert [(e["name"], e["path"]) for e in errors] == [
-        ("nobody/b", "spec.runPolicy.schedulingPolicy.queue")  # no queue for its namespace
+        ("nobody/b", "metadata.namespace")  # no queue for its namespace
     ]
     assert (await client.get("/api/v1/jobs/nobody/b")).status == 404  # nothing stored
     workers = client.app[keys.PARSE_WORKERS]

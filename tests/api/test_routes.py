@@ -164,6 +164,70 @@ async def test_cancelling_a_running_job_stops_it_in_its_member(
     await problem(await client.get("/api/v1/jobs/team-a/nobody"), 404)
 
 
+async def submit(client: Client, text: str, status: int) -> dict[str, Any]:
+    body: dict[str, Any] = await ok(
+        await client.post("/api/v1/submissions", data=text, headers=YAML), status
+    )
+    return body
+
+
+@pytest.mark.parametrize(
+    ("ended", "again", "status", "new_run"),
+    [
+        pytest.param("Cancelled", "same", 201, True, id="cancelled-same-spec"),
+        pytest.param("Cancelled", "other", 201, True, id="cancelled-other-spec"),
+        pytest.param("Succeeded", "other", 201, True, id="succeeded-other-spec"),
+        pytest.param("Failed", "other", 201, True, id="failed-other-spec"),
+        pytest.param("Succeeded", "same", 200, False, id="succeeded-same-spec"),
+        pytest.param("Running", "same", 200, False, id="live-same-spec"),
+        pytest.param("Running", "other", 409, False, id="live-other-spec"),
+    ],
+)
+async def test_a_name_comes_back_once_its_job_is_deleted_or_ended(
+    api: tuple[Client, VirtualClock], ended: str, again: str, status: int, new_run: bool
+) -> None:
+    """As ``kubectl delete`` frees a name: a cancelled job's name takes any spec as a new
+    run, an ended job's another spec; the old run stays findable by its uid."""
+    client, clock = api
+    outcome = "Failed" if ended == "Failed" else None
+    duration = "1h" if ended in ("Cancelled", "Running") else "1m"
+    first = pytorchjob("again", duration=duration, outcome=outcome)
+    old = (await submit(client, first, 201))["jobs"][0]
+    await settle(client, clock)
+    if ended == "Cancelled":
+        await ok(await client.delete("/api/v1/jobs/team-a/again"), 202)
+    await settle(client, clock, 0 if ended in ("Cancelled", "Running") else 120)
+    assert (await ok(await client.get("/api/v1/jobs/team-a/again")))["state"] == ended
+    text = first if again == "same" else pytorchjob("again", duration="2h", gpus=2)
+    if status == 409:
+        await problem(await client.post("/api/v1/submissions", data=text, headers=YAML), status)
+        return
+    (answer,) = (await submit(client, text, status))["jobs"]
+    assert (answer["uid"] != old["uid"]) is new_run
+    current = await ok(await client.get("/api/v1/jobs/team-a/again"))
+    assert current["uid"] == answer["uid"]
+    assert current["state"] == ("Queued" if new_run else ended)
+    listed = await ok(await client.get("/api/v1/jobs?namespace=team-a"))
+    assert [j["uid"] for j in listed["items"]] == [answer["uid"]]  # current runs only
+    if not new_run:
+        return
+    await settle(client, clock)
+    now = await ok(await client.get("/api/v1/jobs/team-a/again"))
+    assert now["state"] == "Running", (now["reason"], now["events"])
+    earlier = await ok(await client.get(f"/api/v1/jobs?uid={old['uid']}"))
+    assert [(j["uid"], j["state"]) for j in earlier["items"]] == [(old["uid"], ended)]
+    run = await ok(await client.get(f"/api/v1/jobs/team-a/again?uid={old['uid']}"))
+    assert run["state"] == ended and run["events"][0]["reason"] == "Queued"
+    assert run["events"][-1]["reason"] == ended
+    await problem(await client.get("/api/v1/jobs/team-a/other?uid=" + old["uid"]), 404)
+    # the new run is the one a cancel reaches
+    await ok(await client.delete("/api/v1/jobs/team-a/again"), 202)
+    await settle(client, clock)
+    assert (await ok(await client.get(f"/api/v1/jobs?uid={old['uid']}")))["items"][0][
+        "state"
+    ] == ended
+
+
 async def test_queues_show_usage_and_pending_jobs_in_order_with_reasons(
     api: tuple[Client, VirtualClock],
 ) -> None:

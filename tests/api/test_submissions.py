@@ -324,8 +324,8 @@ def test_a_job_that_no_policy_selects_is_a_field_error() -> None:
 
 def test_a_namespace_owned_by_no_queue_is_a_field_error() -> None:
     error = only_error(make_policy(namespace="nobody"), make_job(namespace="nobody"))
-    assert error["path"] == "spec.runPolicy.schedulingPolicy.queue"
-    assert "no leaf of the quota tree owns namespace 'nobody'" in error["message"]
+    assert error["path"] == "metadata.namespace"
+    assert "no leaf of the quota tree lists namespace 'nobody'" in error["message"]
 
 
 def test_a_gpu_type_no_cluster_has_is_a_field_error() -> None:

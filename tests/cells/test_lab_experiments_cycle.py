@@ -33,7 +33,8 @@ def tree_yaml(vc1_max: int = 1, one_vc: bool = False) -> str:
     if one_vc:
         leaves = leaf("default", 2, 2, ", namespaces: [lab]")
     else:
-        leaves = leaf("default", 1, 2, ", namespaces: [lab]") + "\n" + leaf("vc1", 1, vc1_max)
+        vc1 = leaf("vc1", 1, vc1_max, ", namespaces: [lab-vc1]")
+        leaves = leaf("default", 1, 2, ", namespaces: [lab]") + "\n" + vc1
     return f"""\
 apiVersion: scheduling.sigs.k8s.io/v1beta1
 kind: ElasticQuotaTree
@@ -52,7 +53,7 @@ def job_yaml(name: str, queue: str, priority: str = "test", workers: int = 1) ->
     return f"""\
 apiVersion: kubeflow.org/v1
 kind: PyTorchJob
-metadata: {{name: {name}, namespace: lab}}
+metadata: {{name: {name}, namespace: {"lab-vc1" if queue == "vc1" else "lab"}}}
 spec:
   runPolicy:
     schedulingPolicy: {{queue: {queue}, priorityClass: {priority}}}
@@ -118,16 +119,16 @@ def test_vc_safety_vc1_never_runs_guaranteed_work_on_defaults_node() -> None:
     lab = Lab("lab-1.yaml", tree_yaml(vc1_max=2))
     lab.submit(*(job_yaml(f"vc1-{i}", "vc1") for i in range(3)))
     decisions = lab.cycle()
-    assert started(decisions) == ["lab/vc1-0", "lab/vc1-1"]
-    first, second = lab.state.running["lab/vc1-0"], lab.state.running["lab/vc1-1"]
-    assert (first.mode, lab.nodes_of("lab/vc1-0")) == (Mode.GUARANTEED, [DAN])
+    assert started(decisions) == ["lab-vc1/vc1-0", "lab-vc1/vc1-1"]
+    first, second = lab.state.running["lab-vc1/vc1-0"], lab.state.running["lab-vc1/vc1-1"]
+    assert (first.mode, lab.nodes_of("lab-vc1/vc1-0")) == (Mode.GUARANTEED, [DAN])
     # The idle default VC's machine is only borrowed, never vc1's guaranteed work.
-    assert (second.mode, lab.nodes_of("lab/vc1-1")) == (Mode.BORROWED, [CAROL])
+    assert (second.mode, lab.nodes_of("lab-vc1/vc1-1")) == (Mode.BORROWED, [CAROL])
     assert "vc1" in {d.queue for d in decisions if isinstance(d, Wait)}
     # default wants its machine back: the borrowed job goes, default's job starts there.
     lab.submit(job_yaml("default-0", "default"))
     decisions = lab.cycle()
-    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab/vc1-1"]
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab-vc1/vc1-1"]
     assert lab.nodes_of("lab/default-0") == [CAROL]
     assert lab.state.running["lab/default-0"].mode is Mode.GUARANTEED
 
@@ -136,10 +137,10 @@ def test_vc_safety_with_a_hard_share_vc1_jobs_queue_instead() -> None:
     lab = Lab("lab-1.yaml", tree_yaml(vc1_max=1))
     lab.submit(*(job_yaml(f"vc1-{i}", "vc1") for i in range(3)))
     decisions = lab.cycle()
-    assert started(decisions) == ["lab/vc1-0"]
-    assert lab.nodes_of("lab/vc1-0") == [DAN]
+    assert started(decisions) == ["lab-vc1/vc1-0"]
+    assert lab.nodes_of("lab-vc1/vc1-0") == [DAN]
     reasons = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
-    assert "vc1" in reasons["lab/vc1-1"] and "max" in reasons["lab/vc1-1"]
+    assert "vc1" in reasons["lab-vc1/vc1-1"] and "max" in reasons["lab-vc1/vc1-1"]
 
 
 def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes() -> None:
@@ -148,12 +149,12 @@ def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes() -> 
     lab.cycle()
     lab.submit(job_yaml("high", "vc1", "prod"))
     decisions = lab.cycle()
-    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab/low"]
-    assert started(decisions) == ["lab/high"] and lab.nodes_of("lab/high") == [DAN]
-    assert "lab/low" in {d.job for d in lab.cycle() if isinstance(d, Wait)}
-    finish(lab.state, "lab/high")
-    assert started(lab.cycle()) == ["lab/low"]
-    assert lab.nodes_of("lab/low") == [DAN]
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab-vc1/low"]
+    assert started(decisions) == ["lab-vc1/high"] and lab.nodes_of("lab-vc1/high") == [DAN]
+    assert "lab-vc1/low" in {d.job for d in lab.cycle() if isinstance(d, Wait)}
+    finish(lab.state, "lab-vc1/high")
+    assert started(lab.cycle()) == ["lab-vc1/low"]
+    assert lab.nodes_of("lab-vc1/low") == [DAN]
 
 
 def test_opportunistic_job_uses_idle_default_cells_and_yields_to_default() -> None:
@@ -162,12 +163,12 @@ def test_opportunistic_job_uses_idle_default_cells_and_yields_to_default() -> No
     lab.cycle()
     lab.submit(job_yaml("oppo", "vc1", "oppo"))
     decisions = lab.cycle()
-    assert started(decisions) == ["lab/oppo"]
-    assert lab.state.running["lab/oppo"].mode is Mode.OPPORTUNISTIC
-    assert lab.nodes_of("lab/oppo") == [CAROL]  # it did not wait for the prod job
+    assert started(decisions) == ["lab-vc1/oppo"]
+    assert lab.state.running["lab-vc1/oppo"].mode is Mode.OPPORTUNISTIC
+    assert lab.nodes_of("lab-vc1/oppo") == [CAROL]  # it did not wait for the prod job
     lab.submit(job_yaml("default-test", "default", "test"))
     decisions = lab.cycle()
-    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab/oppo"]
+    assert [d.job for d in decisions if isinstance(d, Preempt)] == ["lab-vc1/oppo"]
     assert lab.nodes_of("lab/default-test") == [CAROL]
 
 

@@ -155,7 +155,7 @@ def test_bad_job_file_is_an_error_with_its_path(
 ) -> None:
     assert main(plan_args(tmp_path, pytorchjob("fits", "ns-unknown", 1, 2))) == 1
     err = capsys.readouterr().err
-    assert "spec.runPolicy.schedulingPolicy.queue" in err and "ns-unknown" in err
+    assert "metadata.namespace" in err and "ns-unknown" in err
 
 
 def test_the_shipped_examples_plan(capsys: pytest.CaptureFixture[str]) -> None:

@@ -248,17 +248,28 @@ async def test_creating_again_with_the_same_uid_does_nothing(member: Member) -> 
     assert await member.seen() == [started("t/a", 0), finished("t/a", 10)]
 
 
-async def test_the_same_key_with_another_uid_conflicts_while_the_job_is_there(
+async def test_the_same_key_with_another_uid_conflicts_while_the_job_runs(
     member: Member,
 ) -> None:
     await member.cluster.create(dispatched("t/a", duration="10s"))
     other = dispatched("t/a", duration="10s", uid="uid-2")
     with pytest.raises(ClusterConflict, match="t/a exists with uid uid-1, not uid-2"):
         await member.cluster.create(other)
+    assert await member.seen() == [started("t/a", 0)]
+
+
+async def test_a_new_run_of_the_name_replaces_an_ended_one(member: Member) -> None:
+    """Fleet frees a name once its job ended: the new run's copy replaces the old."""
+    await member.cluster.create(dispatched("t/a", duration="10s"))
     await member.clock.advance(10)
-    with pytest.raises(ClusterConflict):
-        await member.cluster.create(other)
-    assert await member.seen() == [started("t/a", 0), finished("t/a", 10)]
+    await member.cluster.create(dispatched("t/a", duration="10s", uid="uid-2"))
+    await member.clock.advance(10)
+    assert await member.seen() == [
+        started("t/a", 0),
+        finished("t/a", 10),
+        started("t/a", 10, uid="uid-2"),
+        finished("t/a", 20, uid="uid-2"),
+    ]
 
 
 @pytest.mark.parametrize(

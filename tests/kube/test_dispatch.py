@@ -112,6 +112,29 @@ def test_a_failed_pytorchjob_fails_the_job_with_the_members_reason(
     assert fleet.clusters_view()[job["cluster"]]["gpus"]["used"] == 0
 
 
+def test_a_new_run_of_an_ended_jobs_name_replaces_its_pytorchjob_in_the_member(
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+) -> None:
+    """A name comes back once its job ended: the ended copy makes way for the new run's."""
+    fleet: Fleet = fleet_factory()
+    fleet.submit(submission("again", workers=1, gpus=1, clusters=["alpha"]))
+    first = fleet.wait_state("again", "Running")
+    object_name = member_object_name(f"{NAMESPACE}/again")
+    operators["alpha"].finish(NAMESPACE, object_name, succeeded=False)
+    fleet.wait_state("again", "Failed")
+    answer = fleet.submit(submission("again", workers=2, gpus=1, clusters=["alpha"]))
+    second = answer["jobs"][0]["uid"]
+    assert second != first["uid"]
+    running = fleet.wait_state("again", "Running")
+    assert running["uid"] == second and running["cluster"] == "alpha"
+
+    def replaced() -> bool:
+        found = [j for j in pytorchjobs(members["alpha"]) if j["metadata"]["name"] == object_name]
+        return [j["metadata"]["labels"]["fleet.io/job-uid"] for j in found] == [second]
+
+    wait_for(replaced, "the new run's PyTorchJob in place of the ended one")
+
+
 def test_priority_preemption_deletes_the_victim_in_its_member_before_the_preemptor_runs(
     fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
 ) -> None:

@@ -105,8 +105,8 @@ def test_jobs_with_quota_report_routing_errors(
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert (
-        "document 0 (PyTorchJob orphan/train): spec.runPolicy.schedulingPolicy.queue: no queue"
-        in err
+        "document 0 (PyTorchJob orphan/train): metadata.namespace: no leaf of the quota tree "
+        "lists namespace 'orphan'" in err
     )
 
 

@@ -54,39 +54,63 @@ def error_of(tree: QuotaTree, doc: dict[str, Any], **kw: Any) -> tuple[str, str]
 @pytest.mark.parametrize(
     ("doc", "queue"),
     [
-        pytest.param(make_job(queue="team-b"), "team-b", id="named-leaf"),
+        pytest.param(make_job(namespace="b", queue="team-b"), "team-b", id="named-own-leaf"),
         pytest.param(make_job(namespace="b"), "team-b", id="namespace-owner"),
         pytest.param(make_job(namespace=None), "team-a", id="default-namespace"),
-        pytest.param(make_job(namespace="b", queue="team-a"), "team-a", id="name-beats-namespace"),
     ],
 )
 def test_queue_routing(tree: QuotaTree, doc: dict[str, Any], queue: str) -> None:
     assert convert_one(tree, doc).queue == queue
 
 
+QUEUE = "spec.runPolicy.schedulingPolicy.queue"
+
+
 @pytest.mark.parametrize(
-    ("doc", "message"),
+    ("doc", "path", "message"),
     [
         pytest.param(
+            make_job(namespace="b", queue="team-a"),
+            QUEUE,
+            "queue 'team-a' does not list namespace 'b'; namespace 'b' belongs to queue "
+            f"'team-b': name 'team-b' or leave {QUEUE} out",
+            id="another-teams-leaf",
+        ),
+        pytest.param(
             make_job(queue="research"),
-            "queue 'research' is not a leaf of the quota tree; jobs go to leaf queues",
+            QUEUE,
+            "queue 'research' is not a leaf of the quota tree; namespace 'default' belongs to "
+            f"queue 'team-a': name 'team-a' or leave {QUEUE} out",
             id="inner-node",
         ),
         pytest.param(
             make_job(queue="nope"),
-            "no queue 'nope' in the quota tree; leaves: team-a, team-b",
+            QUEUE,
+            "no queue 'nope' in the quota tree; namespace 'default' belongs to queue 'team-a': "
+            f"name 'team-a' or leave {QUEUE} out",
             id="unknown",
         ),
         pytest.param(
             make_job(namespace="orphan"),
-            "no queue: no leaf of the quota tree owns namespace 'orphan'; set "
-            "spec.runPolicy.schedulingPolicy.queue or add namespace orphan to a leaf",
+            "metadata.namespace",
+            "no leaf of the quota tree lists namespace 'orphan'; jobs run only in namespaces "
+            "a leaf queue lists (ask an administrator to add it to a leaf)",
             id="no-owner",
+        ),
+        pytest.param(
+            make_job(namespace="kube-system", queue="team-a"),
+            "metadata.namespace",
+            "no leaf of the quota tree lists namespace 'kube-system'; jobs run only in "
+            "namespaces a leaf queue lists (ask an administrator to add it to a leaf)",
+            id="no-owner-with-a-queue",
         ),
     ],
 )
-def test_queue_routing_errors(tree: QuotaTree, doc: dict[str, Any], message: str) -> None:
-    assert error_of(tree, doc) == ("spec.runPolicy.schedulingPolicy.queue", message)
+def test_queue_routing_errors(
+    tree: QuotaTree, doc: dict[str, Any], path: str, message: str
+) -> None:
+    """A namespace belongs to one leaf: a job cannot name its way into another queue."""
+    assert error_of(tree, doc) == (path, message)
 
 
 # Priority and preemption ---------------------------------------------------------------
@@ -351,7 +375,7 @@ def test_load_submission_is_all_or_nothing(tree: QuotaTree) -> None:
         convert.load_submission(text, tree)
     assert [(i.document, i.path) for i in e.value.issues] == [
         (1, "spec.pytorchReplicaSpecs.Worker.replicas"),
-        (2, "spec.runPolicy.schedulingPolicy.queue"),
+        (2, "metadata.namespace"),
         (3, "metadata.name"),
         (4, "kind"),
     ]
@@ -426,9 +450,11 @@ def test_elastic_job_without_max_replicas_does_not_grow(tree: QuotaTree) -> None
     assert (job.size, job.start_size) == (3, 3)
 
 
-def test_a_queue_from_the_namespace_is_remembered(tree: QuotaTree) -> None:
+def test_a_queue_follows_the_namespace_even_when_named(tree: QuotaTree) -> None:
+    """A named queue is the namespace's leaf, so the job follows its namespace when
+    the tree changes, as a job without one does."""
     assert convert_one(tree, make_job(namespace="b")).queue_from_namespace is True
-    assert convert_one(tree, make_job(queue="team-b")).queue_from_namespace is False
+    assert convert_one(tree, make_job(namespace="b", queue="team-b")).queue_from_namespace
 
 
 def pinned_cluster() -> list[models.MemberClusterModel]:
@@ -445,7 +471,7 @@ def test_a_pinned_cell_annotation_pins_the_job(tree: QuotaTree) -> None:
 
 
 def test_a_pinned_cell_of_another_queue_is_refused(tree: QuotaTree) -> None:
-    doc = make_job(queue="team-b", annotations={"fleet.io/pinned-cell-id": "pin-1"})
+    doc = make_job(namespace="b", queue="team-b", annotations={"fleet.io/pinned-cell-id": "pin-1"})
     path, message = error_of(tree, doc, clusters=pinned_cluster())
     assert path == "metadata.annotations.fleet.io/pinned-cell-id"
     assert "not pinned to virtual cluster 'team-b'" in message

@@ -35,7 +35,14 @@ def job(
     """A lab job of ``gpus`` 1-GPU workers that runs ``run`` and declares ``expected``."""
     docs = list(
         yaml.safe_load_all(
-            pytorchjob(name, namespace="lab", workers=gpus, gpus=1, duration=run, queue=queue)
+            pytorchjob(
+                name,
+                namespace="lab-vc1" if queue == "vc1" else "lab",
+                workers=gpus,
+                gpus=1,
+                duration=run,
+                queue=queue,
+            )
         )
     )
     if expected is not None:
@@ -204,7 +211,7 @@ async def test_a_dry_run_of_a_tree_that_lets_vc1_borrow_starts_its_job_sooner(
     assert resp.status == 200, await resp.text()
     body = await resp.json()
     (change,) = body["jobs"]
-    assert change["job"] == "lab/vc1-1" and change["change"] == "sooner"
+    assert change["job"] == "lab-vc1/vc1-1" and change["change"] == "sooner"
     assert datetime.datetime.fromisoformat(change["current"]).timestamp() == T0 + 3600
     assert datetime.datetime.fromisoformat(change["proposed"]).timestamp() == T0
     assert body["queues"] == [
@@ -231,7 +238,7 @@ async def test_a_dry_run_refuses_what_it_cannot_simulate(
     without_vc1 = (POLICIES / "lab" / "quota-one-vc.yaml").read_text(encoding="utf-8")
     resp = await client.post("/api/v1/quota-tree?dryRun=Simulate", data=without_vc1, headers=YAML)
     assert resp.status == 422
-    assert "no leaf for the queue of job(s) lab/vc1-0 (vc1)" in (await resp.json())["detail"]
+    assert "no leaf for the queue of job(s) lab-vc1/vc1-0 (vc1)" in (await resp.json())["detail"]
     resp = await client.post(
         "/api/v1/quota-tree?dryRun=Simulate&horizon=5", data=tree, headers=YAML
     )

@@ -33,26 +33,26 @@ SETUPS = {
 #: (trace, policy) -> job -> (first start, end, preemptions, mode of the last run)
 EXPECTED: dict[tuple[str, str], dict[str, tuple[float, float, int, str]]] = {
     ("lab-vc-safety", "fleet"): {
-        "lab/vc1-0": (0, H, 0, "guaranteed"),
-        "lab/vc1-1": (0, 2 * H, 1, "guaranteed"),  # borrowed, reclaimed at 10m, again at 1h
-        "lab/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
+        "lab-vc1/vc1-0": (0, H, 0, "guaranteed"),
+        "lab-vc1/vc1-1": (0, 2 * H, 1, "guaranteed"),  # borrowed, reclaimed at 10m, again at 1h
+        "lab-vc1/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
         "lab/default-0": (10 * M, H + 10 * M, 0, "guaranteed"),
     },
     ("lab-vc-safety", "private"): {
-        "lab/vc1-0": (0, H, 0, "guaranteed"),
-        "lab/vc1-1": (H, 2 * H, 0, "guaranteed"),
-        "lab/vc1-2": (2 * H, 3 * H, 0, "guaranteed"),
+        "lab-vc1/vc1-0": (0, H, 0, "guaranteed"),
+        "lab-vc1/vc1-1": (H, 2 * H, 0, "guaranteed"),
+        "lab-vc1/vc1-2": (2 * H, 3 * H, 0, "guaranteed"),
         "lab/default-0": (10 * M, H + 10 * M, 0, "guaranteed"),
     },
     ("lab-vc-safety", "capacity"): {
-        "lab/vc1-0": (0, H, 0, "guaranteed"),
-        "lab/vc1-1": (0, 2 * H, 1, "guaranteed"),
-        "lab/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
+        "lab-vc1/vc1-0": (0, H, 0, "guaranteed"),
+        "lab-vc1/vc1-1": (0, 2 * H, 1, "guaranteed"),
+        "lab-vc1/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
         "lab/default-0": (10 * M, H + 10 * M, 0, "guaranteed"),
     },
     ("lab-priority", "fleet"): {
-        "lab/low": (0, M + 10 * M + H, 1, "guaranteed"),
-        "lab/high": (M, 11 * M, 0, "guaranteed"),
+        "lab-vc1/low": (0, M + 10 * M + H, 1, "guaranteed"),
+        "lab-vc1/high": (M, 11 * M, 0, "guaranteed"),
     },
     ("lab-gang", "fleet"): {
         "lab/one-node": (0, 10 * M, 0, "guaranteed"),
@@ -63,13 +63,13 @@ EXPECTED: dict[tuple[str, str], dict[str, tuple[float, float, int, str]]] = {
         "lab/two-nodes": (10 * M, 20 * M, 0, "guaranteed"),
     },
     ("lab-opportunistic", "fleet"): {
-        "lab/prod": (0, H, 0, "guaranteed"),
-        "lab/oppo": (0, 2 * H, 1, "opportunistic"),  # on carol, reclaimed at 5m, then on dan
+        "lab-vc1/prod": (0, H, 0, "guaranteed"),
+        "lab-vc1/oppo": (0, 2 * H, 1, "opportunistic"),  # on carol, reclaimed at 5m, then on dan
         "lab/test": (5 * M, H + 5 * M, 0, "guaranteed"),
     },
     ("lab-opportunistic", "private"): {  # opportunistic jobs still use idle cells
-        "lab/prod": (0, H, 0, "guaranteed"),
-        "lab/oppo": (0, 2 * H, 1, "opportunistic"),
+        "lab-vc1/prod": (0, H, 0, "guaranteed"),
+        "lab-vc1/oppo": (0, 2 * H, 1, "opportunistic"),
         "lab/test": (5 * M, H + 5 * M, 0, "guaranteed"),
     },
     ("lab-incremental", "fleet"): {
@@ -113,8 +113,8 @@ def test_a_small_trace_starts_and_ends_every_job_when_worked_out_by_hand(
 def test_borrowing_shortens_the_wait_that_a_private_partition_imposes() -> None:
     fleet = {j.key: j.queueing_delay for j in replay("lab-vc-safety", "fleet").jobs}
     private = {j.key: j.queueing_delay for j in replay("lab-vc-safety", "private").jobs}
-    assert fleet["lab/vc1-1"] == 0 and private["lab/vc1-1"] == H
-    assert fleet["lab/vc1-2"] == H + 10 * M and private["lab/vc1-2"] == 2 * H
+    assert fleet["lab-vc1/vc1-1"] == 0 and private["lab-vc1/vc1-1"] == H
+    assert fleet["lab-vc1/vc1-2"] == H + 10 * M and private["lab-vc1/vc1-2"] == 2 * H
 
 
 def test_samples_follow_the_queues_over_virtual_time() -> None:

@@ -143,9 +143,9 @@ def test_a_fleet_trace_reads_submit_times_and_durations() -> None:
     text = (ROOT / "policies/sim/lab-priority.yaml").read_text("utf-8")
     jobs = traces.read_fleet(text, tree, clusters)
     assert [(j.key, j.submit, j.duration, j.priority_class) for j in jobs] == [
-        ("lab/low", 0.0, 3600.0, "test"),
-        ("lab/high", 60.0, 600.0, "prod"),
+        ("lab-vc1/low", 0.0, 3600.0, "test"),
+        ("lab-vc1/high", 60.0, 600.0, "prod"),
     ]
     bad = text.replace("fleet.io/submit-time: 1m", "fleet.io/submit-time: later")
-    with pytest.raises(TraceError, match=r"document 3 \(lab/high\).*submit-time.*later"):
+    with pytest.raises(TraceError, match=r"document 3 \(lab-vc1/high\).*submit-time.*later"):
         traces.read_fleet(bad, tree, clusters)

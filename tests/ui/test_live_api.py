@@ -19,9 +19,21 @@ from tests.service.helpers import pytorchjob
 
 async def test_whoami_names_the_token_its_role_and_queues(api: Api) -> None:
     admin = await api.call("GET", "/api/v1/whoami", "admin", status=200)
-    assert admin == {"name": "ops", "role": "admin", "queues": [], "tokensRequired": True}
+    assert admin == {
+        "name": "ops",
+        "role": "admin",
+        "queues": [],
+        "namespaces": [],
+        "tokensRequired": True,
+    }
     team = await api.call("GET", "/api/v1/whoami", "team-a", status=200)
-    assert team == {"name": "ci-a", "role": "team", "queues": ["team-a"], "tokensRequired": True}
+    assert team == {
+        "name": "ci-a",
+        "role": "team",
+        "queues": ["team-a"],
+        "namespaces": ["default", "team-a"],  # what team-a lists in the tree in force
+        "tokensRequired": True,
+    }
     resp = await api.client.get("/api/v1/whoami")
     assert resp.status == 401
 

@@ -11,10 +11,12 @@ label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
 * **Create** looks the PyTorchJob up by its deterministic name: absent, it
   is created (:func:`.objects.pytorchjob`); present with the job's uid label,
   nothing is done (a restart after "decided" finds it); present with another
-  uid, :class:`~fleet.clusters.base.ClusterConflict`, and the object is left
-  alone.  A member that does not answer does not fail the job: the creation
-  is retried with backoff, and the member's readiness (below) drives the
-  failover clock.
+  uid label, :class:`~fleet.clusters.base.ClusterConflict`, and the object is
+  left alone, unless it is an ended (Succeeded or Failed) or deleted copy of an
+  earlier run of the same name: that one is deleted and the creation retried,
+  since Fleet frees a name once its job ended.  A member that does not answer
+  does not fail the job: the creation is retried with backoff, and the
+  member's readiness (below) drives the failover clock.
 * **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
   dispatched here is matched to its planned replica
   (``training.kubeflow.org/replica-type`` and ``-index``) and bound to the
@@ -53,6 +55,7 @@ from fleet.clusters.base import (
     ClusterError,
     ClusterHealth,
     ClusterRejected,
+    ClusterUnavailable,
     DispatchedJob,
     JobFinished,
     JobRestarting,
@@ -241,6 +244,9 @@ class KubeCluster:
         if job.cluster != self._name:
             raise ValueError(f"job {job.key} is dispatched to {job.cluster}, not to {self._name}")
         wanted = self._wanted.get(job.key)
+        if wanted is not None and wanted.uid != job.uid and wanted.ended and not wanted.deleting:
+            self._forget(job.key)  # an ended earlier run of the name: replaced below
+            wanted = None
         if wanted is not None and wanted.uid != job.uid:
             raise ClusterConflict(
                 self._name, f"job {job.key} is here with uid {wanted.uid}, not {job.uid}"
@@ -341,6 +347,27 @@ class KubeCluster:
                     "%s: created PyTorchJob %s/%s for %s", self._name, namespace, name, job.key
                 )
         uid = uid_of(found)
+        if uid is not None and uid != job.uid and _replaceable(found):
+            # An earlier run of this name that ended (or is going): delete it, then
+            # create this run when the retry finds the name free.
+            if not objects.meta(found).get("deletionTimestamp"):
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "propagationPolicy": "Background",
+                }
+                with contextlib.suppress(NotFound):
+                    await client.request("DELETE", f"{path}/{name}", body=body)
+                log.info(
+                    "%s: deleted the ended PyTorchJob %s/%s of an earlier run of %s",
+                    self._name,
+                    namespace,
+                    name,
+                    job.key,
+                )
+            raise ClusterUnavailable(
+                self._name, f"PyTorchJob {namespace}/{name} of an earlier run is being deleted"
+            )
         if uid != job.uid:
             raise ClusterConflict(
                 self._name,
@@ -653,3 +680,10 @@ class KubeCluster:
 if TYPE_CHECKING:
     # mypy checks that a Kubernetes cluster is a member cluster.
     _MEMBER: type[MemberCluster] = KubeCluster
+
+
+def _replaceable(found: JSON) -> bool:
+    """Whether Fleet's object ``found`` (of another run) may make way for a new run of
+    its name: it ended (Succeeded or Failed) or is being deleted."""
+    done = objects.phase(found)[0] in (objects.Phase.SUCCEEDED, objects.Phase.FAILED)
+    return done or bool(objects.meta(found).get("deletionTimestamp"))
