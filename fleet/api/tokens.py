@@ -9,7 +9,11 @@ Theory of operation (DESIGN.md "Who may do what"; the checks are in
   guessing); the service hashes what a request presents and looks the hash
   up.  The file is read again when it changes, so ``fleet token create``
   takes effect without a restart; a file that became unreadable keeps the
-  tokens last read (and says so in the log).
+  tokens last read (and says so in the log).  A file others may write is
+  warned about in the log when it is first read and whenever it changes
+  (mode included): whoever writes it can add an admin token.
+  :func:`write_tokens` never leaves the file, or the text on its way,
+  readable by others, and follows no symlink planted beside it.
 * **Roles**: ``admin`` may do everything; ``team`` is bound to leaf queues
   and may submit and cancel only there (the handlers check the queues with
   :meth:`Caller.may_act_in`).  Each route of :mod:`fleet.api.openapi` names
@@ -22,10 +26,14 @@ Theory of operation (DESIGN.md "Who may do what"; the checks are in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import logging
+import os
 import secrets
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -154,12 +162,51 @@ def read_tokens(path: Path) -> TokensFile:
 
 
 def write_tokens(path: Path, tokens: TokensFile) -> None:
-    """Write ``tokens`` to ``path`` (readable by its owner only), replacing it atomically."""
-    data = tokens.model_dump(mode="json")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    """Write ``tokens`` to ``path``, readable by its owner only, replacing it atomically.
+
+    The text goes to a new file of an unpredictable name in the same directory,
+    created exclusively with mode 0600 and without following a symlink
+    (:func:`tempfile.mkstemp`), so no other user can read it at any moment and
+    nothing planted in the directory is written through; it is flushed to disk,
+    then renamed onto ``path`` (a symlink at ``path`` is replaced, not followed).
+    """
+    text = yaml.safe_dump(tokens.model_dump(mode="json"), sort_keys=False)
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself survives a crash
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def warn_if_writable_by_others(path: Path, mode: int) -> None:
+    """Log a warning when the tokens file (``mode``: its ``st_mode``) is group- or world-writable.
+
+    Whoever may write the file may add an admin token.  A file others may only
+    read is not warned about: it holds names, roles and SHA-256 hashes of
+    256-bit random tokens, which cannot be turned back into tokens.
+    """
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "everyone" if mode & stat.S_IWOTH else "its group"
+        log.warning(
+            "tokens file %s is writable by %s (mode %04o): whoever can write it can add an "
+            "admin token; make it writable by its owner only (chmod go-w)",
+            path,
+            who,
+            stat.S_IMODE(mode),
+        )
 
 
 class TokenStore:
@@ -167,24 +214,28 @@ class TokenStore:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._callers: dict[str, Caller] = {}
         if path is not None:
+            self._stamp = self._stat()  # before reading: a change after it is read again
             self._load(read_tokens(path))
-            self._stamp = self._stat()
 
     @property
     def configured(self) -> bool:
         """Whether tokens are checked at all (a tokens file is named)."""
         return self.path is not None
 
-    def _stat(self) -> tuple[int, int] | None:
+    def _stat(self) -> tuple[int, int, int, int] | None:
+        """What tells a changed file (a new mode too); warns when others may write it."""
         assert self.path is not None
         try:
             st = self.path.stat()
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
+        if stamp != self._stamp:
+            warn_if_writable_by_others(self.path, st.st_mode)
+        return stamp
 
     def _load(self, tokens: TokensFile) -> None:
         self._callers = {

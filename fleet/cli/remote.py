@@ -3,7 +3,10 @@
 Theory of operation: each command is one or a few HTTP requests (standard
 library ``urllib``, no event loop) to the server named by ``--server`` or
 ``FLEET_SERVER`` (default ``http://127.0.0.1:8080``), with the bearer token
-of ``--token`` or ``FLEET_TOKEN`` when one is given.  ``apply -f`` sends an
+of ``--token`` or ``FLEET_TOKEN`` when one is given; a redirect is followed,
+but the token goes only to the origin (scheme, host and port) it was sent to,
+as browsers and ``requests`` do: a redirect elsewhere drops it
+(:class:`_TokenStaysHome`).  ``apply -f`` sends an
 ElasticQuotaTree to ``PUT /api/v1/quota-tree`` and anything else as a
 submission; ``edit quota NODE`` patches one node of the tree.  Answers are printed as
 kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
@@ -24,8 +27,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from http.client import HTTPMessage
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import IO, Any, Final, NamedTuple
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:8080"
 TIMEOUT: Final = 30.0
@@ -70,6 +74,38 @@ def _format_problem(status: int, body: bytes) -> str:
     return "\n".join(lines)
 
 
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``(scheme, host, port)`` of ``url``, lower-case, the scheme's port when none is written."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a port: no origin the token was sent to has it
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme)
+
+
+class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
+    """Follows redirects; one to another origin goes without ``Authorization``."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and origin(new.full_url) != origin(req.full_url):
+            new.remove_header("Authorization")  # gone for every later redirect too
+        return new
+
+
 def request(
     server: Server | str,
     method: str,
@@ -87,7 +123,8 @@ def request(
         req.add_header("Authorization", f"Bearer {server.token}")
     req.add_header("Accept", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+        opener = urllib.request.build_opener(_TokenStaysHome)
+        with opener.open(req, timeout=TIMEOUT) as resp:
             raw = resp.read()
             status = resp.status
             ctype = resp.headers.get_content_type()

@@ -3,7 +3,9 @@
 Theory of operation: the token is 256 random bits (:func:`fleet.api.tokens.new_token`);
 only its SHA-256 goes into the tokens file (``--tokens-file`` or
 ``FLEET_TOKENS_FILE``), which is validated before and after the change and
-replaced atomically, readable by its owner only.  A running ``fleet serve``
+replaced atomically, readable by its owner only at every moment
+(:func:`fleet.api.tokens.write_tokens`: a new 0600 file of unpredictable name
+beside it, renamed onto it; no symlink is followed).  A running ``fleet serve``
 reads the file again when it changes.  The token itself is printed on
 stdout and nowhere else: it cannot be shown again.
 """

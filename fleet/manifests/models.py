@@ -7,7 +7,10 @@ Checks that need more than one field, or that must name a map key in the
 path (quantities, GPU SKU, annotations, cell configs), live in each top-level
 model's ``problems()``, which returns ``(path, message)`` pairs and never
 raises.  Nothing here needs the quota tree or the member clusters: those
-checks are in :mod:`fleet.manifests.convert`.
+checks are in :mod:`fleet.manifests.convert`.  Only Fleet places pods: a
+PyTorchJob whose pod template names its node or scheduler, or that carries a
+label or annotation Fleet writes itself (:data:`FLEET_WRITTEN_KEYS`), is
+refused at that field (:func:`_placement_problems`).
 
 Fleet owns the schema of ``ElasticQuotaTree``, ``PropagationPolicy`` and
 ``MemberCluster``: unknown fields are rejected (``extra="forbid"``) so a typo
@@ -53,6 +56,25 @@ PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
 SIM_OUTCOMES: Final = ("Succeeded", "Failed")
+#: The labels and annotations Fleet itself writes on the PyTorchJobs it creates in a
+#: member and on their pods (:mod:`fleet.clusters.kube.objects`, the pod binder), and
+#: reads back: a submission that carries one is refused (:func:`_placement_problems`).
+FLEET_WRITTEN_KEYS: Final = frozenset(
+    {
+        "fleet.io/job-uid",
+        "fleet.io/queue",
+        "fleet.io/cluster",
+        "fleet.io/job",
+        "fleet.io/placement",
+        "fleet.io/gpu-indices",
+        "fleet.io/replica",
+    }
+)
+#: Pod fields that say where or by whom a pod is placed: Fleet's to set alone.
+FLEET_PLACES: Final = {
+    "nodeName": "only Fleet places pods; remove it",
+    "schedulerName": "only Fleet places pods (it names its own scheduler on every pod); remove it",
+}
 
 QUOTA_API: Final = "scheduling.sigs.k8s.io/v1beta1"
 ACK_POLICY_API: Final = "policy.one.alibabacloud.com/v1alpha1"
@@ -603,6 +625,7 @@ class PyTorchJobModel(_Foreign):
             )
         problems.extend(self._elastic_problems())
         problems.extend(self._annotation_problems())
+        problems.extend(_placement_problems(self))
         return problems
 
     def _elastic_problems(self) -> list[Problem]:
@@ -657,6 +680,53 @@ class PyTorchJobModel(_Foreign):
                 )
             )
         return out
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _written_key_problems(metadata: Mapping[str, Any], path: str) -> list[Problem]:
+    """The labels and annotations under ``metadata`` (at ``path``) that Fleet writes itself."""
+    out: list[Problem] = []
+    for field in ("labels", "annotations"):
+        for key in _mapping(metadata.get(field)):
+            if key in FLEET_WRITTEN_KEYS:
+                out.append(
+                    (
+                        f"{path}.{field}.{key}",
+                        f"{quote(key)} is written by Fleet itself on what it creates; remove it",
+                    )
+                )
+    return out
+
+
+def _placement_problems(job: PyTorchJobModel) -> list[Problem]:
+    """What would let a submission place its own pods or pass for Fleet's own writing.
+
+    Only Fleet places pods: a pod template may not name its node (``nodeName``
+    skips every scheduler) or its scheduler (``schedulerName``: Fleet names
+    its own), and neither the job nor a pod template may carry a label or
+    annotation of :data:`FLEET_WRITTEN_KEYS`.  The ``fleet.io/`` annotations
+    users give (GPU type, preemptible, pinned cell, durations) stay allowed, and
+    so do ``nodeSelector`` and ``affinity``: they are constraints, not a
+    placement (Fleet adds its planned node to the affinity, and the kubelet
+    refuses a pod whose node does not meet them); ``nvidia.com/gpu.product``
+    in ``nodeSelector`` is how a job names its GPU type.
+    """
+    meta = job.metadata
+    out = _written_key_problems(
+        {"labels": meta.labels, "annotations": meta.annotations}, "metadata"
+    )
+    for role, spec in job.replica_groups():
+        base = f"spec.pytorchReplicaSpecs.{role}.template"
+        template_meta = _mapping((spec.template.model_extra or {}).get("metadata"))
+        out.extend(_written_key_problems(template_meta, f"{base}.metadata"))
+        pod = spec.template.spec.model_extra or {}
+        for field, message in FLEET_PLACES.items():
+            if pod.get(field) not in (None, ""):
+                out.append((f"{base}.spec.{field}", message))
+    return out
 
 
 # MemberCluster ------------------------------------------------------------------------

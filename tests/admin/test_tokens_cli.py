@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,85 @@ def test_token_create_prints_the_token_once_and_stores_only_its_hash(
     assert store.lookup(token) is not None and store.lookup(token).queues == {"team-a"}  # type: ignore[union-attr]
     assert store.lookup(second) is not None and store.lookup(second).admin  # type: ignore[union-attr]
     assert store.lookup("fleet_guess") is None
+
+
+def test_token_create_writes_through_no_symlink_planted_beside_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tokens.yaml"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    (tmp_path / "tokens.yaml.tmp").symlink_to(victim)  # the temporary name once used
+    create = ["token", "create", "ops", "--role", "admin", "--tokens-file", str(path)]
+    assert main(create) == 0
+    token = capsys.readouterr().out.strip()
+    assert victim.read_text() == "precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o644
+    assert not path.is_symlink()
+    assert TokenStore(path).lookup(token) is not None
+
+
+def test_token_create_never_lets_others_read_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file the new text is in is 0600 whenever it is renamed or its mode is changed."""
+    path = tmp_path / "tokens.yaml"
+    seen: list[tuple[str, str, int, set[str]]] = []
+
+    def spying(name: str) -> object:
+        real = getattr(os, name)
+
+        def spy(src: str | os.PathLike[str], *args: object, **kw: object) -> object:
+            present = {p.name for p in tmp_path.iterdir()}
+            seen.append((name, os.fspath(src), stat.S_IMODE(os.stat(src).st_mode), present))
+            return real(src, *args, **kw)
+
+        return spy
+
+    monkeypatch.setattr(os, "replace", spying("replace"))
+    monkeypatch.setattr(os, "chmod", spying("chmod"))
+    old_umask = os.umask(0o022)  # the usual umask: a file opened the plain way would be 0644
+    try:
+        for name in ("ops", "ci-a"):
+            argv = ["token", "create", name, "--role", "admin", "--tokens-file", str(path)]
+            assert main(argv) == 0
+    finally:
+        os.umask(old_umask)
+    capsys.readouterr()
+    assert [(call, mode) for call, _, mode, _ in seen] == [("replace", 0o600)] * 2
+    for _, src, _, present in seen:
+        assert present <= {"tokens.yaml", Path(src).name}  # nothing else was ever created
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["tokens.yaml"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    ("mode", "warned"),
+    [(0o600, None), (0o644, None), (0o620, "its group"), (0o602, "everyone")],
+    ids=["owner-only", "world-readable", "group-writable", "world-writable"],
+)
+def test_a_tokens_file_others_may_write_is_warned_about_at_start_and_when_it_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, warned: str | None
+) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(f"tokens:\n- {{name: a, role: admin, sha256: {hash_token('fleet_a')}}}\n")
+    path.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="fleet.api.tokens"):
+        store = TokenStore(path)
+        assert store.lookup("fleet_a") is not None  # unchanged: not warned about again
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if warned is None:
+        assert messages == []
+        path.chmod(0o660)  # the mode changes while the server runs
+        with caplog.at_level(logging.WARNING, logger="fleet.api.tokens"):
+            assert store.lookup("fleet_a") is not None
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        warned, mode = "its group", 0o660
+    assert messages == [
+        f"tokens file {path} is writable by {warned} (mode {mode:04o}): whoever can write it "
+        "can add an admin token; make it writable by its owner only (chmod go-w)"
+    ]
 
 
 @pytest.mark.parametrize(

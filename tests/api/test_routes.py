@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -107,6 +108,28 @@ async def test_bad_submissions_are_rejected_whole_with_field_errors(
     assert needle in str(body)
     listed = await ok(await client.get("/api/v1/jobs"))
     assert listed["items"] == []
+
+
+async def test_a_job_that_places_its_own_pods_is_refused_and_nothing_is_stored(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, clock = api
+    policy, job = yaml.safe_load_all(pytorchjob("placed"))
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeName"] = "gpu-node-3"
+    text = yaml.safe_dump_all([policy, job])
+    body = await problem(await client.post("/api/v1/submissions", data=text, headers=YAML), 422)
+    assert [(e["kind"], e["name"], e["path"], e["message"]) for e in body["errors"]] == [
+        (
+            "PyTorchJob",
+            "team-a/placed",
+            "spec.pytorchReplicaSpecs.Worker.template.spec.nodeName",
+            "only Fleet places pods; remove it",
+        )
+    ]
+    await settle(client, clock)
+    listed = await ok(await client.get("/api/v1/jobs"))
+    assert listed["items"] == []
+    await problem(await client.get("/api/v1/jobs/team-a/placed"), 404)
 
 
 async def test_a_submission_needs_yaml(api: tuple[Client, VirtualClock]) -> None:

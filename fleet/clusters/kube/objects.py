@@ -30,6 +30,8 @@ PLURAL: Final = "pytorchjobs"
 #: The pods' ``schedulerName``: Fleet binds the pods that name it.
 SCHEDULER_NAME: Final = "fleet-scheduler"
 
+#: Every ``fleet.io/`` key below is Fleet's alone: a submission carrying one is refused
+#: (``fleet.manifests.models.FLEET_WRITTEN_KEYS``; a test keeps the two lists equal).
 UID_LABEL: Final = "fleet.io/job-uid"
 QUEUE_LABEL: Final = "fleet.io/queue"
 CLUSTER_LABEL: Final = "fleet.io/cluster"
