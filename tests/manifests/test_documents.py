@@ -509,6 +509,16 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert models.parse_duration(text) == seconds
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["90s\n", " 90s", "90", "1h 30m", "١s", "", "s"],
+    ids=["trailing newline", "leading space", "no unit", "space", "arabic-indic", "empty", "unit"],
+)
+def test_parse_duration_matches_the_whole_text(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        models.parse_duration(text)
+
+
 def test_simulated_annotations_are_read() -> None:
     ann = {"fleet.io/simulated-duration": "2m", "fleet.io/simulated-outcome": "Failed"}
     job = job_model(make_job(annotations=ann))
