@@ -23,7 +23,7 @@ which matches the whole text.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -43,6 +43,7 @@ from pydantic.alias_generators import to_camel
 from fleet.core import resources
 from fleet.core.cells.spec import CellConfig
 from fleet.core.quota import QuotaNodeSpec
+from fleet.core.quota_rules import node_message
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells
 from fleet.manifests.errors import Problem, quote, shorten_quoted
@@ -212,13 +213,13 @@ class QuotaNodeModel(_Owned):
     reclaim_min_runtime: Duration | None = None
 
     def to_spec(self, path: str, problems: list[Problem]) -> QuotaNodeSpec:
-        """The exact core node (``path`` names it); quantity problems are appended."""
+        """The exact core node (``path`` names it); quantity problems, naming it, are appended."""
         min_, p1 = parse_resources(self.min or {}, f"{path}.min")
         max_: Resources | None = None
-        problems.extend(p1)
+        problems.extend((p, node_message(self.name, m)) for p, m in p1)
         if self.max is not None:
             max_, p2 = parse_resources(self.max, f"{path}.max", limits=True)
-            problems.extend(p2)
+            problems.extend((p, node_message(self.name, m)) for p, m in p2)
         children = tuple(
             child.to_spec(f"{path}.children[{i}]", problems)
             for i, child in enumerate(self.children)
@@ -237,6 +238,26 @@ class QuotaNodeModel(_Owned):
             if self.reclaim_min_runtime is None
             else parse_duration(self.reclaim_min_runtime),
         )
+
+
+def quota_node_name(raw: Mapping[str, Any], loc: Sequence[int | str]) -> str | None:
+    """The name of the quota tree node that error location ``loc`` lies in, if it has one.
+
+    ``raw`` is the ElasticQuotaTree document as read; ``loc`` a pydantic error
+    location such as ``("spec", "root", "children", 0, "min", "cpu")``.
+    """
+    if tuple(loc[:2]) != ("spec", "root"):
+        return None
+    spec = raw.get("spec")
+    node = spec.get("root") if isinstance(spec, Mapping) else None
+    rest = loc[2:]
+    while len(rest) >= 2 and rest[0] == "children" and isinstance(rest[1], int):
+        children = node.get("children") if isinstance(node, Mapping) else None
+        if not isinstance(children, list) or not 0 <= rest[1] < len(children):
+            return None
+        node, rest = children[rest[1]], rest[2:]
+    name = node.get("name") if isinstance(node, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 class ElasticQuotaTreeSpec(_Owned):
