@@ -1,8 +1,9 @@
 """A larger schemathesis run against ``fleet serve`` on SQLite: how many cases, how many failed.
 
 Starts ``fleet serve`` with an admin token on a throwaway SQLite file, draws
-``--examples`` requests per operation and generation mode (schema-valid and
-schema-breaking) from the OpenAPI document, sends them, and prints the
+``--examples`` requests per operation and generation mode (schema-valid,
+schema-breaking, and number-like text in each query parameter) from the
+OpenAPI document, sends them, and prints the
 number of cases, the failures (first per operation), the time taken and
 whether the server is still healthy.  The suite runs the same driver with
 15 examples (``tests/fuzz/test_schemathesis.py``).

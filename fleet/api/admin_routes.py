@@ -21,7 +21,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from fleet import admin, service
-from fleet.api import admin_schemas, auth, keys
+from fleet.api import admin_schemas, auth, keys, params
 from fleet.api.admin_schemas import (
     AuditKind,
     FailedJob,
@@ -53,6 +53,7 @@ from fleet.manifests.models import MemberClusterModel
 from fleet.manifests.yaml_stream import YamlLimitError, YamlLimits, read_documents
 from fleet.service import Service
 from fleet.store import admin as admin_rows
+from fleet.store import paging
 
 JSON_TYPES: Final = ("application/merge-patch+json", "application/json")
 PATCHABLE: Final = ("min", "max", "namespaces", "preemptMinRuntime", "reclaimMinRuntime")
@@ -75,17 +76,6 @@ def _dry_run(request: web.Request) -> bool:
     if values != ["All"]:
         raise ProblemError(bad_request("dryRun must be All (Kubernetes' only dry-run value)"))
     return True
-
-
-def _int_param(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise ProblemError(
-            bad_request(f"query parameter {name} must be an integer from {low} to {high}")
-        )
-    return int(raw)
 
 
 def _text(body: bytes) -> str:
@@ -253,14 +243,14 @@ async def patch_quota_node(request: web.Request) -> web.Response:
 async def quota_tree_history(request: web.Request) -> web.Response:
     """``GET /api/v1/quota-tree/history``: versions newest first."""
     svc = _svc(request)
-    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
         async with svc.db.read() as session:
             rows, token = await admin_rows.tree_page(
                 session, limit=limit, after=request.query.get("continue")
             )
-    except admin_rows.BadContinueToken as e:
-        raise ProblemError(bad_request(str(e))) from None
+    except paging.BadContinueToken:
+        raise params.bad_continue() from None
     items = [
         admin_schemas.TreeVersion(
             version=r.version, author=r.author, created_at=_time(r.created_at), diff=r.diff
@@ -402,14 +392,14 @@ async def list_audit(request: web.Request) -> web.Response:
         known = ", ".join(k.value for k in AuditKind)
         raise ProblemError(bad_request(f"unknown kind {kind[:40]!r}; kinds: {known}"))
     where = admin_rows.AuditFilter(actor=request.query.get("actor"), kind=kind)
-    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
         async with svc.db.read() as session:
             rows, token = await admin_rows.audit_page(
                 session, where, limit=limit, after=request.query.get("continue")
             )
-    except admin_rows.BadContinueToken as e:
-        raise ProblemError(bad_request(str(e))) from None
+    except paging.BadContinueToken:
+        raise params.bad_continue() from None
     items = [
         admin_schemas.AuditRecord(
             id=r.id,

@@ -30,10 +30,11 @@ from typing import Final
 import yaml
 from aiohttp import web
 
-from fleet.api import auth, keys, live_schemas, schemas
+from fleet.api import auth, keys, live_schemas, params, schemas
 from fleet.api.openapi import Handler
-from fleet.api.problems import ProblemError, bad_request, not_found
+from fleet.api.problems import ProblemError, not_found
 from fleet.core.cells.topology import Topology
+from fleet.core.digits import MAX_VALUE, parse_digits
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
 from fleet.loop import LoopView
@@ -68,10 +69,10 @@ async def whoami(request: web.Request) -> web.Response:
 
 
 def _after(request: web.Request) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    if not raw.isdigit() or len(raw) > 18:
-        raise ProblemError(bad_request("after (or Last-Event-ID) must be a view version"))
-    return int(raw)
+    header = request.headers.get("Last-Event-ID")
+    if header:
+        return params.number(header, "header Last-Event-ID", low=0, high=MAX_VALUE)
+    return params.int_query(request, "after", 0, low=0, high=MAX_VALUE)
 
 
 def _change(view: LoopView, after: int) -> live_schemas.ViewChange:
@@ -143,29 +144,24 @@ def _topology(request: web.Request, name: str) -> Topology:
     return Topology(cluster.cell_config())
 
 
-def _limit(request: web.Request) -> int:
-    raw = request.query.get("limit", str(DEFAULT_NODES))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_NODES:
-        raise ProblemError(
-            bad_request(f"query parameter limit must be an integer from 1 to {MAX_NODES}")
-        )
-    return int(raw)
-
-
 def _start(request: web.Request) -> int:
+    """The first node of the page: the number of a ``node:N`` continue token (0: none)."""
     raw = request.query.get("continue")
     if raw is None:
         return 0
-    if not raw.startswith("node:") or not raw[5:].isdigit() or len(raw) > 23:
-        raise ProblemError(bad_request("continue token is not valid"))
-    return int(raw[5:])
+    kind, _, number = raw.partition(":")
+    start = parse_digits(number)
+    if kind != "node" or start is None:
+        raise params.bad_continue()
+    return start
 
 
 async def cluster_cells(request: web.Request) -> web.Response:
     """``GET /api/v1/clusters/{name}/cells``: every node's GPUs and who holds them."""
     name = request.match_info["name"]
     topo = _topology(request, name)
-    limit, start = _limit(request), _start(request)
+    limit = params.int_query(request, "limit", DEFAULT_NODES, low=1, high=MAX_NODES)
+    start = _start(request)
     svc = request.app[keys.SERVICE]
     async with svc.db.read() as session:
         rows = await job_rows.holding_in(session, name)

@@ -36,6 +36,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from fleet.api import admin_schemas, live_schemas, schemas
 from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.api.submissions import YAML_MEDIA_TYPES
+from fleet.core.digits import MAX_VALUE
 from fleet.core.lifecycle import JobState
 from fleet.manifests.models import ElasticQuotaTreeModel
 
@@ -495,7 +496,7 @@ ROUTES: Final[tuple[Route, ...]] = (
                 "query",
                 "The last view version the client has (Last-Event-ID takes precedence); "
                 "0 or absent: only the current version.",
-                Annotated[int, Field(ge=0)],
+                Annotated[int, Field(ge=0, le=MAX_VALUE)],
             ),
         ),
         description="With Accept: text/event-stream, a stream that does not end: a 'view' "

@@ -19,7 +19,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet import intake, service
-from fleet.api import admin_routes, auth, keys, live, openapi, schemas
+from fleet.api import admin_routes, auth, keys, live, openapi, params, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -41,6 +41,7 @@ from fleet.service import Service
 from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
+from fleet.store import paging
 from fleet.store.models import JobEventRow, JobRow
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -138,16 +139,6 @@ def _event(event: JobEventRow) -> schemas.JobEvent:
     )
 
 
-def _int_param(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        detail = f"query parameter {name} must be an integer from {low} to {high}"
-        raise ProblemError(bad_request(detail))
-    return int(raw)
-
-
 async def list_jobs(request: web.Request) -> web.Response:
     """``GET /api/v1/jobs``: filtered, in submission order, paged kubectl-style."""
     svc = _svc(request)
@@ -163,14 +154,14 @@ async def list_jobs(request: web.Request) -> web.Response:
         cluster=query.get("cluster"),
         uid=query.get("uid"),
     )
-    limit = _int_param(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
         async with svc.db.read() as session:
             rows, token = await job_rows.page(
                 session, where, limit=limit, after=query.get("continue")
             )
-    except job_rows.BadContinueToken as e:
-        raise ProblemError(bad_request(str(e))) from None
+    except paging.BadContinueToken:
+        raise params.bad_continue() from None
     result = schemas.JobList(items=[_summary(r) for r in rows], continue_=token)
     return schemas.json_response(result)
 
@@ -306,7 +297,7 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
         raise ProblemError(
             bad_request("POST /api/v1/quota-tree only simulates: add ?dryRun=Simulate")
         )
-    horizon = _int_param(request, "horizon", 86_400, low=60, high=2_592_000)
+    horizon = params.int_query(request, "horizon", 86_400, low=60, high=2_592_000)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
     try:

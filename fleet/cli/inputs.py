@@ -18,6 +18,8 @@ import os
 import re
 from typing import Final
 
+from fleet.core.digits import parse_digits
+
 #: Largest input file the command line parses unless ``--max-input-size`` says otherwise.
 DEFAULT_MAX_INPUT_SIZE: Final = 8 * 1024 * 1024
 
@@ -28,7 +30,7 @@ _UNITS: Final = {
     **dict.fromkeys(("m", "mib"), 1024**2),
     **dict.fromkeys(("g", "gib"), 1024**3),
 }
-_SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
+_SIZE_RE: Final = re.compile(r"\s*([0-9]+)\s*([a-z]*)\s*")
 
 
 class InputError(Exception):
@@ -42,12 +44,13 @@ class InputError(Exception):
 
 def parse_size(text: str) -> int:
     """Bytes in a size: a whole number, optionally with B, KiB, MiB or GiB (K, M, G)."""
-    match = _SIZE_RE.match(text.lower())
-    if match is None or match.group(2) not in _UNITS:
+    match = _SIZE_RE.fullmatch(text.lower())
+    number = None if match is None else parse_digits(match.group(1))
+    if match is None or number is None or match.group(2) not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a size: a whole number of bytes, or with KiB, MiB or GiB"
         )
-    size = int(match.group(1)) * _UNITS[match.group(2)]
+    size = number * _UNITS[match.group(2)]
     if size < 1:
         raise argparse.ArgumentTypeError("the size must be at least 1 byte")
     return size

@@ -27,6 +27,7 @@ from typing import Any, Final, TextIO
 
 from fleet.cli import remote
 from fleet.cli.inputs import InputError, read_input
+from fleet.core.digits import parse_digits
 
 _UNTIL = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|m|h|d)?")
 _UNIT: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -43,11 +44,8 @@ def parse_span(text: str) -> float:
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
+    value = parse_digits(text, low=1)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a positive whole number")
     return value
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fleet.core.digits import parse_digits
 from fleet.core.jobs import Job, Mode
 from fleet.core.resources import Resources
 
@@ -91,4 +92,5 @@ def charge_for(
 def step_of(key: str) -> int:
     """The growth step number of a unit key (1 for a job's first unit)."""
     _, sep, step = key.rpartition(STEP_SEPARATOR)
-    return int(step) if sep and step.isdigit() else 1
+    found = parse_digits(step) if sep else None
+    return 1 if found is None else found

@@ -40,6 +40,11 @@ class QuotaNodeSpec:
     reclaim_min_runtime: float | None = None
 
 
+def node_message(node: str, what: str) -> str:
+    """``node 'NAME': WHAT``: how every error about one node of a quota tree reads."""
+    return f"node {node!r}: {what}"
+
+
 class QuotaError(ValueError):
     """An invalid quota tree or quota change at one node: ``node 'NAME': WHAT (PATH)``.
 
@@ -51,7 +56,7 @@ class QuotaError(ValueError):
     node: str
 
     def __init__(self, node: str, what: str, *, path: str) -> None:
-        self.message = f"node {node!r}: {what}"
+        self.message = node_message(node, what)
         super().__init__(f"{self.message} ({path})")
         self.path = path
         self.node = node

@@ -46,6 +46,8 @@ _DECIMAL: Final = {
     "E": Fraction(10**18),
 }
 _MAX_EXPONENT: Final = 64
+#: Characters the number of a quantity may have (int() and Fraction() refuse 4,300 digits).
+_MAX_NUMBER: Final = 64
 _QUANTITY_RE: Final = re.compile(
     r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))\Z"
@@ -79,6 +81,8 @@ def parse_value(text: object) -> Fraction:
     match = _QUANTITY_RE.match(text)
     if match is None:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity")
+    if len(match["num"]) > _MAX_NUMBER:
+        raise QuantityError(f"{text!r} has more than {_MAX_NUMBER} digits")
     number = Fraction(match["num"])
     if match["bin"]:
         return number * _BINARY[match["bin"]]

@@ -15,7 +15,9 @@ of digits) and a bound that is passed (an alias bomb, a 10,000-deep list).
 Each document is dispatched on ``(apiVersion, kind)`` to its
 pydantic model; pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
-checks that need map keys or several fields) are added.  A valid
+checks that need map keys or several fields) are added.  In an
+ElasticQuotaTree every issue inside a node names it (``node 'team-a': ...``,
+:func:`fleet.core.quota_rules.node_message`), as the tree's own rules do.  A valid
 :class:`Document` keeps the plain data it was read from (``raw``).  The
 function never raises for bad input: it returns the good documents *and* the
 issues, and the loaders in :mod:`fleet.manifests.convert` refuse everything if
@@ -35,6 +37,7 @@ from typing import Any, Final
 import pydantic
 import yaml
 
+from fleet.core.quota_rules import node_message
 from fleet.manifests import models
 from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.yaml_resolver import cached_resolver
@@ -226,6 +229,17 @@ def _issue_message(model: type[pydantic.BaseModel], error: Mapping[str, Any]) ->
     return msg
 
 
+def _message_at(
+    model: type[pydantic.BaseModel], raw: Mapping[str, Any], error: Mapping[str, Any]
+) -> str:
+    """The issue's message; in a quota tree, naming the node it is about, as the tree's rules do."""
+    msg = _issue_message(model, error)
+    if model is not models.ElasticQuotaTreeModel:
+        return msg
+    node = models.quota_node_name(raw, error["loc"])
+    return msg if node is None else node_message(shorten(node), msg)
+
+
 def display_name(kind: str, raw: Mapping[str, Any]) -> str:
     """Best-effort ``ns/name`` (or ``name``) of a raw document, for messages."""
     meta = raw.get("metadata")
@@ -269,7 +283,7 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
         model = model_type.model_validate(raw)
     except pydantic.ValidationError as e:
         issues = [
-            SpecIssue(index, kind, name, loc_to_path(err["loc"]), _issue_message(model_type, err))
+            SpecIssue(index, kind, name, loc_to_path(err["loc"]), _message_at(model_type, raw, err))
             for err in e.errors(include_url=False)
         ]
         return None, issues

@@ -18,13 +18,15 @@ never passes silently.  ``PyTorchJob`` belongs to Kubeflow: unknown fields are
 kept (``extra="allow"``) and only what Fleet reads is validated.  Object
 ``metadata`` is Kubernetes' and is tolerant everywhere.  Field names are the
 Kubernetes camelCase spellings (aliases); quantities stay as written until
-:func:`parse_resources` turns them into exact :class:`Resources`.
+:func:`parse_resources` turns them into exact :class:`Resources`.  Every name
+and namespace is checked by the one rule of :mod:`fleet.manifests.names`,
+which matches the whole text.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -44,9 +46,11 @@ from pydantic.alias_generators import to_camel
 from fleet.core import resources
 from fleet.core.cells.spec import CellConfig
 from fleet.core.quota import QuotaNodeSpec
+from fleet.core.quota_rules import node_message
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells
 from fleet.manifests.errors import Problem, quote, shorten_quoted
+from fleet.manifests.names import NAMESPACE, OBJECT_NAME, NameRule, name_problem
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_ANNOTATION: Final = "fleet.io/gpu-type"
@@ -82,35 +86,23 @@ KARMADA_POLICY_API: Final = "policy.karmada.io/v1alpha1"
 PYTORCH_API: Final = "kubeflow.org/v1"
 FLEET_API: Final = "fleet.io/v1alpha1"
 
-_SUBDOMAIN_RE: Final = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_LABEL_RE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION_RE: Final = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_DURATION_PART_RE: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_RE: Final = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h))+")
+_DURATION_PART_RE: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _object_name(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    if len(value) > 253 or not _SUBDOMAIN_RE.match(value):
-        raise ValueError(
-            f"{quote(value)} is not a valid name: lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit, at most 253 characters"
-        )
-    return value
+def _name_of(rule: NameRule) -> PlainValidator:
+    """A pydantic validator of one name syntax (:func:`fleet.manifests.names.name_problem`)."""
 
+    def check(value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError("must be a string")
+        problem = name_problem(value, rule, quote(value))
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
-def _namespace_name(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    if len(value) > 63 or not _LABEL_RE.match(value):
-        raise ValueError(
-            f"{quote(value)} is not a valid namespace: lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit, at most 63 characters"
-        )
-    return value
+    return PlainValidator(check)
 
 
 def _quantity(value: object) -> int | float | str:
@@ -130,7 +122,7 @@ def _quantity_message(error: QuantityError, value: object) -> str:
 
 def parse_duration(text: str) -> float:
     """Seconds in a Go-style duration such as ``90s``, ``5m``, ``1h30m`` or ``500ms``."""
-    if not _DURATION_RE.match(text):
+    if _DURATION_RE.fullmatch(text) is None:
         raise ValueError(f"{quote(text)} is not a duration (examples: 90s, 5m, 1h30m)")
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART_RE.findall(text))
 
@@ -142,9 +134,9 @@ def _duration(value: object) -> str:
     return value
 
 
-Name = Annotated[str, PlainValidator(_object_name)]
+Name = Annotated[str, _name_of(OBJECT_NAME)]
 Duration = Annotated[str, PlainValidator(_duration)]
-NamespaceName = Annotated[str, PlainValidator(_namespace_name)]
+NamespaceName = Annotated[str, _name_of(NAMESPACE)]
 Quantity = Annotated[int | float | str, PlainValidator(_quantity)]
 QuantityMap = dict[str, Quantity]
 Count = Annotated[StrictInt, Field(ge=1)]
@@ -243,13 +235,13 @@ class QuotaNodeModel(_Owned):
     reclaim_min_runtime: Duration | None = None
 
     def to_spec(self, path: str, problems: list[Problem]) -> QuotaNodeSpec:
-        """The exact core node (``path`` names it); quantity problems are appended."""
+        """The exact core node (``path`` names it); quantity problems, naming it, are appended."""
         min_, p1 = parse_resources(self.min or {}, f"{path}.min")
         max_: Resources | None = None
-        problems.extend(p1)
+        problems.extend((p, node_message(self.name, m)) for p, m in p1)
         if self.max is not None:
             max_, p2 = parse_resources(self.max, f"{path}.max", limits=True)
-            problems.extend(p2)
+            problems.extend((p, node_message(self.name, m)) for p, m in p2)
         children = tuple(
             child.to_spec(f"{path}.children[{i}]", problems)
             for i, child in enumerate(self.children)
@@ -268,6 +260,26 @@ class QuotaNodeModel(_Owned):
             if self.reclaim_min_runtime is None
             else parse_duration(self.reclaim_min_runtime),
         )
+
+
+def quota_node_name(raw: Mapping[str, Any], loc: Sequence[int | str]) -> str | None:
+    """The name of the quota tree node that error location ``loc`` lies in, if it has one.
+
+    ``raw`` is the ElasticQuotaTree document as read; ``loc`` a pydantic error
+    location such as ``("spec", "root", "children", 0, "min", "cpu")``.
+    """
+    if tuple(loc[:2]) != ("spec", "root"):
+        return None
+    spec = raw.get("spec")
+    node = spec.get("root") if isinstance(spec, Mapping) else None
+    rest = loc[2:]
+    while len(rest) >= 2 and rest[0] == "children" and isinstance(rest[1], int):
+        children = node.get("children") if isinstance(node, Mapping) else None
+        if not isinstance(children, list) or not 0 <= rest[1] < len(children):
+            return None
+        node, rest = children[rest[1]], rest[2:]
+    name = node.get("name") if isinstance(node, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 class ElasticQuotaTreeSpec(_Owned):

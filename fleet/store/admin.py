@@ -2,7 +2,8 @@
 
 Theory of operation: plain repository functions over one session, like
 :mod:`fleet.store.jobs`.  The audit log is append-only and read newest first,
-one page at a time, with an opaque continue token (the last id shown).  Node
+one page at a time, with an opaque continue token (the last id shown,
+:mod:`fleet.store.paging`).  Node
 health marks and quota cuts are small tables rewritten whole by the loop:
 the marks an administrator set (a node marked healthy again is deleted), and
 for every node of the quota tree that a change left over its limits, the
@@ -11,8 +12,6 @@ time of that change.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -20,27 +19,8 @@ from typing import Any, cast
 from sqlalchemy import Table, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet.store import paging
 from fleet.store.models import AuditRow, NodeHealthRow, QuotaCutRow, QuotaTreeRow
-
-
-class BadContinueToken(ValueError):
-    """A continue token this service did not hand out."""
-
-
-def _encode(kind: str, last_id: int) -> str:
-    return base64.urlsafe_b64encode(f"{kind}:{last_id}".encode()).decode().rstrip("=")
-
-
-def _decode(kind: str, token: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError) as e:
-        raise BadContinueToken("continue token is not valid") from e
-    found, _, number = raw.partition(":")
-    if found != kind or not number.isdigit() or len(number) > 18:
-        raise BadContinueToken("continue token is not valid")
-    return int(number)
-
 
 # Audit ------------------------------------------------------------------------------
 
@@ -95,11 +75,11 @@ async def audit_page(
     if where.kind is not None:
         query = query.where(AuditRow.kind == where.kind)
     if after is not None:
-        query = query.where(AuditRow.id < _decode("audit", after))
+        query = query.where(AuditRow.id < paging.decode("audit", after))
     found = await session.execute(query.order_by(AuditRow.id.desc()).limit(limit + 1))
     rows = list(found.scalars())
     if len(rows) > limit:
-        return rows[:limit], _encode("audit", rows[limit - 1].id)
+        return rows[:limit], paging.encode("audit", rows[limit - 1].id)
     return rows, None
 
 
@@ -112,11 +92,11 @@ async def tree_page(
     """One page of quota tree versions, newest first, and the next page's token."""
     query = select(QuotaTreeRow)
     if after is not None:
-        query = query.where(QuotaTreeRow.version < _decode("tree", after))
+        query = query.where(QuotaTreeRow.version < paging.decode("tree", after))
     found = await session.execute(query.order_by(QuotaTreeRow.version.desc()).limit(limit + 1))
     rows = list(found.scalars())
     if len(rows) > limit:
-        return rows[:limit], _encode("tree", rows[limit - 1].version)
+        return rows[:limit], paging.encode("tree", rows[limit - 1].version)
     return rows, None
 
 

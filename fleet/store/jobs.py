@@ -4,7 +4,8 @@ Theory of operation: every function takes a session the caller opened
 (:meth:`fleet.store.database.Database.write` or ``read``), so that one
 transaction can hold a whole submission or a whole scheduling cycle's
 decisions.  Lists are paged by the job's ``id`` (its submission order): the
-``continue`` token is the last id of the previous page, opaque to clients.
+``continue`` token is the last id of the previous page, opaque to clients
+(:mod:`fleet.store.paging`, which reads it strictly).
 
 **Runs.**  A name's current run is the row with ``superseded = 0``; when a
 name is submitted again after its job was cancelled (or ended, with another
@@ -15,8 +16,6 @@ whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -24,14 +23,11 @@ from typing import Any, cast
 from sqlalchemy import Table, Update, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet.store import paging
 from fleet.store.models import IntentRow, JobEventRow, JobRow
 
 #: Job states in which a job holds quota and cells in its member cluster.
 HOLDING_STATES = ("Admitted", "Dispatched", "Running")
-
-
-class BadContinueToken(ValueError):
-    """A ``continue`` token this store did not issue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +43,12 @@ class JobFilter:
 
 
 def encode_continue(last_id: int) -> str:
-    return base64.urlsafe_b64encode(f"job:{last_id}".encode()).decode().rstrip("=")
+    return paging.encode("job", last_id)
 
 
 def decode_continue(token: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError) as e:
-        raise BadContinueToken("continue token is not valid") from e
-    kind, _, number = raw.partition(":")
-    if kind != "job" or not number.isdigit() or len(number) > 18:
-        raise BadContinueToken("continue token is not valid")
-    return int(number)
+    """The last job id of the page before (raises :class:`paging.BadContinueToken`)."""
+    return paging.decode("job", token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@ the dashboard's own origin only (no inline script or style, no frames);
 static files are addressed by a digest of their content (``?v=``) and
 cached for a year, pages are never cached.  ``/ui/events`` relays the API's
 server-sent-event stream with the caller's token (a browser's
-``EventSource`` cannot send an ``Authorization`` header); those relays are
-closed when the service shuts down.
+``EventSource`` cannot send an ``Authorization`` header), and a version the
+API refuses as a 400 of its own; those relays are closed when the service
+shuts down.
 """
 
 from __future__ import annotations
@@ -98,6 +99,9 @@ async def events(request: web.Request) -> web.StreamResponse:
         last = request.headers.get("Last-Event-ID") or request.query.get("after")
         upstream = await api.stream("/api/v1/events", last)
     except client.ApiProblem as e:
+        if e.status == 400:  # the API read the version and refused it
+            detail = "after (or Last-Event-ID) is not a view version"
+            raise web.HTTPBadRequest(text=detail) from None
         raise web.HTTPUnauthorized() if e.status == 401 else web.HTTPBadGateway() from None
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}

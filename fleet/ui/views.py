@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode
 import aiohttp_jinja2
 from aiohttp import web
 
+from fleet.core.digits import parse_digits
 from fleet.ui import present
 from fleet.ui.client import COOKIE, Api, ApiProblem, path
 
@@ -33,6 +34,8 @@ TREE_PAGE: Final = 200
 PENDING_PAGE: Final = 50
 JOBS_PAGE: Final = 50
 NODES_PAGE: Final = 200
+#: The highest page number a link may ask for.
+MAX_PAGE: Final = 999_999
 #: Job details fetched at once for a page of pending jobs (their submission times).
 DETAIL_CONCURRENCY: Final = 8
 STATES: Final = (
@@ -55,8 +58,8 @@ def _now() -> datetime.datetime:
 
 
 def _page(request: web.Request, name: str = "page") -> int:
-    raw = request.query.get(name, "1")
-    return int(raw) if raw.isdigit() and 0 < int(raw) < 10**6 else 1
+    """The page number asked for; anything but 1 to 999999 in ASCII digits is page 1."""
+    return parse_digits(request.query.get(name, "1"), low=1, high=MAX_PAGE) or 1
 
 
 def _url(base: str, **params: Any) -> str:

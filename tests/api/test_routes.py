@@ -97,6 +97,15 @@ async def test_resubmitting_is_idempotent_and_another_spec_is_a_conflict(
         ),
         pytest.param(pytorchjob("big", workers=1, gpus=64), 422, "", id="larger-than-any-cluster"),
         pytest.param(pytorchjob("lost", namespace="nowhere"), 422, "nowhere", id="no-queue"),
+        pytest.param(
+            pytorchjob("nl", namespace="team-a\n"),
+            422,
+            "'path': 'metadata.namespace'",
+            id="namespace-with-a-trailing-newline",
+        ),
+        pytest.param(
+            pytorchjob("nl\n"), 422, "'path': 'metadata.name'", id="name-with-a-trailing-newline"
+        ),
     ],
 )
 async def test_bad_submissions_are_rejected_whole_with_field_errors(

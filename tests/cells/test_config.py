@@ -120,6 +120,34 @@ def test_base_config_loads() -> None:
     assert sorted(config.nodes()) == ["n0", "n1", "n2"]
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        pytest.param("²", id="superscript two"),
+        pytest.param("١", id="arabic-indic one"),
+        pytest.param("9" * 5_000, id="5000 digits"),
+    ],
+)
+def test_a_leaf_address_of_other_than_ascii_digits_takes_its_place_as_index(address: str) -> None:
+    """Only ASCII digits give a leaf its index (fleet.core.digits); other text is a name."""
+    data = {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": 2, "isNodeLevel": True}
+            },
+            "physicalCells": [
+                {
+                    "cellType": "NODE",
+                    "cellAddress": "n0",
+                    "cellChildren": [{"cellAddress": address}, {"cellAddress": "1"}],
+                }
+            ],
+        }
+    }
+    placer = CellPlacer("c", load_cell_config(data))
+    assert [leaf.leaf_index for leaf in placer.topo.nodes["n0"][0].leaves] == [0, 1]
+
+
 REJECTIONS = [
     pytest.param(
         mutate("physicalCluster.cellTypes.NODE.childCellType", "PARI"),

@@ -213,7 +213,7 @@ def test_unknown_field_in_owned_schema(tmp_path: Path, capsys: pytest.CaptureFix
     assert rc == 1
     assert err == (
         f"error: {f}: document 0 (ElasticQuotaTree tree): spec.root.children[0].namespace: "
-        "unknown field (did you mean 'namespaces'?)\n"
+        "node 'research': unknown field (did you mean 'namespaces'?)\n"
     )
 
 
@@ -454,3 +454,51 @@ spec:
     assert "spec.root.children[0].min" in err and "min cpu 20 is above max 8" in err
     assert "spec.root.children[1].namespaces[0]" in err and "already belongs" in err
     assert "spec.root.min" in err and "children's min" in err
+
+
+@pytest.mark.parametrize(
+    ("field", "resource", "value", "what"),
+    [
+        pytest.param("min", "nvidia.com/gpu", -2, "quantity -2 is negative", id="negative"),
+        pytest.param("max", "memory", "-1Gi", "quantity '-1Gi' is negative", id="negative bytes"),
+        pytest.param("min", "cpu", "abc", "'abc' is not a Kubernetes quantity", id="unparsable"),
+        pytest.param("max", "memory", "1Gb", "'1Gb' is not a Kubernetes quantity", id="bad unit"),
+        pytest.param("min", "cpu", "1\n", "'1\\n' is not a Kubernetes quantity", id="newline"),
+        pytest.param(
+            "min", "nvidia.com/gpu", "1.5", "quantity '1.5' must be a whole number", id="decimals"
+        ),
+        pytest.param("max", "nvidia.com/gpu", "500m", "must be a whole number", id="milli-gpu"),
+        pytest.param("min", "cpu", "1e999", "exponent 999 is out of range", id="exponent"),
+        pytest.param("min", "cpu", "9" * 100, "has more than 64 digits", id="100 digits"),
+        pytest.param("min", "cpu", True, "True is not a Kubernetes quantity", id="boolean"),
+        pytest.param("min", "gpus", 1, "is not a Kubernetes resource name", id="resource name"),
+    ],
+)
+def test_every_quota_error_names_its_node(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    resource: str,
+    value: Any,
+    what: str,
+) -> None:
+    tree = make_tree()
+    team_a = tree["spec"]["root"]["children"][0]["children"][0]
+    team_a.setdefault(field, {})[resource] = value
+    rc, _, err = check(capsys, "quota", write(tmp_path, "tree.yaml", dump(tree)))
+    assert rc == 1
+    path = f"spec.root.children[0].children[0].{field}.{resource}"
+    assert f"{path}: node 'team-a': " in err, err
+    assert what in err, err
+
+
+def test_a_shape_error_in_a_quota_tree_names_its_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = make_tree()
+    tree["spec"]["root"]["children"][0]["children"][1]["mni"] = {"cpu": 1}
+    tree["spec"]["root"]["children"][0]["preemptMinRuntime"] = "10 minutes"
+    rc, _, err = check(capsys, "quota", write(tmp_path, "tree.yaml", dump(tree)))
+    assert rc == 1
+    assert "spec.root.children[0].children[1].mni: node 'team-b': unknown field" in err, err
+    assert "spec.root.children[0].preemptMinRuntime: node 'research': '10 minutes'" in err, err

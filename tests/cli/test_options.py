@@ -114,7 +114,9 @@ def test_sizes_are_bytes_or_binary_units(text: str, size: int) -> None:
     assert inputs.parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "MiB", "8 MB", "-1", "1.5MiB", "0"])
+@pytest.mark.parametrize(
+    "text", ["", "MiB", "8 MB", "-1", "1.5MiB", "0", "١٢", "²KiB", "9" * 5000, "1_000"]
+)
 def test_bad_sizes_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         inputs.parse_size(text)

@@ -195,7 +195,11 @@ def test_node_health(node: dict[str, Any], healthy: bool, why: str) -> None:
         ({objects.REPLICA_TYPE_LABEL: "Master", objects.REPLICA_INDEX_LABEL: "0"}, "Master-0"),
         ({objects.REPLICA_TYPE_LABEL: "worker"}, None),
         ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "x"}, None),
+        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "²"}, None),
+        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "١"}, None),
+        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "9" * 5000}, None),
     ],
+    ids=["worker", "master", "no-index", "word", "superscript", "arabic-indic", "5000-digits"],
 )
 def test_a_pod_is_matched_to_its_replica_by_the_operators_labels(
     labels: dict[str, str], replica: str | None
@@ -362,4 +366,5 @@ def test_the_pods_that_still_hold_a_nodes_gpus_are_those_of_other_jobs_not_ended
     assert index.holding("n1", [4], other_than="new") == []  # the job's own pod
     index.remove(("team-a", "old-0"))
     assert index.holding("n1", [0, 1], other_than="new") == []
-    assert objects.gpu_indices(_pod("x", "u", "n", "1,x")) == []  # malformed: none
+    for malformed in ("1,x", "1,²", "١", "1," + "9" * 5000, "1, 2"):
+        assert objects.gpu_indices(_pod("x", "u", "n", malformed)) == [], malformed

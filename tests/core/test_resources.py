@@ -87,6 +87,8 @@ BAD = [
     ("cpu", "1e", "not a Kubernetes quantity"),
     ("cpu", "١", "not a Kubernetes quantity"),  # only ASCII digits
     ("cpu", "1e999999999", "out of range"),
+    ("cpu", "9" * 5000, "more than 64 digits"),
+    ("memory", "1." + "0" * 5000 + "Gi", "more than 64 digits"),
     ("cpu", "-1", "negative"),
     ("memory", "-1Gi", "negative"),
     (GPU, "-1", "negative"),
@@ -97,7 +99,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(
-    ("resource", "text", "message"), BAD, ids=[f"{r}={t!r}" for r, t, _ in BAD]
+    ("resource", "text", "message"),
+    BAD,
+    ids=[f"{r}={t!r}" if len(t) <= 20 else f"{r}={t[:8]!r}...({len(t)} chars)" for r, t, _ in BAD],
 )
 def test_parse_quantity_rejects(resource: str, text: str, message: str) -> None:
     with pytest.raises(QuantityError, match=message) as info:

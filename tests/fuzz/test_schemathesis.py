@@ -4,7 +4,9 @@ schemathesis draws requests for every operation of the document (valid and
 invalid parameters and bodies) and sends them, with an admin token, to a
 ``fleet serve`` process on a SQLite file; every answer must be below 500, of
 a documented status and media type, and match its documented schema.
-Afterwards the server must still be healthy and ready.  A larger run is
+Every query parameter of every operation also gets text that only looks
+like a number (``²``, ``١٢``, 5,000 digits, then drawn ones: the driver's
+``numbers`` round).  Afterwards the server must still be healthy and ready.  A larger run is
 ``bench/bench_fuzz.py``.
 """
 
@@ -19,7 +21,7 @@ import pytest
 
 from fleet.api.openapi import ROUTES
 from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
-from tests.fuzz.driver import fuzz
+from tests.fuzz.driver import EVERY_PARAMETER, NUMBERS, fuzz
 from tests.service import servers
 
 pytestmark = pytest.mark.slow
@@ -60,6 +62,21 @@ def test_no_input_breaks_the_api_and_the_server_stays_healthy(
     assert operations == {f"{r.method} {r.path}" for r in ROUTES} - {"GET /api/v1/openapi.json"}
     positive = [n for label, n in result.per_operation.items() if label.endswith("(positive)")]
     assert all(n > 0 for n in positive), result.per_operation
+    with_query = {
+        f"{r.method} {r.path}" for r in ROUTES if any(p.location == "query" for p in r.parameters)
+    }
+    numbers = {
+        label.rsplit(" (", 1)[0]: n
+        for label, n in result.per_operation.items()
+        if label.endswith(f"({NUMBERS})")
+    }
+    assert set(numbers) == with_query - {"GET /api/v1/openapi.json"}
+    # Each of EVERY_PARAMETER in each query parameter, and drawn ones.
+    for route in ROUTES:
+        label = f"{route.method} {route.path}"
+        if label in numbers:
+            query = [p for p in route.parameters if p.location == "query"]
+            assert numbers[label] > len(query) * len(EVERY_PARAMETER), (label, numbers[label])
     for path in ("/healthz", "/readyz"):
         with urllib.request.urlopen(url + path, timeout=10) as resp:
             assert resp.status == 200, path

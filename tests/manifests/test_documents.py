@@ -111,37 +111,37 @@ def tree_with_child(**child: Any) -> dict[str, Any]:
         pytest.param(
             tree_with_child(max={"cpu": "lots"}),
             "spec.root.children[0].max.cpu",
-            "'lots' is not a Kubernetes quantity",
+            "node 'team-a': 'lots' is not a Kubernetes quantity",
             id="bad-quantity",
         ),
         pytest.param(
             tree_with_child(max={"nvidia.com/gpu": "0.5"}),
             "spec.root.children[0].max.nvidia.com/gpu",
-            "quantity '0.5' must be a whole number",
+            "node 'team-a': quantity '0.5' must be a whole number",
             id="fractional-gpu",
         ),
         pytest.param(
             tree_with_child(min={"cpu": True}),
             "spec.root.children[0].min.cpu",
-            "True is not a Kubernetes quantity",
+            "node 'team-a': True is not a Kubernetes quantity",
             id="boolean-quantity",
         ),
         pytest.param(
             tree_with_child(maxx={"cpu": 1}),
             "spec.root.children[0].maxx",
-            "unknown field (did you mean 'max'?)",
+            "node 'team-a': unknown field (did you mean 'max'?)",
             id="unknown-field",
         ),
         pytest.param(
             tree_with_child(namespaces=["Team_A"]),
             "spec.root.children[0].namespaces[0]",
-            "'Team_A' is not a valid namespace",
+            "node 'team-a': 'Team_A' is not a valid namespace",
             id="bad-namespace",
         ),
         pytest.param(
             make_tree(node("Root")),
             "spec.root.name",
-            "'Root' is not a valid name",
+            "node 'Root': 'Root' is not a valid name",
             id="bad-node-name",
         ),
         pytest.param(
@@ -507,6 +507,16 @@ def test_gpu_sku(annotations: dict[str, str], selector: dict[str, str], sku: str
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert models.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["90s\n", " 90s", "90", "1h 30m", "١s", "", "s"],
+    ids=["trailing newline", "leading space", "no unit", "space", "arabic-indic", "empty", "unit"],
+)
+def test_parse_duration_matches_the_whole_text(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        models.parse_duration(text)
 
 
 def test_simulated_annotations_are_read() -> None:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from fleet.clusters.base import DispatchedJob
+from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
 
 API_VERSION: Final = "kubeflow.org/v1"
@@ -225,9 +226,10 @@ def replica_name(pod: Mapping[str, Any]) -> str | None:
     found = labels(pod)
     kind = found.get(REPLICA_TYPE_LABEL)
     index = found.get(REPLICA_INDEX_LABEL)
-    if not isinstance(kind, str) or not kind or not isinstance(index, str) or not index.isdigit():
+    number = parse_digits(index) if isinstance(index, str) else None
+    if not isinstance(kind, str) or not kind or number is None:
         return None
-    return f"{kind[:1].upper()}{kind[1:].lower()}-{int(index)}"
+    return f"{kind[:1].upper()}{kind[1:].lower()}-{number}"
 
 
 def pending(pod: Mapping[str, Any]) -> bool:
@@ -255,8 +257,8 @@ def gpu_indices(pod: Mapping[str, Any]) -> list[int]:
     text = annotations_of(pod).get(GPU_ANNOTATION)
     if not isinstance(text, str) or not text:
         return []
-    parts = text.split(",")
-    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else []
+    parts = [parse_digits(p) for p in text.split(",")]
+    return [p for p in parts if p is not None] if None not in parts else []
 
 
 def binding(pod_name: str, node: str) -> JSON:

@@ -45,6 +45,7 @@ from fleet.core.cells.spec import (
     VirtualCellSpec,
     VirtualClusterSpec,
 )
+from fleet.core.digits import parse_digits
 from fleet.core.resources import QuantityError
 
 __all__ = ["load_cell_config", "load_hived_file_dict"]
@@ -280,7 +281,8 @@ class _Expander:
                 )
             assert node is not None
             counter = self._next(scope, 0)
-            leaf_index = int(own) if own.isdigit() else counter
+            given = parse_digits(own)
+            leaf_index = counter if given is None else given
             if (node, leaf_index) in self.leaves:
                 raise CellConfigError(
                     _join(path, "cellAddress"),
