@@ -28,7 +28,7 @@ import contextlib
 import enum
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Final
 
@@ -150,7 +150,7 @@ def _sqlite_engine(
 class Database:
     """The open database: a writer engine and a reader engine (the same on PostgreSQL)."""
 
-    url: str
+    url: str = field(repr=False)  # its password too: show it through redact_url
     writer: AsyncEngine
     reader: AsyncEngine
     _write_sessions: async_sessionmaker[AsyncSession]
