@@ -23,7 +23,9 @@ job event (``Restarting``, ``Recovered``); the job stays ``Running``.
 A purge is an intent of kind ``purge-directly`` or ``purge-gracefully``,
 kept open until the old member reports the copy stopped (or had nothing to
 delete), and taken up again after a restart.  A job with no other allowed
-member is not failed over; it waits where it is.
+member is not failed over; it waits where it is.  A job's reason names a
+member that is not ready without the member's own message, which only admin
+tokens read (``GET /api/v1/clusters``).
 
 The events of a member about a job that no longer runs there (an old copy)
 are this module's business, not the core's: :meth:`Failover.observe` tells
@@ -261,7 +263,9 @@ class Failover:
     def why_unhealthy(self, key: str, cluster: str, nodes: Sequence[str]) -> str:
         """Why job ``key``, running in ``cluster`` on ``nodes``, is unhealthy ("" if it is not)."""
         if cluster in self.not_ready:
-            return f"member {cluster} is not ready: {self.not_ready[cluster]}"
+            # The member's own text (an API server's answer) is for admins (GET
+            # /api/v1/clusters) and the log; the job's reason, read by its team, has none.
+            return f"member {cluster} is not ready"
         bad = sorted(set(nodes) & self.bad_nodes.get(cluster, set()))
         if bad:
             return f"node {', '.join(bad)} of {cluster} is bad"

@@ -2,7 +2,10 @@
 
 Theory of operation: :func:`start` opens the database (migrating it), takes
 the quota tree and the member clusters from it — or, on the very first start,
-from the files the settings name, storing them as version 1 — builds one cell
+from the files the settings name, storing them as version 1 (it refuses to
+start on a member whose kubeconfig lies outside ``--kubeconfig-dir`` or gets
+credentials from a plugin that is not allowed: :mod:`fleet.clusters.kube.kubeconfig`,
+checked again whenever a member connects) — builds one cell
 placer and one member backend per cluster, and starts the scheduler loop,
 which rebuilds the core's state from the jobs in the database.  :func:`stop`
 undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
@@ -23,6 +26,7 @@ starts at once, without election or fencing, as it always did.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -39,7 +43,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from fleet import admin
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
+from fleet.clusters.kube import kubeconfig
 from fleet.clusters.kube.cluster import KubeCluster
+from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.sim import SimulatedCluster
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.jobs import Job
@@ -53,7 +59,7 @@ from fleet.manifests.models import MemberClusterModel
 from fleet.settings import Settings
 from fleet.store import configuration, leases
 from fleet.store import jobs as job_rows
-from fleet.store.database import MIGRATION_LOCK, Database, Fenced, open_database
+from fleet.store.database import MIGRATION_LOCK, Database, Fenced, open_database, redact_url
 
 log = logging.getLogger("fleet.service")
 
@@ -115,7 +121,9 @@ async def _configuration(db: Database, settings: Settings, clock: Clock) -> tupl
         rows = await configuration.clusters(session)
         if not rows:
             text = settings.clusters.read_text(encoding="utf-8")
-            for cluster in convert.load_clusters(text):
+            shipped = convert.load_clusters(text)
+            await _check_shipped(shipped, settings)
+            for cluster in shipped:
                 await configuration.put_cluster(session, cluster.name, _dump(cluster), clock.now())
             log.info("member clusters loaded from %s", settings.clusters)
             clusters_text = text
@@ -137,13 +145,52 @@ def clusters_document(svc: Service) -> str:
 vc_gpus = convert.vc_gpus
 
 
-def member_backend(cluster: MemberClusterModel, clock: Clock) -> MemberCluster:
+def kubeconfig_policy(settings: Settings) -> KubeconfigPolicy:
+    """Where member kubeconfigs must lie and whether their credential plugins may run."""
+    return KubeconfigPolicy(settings.kubeconfig_dir, settings.allow_kubeconfig_exec)
+
+
+def member_backend(
+    cluster: MemberClusterModel, clock: Clock, policy: KubeconfigPolicy
+) -> MemberCluster:
     """The backend of a member: simulated, or a Kubernetes cluster from its kubeconfig."""
-    kubeconfig = cluster.spec.kubeconfig
-    if kubeconfig is None:
+    ref = cluster.spec.kubeconfig
+    if ref is None:
         return SimulatedCluster(cluster.name, clock)
     nodes = sorted(cluster.cell_config().nodes())
-    return KubeCluster(cluster.name, clock, Path(kubeconfig.path), kubeconfig.context, nodes)
+    return KubeCluster(cluster.name, clock, Path(ref.path), ref.context, nodes, policy=policy)
+
+
+async def check_kubeconfig(cluster: MemberClusterModel, policy: KubeconfigPolicy) -> None:
+    """Refuse a member whose kubeconfig is outside the directory or runs a plugin.
+
+    Raises :class:`~fleet.clusters.kube.kubeconfig.KubeconfigError` (an
+    :class:`~fleet.clusters.kube.kubeconfig.Unreadable` one too); a simulated
+    member passes.
+    """
+    ref = cluster.spec.kubeconfig
+    if ref is not None:
+        await asyncio.to_thread(kubeconfig.read, ref.path, policy, cluster.name)
+
+
+async def _check_shipped(clusters: Sequence[MemberClusterModel], settings: Settings) -> None:
+    """Refuse to start on ``--clusters`` members whose kubeconfig Fleet does not use.
+
+    A file that cannot be read yet is let through (a Secret may be mounted
+    later): the member stays not ready until it can be read, and is checked
+    again then.
+    """
+    policy = kubeconfig_policy(settings)
+    refused = []
+    for cluster in clusters:
+        try:
+            await check_kubeconfig(cluster, policy)
+        except kubeconfig.Unreadable:
+            continue
+        except kubeconfig.KubeconfigError as e:
+            refused.append(f"member cluster {cluster.name}: spec.kubeconfig.path: {e}")
+    if refused:
+        raise ConfigurationError(f"{settings.clusters}: " + "; ".join(refused))
 
 
 async def start_member(member: MemberCluster) -> None:
@@ -153,13 +200,13 @@ async def start_member(member: MemberCluster) -> None:
 
 
 def _members(
-    clusters: Sequence[MemberClusterModel], clock: Clock
+    clusters: Sequence[MemberClusterModel], clock: Clock, policy: KubeconfigPolicy
 ) -> tuple[dict[str, Placer], dict[str, MemberCluster]]:
     placers: dict[str, Placer] = {}
     members: dict[str, MemberCluster] = {}
     for cluster in clusters:
         placers[cluster.name] = CellPlacer(cluster.name, cluster.cell_config())
-        members[cluster.name] = member_backend(cluster, clock)
+        members[cluster.name] = member_backend(cluster, clock, policy)
     return placers, members
 
 
@@ -201,7 +248,7 @@ async def _start_loop(
     for warning in warnings:
         log.warning("quota tree: %s", warning)
     clusters = convert.load_clusters(clusters_text)
-    placers, members = _members(clusters, clock)
+    placers, members = _members(clusters, clock, kubeconfig_policy(settings))
     try:
         for member in members.values():
             await start_member(member)
@@ -289,7 +336,7 @@ async def _start_replica(
         following=functools.partial(refresh_configuration, svc),
     )
     await svc.leadership.start()
-    log.info("replica %s (%s) joined the election", identity, svc.leadership.address)
+    log.info("replica %s (%s) joined the election", identity, redact_url(svc.leadership.address))
     return svc
 
 

@@ -21,6 +21,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The examples shipped with Fleet, used when the database holds no tree or clusters yet.
 POLICIES: Final = Path(__file__).resolve().parent.parent / "policies"
+#: Where member kubeconfigs live (the Helm chart mounts them there).
+DEFAULT_KUBECONFIG_DIR: Final = Path("/etc/fleet/kubeconfigs")
 
 
 class Settings(BaseSettings):
@@ -37,7 +39,9 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535, description="TCP port to listen on (0: any free port).")
     database_url: str = Field(
         "sqlite+aiosqlite:///./fleet.db",
-        description="SQLAlchemy URL: sqlite+aiosqlite:///PATH or postgresql+asyncpg://...",
+        description="SQLAlchemy URL: sqlite+aiosqlite:///PATH or postgresql+asyncpg://... "
+        "(its password is never logged or shown: fleet.store.database.redact_url).",
+        repr=False,  # a settings repr (a log line, a traceback) shows no password
     )
     clusters: Path = Field(
         POLICIES / "clusters" / "example.yaml",
@@ -46,6 +50,17 @@ class Settings(BaseSettings):
     quota: Path = Field(
         POLICIES / "quota" / "team-tree.yaml",
         description="ElasticQuotaTree loaded at start when the database has no tree.",
+    )
+    kubeconfig_dir: Path = Field(
+        DEFAULT_KUBECONFIG_DIR,
+        description="Directory of the members' kubeconfig files: a member's "
+        "spec.kubeconfig.path must resolve (symbolic links followed) to a file inside it; "
+        "a relative path is taken from it.",
+    )
+    allow_kubeconfig_exec: bool = Field(
+        False,
+        description="Let member kubeconfigs get credentials from plugins (a user's exec or "
+        "auth-provider), which run as the server's user; false: such kubeconfigs are refused.",
     )
     schedule_interval: float = Field(
         5.0, gt=0, description="Seconds between scheduling cycles (a cycle also runs on changes)."

@@ -21,13 +21,17 @@ several applications in one process (the tests) never share instruments.
   them too when ``otlp_endpoint`` is set.
 * **Logs.**  :func:`configure_logging`: one JSON object per line (or a text
   line), each with the trace and span ids of the span current when it was
-  written.
+  written.  Neither format lets a logged string break its line: JSON escapes
+  it, and :class:`TextFormatter` escapes every control character of the
+  message (a request path with ``%0A`` cannot forge a line) and indents a
+  traceback's lines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
@@ -424,8 +428,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+#: Characters that end or rewrite a line: C0 and C1 controls (tab aside), DEL, the Unicode
+#: line and paragraph separators.
+_LINE_BREAKERS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: every control character as its escape (``\\n``, ``\\x1b``)."""
+    return _LINE_BREAKERS.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
 class TextFormatter(logging.Formatter):
-    """``time level logger [trace=...]: message``."""
+    """``time level logger [trace=...]: message``, one line per record.
+
+    The message (arguments included: request paths, names, errors) has its
+    control characters escaped, so nothing a caller sends can end the line
+    and forge another; a traceback follows on lines of its own, each
+    indented, so that every line a record adds after its first starts with
+    a space.
+    """
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(trace)s: %(message)s")
@@ -433,7 +454,17 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         trace_id, span_id = _trace_ids()
         record.trace = "" if trace_id is None else f" [trace={trace_id} span={span_id}]"
-        return super().format(record)
+        record.message = escape_controls(record.getMessage())
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        extra = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            extra.append(self.formatStack(record.stack_info))
+        for text in extra:
+            line += "".join("\n  " + escape_controls(part) for part in text.split("\n"))
+        return line
 
 
 def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:

@@ -6,8 +6,14 @@ does); anything wrong is a problem and nothing changes.  The change itself
 is handed to the scheduler loop (:mod:`fleet.admin`), which applies it to
 the core and stores it in one transaction; the handler then answers with
 what happened.  ``?dryRun=All`` answers what a tree change would do now and
-changes nothing.  Who may call which route is checked before the handler
-runs (:mod:`fleet.api.auth`); every call of a route that writes is audited.
+changes nothing.  A real member's kubeconfig is checked before anything is
+stored or connected (:mod:`fleet.clusters.kube.kubeconfig`): a path that
+resolves outside ``--kubeconfig-dir``, a user that runs a credential plugin
+(unless allowed), or a file that cannot be read is a 422 on
+``spec.kubeconfig.path`` (the last with a fixed message: the details are in
+the server log, the file's content nowhere).  Who may call which route is
+checked before the handler runs (:mod:`fleet.api.auth`); every call of a
+route that writes is audited.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from fleet.api.problems import (
 )
 from fleet.api.schemas import json_response
 from fleet.api.submissions import YAML_MEDIA_TYPES
+from fleet.clusters.kube.kubeconfig import KubeconfigError
 from fleet.clusters.sim import SimulatedCluster
 from fleet.core.quota import OVER_MAX, QuotaTree
 from fleet.core.resources import format_quantity
@@ -298,12 +305,18 @@ async def put_cluster(request: web.Request) -> web.Response:
         vc_sizes = service.vc_gpus(model)
     except Exception as e:  # a cell config the allocator cannot build
         errors.append(error(f"cell config: {str(e)[:300]}", "spec.cells"))
+    policy = service.kubeconfig_policy(svc.settings)
+    if not errors:  # the file is opened only for an otherwise valid member
+        try:
+            await service.check_kubeconfig(model, policy)
+        except KubeconfigError as e:
+            errors.append(error(str(e), "spec.kubeconfig.path"))
     if errors:
         raise ProblemError(invalid(errors))
     document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
     backend = None
     if name not in svc.loop.members:  # a new member: connect it first
-        backend = service.member_backend(model, svc.clock)
+        backend = service.member_backend(model, svc.clock, policy)
         await service.start_member(backend)
     added = backend if backend is not None else SimulatedCluster(name, svc.clock)
     try:

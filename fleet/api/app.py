@@ -45,7 +45,9 @@ async def last_resort(request: web.Request, handler: routes.Handler) -> web.Stre
         raise
     except Exception as e:
         if unavailable(e):
-            log.warning("database unavailable answering %s %s: %s", request.method, request.path, e)
+            log.warning(
+                "database unavailable answering %s %s: %s", request.method, request.raw_path, e
+            )
             detail = (
                 "the database cannot be reached right now; retry later "
                 "(a submission sent again is not stored twice)"
@@ -53,7 +55,7 @@ async def last_resort(request: web.Request, handler: routes.Handler) -> web.Stre
             response = problem_response(http_problem(503, detail, instance=request.path))
             response.headers["Retry-After"] = "1"
             return response
-        log.exception("unexpected error answering %s %s", request.method, request.path)
+        log.exception("unexpected error answering %s %s", request.method, request.raw_path)
         return problem_response(http_problem(500, None, instance=request.path))
 
 

@@ -194,7 +194,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if store.configured:
         found = _authenticate(request, store)
         if isinstance(found, web.Response):
-            log.info("401 %s %s", request.method, request.path[:200])
+            log.info("401 %s %s", request.method, request.raw_path[:200])  # as sent: encoded
             return found
         who = found
     request[keys.CALLER_KEY] = who

@@ -42,6 +42,7 @@ from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 from fleet.store import paging
+from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -354,9 +355,20 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
     return schemas.json_response(body)
 
 
+#: What a team or read token is told of a member's health instead of its backend's message.
+HEALTH_PHRASES: Final = {True: "ready", False: "not ready"}
+
+
 async def list_clusters(request: web.Request) -> web.Response:
+    """``GET /api/v1/clusters``; a member's health message is for admin callers only.
+
+    The message is the member backend's own free text (an API server's
+    answer, a kubeconfig problem): other callers get the readiness flag
+    (``health``) and a fixed phrase.
+    """
     svc = _svc(request)
     view = svc.loop.view
+    admin = auth.caller(request).admin
     items = []
     async with svc.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
@@ -377,7 +389,9 @@ async def list_clusters(request: web.Request) -> web.Response:
                 health=schemas.ClusterHealth.HEALTHY
                 if reachable
                 else schemas.ClusterHealth.UNREACHABLE,
-                message=health.message if health is not None else "no member backend",
+                message=(health.message if health is not None else "no member backend")
+                if admin
+                else HEALTH_PHRASES[reachable],
                 bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
                 draining=cluster.name in svc.loop.state.draining,
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
@@ -406,7 +420,9 @@ async def liveness(request: web.Request) -> web.Response:
         return schemas.json_response(schemas.Liveness(role=svc.role))
     seen = leadership.seen
     term = leadership.term if leadership.leading else (seen.term if seen is not None else None)
-    body = schemas.Liveness(role=svc.role, term=term, leader=leadership.leader_address())
+    leader = leadership.leader_address()
+    shown = None if leader is None else redact_url(leader)  # an address may carry credentials
+    body = schemas.Liveness(role=svc.role, term=term, leader=shown)
     return schemas.json_response(body)
 
 

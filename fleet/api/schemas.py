@@ -327,7 +327,8 @@ class ClusterSummary(Schema):
     health: ClusterHealth = Field(description="Healthy, Degraded, Unreachable or Unknown.")
     message: str = Field(
         default="",
-        description="What the member backend says: why it is not ready, or how it is doing.",
+        description="What the member backend says: why it is not ready, or how it is doing "
+        "(admin tokens only; others read 'ready' or 'not ready').",
     )
     bad_nodes: list[str] = Field(default_factory=list, description="Nodes taken out of allocation.")
     draining: bool = Field(

@@ -43,6 +43,19 @@ def add_parser(sub: Any) -> None:
         "(default: policies/quota/team-tree.yaml)",
     )
     p.add_argument(
+        "--kubeconfig-dir",
+        metavar="DIR",
+        help="directory of the members' kubeconfigs: spec.kubeconfig.path must resolve to a "
+        "file inside it, a relative one is taken from it (default /etc/fleet/kubeconfigs)",
+    )
+    p.add_argument(
+        "--allow-kubeconfig-exec",
+        action="store_true",
+        default=None,
+        help="let member kubeconfigs run credential plugins (exec, auth-provider) as this "
+        "server's user (default: such kubeconfigs are refused)",
+    )
+    p.add_argument(
         "--schedule-interval",
         type=float,
         metavar="SECONDS",
@@ -115,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             "database_url",
             "clusters",
             "quota",
+            "kubeconfig_dir",
+            "allow_kubeconfig_exec",
             "schedule_interval",
             "estimate_interval",
             "log_level",
@@ -161,15 +176,24 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(settings.log_level, settings.log_format)
     log = logging.getLogger("fleet.serve")
-    log.info("database %s", settings.database_url)
+    from fleet.service import ConfigurationError
+    from fleet.store.database import DatabaseError, redact_url
+
+    log.info("database %s", redact_url(settings.database_url))
+    if settings.allow_kubeconfig_exec:
+        log.warning("member kubeconfigs may run credential plugins (--allow-kubeconfig-exec)")
     from fleet.collector import FollowGrowth
 
     FollowGrowth().install()  # full collections' pauses follow the growth (fleet.collector)
-    web.run_app(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        print=lambda text: log.info("%s", text.strip()),
-        access_log=None,
-    )
+    try:
+        web.run_app(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            print=lambda text: log.info("%s", text.strip()),
+            access_log=None,
+        )
+    except (ConfigurationError, DatabaseError) as e:  # at start: a clear error, no traceback
+        log.error("cannot start: %s", e)
+        return 1
     return 0

@@ -15,7 +15,10 @@ own: three turns of the event loop per transaction; here the transaction has
 ended and given its connection back before the close).  A
 :meth:`Database.fenced` copy shares the engines and runs a fencing statement
 first in every write transaction (the scheduler's leader,
-:mod:`fleet.leadership`); the plain database runs none.
+:mod:`fleet.leadership`); the plain database runs none.  A URL is shown
+(logs, errors, answers) only through :func:`redact_url`, which hides its
+password; a database that cannot be reached at start is a
+:class:`DatabaseError` naming the URL so redacted.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Final
 
@@ -61,7 +65,29 @@ class Durability(enum.Enum):
 
 
 class DatabaseError(Exception):
-    """The database cannot be opened or migrated."""
+    """The database cannot be opened or migrated (the message shows its URL redacted)."""
+
+
+#: What stands for a password in a URL that is shown.
+HIDDEN: Final = "***"
+_USERINFO_PASSWORD: Final = re.compile(r"(://[^/?#@:]*:)[^/?#]*@")
+_QUERY_PASSWORD: Final = re.compile(r"([?&](?:password|passwd|pwd)=)[^&#]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to be shown: its password (``user:PASSWORD@`` or ``?password=``) as ``***``.
+
+    The one helper for every URL that is logged, printed, answered or put in
+    an error: a database URL, or a replica's advertised address.  A URL
+    SQLAlchemy cannot parse is masked by pattern instead.
+    """
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads (an http address parses too)
+        shown = url
+    # What SQLAlchemy took for the host may hold the rest of a password with an "@".
+    shown = _USERINFO_PASSWORD.sub(rf"\g<1>{HIDDEN}@", shown)
+    return _QUERY_PASSWORD.sub(rf"\g<1>{HIDDEN}", shown)
 
 
 class Fenced(Exception):
@@ -88,7 +114,7 @@ def _sqlite_engine(
     if inline:
         path = make_url(url).database
         if not path or path == ":memory:":  # the reader and the writer would not share it
-            raise DatabaseError(f"an inline SQLite database must be a file: {url!r}")
+            raise DatabaseError(f"an inline SQLite database must be a file: {redact_url(url)!r}")
         engine = create_async_engine(url, async_creator=inline_sqlite.creator(path), **_JSON_CODEC)
     else:
         engine = create_async_engine(url, **_JSON_CODEC)
@@ -124,7 +150,7 @@ def _sqlite_engine(
 class Database:
     """The open database: a writer engine and a reader engine (the same on PostgreSQL)."""
 
-    url: str
+    url: str = field(repr=False)  # its password too: show it through redact_url
     writer: AsyncEngine
     reader: AsyncEngine
     _write_sessions: async_sessionmaker[AsyncSession]
@@ -203,7 +229,9 @@ async def open_database(
     try:
         backend = make_url(url).get_backend_name()
     except Exception as e:  # sqlalchemy raises ArgumentError for a malformed URL
-        raise DatabaseError(f"not a database URL: {url!r} ({e})") from e
+        raise DatabaseError(
+            f"not a database URL: {redact_url(url)!r} ({type(e).__name__})"
+        ) from None
     if backend == "sqlite":
         writer = _sqlite_engine(url, immediate=True, durability=durability, inline=inline)
         reader = _sqlite_engine(url, immediate=False, durability=durability, inline=inline)
@@ -230,8 +258,12 @@ async def open_database(
     if migrate:
         try:
             await upgrade(db)
-        except BaseException:
+        except BaseException as e:
             await db.close()
+            if isinstance(e, Exception) and unavailable(e):
+                raise DatabaseError(
+                    f"cannot reach the database {redact_url(url)}: {type(e).__name__}: {e}"
+                ) from e
             raise
     return db
 

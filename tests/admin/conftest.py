@@ -66,13 +66,36 @@ class Api:
 
 
 @pytest.fixture
-async def api(
+def kubeconfigs(tmp_path: Path) -> Path:
+    """The API's kubeconfig directory (``--kubeconfig-dir``), empty."""
+    directory = tmp_path / "kubeconfigs"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def api_with(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]],
     database_url: str,
     tmp_path: Path,
-) -> AsyncIterator[Api]:
-    clock = VirtualClock(1_000.0)
-    settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
-    app = create_app(settings, clock=clock, threaded=False)
-    client = await aiohttp_client(app)
-    yield Api(client, clock)
+    kubeconfigs: Path,
+) -> Callable[..., Awaitable[Api]]:
+    """Start an API on the test's database with these settings besides the tokens."""
+
+    async def make(**kw: Any) -> Api:
+        clock = VirtualClock(1_000.0)
+        settings = helpers.settings(
+            database_url,
+            tokens_file=write_tokens_file(tmp_path / "t.yaml"),
+            kubeconfig_dir=kubeconfigs,
+            **kw,
+        )
+        client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+        return Api(client, clock)
+
+    return make
+
+
+@pytest.fixture
+async def api(api_with: Callable[..., Awaitable[Api]]) -> AsyncIterator[Api]:
+    yield await api_with()

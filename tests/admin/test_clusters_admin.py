@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from fleet.api import keys
+from fleet.clusters.kube import kubeconfig
 from fleet.settings import POLICIES
-from tests.admin.conftest import YAML, Api
+from tests.admin.conftest import YAML, Api, bearer
+from tests.clusters.kubeconfigs import SECRET, config, exec_user
 from tests.service.helpers import pytorchjob
 
 CLUSTERS = list(yaml.safe_load_all((POLICIES / "clusters" / "example.yaml").read_text()))
@@ -117,3 +124,117 @@ async def test_a_cluster_document_is_checked_in_full(api: Api) -> None:
         "PUT", "/api/v1/clusters/edge", data=b"{}", headers={"Content-Type": "application/json"},
         status=415,
     )  # fmt: skip
+
+
+# Real members' kubeconfigs -------------------------------------------------------------------
+
+
+def real(name: str, path: str) -> dict[str, Any]:
+    """The example ``edge`` cluster as a real member ``name`` reached through ``path``."""
+    doc = cluster("edge")
+    doc["metadata"]["name"] = name
+    doc["spec"] = {"kubeconfig": {"path": path}, "cells": doc["spec"]["cells"]}
+    return doc
+
+
+async def test_a_kubeconfig_outside_the_directory_is_a_422_and_nothing_is_stored(
+    api: Api, kubeconfigs: Path
+) -> None:
+    outside = kubeconfigs.parent / "outside.yaml"
+    outside.write_text(config())
+    (kubeconfigs / "link.yaml").symlink_to(outside)
+    for path in (str(kubeconfigs / ".." / "outside.yaml"), "link.yaml", "/etc/shadow"):
+        refused = await api.call(
+            "PUT", "/api/v1/clusters/far", data=dump(real("far", path)), headers=YAML, status=422
+        )
+        (error,) = refused["errors"]
+        assert error["path"] == "spec.kubeconfig.path"
+        assert "outside the kubeconfig directory" in error["message"]
+    assert "far" not in names(await api.call("GET", "/api/v1/clusters", status=200))
+    assert "far" not in api.client.app[keys.SERVICE].loop.members
+
+
+async def test_a_kubeconfig_with_a_credential_plugin_is_a_422_and_the_plugin_never_runs(
+    api: Api, kubeconfigs: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "plugin-ran"
+    (kubeconfigs / "plugin.yaml").write_text(config(exec_user(marker)))
+    refused = await api.call(
+        "PUT",
+        "/api/v1/clusters/plugged",
+        data=dump(real("plugged", "plugin.yaml")),
+        headers=YAML,
+        status=422,
+    )
+    (error,) = refused["errors"]
+    assert error["path"] == "spec.kubeconfig.path"
+    assert "users[0] 'fleet' (exec)" in error["message"]
+    assert "--allow-kubeconfig-exec" in error["message"]
+    assert "plugged" not in names(await api.call("GET", "/api/v1/clusters", status=200))
+    assert not marker.exists()
+
+
+async def test_an_allowed_plugin_runs_and_a_restart_without_the_setting_does_not_run_it(
+    api_with: Callable[..., Awaitable[Api]], kubeconfigs: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "plugin-ran"
+    (kubeconfigs / "plugin.yaml").write_text(config(exec_user(marker)))
+    allowed = await api_with(allow_kubeconfig_exec=True)
+    doc = real("plugged", "plugin.yaml")
+    await allowed.call("PUT", "/api/v1/clusters/plugged", data=dump(doc), headers=YAML, status=201)
+    assert marker.exists()  # the client library ran it as it loaded the config
+    await allowed.client.close()
+    marker.unlink()
+
+    restarted = await api_with()  # the member is stored; the setting is off now
+    listing = await restarted.call("GET", "/api/v1/clusters", status=200)
+    plugged = next(c for c in listing["items"] if c["name"] == "plugged")
+    assert plugged["health"] == "Unreachable"
+    assert plugged["message"] == kubeconfig.PLUGIN
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [f"users: [{{name: {SECRET}\n  - : ]\n", f"{SECRET} is not a kubeconfig\n"],
+    ids=["broken-yaml", "not-a-mapping"],
+)
+async def test_an_unreadable_kubeconfig_is_a_fixed_message_and_its_content_is_in_no_answer(
+    api: Api, kubeconfigs: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (kubeconfigs / "bad.yaml").write_text(content)
+    doc = real("bad", "bad.yaml")
+    resp = await api.client.put(
+        "/api/v1/clusters/bad", data=dump(doc), headers={**YAML, **bearer("admin")}
+    )
+    text = await resp.text()
+    assert resp.status == 422, text
+    (error,) = (await resp.json())["errors"]
+    assert (error["path"], error["message"]) == ("spec.kubeconfig.path", kubeconfig.UNREADABLE)
+    assert SECRET not in text
+    listing = await api.call("GET", "/api/v1/clusters", status=200)
+    assert "bad" not in names(listing) and SECRET not in json.dumps(listing)
+    audit = await api.call("GET", "/api/v1/audit", status=200)
+    assert SECRET not in json.dumps(audit)
+    assert "bad.yaml" in caplog.text and SECRET not in caplog.text
+
+
+async def test_a_members_health_message_is_shown_to_admin_tokens_only(
+    api: Api, kubeconfigs: Path
+) -> None:
+    (kubeconfigs / "far.yaml").write_text(config())  # nothing answers at 127.0.0.1:1
+    doc = real("far", "far.yaml")  # relative: taken from the kubeconfig directory
+    await api.call("PUT", "/api/v1/clusters/far", data=dump(doc), headers=YAML, status=201)
+    as_admin = await api.call("GET", "/api/v1/clusters", status=200)
+    as_team = await api.call("GET", "/api/v1/clusters", "team-a", status=200)
+    admin = {c["name"]: c for c in as_admin["items"]}
+    team = {c["name"]: c for c in as_team["items"]}
+    assert admin["far"]["message"].startswith("unreachable: ")
+    assert admin["east"]["message"].startswith("simulated")
+    assert {n: c["message"] for n, c in team.items()} == {
+        "east": "ready",
+        "west": "ready",
+        "edge": "ready",
+        "far": "not ready",
+    }
+    assert {n: c["health"] for n, c in team.items()} == {n: c["health"] for n, c in admin.items()}

@@ -15,6 +15,7 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.settings import POLICIES
+from tests.databases import fresh_postgres_database
 from tests.service import helpers
 from tests.service.helpers import pytorchjob, settings
 
@@ -323,3 +324,19 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_read(
     resp = await client.post("/api/v1/submissions", data=body, headers=YAML)
     await problem(resp, 413)
     assert (await ok(await client.get("/api/v1/jobs")))["items"] == []
+
+
+async def test_healthz_shows_the_leaders_address_without_its_password(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], postgres_url: str
+) -> None:
+    async with fresh_postgres_database(postgres_url) as url:
+        address = "http://ops:hunter2@127.0.0.1:8080"
+        app = create_app(
+            settings(url, advertise_url=address), clock=VirtualClock(1_000.0), threaded=False
+        )
+        client = await aiohttp_client(app)
+        resp = await client.get("/healthz")
+        text = await resp.text()
+        assert resp.status == 200 and "hunter2" not in text
+        assert (await resp.json())["leader"] == "http://ops:***@127.0.0.1:8080"
+        await client.close()

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleet.cli import inputs
 from fleet.cli.main import build_parser, main
 from fleet.manifests import documents
+from fleet.settings import POLICIES
+from tests.clusters.kubeconfigs import config, exec_user
 from tests.manifests.factories import dump, make_cluster, make_job, make_tree
+from tests.service.servers import free_port
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
@@ -252,3 +257,111 @@ def test_the_leader_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     (settings,) = made
     assert (settings.leader_lease_seconds, settings.leader_renew_seconds) == (9.0, 3.0)
     assert settings.advertise_url == "http://10.0.0.7:8080"
+
+
+# fleet serve: kubeconfigs and secrets ----------------------------------------------------
+
+
+def serve_without_starting(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Patch ``fleet serve`` to stop short of running the app; the settings it made."""
+    from aiohttp import web
+
+    import fleet.api.app as app_module
+    import fleet.telemetry
+
+    monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
+    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    made: list[object] = []
+    monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))
+    return made
+
+
+def test_the_kubeconfig_flags_reach_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from fleet.settings import DEFAULT_KUBECONFIG_DIR, Settings
+
+    made = serve_without_starting(monkeypatch)
+    assert main(["serve"]) == 0
+    assert main(["serve", "--kubeconfig-dir", str(tmp_path), "--allow-kubeconfig-exec"]) == 0
+    monkeypatch.setenv("FLEET_KUBECONFIG_DIR", "/srv/kubeconfigs")
+    assert main(["serve"]) == 0
+    default, given, from_env = made
+    assert isinstance(default, Settings) and isinstance(given, Settings)
+    assert default.kubeconfig_dir == DEFAULT_KUBECONFIG_DIR
+    assert default.allow_kubeconfig_exec is False
+    assert (given.kubeconfig_dir, given.allow_kubeconfig_exec) == (tmp_path, True)
+    assert isinstance(from_env, Settings) and from_env.kubeconfig_dir == Path("/srv/kubeconfigs")
+
+
+def test_the_start_up_log_and_the_settings_never_show_the_database_password(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    made = serve_without_starting(monkeypatch)
+    caplog.set_level(logging.INFO)
+    url = "postgresql+asyncpg://fleet:hunter2@db.example:5432/fleet"
+    assert main(["serve", "--database-url", url]) == 0
+    assert "database postgresql+asyncpg://fleet:***@db.example:5432/fleet" in caplog.text
+    assert "hunter2" not in caplog.text
+    (settings,) = made
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings)
+
+
+def test_an_unreachable_database_is_an_error_naming_its_url_without_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import fleet.telemetry
+
+    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    port = free_port()  # nothing listens there
+    url = f"postgresql+asyncpg://fleet:hunter2@127.0.0.1:{port}/fleet"
+    assert main(["serve", "--database-url", url, "--port", "0"]) == 1
+    assert f"cannot reach the database postgresql+asyncpg://fleet:***@127.0.0.1:{port}/fleet" in (
+        caplog.text
+    )
+    out, err = capsys.readouterr()
+    assert "hunter2" not in caplog.text + out + err
+
+
+def real_members_file(tmp_path: Path, kubeconfig: str) -> Path:
+    """The example clusters with ``edge`` reached through ``kubeconfig``."""
+    docs = list(yaml.safe_load_all((POLICIES / "clusters" / "example.yaml").read_text()))
+    edge = next(d for d in docs if d["metadata"]["name"] == "edge")
+    edge["spec"] = {"kubeconfig": {"path": kubeconfig}, "cells": edge["spec"]["cells"]}
+    path = tmp_path / "clusters.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kubeconfig", "why"),
+    [
+        ("../outside.yaml", "resolves to a file outside the kubeconfig directory"),
+        ("plugin.yaml", "user users[0] 'fleet' (exec) gets credentials from a plugin"),
+    ],
+    ids=["outside", "exec"],
+)
+def test_serve_refuses_to_start_on_a_members_kubeconfig_it_does_not_use(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    kubeconfig: str,
+    why: str,
+) -> None:
+    import fleet.telemetry
+
+    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    directory = tmp_path / "kubeconfigs"
+    directory.mkdir()
+    marker = tmp_path / "plugin-ran"
+    (tmp_path / "outside.yaml").write_text(config())
+    (directory / "plugin.yaml").write_text(config(exec_user(marker)))
+    clusters = real_members_file(tmp_path, kubeconfig)
+    argv = ["serve", "--database-url", f"sqlite+aiosqlite:///{tmp_path}/f.db", "--port", "0"]
+    argv += ["--clusters", str(clusters), "--kubeconfig-dir", str(directory)]
+    assert main(argv) == 1
+    assert f"cannot start: {clusters}: member cluster edge: spec.kubeconfig.path: " in caplog.text
+    assert why in caplog.text
+    assert not marker.exists()

@@ -17,7 +17,8 @@ from fleet.clusters.base import (
     MemberReadiness,
     NodeHealth,
 )
-from fleet.clusters.kube import client, objects
+from fleet.clusters.kube import client, kubeconfig, objects
+from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import PodIndex
 from fleet.core.placement import PodPlacement
@@ -227,14 +228,21 @@ def test_api_errors_become_fleets_cluster_errors(status: int, kind: type[Excepti
     assert str(error) == f"alpha: GET /x: HTTP {status}: why"
 
 
-async def test_an_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+async def test_an_unusable_kubeconfig_is_a_fixed_error_and_the_log_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = KubeconfigPolicy(tmp_path)
     missing = tmp_path / "missing.yaml"
-    with pytest.raises(client.Invalid, match=r"kubeconfig .*missing\.yaml"):
-        await client.connect("alpha", missing)
+    with pytest.raises(client.Invalid) as raised:
+        await client.connect("alpha", missing, None, policy)
+    assert raised.value.message == kubeconfig.UNREADABLE
+    assert "missing.yaml" in caplog.text and "No such file" in caplog.text
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: Config\ncontexts: []\nclusters: []\nusers: []\n")
-    with pytest.raises(client.Invalid, match="context nope"):
-        await client.connect("alpha", bad, "nope")
+    with pytest.raises(client.Invalid) as raised:
+        await client.connect("alpha", bad, "nope", policy)
+    assert raised.value.message == client.UNUSABLE
+    assert "context nope" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -311,7 +319,7 @@ def test_a_jobs_health_counts_only_what_its_current_member_says() -> None:
     failover.observe("b", NodeHealth("b", "n1", False, 2.0), state)
     assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == "node n1 of b is bad"
     failover.observe("b", MemberReadiness("b", False, "HTTP 401", 3.0), state)
-    assert failover.why_unhealthy("t/j", "b", ["n0"]) == "member b is not ready: HTTP 401"
+    assert failover.why_unhealthy("t/j", "b", ["n0"]) == "member b is not ready"  # no HTTP 401
     failover.observe("b", MemberReadiness("b", True, "", 4.0), state)
     failover.observe("b", NodeHealth("b", "n1", True, 5.0), state)
     assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == ""
@@ -332,7 +340,7 @@ async def test_each_member_gets_a_client_of_its_own_and_the_global_default_is_un
             f"users: [{{name: u, user: {{token: token-{name}}}}}]\n"
             f"contexts: [{{name: {name}, context: {{cluster: {name}, user: u}}}}]\n"
         )
-        clients.append(await client.connect(name, path, name))
+        clients.append(await client.connect(name, path, name, KubeconfigPolicy(tmp_path)))
     try:
         hosts = [c._api.configuration.host for c in clients]
         assert hosts == ["https://127.0.0.1:6443", "https://127.0.0.1:7443"]

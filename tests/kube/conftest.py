@@ -9,7 +9,8 @@ member's cell config (:data:`NODES`).  Before each test ``clean_members``
 removes every PyTorchJob and pod left over and makes every Node Ready and
 schedulable again, and each member's stand-in operator (:mod:`.operator`)
 runs for the test.  :class:`Fleet` runs ``fleet serve`` on a fresh SQLite
-database with the two members from kubeconfig files, and reads its HTTP API.
+database with the two members from kubeconfig files (its ``--kubeconfig-dir``
+the directory that holds the members' own), and reads its HTTP API.
 
 When the binaries are missing (``scripts/kube-binaries`` builds them, and
 ``make test`` runs it) these tests fail under ``CI=true`` and are skipped
@@ -244,8 +245,16 @@ def clean(plane: ControlPlane, nodes: tuple[str, ...]) -> None:
 class Fleet:
     """``fleet serve`` on a fresh SQLite database, with real members, and its HTTP API."""
 
-    def __init__(self, tmp: Path, documents: list[dict[str, Any]], quota: str = QUOTA) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        documents: list[dict[str, Any]],
+        quota: str = QUOTA,
+        kubeconfig_dir: Path | None = None,
+    ) -> None:
         self.tmp = tmp
+        #: --kubeconfig-dir: given, or the directory that holds every document's kubeconfig
+        self.kubeconfig_dir = kubeconfig_dir or kubeconfigs_holder(documents)
         self.clusters = tmp / "clusters.yaml"
         self.clusters.write_text(yaml.safe_dump_all(documents))
         self.quota = tmp / "quota.yaml"
@@ -260,9 +269,20 @@ class Fleet:
             self.database_url,
             self.port,
             self.log,
-            extra=["--clusters", str(self.clusters), "--quota", str(self.quota)],
+            extra=self.files(),
         )
         return self
+
+    def files(self) -> list[str]:
+        """The flags naming the cluster and quota files and the kubeconfig directory."""
+        return [
+            "--clusters",
+            str(self.clusters),
+            "--quota",
+            str(self.quota),
+            "--kubeconfig-dir",
+            str(self.kubeconfig_dir),
+        ]
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -317,19 +337,33 @@ class Fleet:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+def kubeconfigs_holder(documents: list[dict[str, Any]]) -> Path:
+    """The innermost directory holding every real member's kubeconfig file."""
+    paths = [
+        d["spec"]["kubeconfig"]["path"] for d in documents if "kubeconfig" in d.get("spec", {})
+    ]
+    if not paths:
+        return Path("/nonexistent")
+    return Path(os.path.commonpath([os.path.dirname(p) for p in paths]))
+
+
 @pytest.fixture
 def fleet_factory(
     members: dict[str, ControlPlane], operators: dict[str, Operator], tmp_path: Path
 ) -> Iterator[Any]:
-    """Start ``fleet serve`` with member documents (default: both members, Fleet's token)."""
+    """Start ``fleet serve`` with member documents (default: both members, Fleet's token).
+
+    Its kubeconfig directory holds every member's directory (members added later too).
+    """
     started: list[Fleet] = []
+    holder = Path(os.path.commonpath([str(plane.dir) for plane in members.values()]))
 
     def make(documents: list[dict[str, Any]] | None = None) -> Fleet:
         if documents is None:
             documents = [
                 member_document(name, plane.kubeconfig(), name) for name, plane in members.items()
             ]
-        fleet = Fleet(tmp_path, documents).start()
+        fleet = Fleet(tmp_path, documents, kubeconfig_dir=holder).start()
         started.append(fleet)
         return fleet
 

@@ -119,6 +119,8 @@ def test_the_defaults_render_two_hardened_replicas_on_postgresql(
     assert env["FLEET_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
     assert env["FLEET_LEADER_LEASE_SECONDS"]["value"] == "15"
     assert env["FLEET_LEADER_RENEW_SECONDS"]["value"] == "5"
+    assert env["FLEET_KUBECONFIG_DIR"]["value"] == "/etc/fleet/kubeconfigs"
+    assert env["FLEET_ALLOW_KUBECONFIG_EXEC"]["value"] == "false"
     # The shipped seed configuration is what fleet serve accepts.
     config = kinds["ConfigMap"]["data"]
     assert [c.name for c in convert.load_clusters(config["clusters.yaml"])] == ["sim"]
@@ -146,6 +148,8 @@ def test_non_default_values_render_what_they_say(helm: Path, tmp_path: Path) -> 
     assert volumes["kubeconfigs"]["secret"]["items"] == [
         {"key": "kubeconfig-east.yaml", "path": "east.yaml"}
     ]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["kubeconfigs"] == env["FLEET_KUBECONFIG_DIR"]["value"]  # where Fleet reads
     assert kinds["Service"]["spec"]["type"] == "NodePort"
     assert kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 0
 

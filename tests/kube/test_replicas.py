@@ -38,7 +38,7 @@ class Replica(Fleet):
             self.database_url,
             self.port,
             self.log,
-            extra=["--clusters", str(self.clusters), "--quota", str(self.quota), *LEASE],
+            extra=[*self.files(), *LEASE],
         )
         return self
 

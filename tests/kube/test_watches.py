@@ -11,6 +11,7 @@ import pytest
 from fleet.clock import RealClock
 from fleet.clusters.base import ClusterError
 from fleet.clusters.kube.client import connect
+from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.watches import Watcher
 from tests.kube.controlplane import ADMIN_TOKEN, ApiError, ControlPlane
 
@@ -55,7 +56,9 @@ async def test_a_too_old_resource_version_lists_again_and_a_dropped_connection_i
     members: dict[str, ControlPlane],
 ) -> None:
     plane = members["beta"]
-    client = await connect("beta", plane.kubeconfig(ADMIN_TOKEN), "beta")
+    client = await connect(
+        "beta", plane.kubeconfig(ADMIN_TOKEN), "beta", KubeconfigPolicy(plane.dir)
+    )
     seen = Seen()
     watcher = Watcher(
         client,

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -16,6 +17,7 @@ from fleet import telemetry
 from fleet.api import keys, metrics
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
+from tests.admin.conftest import write_tokens_file
 from tests.service import helpers
 from tests.service.helpers import pytorchjob, settings
 
@@ -147,3 +149,57 @@ def test_spans_are_recorded_only_once_something_takes_them() -> None:
     assert [(s.name, dict(s.attributes or {})) for s in spans.get_finished_spans()] == [
         ("seen", {"a": "b"})
     ]
+
+
+FORGED = "FAKE LINE level=ERROR the forged part"
+
+
+def test_a_text_log_line_escapes_control_characters_and_indents_a_traceback() -> None:
+    out = io.StringIO()
+    logger = logging.getLogger("fleet.test-forging")
+    logger.propagate = False
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(telemetry.TextFormatter())
+    logger.addHandler(handler)
+    try:
+        logger.warning("401 GET %s", f"/api/v1/jobs/a\n{FORGED}\r\x1b[2K\u2028/b")
+        try:
+            raise ValueError(f"bad name a\n{FORGED}")
+        except ValueError:
+            logger.exception("unexpected error answering GET %s", f"/x\n{FORGED}")
+    finally:
+        logger.removeHandler(handler)
+    first, second, *traceback = out.getvalue().splitlines()
+    assert first.endswith(f"401 GET /api/v1/jobs/a\\n{FORGED}\\r\\x1b[2K\\u2028/b")
+    assert second.endswith(f"unexpected error answering GET /x\\n{FORGED}")
+    assert traceback and all(line.startswith("  ") for line in traceback)
+    assert f"  {FORGED}" in traceback  # the exception's own text, indented
+
+
+async def test_a_request_path_with_an_encoded_newline_leaves_one_text_log_line(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    tokens = write_tokens_file(tmp_path / "tokens.yaml")  # an unauthenticated call is logged
+    app = create_app(
+        settings(database_url, tokens_file=tokens), clock=VirtualClock(1_000.0), threaded=False
+    )
+    client = await aiohttp_client(app)
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(telemetry.TextFormatter())
+    logger = logging.getLogger("fleet")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        resp = await client.get("/api/v1/jobs/a%0AFAKE%20LINE/b")
+        assert resp.status == 401
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = out.getvalue().splitlines()
+    assert not [line for line in lines if line.startswith("FAKE")]
+    (logged,) = [line for line in lines if "FAKE" in line]
+    assert logged.endswith("401 GET /api/v1/jobs/a%0AFAKE%20LINE/b")

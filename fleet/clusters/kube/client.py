@@ -1,8 +1,10 @@
 """One Kubernetes API client per member cluster, and its errors as Fleet's own.
 
 Theory of operation: :func:`connect` reads the member's kubeconfig (a file,
-or a mounted secret's file, and optionally a context) into a client
-configuration of its own — never the library's global default — and wraps
+or a mounted secret's file, and optionally a context), checked first by
+:mod:`.kubeconfig` (it must lie in the kubeconfig directory and run no
+credential plugin unless allowed), into a client configuration of its own —
+never the library's global default — and wraps
 the library's :class:`ApiClient` in :class:`KubeClient`.  Fleet speaks to
 the API server in plain JSON through that client's authenticated transport:
 :meth:`KubeClient.request` for one call and :meth:`KubeClient.stream` for a
@@ -26,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
-import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader
@@ -43,6 +45,10 @@ from fleet.clusters.base import (
     ClusterRejected,
     ClusterUnavailable,
 )
+from fleet.clusters.kube import kubeconfig
+from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
+
+log = logging.getLogger("fleet.clusters.kube")
 
 #: Seconds one ordinary API call may take.
 REQUEST_TIMEOUT: Final = 15.0
@@ -50,6 +56,11 @@ REQUEST_TIMEOUT: Final = 15.0
 MAX_LINE: Final = 8 * 1024 * 1024
 
 JSON = dict[str, Any]
+#: What a caller learns of a kubeconfig the client library cannot use (the log has why).
+UNUSABLE: Final = (
+    "the kubeconfig could not be used (a context, cluster or user is missing or invalid); "
+    "see the server log"
+)
 
 
 class KubeError(ClusterError):
@@ -105,30 +116,42 @@ def error_for(cluster: str, status: int, what: str, body: object) -> KubeError:
     return kind(cluster, text, status)
 
 
-async def connect(cluster: str, path: Path, context: str | None = None) -> KubeClient:
+async def connect(
+    cluster: str, path: Path | str, context: str | None, policy: KubeconfigPolicy
+) -> KubeClient:
     """A client for member ``cluster`` from the kubeconfig file ``path`` (and ``context``).
 
-    Raises :class:`Invalid` when the file cannot be read or used (naming the
-    file and why); nothing is sent to the member here.
+    The file is checked first (:func:`.kubeconfig.read`: in the kubeconfig
+    directory, no credential plugin unless ``policy`` allows it), before the
+    library loads it.  Raises :class:`Invalid` with a fixed message when the
+    file is refused or cannot be read or used (the server log has the
+    details); nothing is sent to the member here.
     """
     configuration = k8s_client.Configuration()
     try:
-        text = await asyncio.to_thread(path.read_text, encoding="utf-8")
-        document = yaml.safe_load(text)
-        if not isinstance(document, dict):
-            raise ConfigException("the file is not a kubeconfig mapping")
+        resolved, document = await asyncio.to_thread(kubeconfig.read, path, policy, cluster)
+    except kubeconfig.KubeconfigError as e:
+        log.warning("member %s: kubeconfig %s refused: %s", cluster, path, e)
+        raise Invalid(cluster, e.public) from None
+    try:
         loader = KubeConfigLoader(
             config_dict=document,
             active_context=context,
-            config_base_path=str(path.parent),
+            config_base_path=str(resolved.parent),
         )
         await loader.load_and_set(configuration)
-    except (OSError, UnicodeDecodeError, ValueError, ConfigException) as e:
-        where = f"kubeconfig {path}" + (f" context {context}" if context else "")
-        raise Invalid(cluster, f"{where}: {e}") from e
-    except Exception as e:  # the YAML parser's and the loader's other errors
-        where = f"kubeconfig {path}" + (f" context {context}" if context else "")
-        raise Invalid(cluster, f"{where}: {type(e).__name__}: {e}") from e
+    except Exception as e:  # the loader's errors (ConfigException, ValueError, KeyError, ...)
+        # The library's own exceptions name keys and names; any other one may quote a value.
+        why = f": {str(e)[:300]}" if isinstance(e, ConfigException) else ""
+        log.warning(
+            "member %s: kubeconfig %s%s cannot be used: %s%s",
+            cluster,
+            resolved,
+            f" context {context}" if context else "",
+            type(e).__name__,
+            why,
+        )
+        raise Invalid(cluster, UNUSABLE) from None
     return KubeClient(cluster, k8s_client.ApiClient(configuration))
 
 

@@ -30,7 +30,9 @@ label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
   and the garbage collector finish it); :class:`~fleet.clusters.base.JobStopped`
   is reported once neither the object nor any pod of that uid is left.
   Deletions that fail are retried with backoff.
-* **Health.**  The member is *ready* when it answers, accepts Fleet's
+* **Health.**  The member is *ready* when its kubeconfig passes the
+  checks of :mod:`.kubeconfig` (else it stays not ready with a fixed
+  message, its file never loaded), it answers, accepts Fleet's
   credentials, serves the PyTorchJob CRD, and every watch works; a change
   is reported as :class:`~fleet.clusters.base.MemberReadiness` (the core
   then admits nothing new there).  A node of the cell config is healthy
@@ -77,6 +79,7 @@ from fleet.clusters.kube.client import (
     Refused,
     connect,
 )
+from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
 from fleet.clusters.kube.watches import Watcher
@@ -120,6 +123,7 @@ class KubeCluster:
         context: str | None,
         nodes: Sequence[str],
         *,
+        policy: KubeconfigPolicy,
         scheduler: str = objects.SCHEDULER_NAME,
         probe_interval: float = PROBE_INTERVAL,
         backoff: tuple[float, float] = (0.2, 5.0),
@@ -128,6 +132,7 @@ class KubeCluster:
         self._clock = clock
         self._kubeconfig = kubeconfig
         self._context = context
+        self._policy = policy
         self._scheduler = scheduler
         self._probe_interval = probe_interval
         self._backoff = backoff
@@ -160,7 +165,7 @@ class KubeCluster:
     async def start(self) -> None:
         """Read the kubeconfig, check the member once, start the watches and the probe."""
         try:
-            self._client = await connect(self._name, self._kubeconfig, self._context)
+            self._client = await connect(self._name, self._kubeconfig, self._context, self._policy)
         except ClusterError as e:
             self._probe_error = e.message
             self._readiness()
