@@ -39,6 +39,7 @@ class Replica(Fleet):
             self.port,
             self.log,
             extra=["--clusters", str(self.clusters), "--quota", str(self.quota), *LEASE],
+            env=servers.REPLICA_ENV,
         )
         return self
 
