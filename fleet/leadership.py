@@ -262,14 +262,19 @@ class Leadership:
 
     def leader_address(self) -> str | None:
         """The base URL of the replica that leads, as last read (None: nobody leads now)."""
+        found = self.leader()
+        return None if found is None else found[0]
+
+    def leader(self) -> tuple[str, int] | None:
+        """The base URL and term of the replica that leads, as last read (None: nobody)."""
         seen = self.seen
         if self.leading:
-            return self.address
+            return self.address, self.term
         if seen is None or not seen.live or not seen.holder or seen.holder == self.identity:
             return None
         if seen.address == self.address:  # a former process here: this one takes over
             return None
-        return seen.address or None
+        return (seen.address, seen.term) if seen.address else None
 
 
 class JobFeed:

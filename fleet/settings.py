@@ -16,13 +16,15 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, HttpUrl, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The examples shipped with Fleet, used when the database holds no tree or clusters yet.
 POLICIES: Final = Path(__file__).resolve().parent.parent / "policies"
 #: Where member kubeconfigs live (the Helm chart mounts them there).
 DEFAULT_KUBECONFIG_DIR: Final = Path("/etc/fleet/kubeconfigs")
+#: Fewest characters of a replica secret (a hex-encoded 128-bit key).
+MIN_REPLICA_SECRET: Final = 32
 
 
 class Settings(BaseSettings):
@@ -153,12 +155,67 @@ class Settings(BaseSettings):
         "(they forward the leader's routes there); none: http://HOST:PORT.",
     )
 
+    # Who reaches the service, and how much of it one caller may hold.
+    replica_secret: SecretStr | None = Field(
+        None,
+        description="PostgreSQL: a secret shared by the replicas (at least "
+        f"{MIN_REPLICA_SECRET} characters): a follower forwards the leader's routes with the "
+        "caller's identity signed with it (HMAC-SHA256), never with the caller's token; none: "
+        "followers do not forward, they answer 421 naming the leader's address.",
+    )
+    public_url: HttpUrl | None = Field(
+        None,
+        description="The URL clients reach Fleet at (e.g. https://fleet.example.com behind a "
+        "TLS-terminating proxy): writes may come from its origin, and with https the "
+        "dashboard's cookie is Secure; none: the request's own scheme and Host only.",
+    )
+    trust_forwarded_proto: bool = Field(
+        False,
+        description="Believe a proxy's X-Forwarded-Proto header (https: the client used TLS, "
+        "so the dashboard's cookie is Secure and https origins match); only behind a proxy "
+        "that sets it on every request.",
+    )
+    max_streams_per_token: int = Field(
+        8,
+        gt=0,
+        le=10_000,
+        description="Event streams (GET /api/v1/events) one token may hold open at once "
+        "(429 above; without tokens, all callers together).",
+    )
+    max_simulations_per_token: int = Field(
+        2,
+        gt=0,
+        le=1000,
+        description="Quota-tree simulations (dryRun=Simulate) one token may run at once "
+        "(429 above; without tokens, all callers together).",
+    )
+
     @model_validator(mode="after")
     def _renew_within_the_lease(self) -> Settings:
         if self.leader_renew_seconds >= self.leader_lease_seconds:
             raise ValueError(
                 f"leader_renew_seconds ({self.leader_renew_seconds}) must be below "
                 f"leader_lease_seconds ({self.leader_lease_seconds})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a_long_replica_secret(self) -> Settings:
+        secret = self.replica_secret
+        if secret is not None and len(secret.get_secret_value()) < MIN_REPLICA_SECRET:
+            raise ValueError(
+                f"replica_secret has {len(secret.get_secret_value())} characters: it must have "
+                f"at least {MIN_REPLICA_SECRET} (e.g. openssl rand -hex 32)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _public_url_is_an_origin(self) -> Settings:
+        url = self.public_url
+        if url is not None and (url.path not in (None, "", "/") or url.query or url.fragment):
+            raise ValueError(
+                f"public_url {str(url)!r} must be scheme://host[:port] only: Fleet serves "
+                "its routes at the root, so a path, query or fragment cannot be honoured"
             )
         return self
 

@@ -9,7 +9,11 @@ the service through the typed keys of :mod:`fleet.api.keys`; every error is
 answered as ``application/problem+json`` by one middleware
 (:func:`fleet.api.problems.problem_middleware`), and any exception a handler
 did not expect becomes a logged 500 problem that leaks nothing, except that
-a database that cannot be reached is a 503 with ``Retry-After``.
+a database that cannot be reached is a 503 with ``Retry-After``.  Before
+any route runs, :func:`fleet.api.origins.host_and_origin` refuses foreign
+``Host`` names without tokens and writes from foreign origins; followers
+forward the leader's routes (:mod:`fleet.api.leader_proxy`); then
+:mod:`fleet.api.auth` authenticates and audits.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from fleet import service
-from fleet.api import auth, keys, leader_proxy, live, metrics, routes
+from fleet.api import auth, keys, leader_proxy, live, metrics, origins, routes
 from fleet.api.audit import AuditLog
+from fleet.api.limits import Slots
 from fleet.api.parse_workers import ParseWorkers
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
+from fleet.api.replicas import Verifier
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.settings import Settings
@@ -32,6 +38,7 @@ from fleet.sim.worker import ForecastWorker
 from fleet.store.database import unavailable
 from fleet.telemetry import Telemetry
 from fleet.ui import app as ui
+from fleet.ui import client as ui_client
 
 log = logging.getLogger("fleet.api")
 
@@ -68,6 +75,7 @@ def create_app(
         middlewares=[
             metrics.tracing_middleware,  # a span per request
             problem_middleware,
+            origins.host_and_origin,  # loopback names without tokens; writes from our origin
             leader_proxy.leader_proxy,  # followers forward the leader's routes (PostgreSQL)
             auth.access_middleware,
             last_resort,
@@ -77,6 +85,15 @@ def create_app(
     app[metrics.TELEMETRY] = telemetry
     app[keys.SETTINGS] = settings
     app[keys.TOKENS] = TokenStore(settings.tokens_file)
+    if settings.replica_secret is not None:
+        secret = settings.replica_secret.get_secret_value().encode("utf-8")
+        app[keys.REPLICA_VERIFIER] = Verifier(secret)
+    app[keys.STREAM_SLOTS] = Slots(
+        "event streams", settings.max_streams_per_token, "max_streams_per_token"
+    )
+    app[keys.SIMULATION_SLOTS] = Slots(
+        "quota-tree simulations", settings.max_simulations_per_token, "max_simulations_per_token"
+    )
     if settings.tokens_file is None:
         log.warning(
             "no --tokens-file: every caller is treated as admin; listening on loopback only"
@@ -134,7 +151,7 @@ def create_app(
     metrics.add_route(app)
     live.setup(app)
     leader_proxy.setup(app)
-    ui.setup(app)  # the dashboard at /ui/, a client of the routes above
+    ui.setup(app, ui_client.Site(origins.same_origin, origins.secure))  # /ui/, an API client
     return app
 
 

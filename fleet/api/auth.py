@@ -13,6 +13,13 @@ Theory of operation (DESIGN.md "Who may do what"; tokens in :mod:`fleet.api.toke
 * **No tokens configured**: every caller is the admin
   :data:`~fleet.api.tokens.NO_TOKENS_CALLER` (the settings refuse to bind
   anything but loopback then, and the service says so in its log at start).
+* **Forwarded by a follower** (PostgreSQL): a request that carries
+  :data:`fleet.api.replicas.HEADER` instead of a token is taken, by the
+  leader only and for the leader's routes only, as the caller a follower
+  signed for (:mod:`fleet.api.replicas`); its role is then checked and the
+  request audited as for that caller's token.  A forged, expired or
+  replayed identity, or one for another request, is a 401; one signed for
+  another term or leader a 503 with ``Retry-After``.
 * **Answers**: no ``Authorization`` header, a malformed one or an unknown
   token is a 401 problem with ``WWW-Authenticate: Bearer``; a valid token
   whose role is too small is a 403 problem.
@@ -33,9 +40,9 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from fleet.api import keys
+from fleet.api import keys, replicas
 from fleet.api.openapi import Access, Handler, Route
-from fleet.api.problems import Problem, ProblemError, problem_response
+from fleet.api.problems import Problem, ProblemError, http_problem, problem_response
 from fleet.api.tokens import NO_TOKENS_CALLER, Caller, Role, TokenStore
 from fleet.core.quota import QuotaTree
 
@@ -118,7 +125,8 @@ def require_namespaces(
 _RANK: Final[dict[Access | Role, int]] = {"open": 0, "read": 1, "team": 2, "admin": 3}
 
 
-def _authenticate(request: web.Request, store: TokenStore) -> Caller | web.Response:
+def authenticate(request: web.Request, store: TokenStore) -> Caller | web.Response:
+    """The caller of ``request``'s bearer token, or the 401 answer saying what is wrong."""
     header = request.headers.get("Authorization")
     if header is None:
         return unauthorized("this route needs a bearer token", "invalid_request", request.path)
@@ -131,6 +139,43 @@ def _authenticate(request: web.Request, store: TokenStore) -> Caller | web.Respo
     if found is None:
         return unauthorized("the bearer token is not valid", "invalid_token", request.path)
     return found
+
+
+async def _forwarded(request: web.Request, value: str) -> Caller | web.Response:
+    """The caller a follower signed for (see :mod:`fleet.api.replicas`), or the answer."""
+    path = request.path
+    if "Authorization" in request.headers:
+        detail = f"send a bearer token or {replicas.HEADER}, not both"
+        return unauthorized(detail, "invalid_request", path)
+    verifier = request.app.get(keys.REPLICA_VERIFIER)
+    if verifier is None:
+        detail = f"this replica accepts no {replicas.HEADER} (no replica secret is configured)"
+        return unauthorized(detail, "invalid_token", path)
+    svc = request.app.get(keys.SERVICE)
+    leadership = None if svc is None else svc.leadership
+    if (
+        leadership is None
+        or not leadership.leading
+        or request.match_info.route.name not in replicas.LEADER_OPERATIONS
+    ):
+        detail = f"only the leader takes {replicas.HEADER}, and only for the leader's routes"
+        return unauthorized(detail, "invalid_token", path)
+    body = await request.read() if request.can_read_body else b""
+    try:
+        return verifier.verify(
+            value,
+            method=request.method,
+            target=str(request.rel_url),
+            body=body,
+            term=leadership.term,
+            address=leadership.address,
+        )
+    except replicas.Refused as e:
+        if e.stale:
+            response = problem_response(http_problem(503, str(e), instance=path))
+            response.headers["Retry-After"] = "1"
+            return response
+        return unauthorized(str(e), "invalid_token", path)
 
 
 def route_of(request: web.Request, table: dict[str, Route]) -> Route | None:
@@ -191,10 +236,15 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     store = request.app[keys.TOKENS]
     who: Caller = NO_TOKENS_CALLER
-    if store.configured:
-        found = _authenticate(request, store)
+    signed = request.headers.get(replicas.HEADER)
+    if signed is not None or store.configured:
+        found = (
+            await _forwarded(request, signed)
+            if signed is not None
+            else authenticate(request, store)
+        )
         if isinstance(found, web.Response):
-            log.info("401 %s %s", request.method, request.raw_path[:200])  # as sent: encoded
+            log.info("%d %s %s", found.status, request.method, request.raw_path[:200])  # as sent
             return found
         who = found
     request[keys.CALLER_KEY] = who

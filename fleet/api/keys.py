@@ -7,8 +7,10 @@ from typing import Any, Final
 from aiohttp import web
 
 from fleet.api.audit import AuditLog
+from fleet.api.limits import Slots
 from fleet.api.openapi import Route
 from fleet.api.parse_workers import ParseWorkers
+from fleet.api.replicas import Verifier
 from fleet.api.tokens import Caller, TokenStore
 from fleet.service import Service
 from fleet.settings import Settings
@@ -29,3 +31,9 @@ ESTIMATOR: Final = web.AppKey("estimator", Estimator)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 #: where submissions are read (absent: in the serving process)
 PARSE_WORKERS: Final = web.AppKey("parse_workers", ParseWorkers)
+#: event streams held open per caller (GET /api/v1/events)
+STREAM_SLOTS: Final = web.AppKey("stream_slots", Slots)
+#: quota-tree simulations under way per caller (dryRun=Simulate)
+SIMULATION_SLOTS: Final = web.AppKey("simulation_slots", Slots)
+#: checks the identities followers sign (only with a replica secret)
+REPLICA_VERIFIER: Final = web.AppKey("replica_verifier", Verifier)

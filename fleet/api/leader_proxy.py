@@ -6,14 +6,25 @@ history, health).  What only the running scheduler knows — queue usage,
 pending order and waiting reasons, a job's reason and estimated start,
 cluster GPUs and cells, the change stream — and every administrative change,
 which runs inside the loop, is forwarded to the leader at the address its
-lease row advertises, with the caller's credentials, and the leader's
-answer (an event stream too) is relayed as it comes.  So a client behind one
-Kubernetes Service sees one Fleet, whichever replica it reaches.  The leader
-authenticates, checks and audits forwarded requests itself; the follower
-does not.  While no replica leads (a failover, at most about a lease long)
-these routes answer 503 with ``Retry-After`` (a job's detail is then read
-from the database, without its waiting reason and estimate); a request
-already forwarded once is never forwarded again.
+lease row advertises, and the leader's answer (an event stream too) is
+relayed as it comes.  So a client behind one Kubernetes Service sees one
+Fleet, whichever replica it reaches.
+
+The caller's token never leaves the follower: whoever can write the lease
+row chooses that address, and the hop is plain HTTP.  The follower
+authenticates the caller itself (a 401 is answered there) and sends,
+instead of ``Authorization``, the caller's identity signed with the
+replicas' shared ``replica_secret`` for this one request, this leader and
+a few seconds (:mod:`fleet.api.replicas`); the leader verifies it, checks
+the caller's role and audits the request as that caller.  Without a
+replica secret a follower forwards nothing: it answers these routes with
+a 421 problem naming the leader's address, so a client that can reach the
+replicas one by one goes there itself (a job's detail it reads from the
+database, without its waiting reason and estimate).  While no replica
+leads (a failover, at most about a lease long) these routes answer 503
+with ``Retry-After`` (a job's detail is then read from the database,
+without its waiting reason and estimate); a request already forwarded once
+is never forwarded again.
 """
 
 from __future__ import annotations
@@ -26,37 +37,21 @@ from typing import Final
 import aiohttp
 from aiohttp import web
 
-from fleet.api import keys
+from fleet.api import auth, keys, replicas
 from fleet.api.problems import http_problem, problem_response
+from fleet.api.replicas import LEADER_OPERATIONS
+from fleet.api.tokens import NO_TOKENS_CALLER, Caller
 
 log = logging.getLogger("fleet.api.proxy")
 
-#: Operations that need the scheduler's own state, or change it.
-LEADER_OPERATIONS: Final = frozenset(
-    {
-        "getJob",
-        "listQueues",
-        "getQueue",
-        "getQuotaTree",
-        "replaceQuotaTree",
-        "patchQuotaNode",
-        "simulateQuotaTree",
-        "listClusters",
-        "putCluster",
-        "deleteCluster",
-        "setNodeHealth",
-        "getClusterCells",
-        "watchViews",
-    }
-)
-#: Of those, what a follower answers from the database when no leader answers
+#: Of the leader's operations (:data:`~fleet.api.replicas.LEADER_OPERATIONS`), what a
+#: follower answers from the database when no leader answers
 #: (without what only the leader knows: a waiting job's reason, its estimate).
 LOCAL_FALLBACK: Final = frozenset({"getJob"})
 #: Set on a forwarded request (the replica it came from).
 FORWARDED: Final = "X-Fleet-Forwarded-By"
-#: Request headers passed on to the leader.
+#: Request headers passed on to the leader (never Authorization: see the module docstring).
 _REQUEST_HEADERS: Final = (
-    "Authorization",
     "Content-Type",
     "Accept",
     "Last-Event-ID",
@@ -114,31 +109,53 @@ async def leader_proxy(request: web.Request, handler: Handler) -> web.StreamResp
             request, "this replica no longer leads the scheduler; retry in a moment", retry
         )
     operation = request.match_info.route.name
-    address = leadership.leader_address()
-    if address is None and operation in LOCAL_FALLBACK:
+    leader = leadership.leader()
+    if leader is None and operation in LOCAL_FALLBACK:
         return await handler(request)
-    if address is None:
+    if leader is None:
         return _unavailable(
             request,
             "no replica leads the scheduler right now (a new leader is being chosen); "
             "retry in a moment",
             retry,
         )
-    forwarded = await _forward(request, address, leadership.identity)
+    secret = request.app[keys.SETTINGS].replica_secret
+    if secret is None and operation in LOCAL_FALLBACK:
+        return await handler(request)
+    store = request.app[keys.TOKENS]
+    who = auth.authenticate(request, store) if store.configured else NO_TOKENS_CALLER
+    if isinstance(who, web.Response):
+        return who
+    address, term = leader
+    if secret is None:
+        detail = (
+            f"{request.method} {request.path[:200]} is served by the replica that leads the "
+            f"scheduler, at {address}; this one forwards it only with a replica secret "
+            "(FLEET_REPLICA_SECRET)"
+        )
+        return problem_response(http_problem(421, detail, instance=request.path))
+    key = secret.get_secret_value().encode("utf-8")
+    forwarded = await _forward(request, address, leadership.identity, key, who, term)
     if forwarded.status == 503 and operation in LOCAL_FALLBACK:
         return await handler(request)
     return forwarded
 
 
-async def _forward(request: web.Request, address: str, identity: str) -> web.StreamResponse:
+async def _forward(
+    request: web.Request, address: str, identity: str, key: bytes, who: Caller, term: int
+) -> web.StreamResponse:
     headers = {h: request.headers[h] for h in _REQUEST_HEADERS if h in request.headers}
     headers[FORWARDED] = identity
     body = await request.read() if request.can_read_body else None
+    target = str(request.rel_url)
+    headers[replicas.HEADER] = replicas.sign(
+        key, who, method=request.method, target=target, body=body or b"", term=term, to=address
+    )
     streaming = request.match_info.route.name == "watchViews"
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=CONNECT_TIMEOUT, sock_read=None if streaming else READ_TIMEOUT
     )
-    url = address + str(request.rel_url)
+    url = address + target
     try:
         async with (
             request.app[CLIENT]

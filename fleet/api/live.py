@@ -13,6 +13,9 @@ Theory of operation:
   missed, or ``complete: false`` when the loop no longer remembers that far
   back.  A comment line every :data:`HEARTBEAT` seconds keeps proxies from
   closing an idle stream; the service closes every stream when it shuts down.
+  One token holds at most ``max_streams_per_token`` streams at once
+  (:mod:`fleet.api.limits`: 429 with ``Retry-After`` beyond); a stream's
+  slot is given back when it ends, the client's going away included.
 * ``GET /api/v1/clusters/{name}/cells`` is the cell map: every node of a member
   (from its cell config, in config order) with its GPUs and the job that holds
   each, read from the jobs the database records as holding cells there, and
@@ -37,7 +40,7 @@ from fleet.core.cells.topology import Topology
 from fleet.core.digits import MAX_VALUE, parse_digits
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
-from fleet.loop import LoopView
+from fleet.loop import LoopView, SchedulerLoop
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 
@@ -94,6 +97,11 @@ async def events(request: web.Request) -> web.StreamResponse:
         after = -1
     if "text/event-stream" not in request.headers.get("Accept", ""):
         return schemas.json_response(_change(loop.view, after))
+    with request.app[keys.STREAM_SLOTS].take(auth.caller(request)):
+        return await _stream(request, loop, after)
+
+
+async def _stream(request: web.Request, loop: SchedulerLoop, after: int) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",

@@ -465,6 +465,11 @@ ROUTES: Final[tuple[Route, ...]] = (
                 "The tree is not valid (every error has its field path), or it has no leaf "
                 "for the queue of a job that runs or waits.",
             ),
+            _problem(
+                429,
+                "The token runs as many simulations as it may at once "
+                "(max_simulations_per_token); Retry-After says when to try again.",
+            ),
         ),
     ),
     Route(
@@ -513,6 +518,11 @@ ROUTES: Final[tuple[Route, ...]] = (
             ),
             _problem(400, "after (or Last-Event-ID) is not a version."),
             UNAUTHORIZED,
+            _problem(
+                429,
+                "The token holds as many event streams open as it may "
+                "(max_streams_per_token); Retry-After says when to try again.",
+            ),
         ),
     ),
     Route(

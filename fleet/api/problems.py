@@ -12,10 +12,11 @@ problem has its own ``type`` URI under :data:`TYPE_BASE` and a fixed
 
 Code that finds a problem raises :class:`ProblemError`; a handler or
 :func:`problem_middleware` turns it into a response with
-:func:`problem_response` (``application/problem+json``; members that are
+:func:`problem_response` (``application/problem+json``, with the headers the error carries, such
+as ``Retry-After``; members that are
 null, and ``errors`` when it is empty, are left out: the RFC wants absent
 members rather than nulls).  The
-helpers build the common ones (400, 404, 409, 413, 415, 422), and
+helpers build the common ones (400, 404, 409, 413, 415, 422, 429), and
 :func:`from_spec_error` turns a :class:`~fleet.manifests.errors.SpecError`
 (every issue of a set of YAML documents) into a 422 with one field error per
 issue.  At most :data:`MAX_FIELD_ERRORS` field errors are listed: the detail
@@ -100,11 +101,12 @@ class Problem(BaseModel):
 
 
 class ProblemError(Exception):
-    """Raised to answer a request with ``problem``."""
+    """Raised to answer a request with ``problem`` (and ``headers``: ``Retry-After``...)."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, *, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(f"{problem.status} {problem.title}: {problem.detail or ''}".rstrip(": "))
         self.problem = problem
+        self.headers = dict(headers or {})
 
 
 def problem_response(problem: Problem, *, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -183,6 +185,13 @@ def unsupported_media_type(
         HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
         detail,
         instance,
+    )
+
+
+def too_many_requests(detail: str, *, instance: str | None = None) -> Problem:
+    """429: the caller holds as many of something (streams, simulations) as it may."""
+    return _problem(
+        "too-many-requests", "Too many requests", HTTPStatus.TOO_MANY_REQUESTS, detail, instance
     )
 
 
@@ -270,7 +279,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         problem = e.problem
         if problem.instance is None:
             problem = problem.model_copy(update={"instance": request.path})
-        return problem_response(problem)
+        return problem_response(problem, headers=e.headers or None)
     except web.HTTPException as e:
         if e.status < 400:
             raise

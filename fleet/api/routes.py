@@ -310,16 +310,17 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
     except SpecError as e:
         raise ProblemError(from_spec_error(e, instance=request.path)) from None
     try:
-        result = await forecast.compare(
-            svc.db,
-            svc.tree_document,
-            text,
-            tree.leaves(),
-            service.clusters_document(svc),
-            svc.clock.now(),
-            horizon=float(horizon),
-            worker=request.app[keys.ESTIMATOR].worker,
-        )
+        with request.app[keys.SIMULATION_SLOTS].take(auth.caller(request)):
+            result = await forecast.compare(
+                svc.db,
+                svc.tree_document,
+                text,
+                tree.leaves(),
+                service.clusters_document(svc),
+                svc.clock.now(),
+                horizon=float(horizon),
+                worker=request.app[keys.ESTIMATOR].worker,
+            )
     except forecast.UnknownQueues as e:
         raise ProblemError(invalid([field_error(str(e), path="spec.root")])) from None
     except ValueError as e:  # the live jobs cannot be restored under the proposal

@@ -110,6 +110,19 @@ def add_parser(sub: Any) -> None:
         help="PostgreSQL: the base URL other replicas reach this one at when it leads "
         "(default http://HOST:PORT)",
     )
+    p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the URL clients reach Fleet at, e.g. https://fleet.example.com behind a "
+        "TLS-terminating proxy: writes may come from its origin, and with https the "
+        "dashboard's cookie is Secure",
+    )
+    p.add_argument(
+        "--trust-forwarded-proto",
+        action="store_true",
+        default=None,
+        help="believe the proxy's X-Forwarded-Proto (only behind a proxy that always sets it)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -137,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             "otlp_endpoint",
             "tokens_file",
             "advertise_url",
+            "public_url",
+            "trust_forwarded_proto",
         )
         if (value := getattr(args, name, None)) is not None
     }

@@ -102,6 +102,8 @@ async def events(request: web.Request) -> web.StreamResponse:
         if e.status == 400:  # the API read the version and refused it
             detail = "after (or Last-Event-ID) is not a view version"
             raise web.HTTPBadRequest(text=detail) from None
+        if e.status == 429:  # the token holds as many streams as it may
+            raise web.HTTPTooManyRequests() from None
         raise web.HTTPUnauthorized() if e.status == 401 else web.HTTPBadGateway() from None
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
@@ -142,10 +144,11 @@ async def _index_redirect(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/ui/")
 
 
-def setup(app: web.Application) -> None:
-    """Serve the dashboard at ``/ui/`` from ``app``."""
+def setup(app: web.Application, site: client.Site) -> None:
+    """Serve the dashboard at ``/ui/`` from ``app``, whose server answers ``site``'s questions."""
     files = _static_files()
     app[_FILES] = files
+    app[client.SITE] = site
     app[_RELAYS] = set()
     app[client.SESSIONS] = client.Sessions()
     env = aiohttp_jinja2.setup(

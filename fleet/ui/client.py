@@ -9,13 +9,15 @@ token can do through the API (no private back door), every write it makes is
 checked and audited by the API, and an API problem comes back as
 :class:`ApiProblem` with the API's status and problem details.  One
 ``aiohttp.ClientSession`` per application is opened on first use and closed
-with the application.
+with the application.  What only the server knows of a request (whether an
+``Origin`` is its own, whether the client used TLS) it tells the dashboard
+at setup (:class:`Site`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -48,6 +50,19 @@ class Sessions:
 
 
 SESSIONS: Final = web.AppKey("ui-client", Sessions)
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """What the server the dashboard is mounted on says of a request (given at setup)."""
+
+    #: whether an ``Origin`` header names the server's own origin
+    same_origin: Callable[[web.Request, str], bool]
+    #: whether the client reached the server over TLS (the cookie is then ``Secure``)
+    secure: Callable[[web.Request], bool]
+
+
+SITE: Final = web.AppKey("ui-site", Site)
 
 
 @dataclass(frozen=True, slots=True)

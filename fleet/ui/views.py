@@ -10,7 +10,9 @@ client would (the API validates, authorises and audits it) and shows the
 API's answer: the dry run of a quota change before it is saved, a 403 for
 a token that may not, every field error of a 422.  A missing or refused
 token leads to the login form; a POST must come from the dashboard's own
-origin (SameSite cookie and an Origin check).
+origin (SameSite cookie and an Origin check, the server's own; the cookie
+is Secure whenever the client reached the server over TLS, as the server
+tells: see :class:`fleet.ui.client.Site`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aiohttp import web
 
 from fleet.core.digits import parse_digits
 from fleet.ui import present
-from fleet.ui.client import COOKIE, Api, ApiProblem, path
+from fleet.ui.client import COOKIE, SITE, Api, ApiProblem, path
 
 #: Rows per page.
 TREE_PAGE: Final = 200
@@ -102,8 +104,7 @@ async def _problem_page(request: web.Request, problem: ApiProblem, me: Any = Non
 
 def _same_origin(request: web.Request) -> None:
     origin = request.headers.get("Origin")
-    expected = f"{request.scheme}://{request.host}"
-    if origin != expected:
+    if origin is None or not request.app[SITE].same_origin(request, origin):
         raise web.HTTPForbidden(text="forms are accepted from the dashboard's own pages only")
 
 
@@ -143,7 +144,7 @@ async def login(request: web.Request) -> web.StreamResponse:
             httponly=True,
             samesite="Strict",
             path="/ui/",
-            secure=request.secure,
+            secure=request.app[SITE].secure(request),
         )
     raise response
 

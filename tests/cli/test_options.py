@@ -365,3 +365,54 @@ def test_serve_refuses_to_start_on_a_members_kubeconfig_it_does_not_use(
     assert f"cannot start: {clusters}: member cluster edge: spec.kubeconfig.path: " in caplog.text
     assert why in caplog.text
     assert not marker.exists()
+
+
+def test_the_public_url_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiohttp import web
+
+    monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
+    import fleet.api.app as app_module
+    import fleet.telemetry
+
+    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)
+    from fleet.settings import Settings
+
+    made: list[Settings] = []
+    monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))
+    argv = ["serve", "--public-url", "https://fleet.example.com", "--trust-forwarded-proto"]
+    assert main(argv) == 0
+    (settings,) = made
+    assert str(settings.public_url) == "https://fleet.example.com/"
+    assert settings.trust_forwarded_proto is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(
+            ["--public-url", "https://fleet.example.com/fleet"],
+            "must be scheme://host[:port] only",
+            id="public-url-with-a-path",
+        ),
+        pytest.param(
+            ["--public-url", "ftp://fleet.example.com"], "public_url", id="public-url-not-http"
+        ),
+    ],
+)
+def test_a_public_url_that_is_not_an_origin_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/never.db"
+    assert main(["serve", "--database-url", url, *argv]) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_a_short_replica_secret_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEET_REPLICA_SECRET", "too-short")
+    url = f"sqlite+aiosqlite:///{tmp_path}/never.db"
+    assert main(["serve", "--database-url", url]) == 1
+    err = capsys.readouterr().err
+    assert "at least 32" in err and "too-short" not in err

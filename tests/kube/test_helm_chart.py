@@ -117,6 +117,10 @@ def test_the_defaults_render_two_hardened_replicas_on_postgresql(
     # Followers forward to the leader at its pod's address.
     assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     assert env["FLEET_ADVERTISE_URL"]["value"] == "http://$(POD_IP):8080"
+    # ... with the caller's identity signed with a secret the replicas share (generated).
+    replica = env["FLEET_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert replica == {"name": kinds["Secret"]["metadata"]["name"], "key": "replica-secret"}
+    assert len(kinds["Secret"]["stringData"]["replica-secret"]) >= 32
     assert env["FLEET_LEADER_LEASE_SECONDS"]["value"] == "15"
     assert env["FLEET_LEADER_RENEW_SECONDS"]["value"] == "5"
     assert env["FLEET_KUBECONFIG_DIR"]["value"] == "/etc/fleet/kubeconfigs"
@@ -202,6 +206,29 @@ def test_more_than_one_replica_on_sqlite_is_refused(
     helm: Path, tmp_path: Path, values: dict[str, Any]
 ) -> None:
     assert "needs PostgreSQL" in template_error(helm, tmp_path, values)
+
+
+@pytest.mark.parametrize(
+    ("values", "secret_name", "stored"),
+    [
+        pytest.param({"replicaSecret": {"value": "s" * 40}}, "fleet", "s" * 40, id="given"),
+        pytest.param({"replicaSecret": {"existingSecret": "mine"}}, "mine", None, id="existing"),
+    ],
+)
+def test_the_replica_secret_is_given_or_an_existing_secret(
+    helm: Path, tmp_path: Path, values: dict[str, Any], secret_name: str, stored: str | None
+) -> None:
+    kinds = by_kind(render(helm, tmp_path, values))
+    (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["FLEET_REPLICA_SECRET"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": secret_name, "key": "replica-secret"}
+    assert kinds["Secret"]["stringData"].get("replica-secret") == stored
+
+
+def test_a_short_replica_secret_is_refused(helm: Path, tmp_path: Path) -> None:
+    values = {"replicaSecret": {"value": "short"}}
+    assert "at least 32 characters" in template_error(helm, tmp_path, values)
 
 
 def test_a_renewal_as_long_as_the_lease_is_refused(helm: Path, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ class Replica(Fleet):
             self.port,
             self.log,
             extra=[*self.files(), *LEASE],
+            env=servers.REPLICA_ENV,
         )
         return self
 

@@ -9,8 +9,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+#: The replicas' shared secret (followers forward the leader's routes with it).
+REPLICA_ENV = {"FLEET_REPLICA_SECRET": "test-replica-secret-of-32-chars!"}
 
 
 def free_port() -> int:
@@ -26,10 +29,12 @@ def start(
     *,
     cwd: Path | None = None,
     extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
 
-    Its output is appended to ``log``; AssertionError with that log if it exits
+    ``env``: environment variables added to this process's.  Its output is
+    appended to ``log``; AssertionError with that log if it exits
     or is not ready within 30 s.
     """
     with log.open("ab") as out:
@@ -50,7 +55,7 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=cwd,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
     url = f"http://127.0.0.1:{port}/readyz"
     for _ in range(300):

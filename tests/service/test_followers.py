@@ -30,7 +30,11 @@ async def pair(postgres_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, st
         try:
             for n, port in enumerate(ports):
                 log = tmp_path / f"r{n}.log"
-                procs.append(await asyncio.to_thread(servers.start, url, port, log, extra=LEASE))
+                procs.append(
+                    await asyncio.to_thread(
+                        servers.start, url, port, log, extra=LEASE, env=servers.REPLICA_ENV
+                    )
+                )
             yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}", procs[0]
         finally:
             for proc in procs:

@@ -42,7 +42,9 @@ class Replica:
     def __init__(self, database_url: str, log: Path) -> None:
         self.port = servers.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = servers.start(database_url, self.port, log, extra=LEASE)
+        self.proc = servers.start(
+            database_url, self.port, log, extra=LEASE, env=servers.REPLICA_ENV
+        )
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from html import unescape as html_unescape
 from pathlib import Path
 
+import pytest
 import yaml
 from aiohttp import web
 from yarl import URL
@@ -19,7 +20,8 @@ from fleet.settings import POLICIES
 from fleet.ui import app as ui_app
 from fleet.ui import views
 from fleet.ui.client import COOKIE
-from tests.admin.conftest import TOKENS, YAML, Api, Client
+from tests.admin.conftest import TOKENS, YAML, Api, Client, write_tokens_file
+from tests.databases import sqlite_url
 from tests.service import helpers
 from tests.service.helpers import pytorchjob
 from tests.sim.test_forecast import T0, job
@@ -243,3 +245,50 @@ async def test_the_queue_and_job_pages_show_an_estimated_start_when_there_is_one
     queue = await (await client.get("/ui/queues/default")).text()
     row = queue.split('<tr data-job="lab/b">')[1].split("</tr>")[0]
     assert shown in row
+
+
+@pytest.mark.parametrize(
+    ("settings", "headers", "secure"),
+    [
+        pytest.param({}, {}, False, id="plain-http"),
+        pytest.param({"public_url": "https://fleet.example.com"}, {}, True, id="https-public-url"),
+        pytest.param({"public_url": "http://fleet.example.com"}, {}, False, id="http-public-url"),
+        pytest.param({}, {"X-Forwarded-Proto": "https"}, False, id="untrusted-forwarded-proto"),
+        pytest.param(
+            {"trust_forwarded_proto": True},
+            {"X-Forwarded-Proto": "https"},
+            True,
+            id="trusted-forwarded-proto",
+        ),
+    ],
+)
+async def test_the_session_cookie_is_secure_when_clients_use_tls_in_front_of_a_proxy(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    tmp_path: Path,
+    settings: dict[str, object],
+    headers: dict[str, str],
+    secure: bool,
+) -> None:
+    tokens = write_tokens_file(tmp_path / "tokens.yaml")
+    app = create_app(
+        helpers.settings(sqlite_url(tmp_path), tokens_file=tokens, **settings),
+        clock=VirtualClock(1_000.0),
+        threaded=False,
+    )
+    client = await aiohttp_client(app)
+    url = client.make_url("/")
+    # The browser's origin is the one it used: the proxy's when there is one (an untrusted
+    # X-Forwarded-Proto is the client's own word: it changes nothing).
+    public = settings.get("public_url")
+    scheme = "https" if secure and "X-Forwarded-Proto" in headers else url.scheme
+    origin = str(public) if public else f"{scheme}://{url.host}:{url.port}"
+    resp = await client.post(
+        "/ui/login",
+        data={"token": TOKENS["admin"], "next": "/ui/"},
+        headers={"Origin": origin, **headers},
+        allow_redirects=False,
+    )
+    assert resp.status == 303, await resp.text()
+    cookie = resp.headers["Set-Cookie"]
+    assert cookie.startswith(f"{COOKIE}=")
+    assert ("Secure" in cookie.split("; ")) is secure, cookie

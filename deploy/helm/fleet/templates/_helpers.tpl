@@ -49,3 +49,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- int .Values.replicaCount -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* The Secret that holds the replicas' shared secret (key replica-secret). */ -}}
+{{- define "fleet.replicaSecretName" -}}
+{{- default (include "fleet.fullname" .) .Values.replicaSecret.existingSecret -}}
+{{- end -}}
+
+{{- /* The replicas' shared secret: the value given, else the one the release's Secret
+holds already (kept across upgrades), else a new random one. */ -}}
+{{- define "fleet.replicaSecret" -}}
+{{- $given := .Values.replicaSecret.value | default "" -}}
+{{- if $given -}}
+{{- if lt (len $given) 32 -}}
+{{- fail "replicaSecret.value must have at least 32 characters (e.g. openssl rand -hex 32)" -}}
+{{- end -}}
+{{- $given -}}
+{{- else -}}
+{{- $found := lookup "v1" "Secret" .Release.Namespace (include "fleet.fullname" .) -}}
+{{- $kept := "" -}}
+{{- if and $found $found.data -}}{{- $kept = index $found.data "replica-secret" | default "" -}}{{- end -}}
+{{- if $kept -}}{{- $kept | b64dec -}}{{- else -}}{{- randAlphaNum 48 -}}{{- end -}}
+{{- end -}}
+{{- end -}}
