@@ -49,8 +49,8 @@ from fleet.core.quota import QuotaTree
 log = logging.getLogger("fleet.api.auth")
 
 #: RFC 6750's ``b64token``.
-_TOKEN_RE: Final = re.compile(r"^[A-Za-z0-9\-._~+/]+=*$")
-_BEARER_RE: Final = re.compile(r"^[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)$")
+_TOKEN_RE: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_BEARER_RE: Final = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)")
 #: Longest token accepted in a header (a longer one is malformed).
 MAX_TOKEN_LENGTH: Final = 512
 REALM: Final = "fleet"
@@ -130,8 +130,8 @@ def authenticate(request: web.Request, store: TokenStore) -> Caller | web.Respon
     header = request.headers.get("Authorization")
     if header is None:
         return unauthorized("this route needs a bearer token", "invalid_request", request.path)
-    match = _BEARER_RE.match(header.strip())
-    if match is None or len(match[1]) > MAX_TOKEN_LENGTH or not _TOKEN_RE.match(match[1]):
+    match = _BEARER_RE.fullmatch(header.strip())
+    if match is None or len(match[1]) > MAX_TOKEN_LENGTH or not _TOKEN_RE.fullmatch(match[1]):
         return unauthorized(
             "the Authorization header is not 'Bearer <token>'", "invalid_request", request.path
         )

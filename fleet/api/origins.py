@@ -55,9 +55,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 WRITES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _AUTHORITY: Final = re.compile(
-    r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._~-]+))(?::(?P<port>[0-9]{1,5}))?$"
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._~-]+))(?::(?P<port>[0-9]{1,5}))?"
 )
-_ORIGIN: Final = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/?#]+)$")
+_ORIGIN: Final = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<authority>[^/?#]+)")
 
 Origin = tuple[str, str, int]
 
@@ -67,7 +67,7 @@ def split_host(authority: str) -> tuple[str, int | None] | None:
 
     An IPv6 literal keeps its brackets (``[::1]``), as ``Host`` writes it.
     """
-    found = _AUTHORITY.match(authority)
+    found = _AUTHORITY.fullmatch(authority)
     if found is None:
         return None
     port = int(found["port"]) if found["port"] is not None else None
@@ -109,7 +109,7 @@ def _origin(scheme: str, authority: str) -> Origin | None:
 def parse_origin(value: str) -> Origin | None:
     """An ``Origin`` header (``scheme://host[:port]``) as a comparable triple; None for
     ``null`` or anything else that is not an http(s) origin."""
-    found = _ORIGIN.match(value.strip())
+    found = _ORIGIN.fullmatch(value.strip())
     return None if found is None else _origin(found["scheme"], found["authority"])
 
 
