@@ -101,6 +101,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
                 uid=a.head.uid,
                 queue=a.head.queue,
                 state=JobState(a.head.state),
+                created=a.created,
             )
             for a in accepted
         ]

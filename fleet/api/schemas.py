@@ -74,9 +74,17 @@ class SubmittedJob(Schema):
 
     namespace: str = Field(description="The PyTorchJob's namespace.")
     name: str = Field(description="The PyTorchJob's name.")
-    uid: str = Field(description="Fleet's identifier of the job, stable across resubmissions.")
+    uid: str = Field(
+        description="Fleet's identifier of this run of the job: the same when the same spec "
+        "is submitted again, a new one when the name starts a new run."
+    )
     queue: str = Field(description="The leaf queue the job waits in.")
     state: JobState = Field(description="The job's state now (Queued for a new job).")
+    created: bool = Field(
+        default=False,
+        description="Whether this submission created the job (or a new run of its name); "
+        "false when the same job was there already.",
+    )
 
 
 class SubmissionResult(Schema):

@@ -192,7 +192,7 @@ def _apply(args: argparse.Namespace) -> int:
         return 0
     status, answer = request(_server(args), "POST", "/api/v1/submissions", body, "application/yaml")
     for job in answer.get("jobs", []):
-        verb = "created" if status == 201 else "unchanged"
+        verb = "created" if job.get("created", status == 201) else "unchanged"
         print(f"job {job['namespace']}/{job['name']} {verb} (queue {job['queue']}, {job['state']})")
     return 0
 

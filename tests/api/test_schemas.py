@@ -47,7 +47,12 @@ def detail() -> schemas.JobDetail:
 
 def test_a_submission_answer_has_design_s_shape() -> None:
     job = schemas.SubmittedJob(
-        namespace="team-a", name="train", uid="u-1", queue="team-a", state=JobState.QUEUED
+        namespace="team-a",
+        name="train",
+        uid="u-1",
+        queue="team-a",
+        state=JobState.QUEUED,
+        created=True,
     )
     data = as_json(schemas.SubmissionResult(jobs=[job]), status=201)
     assert data == {
@@ -58,6 +63,7 @@ def test_a_submission_answer_has_design_s_shape() -> None:
                 "uid": "u-1",
                 "queue": "team-a",
                 "state": "Queued",
+                "created": True,
             }
         ]
     }

@@ -73,6 +73,20 @@ def test_apply_creates_then_leaves_unchanged(
     assert out.startswith("job team-a/apply-a unchanged (queue team-a, ")
 
 
+def test_apply_says_which_jobs_of_a_submission_it_created(
+    server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    first, second = tmp_path / "first.yaml", tmp_path / "both.yaml"
+    first.write_text(pytorchjob("apply-old", duration="1h"))
+    second.write_text(first.read_text() + "---\n" + pytorchjob("apply-new", duration="1h"))
+    assert fleet(capsys, "apply", "-f", str(first), "--server", server)[0] == 0
+    code, out, err = fleet(capsys, "apply", "-f", str(second), "--server", server)
+    assert (code, err) == (0, "")
+    old, new = out.splitlines()
+    assert old.startswith("job team-a/apply-old unchanged (queue team-a, ")
+    assert new == "job team-a/apply-new created (queue team-a, Queued)"
+
+
 def test_apply_reads_stdin(
     server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
