@@ -8,7 +8,7 @@ several applications in one process (the tests) never share instruments.
   ``otlp_endpoint`` is set, and nowhere otherwise: then they are not recorded
   (no attributes kept, nothing ended into a processor) but still give every
   log line its trace id; they are recorded as soon as a span processor is
-  added.  The aiohttp server instrumentation makes a span per
+  added.  :func:`fleet.api.metrics.tracing_middleware` makes a span per
   request; the scheduler loop makes one per iteration, per scheduling cycle
   (attributes ``fleet.admitted``, ``fleet.preempted``, ``fleet.waiting``,
   ``fleet.duration_s``), per dispatch and per member API call.

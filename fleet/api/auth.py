@@ -1,6 +1,6 @@
 """Who may do what: authentication, roles per route, and the audit record of every write.
 
-Theory of operation (DESIGN.md "Who may do what"; tokens in :mod:`fleet.api.tokens`):
+Theory of operation (``docs/design/api-and-access.md``; tokens in :mod:`fleet.api.tokens`):
 
 * Each route of :mod:`fleet.api.openapi` names the least role it needs
   (:data:`~fleet.api.openapi.Access`): ``open`` (health, the document),

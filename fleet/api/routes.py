@@ -1,4 +1,4 @@
-"""The HTTP routes of DESIGN.md section 4 (reading and submitting; administration comes later).
+"""The HTTP routes of jobs, queues and clusters (administration: :mod:`.admin_routes`).
 
 Theory of operation: handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.parse_submission`), stored

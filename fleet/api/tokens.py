@@ -1,6 +1,6 @@
 """Bearer tokens: the tokens file, its hashes, and who holds a token.
 
-Theory of operation (DESIGN.md "Who may do what"; the checks are in
+Theory of operation (``docs/design/api-and-access.md``; the checks are in
 :mod:`fleet.api.auth`):
 
 * **Tokens** live in the YAML file named by ``--tokens-file``: a list of
