@@ -24,9 +24,10 @@ SQLAlchemy (and its drivers, and Alembic) is this package's business only:
 an import contract (``pyproject.toml``) refuses it to every other ``fleet``
 module, type-only imports included.  The rest of the service holds a
 session as a :data:`Session` (the name under which the store hands out
-SQLAlchemy's ``AsyncSession``), passes it to the store's functions, and
-uses no more of it than ``add``, ``add_all`` and ``flush`` of the rows
-those functions return; every statement is written here.
+SQLAlchemy's ``AsyncSession``) and passes it to the store's functions;
+outside the store a session is used for no more than ``add``, ``add_all``
+and ``flush`` of rows (:mod:`fleet.store.models`).  Every statement is
+written in this package.
 """
 
 from __future__ import annotations
