@@ -28,8 +28,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from fleet import loop as loop_module
 from fleet.clusters.base import MemberCluster
 from fleet.core import events, quota_change
@@ -41,6 +39,7 @@ from fleet.loop import SchedulerLoop
 from fleet.manifests.models import MemberClusterModel
 from fleet.store import admin as admin_rows
 from fleet.store import configuration
+from fleet.store.database import Session
 
 log = logging.getLogger("fleet.admin")
 
@@ -119,7 +118,7 @@ async def change_tree(
         change = diff(loop.tree_document, document)
         now = loop.clock.now()
 
-        async def save(session: AsyncSession) -> None:
+        async def save(session: Session) -> None:
             version.append(await configuration.save_tree(session, document, now, author, change))
             await admin_rows.replace_quota_cuts(session, cuts)
 
@@ -150,7 +149,7 @@ async def set_node_health(
         ]
         now = loop.clock.now()
 
-        async def save(session: AsyncSession) -> None:
+        async def save(session: Session) -> None:
             await admin_rows.set_node_health(session, cluster, node, healthy, reason, now)
 
         await _carry_out(loop, changes, deletes, [save])
@@ -251,7 +250,7 @@ async def put_cluster(
                 gone.append(row.node)
         now = loop.clock.now()
 
-        async def save(session: AsyncSession) -> None:
+        async def save(session: Session) -> None:
             await configuration.put_cluster(session, name, document, now)
             for node in gone:
                 await admin_rows.set_node_health(session, name, node, True, "", now)
@@ -272,7 +271,7 @@ async def drain_cluster(loop: SchedulerLoop, name: str) -> ClusterChange:
         except KeyError:
             raise UnknownCluster(f"no member cluster {name[:60]!r}") from None
 
-        async def save(session: AsyncSession) -> None:
+        async def save(session: Session) -> None:
             await configuration.set_draining(session, name)
 
         await _carry_out(loop, [], [], [save])
@@ -293,7 +292,7 @@ async def finish_drains(loop: SchedulerLoop) -> None:
             await member.close()
         loop.vc_sizes.pop(name, None)
 
-        async def save(session: AsyncSession, name: str = name) -> None:
+        async def save(session: Session, name: str = name) -> None:
             await configuration.delete_cluster(session, name)
             await admin_rows.forget_cluster_nodes(session, name)
 

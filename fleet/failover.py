@@ -5,8 +5,9 @@ the database): a running job is *unhealthy* while its member is not ready
 (:class:`~fleet.clusters.base.MemberReadiness`), while a node one of its pods
 is planned on is bad (:class:`~fleet.clusters.base.NodeHealth`), or while
 its PyTorchJob keeps restarting (:class:`~fleet.clusters.base.JobRestarting`).
-:class:`Failover` remembers since when (the first time; a table row, so a
-restart of Fleet does not reset the clock) and, once the job has been
+:class:`Failover` remembers since when (the first time; a table row, read
+and written through :mod:`fleet.store.jobs`, so a restart of Fleet does not
+reset the clock) and, once the job has been
 unhealthy for its policy's ``failover.application.decisionConditions.
 tolerationSeconds`` (default 300), tells the loop to fail it over: the core
 queues it again without that member (:class:`fleet.core.events.FailedOver`),
@@ -41,9 +42,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from fleet.clusters.base import (
     ClusterError,
     JobRestarting,
@@ -58,8 +56,8 @@ from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.state import SchedulerState
 from fleet.store import jobs as job_rows
-from fleet.store.database import Database
-from fleet.store.models import JobRow, UnhealthyJobRow
+from fleet.store.database import Database, Session
+from fleet.store.models import JobRow
 
 log = logging.getLogger("fleet.failover")
 
@@ -137,7 +135,7 @@ class Failover:
         self.started_at = now
         keys = {row_id: key for key, row_id in ids.items()}
         async with self.db.read() as session:
-            rows = (await session.execute(select(UnhealthyJobRow))).scalars().all()
+            rows = await job_rows.unhealthy(session)
             intents = await job_rows.open_intents(session)
             purging = [i for i in intents if i.kind in (PURGE_DIRECTLY, PURGE_GRACEFULLY)]
             named = {
@@ -154,9 +152,7 @@ class Failover:
                 orphans.append(row.job_id)  # the job ended before its clock was cleared
         if orphans:
             async with self.db.write() as session:
-                await session.execute(
-                    delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id.in_(orphans))
-                )
+                await job_rows.forget_unhealthy(session, orphans)
         for intent in purging:
             if intent.job_id in named:
                 self.purges.append(
@@ -294,24 +290,18 @@ class Failover:
             for key, value in sorted(changed.items()):
                 stored = self._stored.pop(key, None)
                 if stored is not None:
-                    await session.execute(
-                        delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id == stored)
-                    )
+                    await job_rows.forget_unhealthy(session, [stored])
                 row_id = ids.get(key)
                 if value is not None and row_id is not None:
                     cluster, since, why = value
-                    session.add(
-                        UnhealthyJobRow(
-                            job_id=row_id, cluster=cluster, since=since, reason=why[:2000]
-                        )
-                    )
+                    job_rows.add_unhealthy(session, row_id, cluster, since, why[:2000])
                     self._stored[key] = row_id
 
     # Purges ---------------------------------------------------------------------------
 
     async def write(
         self,
-        session: AsyncSession,
+        session: Session,
         done: Sequence[Due],
         state: SchedulerState,
         ids: Mapping[str, int],

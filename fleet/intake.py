@@ -40,15 +40,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from fleet.clock import Clock
 from fleet.core import snapshot
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
-from fleet.store.database import Database
+from fleet.store.database import Database, Session
 
 #: Most submissions stored in one transaction.
 MAX_BATCH = 256
@@ -114,7 +112,7 @@ class Intake:
         notify: Callable[[Sequence[Job]], None],
         *,
         max_batch: int = MAX_BATCH,
-        also: Callable[[AsyncSession, list[int]], Awaitable[None]] | None = None,
+        also: Callable[[Session, list[int]], Awaitable[None]] | None = None,
     ) -> None:
         self.db = db
         #: more writes in each transaction, given the ids of the jobs it creates
@@ -220,7 +218,7 @@ def _settle(future: asyncio.Future[list[Accepted]], outcome: list[Accepted] | Ex
 
 
 async def _store(
-    session: AsyncSession, submissions: Sequence[Sequence[NewJob]], now: float
+    session: Session, submissions: Sequence[Sequence[NewJob]], now: float
 ) -> list[list[Accepted] | NameTaken]:
     """Decide and write each submission in order; what became of each."""
     names = [(n.namespace, n.name) for new in submissions for n in new]

@@ -23,12 +23,16 @@ the member watches, failover and the estimator.
   makes the replica a follower at once.
 * **The inbox.**  Submissions stored by any replica go into the leader's
   inbox in their own transaction, with a ``NOTIFY``.  :class:`JobFeed`, run
-  by the leader, ``LISTEN``s on a connection of its own and also looks every
-  second (a missed notification, a lost connection); when the inbox holds
-  jobs or a cancellation is open, it empties the inbox inside a loop
-  iteration (:meth:`fleet.loop.SchedulerLoop.exclusive`), so that what it
-  reads and what the loop knows are seen at one moment: a job is handed to
-  the loop only while it is Queued in the database and unknown to the loop.
+  by the leader, ``LISTEN``s on a connection of its own
+  (:func:`fleet.store.leases.listen`) and also looks every second (a missed
+  notification, a lost connection); when the inbox holds jobs or a
+  cancellation is open, it empties the inbox inside a loop iteration
+  (:meth:`fleet.loop.SchedulerLoop.exclusive`), so that what it reads and
+  what the loop knows are seen at one moment: a job is handed to the loop
+  only while it is Queued in the database and unknown to the loop.
+
+Every statement, the fencing one included, and the listening connection are
+:mod:`fleet.store.leases`'s: this module imports no database library.
 """
 
 from __future__ import annotations
@@ -38,18 +42,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal
-
-import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy import exc, exists, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Final, Literal
 
 from fleet.core import snapshot
 from fleet.loop import SchedulerLoop
 from fleet.store import leases
-from fleet.store.database import Database, Fenced
-from fleet.store.models import JobInboxRow
+from fleet.store.database import Database, Fenced, Session
 
 log = logging.getLogger("fleet.leadership")
 
@@ -147,7 +145,7 @@ class Leadership:
                 log.warning("could not hand the lease back: %s", e)
 
     # The fence ------------------------------------------------------------------------------
-    async def fence(self, session: AsyncSession) -> None:
+    async def fence(self, session: Session) -> None:
         """Refuse the transaction unless this replica still leads (see the module docstring)."""
         if not self.leading or time.monotonic() >= self._valid_until:
             self._lost("its lease may have run out")
@@ -158,7 +156,7 @@ class Leadership:
             self._lost("the database refused a write of its term")
             raise Fenced(f"term {self.term} is over: another replica leads")
 
-    async def holds(self, session: AsyncSession) -> bool:
+    async def holds(self, session: Session) -> bool:
         """Whether this replica leads, checked as :meth:`fence` does, without raising.
 
         True: the transaction keeps the lease row until it ends, so it commits
@@ -207,7 +205,7 @@ class Leadership:
                     term = await leases.acquire(
                         session, self.identity, self.address, self.lease, wait_ms=wait_ms
                     )
-            except exc.DBAPIError as e:
+            except Exception as e:
                 if not leases.lock_timed_out(e):
                     raise
                 term = None  # the leader's transaction still holds it: its term runs
@@ -286,7 +284,7 @@ class JobFeed:
         self.poll = poll
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._listener: Any = None  # an asyncpg connection
+        self._listener: leases.Listener | None = None
         self._posted: set[int] = set()  # cancel intents handed to the loop
         #: jobs handed to the loop (for logs and tests)
         self.handed = 0
@@ -309,14 +307,12 @@ class JobFeed:
         await self._unlisten()
 
     async def _listen(self) -> None:
-        url = make_url(self.db.url).set(drivername="postgresql")
         try:
-            conn = await asyncpg.connect(url.render_as_string(hide_password=False))
-            await conn.add_listener(leases.CHANNEL, self._notified)
+            listener = await leases.listen(self.db.url, self._notified)
         except Exception as e:  # the poll still finds everything
             log.warning("cannot LISTEN for submissions (polling every %.1f s): %s", self.poll, e)
             return
-        self._listener = conn
+        self._listener = listener
 
     async def _unlisten(self) -> None:
         conn, self._listener = self._listener, None
@@ -348,7 +344,7 @@ class JobFeed:
     async def _pending(self) -> bool:
         """Whether the inbox holds jobs or a cancellation is new (a cheap read)."""
         async with self.db.read() as session:
-            inbox = bool(await session.scalar(select(exists().where(JobInboxRow.job_id > 0))))
+            inbox = await leases.inbox_holds_jobs(session)
             cancels = await leases.open_cancels(session)
         self._posted &= {intent for intent, _ in cancels}
         fresh = [(i, key) for i, key in cancels if i not in self._posted]

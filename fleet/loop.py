@@ -36,8 +36,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from fleet.clock import Clock
 from fleet.clusters.base import (
     ClusterConflict,
@@ -62,7 +60,7 @@ from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import Running, SchedulerState, Transition
 from fleet.failover import Due, Failover
 from fleet.store import jobs as job_rows
-from fleet.store.database import Database
+from fleet.store.database import Database, Session
 from fleet.telemetry import Telemetry
 
 log = logging.getLogger("fleet.loop")
@@ -188,7 +186,7 @@ class _Exclusive:
 
 _Item = _Submitted | _Cancel | _FromMember | _Exclusive
 #: Extra writes for the transaction of :meth:`SchedulerLoop._record`.
-Also = Callable[[AsyncSession], Awaitable[None]]
+Also = Callable[[Session], Awaitable[None]]
 
 
 class SchedulerLoop:
@@ -647,7 +645,7 @@ class SchedulerLoop:
     def _failover_write(self, due: Sequence[Due], now: float) -> Also:
         """The failed-over jobs' narrowed records and purge intents, for :meth:`_record`."""
 
-        async def write(session: AsyncSession) -> None:
+        async def write(session: Session) -> None:
             await self.failover.write(session, due, self.state, self._ids, now)
 
         return write
@@ -723,7 +721,7 @@ class SchedulerLoop:
         self._deferred.append(_Deferred(tuple(changes), updates, log_entries, tuple(done), now))
 
     @contextlib.asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncSession]:
+    async def _write(self) -> AsyncIterator[Session]:
         """A write transaction of the loop that starts with what was deferred (so a
         job's later moves follow its earlier ones); kept for the next one if it fails."""
         deferred, self._deferred = self._deferred, []

@@ -2,7 +2,9 @@
 
 Theory of operation: :func:`start` opens the database (migrating it), takes
 the quota tree and the member clusters from it — or, on the very first start,
-from the files the settings name, storing them as version 1 (it refuses to
+from the files the settings name, storing them as version 1 (replicas that
+start together on PostgreSQL store them once, under the store's lock:
+:func:`fleet.store.configuration.lock_first_start`; it refuses to
 start on a member whose kubeconfig lies outside ``--kubeconfig-dir`` or gets
 credentials from a plugin that is not allowed: :mod:`fleet.clusters.kube.kubeconfig`,
 checked again whenever a member connects) — builds one cell
@@ -36,9 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy
 import yaml
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet import admin
 from fleet.clock import Clock
@@ -59,7 +59,7 @@ from fleet.manifests.models import MemberClusterModel
 from fleet.settings import Settings
 from fleet.store import configuration, leases
 from fleet.store import jobs as job_rows
-from fleet.store.database import MIGRATION_LOCK, Database, Fenced, open_database, redact_url
+from fleet.store.database import Database, Fenced, Session, open_database, redact_url
 
 log = logging.getLogger("fleet.service")
 
@@ -106,9 +106,7 @@ async def _configuration(db: Database, settings: Settings, clock: Clock) -> tupl
     """The quota tree and cluster documents in force, storing the shipped ones on first start."""
     async with db.write() as session:
         if db.dialect == "postgresql":  # replicas starting together store them once
-            await session.execute(
-                sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
-            )
+            await configuration.lock_first_start(session)
         tree_row = await configuration.current_tree(session)
         if tree_row is None:
             text = settings.quota.read_text(encoding="utf-8")
@@ -310,7 +308,7 @@ async def _start_replica(
         if holder and holder[0].scheduling:
             holder[0].loop.submitted(jobs)
 
-    async def inbox(session: AsyncSession, job_ids: list[int]) -> None:
+    async def inbox(session: Session, job_ids: list[int]) -> None:
         # The leader's loop is told after the commit; the transaction then holds
         # the lease, so the commit lands in its term and a later leader sees the
         # jobs when it restores.  Any other submission goes to the leader's inbox.
@@ -385,7 +383,7 @@ def _idle_loop(db: Database, clock: Clock, tree: QuotaTree, settings: Settings) 
     return idle
 
 
-async def _stored_configuration(session: AsyncSession) -> tuple[str, str]:
+async def _stored_configuration(session: Session) -> tuple[str, str]:
     """The tree and cluster documents the database holds now."""
     tree_row = await configuration.current_tree(session)
     rows = await configuration.clusters(session)
@@ -419,7 +417,7 @@ async def cancel(svc: Service, job_id: int, key: str) -> None:
         (intent,) = await job_rows.insert_intents(
             session, [(job_id, "cancel", "")], svc.clock.now()
         )
-        await session.execute(sqlalchemy.text("SELECT pg_notify(:c, '')"), {"c": leases.CHANNEL})
+        await leases.notify(session)
     feed = svc.feed
     if svc.scheduling and feed is not None:
         feed.told(intent)

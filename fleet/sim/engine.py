@@ -26,9 +26,9 @@ The store is a SQLite file in a temporary directory (one per replay) opened
 with :data:`fleet.store.database.Durability` ``FAST``: the same schema and
 the same writes as the service, without waiting for the disk, since the file
 is thrown away.  Per-job results are read back from the store at the end
-(its jobs and their events), the record the service keeps anyway; per-queue
-time series are sampled from the loop's state every ``sample_every``
-seconds of virtual time.
+(its jobs and their events, :mod:`fleet.store.replays`), the record the
+service keeps anyway; per-queue time series are sampled from the loop's
+state every ``sample_every`` seconds of virtual time.
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet import intake
 from fleet.clock import VirtualClock
@@ -66,8 +63,9 @@ from fleet.manifests.models import MemberClusterModel
 from fleet.sim import policies
 from fleet.sim.traces import TraceError, TraceJob
 from fleet.store import jobs as job_rows
-from fleet.store.database import Database, Durability, open_database
-from fleet.store.models import JobEventRow, JobRow
+from fleet.store import replays
+from fleet.store.database import Database, Durability, Session, open_database
+from fleet.store.models import JobRow
 
 #: The annotation in which a job declares how long it is expected to run.
 EXPECTED_ANNOTATION: Final = "fleet.io/expected-duration"
@@ -78,7 +76,7 @@ SAMPLE_EVERY: Final = 3600.0
 
 Progress = Callable[[int, int, float], None]
 #: Writes jobs into a replay's empty store before its loop starts.
-Seed = Callable[[AsyncSession], Awaitable[None]]
+Seed = Callable[[Session], Awaitable[None]]
 #: Looks at a replay's store at a sample time.
 Observer = Callable[[Database, float], Awaitable[None]]
 #: Events that end a job's run in the store's event log.
@@ -285,18 +283,7 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
     by_key = {tj.key: tj for tj in jobs}
     async with db.read() as session:
         # Columns, not ORM objects (a whole trace is a hundred thousand rows).
-        found = await session.execute(
-            select(
-                JobRow.id,
-                JobRow.namespace,
-                JobRow.name,
-                JobRow.created_at,
-                JobRow.state,
-                JobRow.cluster,
-                JobRow.mode,
-            ).order_by(JobRow.id)
-        )
-        rows = {f"{r.namespace}/{r.name}": r for r in found}
+        rows = {f"{r.namespace}/{r.name}": r for r in await replays.outcomes(session)}
         seeded = {
             r.id: _seeded(r)
             for r in await job_rows.by_ids(
@@ -308,12 +295,7 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
         preempted: dict[int, int] = {}
         ran: dict[int, float] = {}
         since: dict[int, float] = {}
-        events = await session.execute(
-            select(JobEventRow.job_id, JobEventRow.time, JobEventRow.reason).order_by(
-                JobEventRow.id
-            )
-        )
-        for job_id, at, reason in events:
+        for job_id, at, reason in await replays.event_log(session):
             firsts.setdefault(job_id, {}).setdefault(reason, at)
             lasts.setdefault(job_id, {})[reason] = at
             if reason == "Running":

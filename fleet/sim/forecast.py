@@ -1,11 +1,12 @@
 """When will a waiting job start?  The simulator run forward from the live state.
 
-Theory of operation: :func:`forecast` reads the service's store — the jobs
-that hold cells (with their placements) and the jobs that wait (in order) —
-and writes copies of them into a replay's empty store
-(:func:`fleet.sim.engine.replay` with a ``seed``), so that the replay's loop
-restores them exactly as the service restores itself after a restart.  Each
-job runs in the simulated members for what it is expected to take:
+Theory of operation: :func:`forecast` reads the service's store
+(:mod:`fleet.store.replays`) — the jobs that hold cells (with their
+placements) and the jobs that wait (in order) — and writes copies of them
+into a replay's empty store (:func:`fleet.sim.engine.replay` with a
+``seed``), so that the replay's loop restores them exactly as the service
+restores itself after a restart.  Each job runs in the simulated members for
+what it is expected to take:
 
 * its ``fleet.io/expected-duration`` annotation (a duration such as ``2h``),
   counted from when it started for a running job;
@@ -42,16 +43,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from sqlalchemy import Text, cast, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from fleet.clock import Clock
 from fleet.clusters.sim import DURATION_ANNOTATION, parse_duration
 from fleet.sim import engine
 from fleet.sim.engine import EXPECTED_ANNOTATION
 from fleet.sim.worker import ForecastWorker, reachable_from_another_process
-from fleet.store.database import Database, open_database
-from fleet.store.models import JobEventRow, JobRow
+from fleet.store import replays
+from fleet.store.database import Database, Session, open_database
+from fleet.store.models import JobRow
 
 log = logging.getLogger("fleet.sim.forecast")
 
@@ -123,14 +122,9 @@ def _expected(
     return DEFAULT_EXPECTED, f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
 
 
-async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
+async def _medians(session: Session) -> dict[str, tuple[float, int]]:
     """Queue -> (median run, runs counted) over its last finished jobs."""
-    finished = await session.execute(
-        select(JobRow.id, JobRow.queue)
-        .where(JobRow.state.in_(("Succeeded", "Failed")))
-        .order_by(JobRow.id.desc())
-        .limit(HISTORY * 20)
-    )
+    finished = await replays.last_finished(session, HISTORY * 20)
     queue_of: dict[int, str] = {}
     taken: dict[str, int] = {}
     for job_id, queue in finished:
@@ -139,14 +133,7 @@ async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
             taken[queue] = taken.get(queue, 0) + 1
     if not queue_of:
         return {}
-    events = await session.execute(
-        select(JobEventRow.job_id, JobEventRow.time, JobEventRow.reason)
-        .where(
-            JobEventRow.job_id.in_(sorted(queue_of)),
-            JobEventRow.reason.in_(("Running", "Succeeded", "Failed")),
-        )
-        .order_by(JobEventRow.id)
-    )
+    events = await replays.run_events(session, sorted(queue_of))
     started: dict[int, float] = {}
     runs: dict[str, list[float]] = {}
     for job_id, at, reason in events:
@@ -159,26 +146,6 @@ async def _medians(session: AsyncSession) -> dict[str, tuple[float, int]]:
 
 #: Rows of running jobs read at a time.
 _PART: Final = 500
-#: What a forecast reads of a job: its documents as JSON text, decoded in the
-#: worker thread (:func:`_seeded`), not on the service's event loop.
-_READ = select(
-    JobRow.id,
-    JobRow.uid,
-    JobRow.namespace,
-    JobRow.name,
-    JobRow.spec_hash,
-    cast(JobRow.manifest, Text).label("manifest"),
-    cast(JobRow.policy, Text).label("policy"),
-    cast(JobRow.record, Text).label("record"),
-    cast(JobRow.units, Text).label("units"),
-    JobRow.queue,
-    JobRow.priority_class,
-    JobRow.priority,
-    JobRow.state,
-    JobRow.cluster,
-    JobRow.mode,
-    JobRow.created_at,
-).order_by(JobRow.id)
 
 
 def _json(text: str | None) -> Any:
@@ -195,7 +162,8 @@ def _with_duration(manifest: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def _copy(row: Any, state: str, manifest: dict[str, Any], now: float) -> JobRow:
-    """A copy of ``row`` (of :data:`_READ`) for the replay's store, in ``state``."""
+    """A copy of ``row`` (read by :mod:`fleet.store.replays`, its documents as JSON text,
+    decoded here in the worker thread) for the replay's store, in ``state``."""
     holding = state in HOLDING
     return JobRow(
         id=row.id,
@@ -221,7 +189,7 @@ def _copy(row: Any, state: str, manifest: dict[str, Any], now: float) -> JobRow:
 
 
 def _seeded(
-    holding: Sequence[Any],  # rows of _READ
+    holding: Sequence[Any],  # copies read by fleet.store.replays
     waiting: Sequence[Any],
     since: Mapping[int, float],
     medians: Mapping[str, tuple[float, int]],
@@ -271,34 +239,18 @@ async def forecast(
             wall_limit,
         )
     async with db.read() as session:
-        waiting = list(
-            await session.execute(
-                _READ.where(JobRow.state.in_(WAITING), JobRow.suspended.is_(False)).limit(max_jobs)
-            )
-        )
+        waiting = await replays.waiting_copies(session, WAITING, max_jobs)
         if not waiting:
             return Forecast(now, horizon, assumes="no job waits")
         # In parts, so that the event loop serves requests between them.
-        parts = await session.stream(
-            _READ.where(JobRow.state.in_(HOLDING)).execution_options(yield_per=_PART)
-        )
-        holding = [row async for row in parts]
+        holding = await replays.holding_copies(session, HOLDING, _PART)
         since: dict[int, float] = {}
         if holding:
-            found = await session.execute(
-                select(JobEventRow.job_id, func.max(JobEventRow.time))
-                .where(
-                    # a subquery, not thousands of ids as parameters
-                    JobEventRow.job_id.in_(select(JobRow.id).where(JobRow.state.in_(HOLDING))),
-                    JobEventRow.reason == "Running",
-                )
-                .group_by(JobEventRow.job_id)
-            )
-            since = {job_id: at for job_id, at in found}
+            since = await replays.running_since(session, HOLDING)
         medians = await _medians(session)
     seeded, assumes = await asyncio.to_thread(_seeded, holding, waiting, since, medians, now)
 
-    async def seed(session: AsyncSession) -> None:
+    async def seed(session: Session) -> None:
         session.add_all(seeded)
 
     # The replay runs in a worker thread on an event loop of its own: it never
@@ -501,11 +453,7 @@ async def compare(
     queue that is not a leaf of the proposed tree.
     """
     async with db.read() as session:
-        queues = await session.execute(
-            select(JobRow.namespace, JobRow.name, JobRow.queue)
-            .where(JobRow.state.in_((*HOLDING, *WAITING)))
-            .order_by(JobRow.id)
-        )
+        queues = await replays.queues_of(session, (*HOLDING, *WAITING))
         homeless = [f"{ns}/{n} ({q})" for ns, n, q in queues if q not in set(proposed_leaves)]
     if homeless:
         shown = ", ".join(homeless[:10]) + (
@@ -520,9 +468,7 @@ async def compare(
     after = await forecast(db, proposed_tree, clusters_document, now, **kw)
     queue_of: dict[str, str] = {}
     async with db.read() as session:
-        for ns, n, q in await session.execute(
-            select(JobRow.namespace, JobRow.name, JobRow.queue).where(JobRow.state.in_(WAITING))
-        ):
+        for ns, n, q in await replays.queues_of(session, WAITING):
             queue_of[f"{ns}/{n}"] = q
     jobs = tuple(
         JobChange(

@@ -12,24 +12,17 @@ it and sends the :class:`~fleet.sim.forecast.Forecast` back; the service only
 waits for the answer.
 
 A database the process cannot open by its URL (SQLite in memory) is
-forecast in a thread, as before.  A process that died fails that forecast;
-the next one starts a new process.
+forecast in a thread, as before (the store reads the URL:
+:func:`fleet.store.database.reachable_from_another_process`, named here too).
+A process that died fails that forecast; the next one starts a new process.
 """
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
-
+from fleet.store.database import reachable_from_another_process
 from fleet.workers import WorkerProcesses
 
-
-def reachable_from_another_process(url: str) -> bool:
-    """Whether another process opening ``url`` sees the same database (not SQLite in memory)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return True
-    database = parsed.database or ""
-    return database not in ("", ":memory:") and "mode=memory" not in str(parsed.query)
+__all__ = ["ForecastWorker", "reachable_from_another_process"]
 
 
 class ForecastWorker(WorkerProcesses):

@@ -3,15 +3,24 @@
 Theory of operation: the quota tree is kept as the YAML document it was
 given in, one row per version; the highest version is the tree in force, and
 older versions are the history.  Member clusters are kept as their
-``MemberCluster`` documents, one row per name.
+``MemberCluster`` documents, one row per name.  On PostgreSQL, replicas that
+start together store the shipped configuration once: the transaction that
+looks for it first takes the migration lock (:func:`lock_first_start`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet.store.database import MIGRATION_LOCK
 from fleet.store.models import ClusterRow, QuotaTreeRow
+
+
+async def lock_first_start(session: AsyncSession) -> None:
+    """PostgreSQL only: hold the migration lock until this transaction ends (one replica
+    at a time looks for the stored configuration and stores the shipped one)."""
+    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
 async def current_tree(session: AsyncSession) -> QuotaTreeRow | None:

@@ -19,6 +19,15 @@ first in every write transaction (the scheduler's leader,
 (logs, errors, answers) only through :func:`redact_url`, which hides its
 password; a database that cannot be reached at start is a
 :class:`DatabaseError` naming the URL so redacted.
+
+SQLAlchemy (and its drivers, and Alembic) is this package's business only:
+an import contract (``pyproject.toml``) refuses it to every other ``fleet``
+module, type-only imports included.  The rest of the service holds a
+session as a :data:`Session` (the name under which the store hands out
+SQLAlchemy's ``AsyncSession``) and passes it to the store's functions;
+outside the store a session is used for no more than ``add``, ``add_all``
+and ``flush`` of rows (:mod:`fleet.store.models`).  Every statement is
+written in this package.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from alembic import command
 from alembic.config import Config
@@ -44,6 +53,10 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from fleet.store import inline_sqlite, json_text
+
+#: A session of :meth:`Database.write` or :meth:`Database.read`: what the rest of the
+#: service calls one (in type hints), without importing SQLAlchemy itself.
+Session: TypeAlias = AsyncSession
 
 #: Any constant shared by every Fleet replica: the key of the migration lock.
 MIGRATION_LOCK: Final = 0x466C656574  # "Fleet"
@@ -88,6 +101,15 @@ def redact_url(url: str) -> str:
     # What SQLAlchemy took for the host may hold the rest of a password with an "@".
     shown = _USERINFO_PASSWORD.sub(rf"\g<1>{HIDDEN}@", shown)
     return _QUERY_PASSWORD.sub(rf"\g<1>{HIDDEN}", shown)
+
+
+def reachable_from_another_process(url: str) -> bool:
+    """Whether another process opening ``url`` sees the same database (not SQLite in memory)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return True
+    database = parsed.database or ""
+    return database not in ("", ":memory:") and "mode=memory" not in str(parsed.query)
 
 
 class Fenced(Exception):

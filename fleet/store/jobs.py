@@ -12,6 +12,11 @@ name is submitted again after its job was cancelled (or ended, with another
 spec), the old row is superseded (:func:`supersede`) and a new one takes the
 name.  Reads by name and lists see current runs only; a run's uid finds it
 whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
+
+**Failover's clocks.**  Since when a running job has been unhealthy in its
+member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
+:func:`forget_unhealthy`), so that a restart keeps the clock
+(:mod:`fleet.failover`).
 """
 
 from __future__ import annotations
@@ -20,11 +25,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, func, insert, literal_column, select, update
+from sqlalchemy import (
+    Table,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store import paging
-from fleet.store.models import IntentRow, JobEventRow, JobRow
+from fleet.store.models import IntentRow, JobEventRow, JobRow, UnhealthyJobRow
 
 #: Job states in which a job holds quota and cells in its member cluster.
 HOLDING_STATES = ("Admitted", "Dispatched", "Running")
@@ -358,3 +373,24 @@ async def holding_in(session: AsyncSession, cluster: str) -> list[JobRow]:
         .order_by(JobRow.id)
     )
     return list(rows.scalars())
+
+
+# Failover's clocks ---------------------------------------------------------------------------
+
+
+async def unhealthy(session: AsyncSession) -> list[UnhealthyJobRow]:
+    """Every stored clock: since when a job has been unhealthy in its member."""
+    rows = await session.execute(select(UnhealthyJobRow))
+    return list(rows.scalars().all())
+
+
+async def forget_unhealthy(session: AsyncSession, job_ids: Sequence[int]) -> None:
+    """Delete the clocks of these jobs (now, in the caller's transaction)."""
+    await session.execute(delete(UnhealthyJobRow).where(UnhealthyJobRow.job_id.in_(job_ids)))
+
+
+def add_unhealthy(
+    session: AsyncSession, job_id: int, cluster: str, since: float, reason: str
+) -> None:
+    """Store since when job ``job_id`` has been unhealthy in ``cluster``, and why."""
+    session.add(UnhealthyJobRow(job_id=job_id, cluster=cluster, since=since, reason=reason))

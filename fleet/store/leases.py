@@ -19,18 +19,22 @@ PostgreSQL ends the session and its locks.
 ``job_inbox`` holds the ids of jobs that any replica stored; the leader
 takes them (``DELETE ... RETURNING`` in a fenced transaction) and reads
 those still Queued.
-A ``NOTIFY`` on :data:`CHANNEL` in the same transaction as the submission
-wakes the leader; the inbox itself is what makes the hand-over exact.
+A ``NOTIFY`` on :data:`CHANNEL` (:func:`notify`) in the same transaction
+as the submission, or as a stored cancellation, wakes the leader, which
+``LISTEN``s on a driver connection of its own (:func:`listen`); the inbox
+itself is what makes the hand-over exact.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import CursorResult, Table, delete, insert, select, text
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import CursorResult, Table, delete, exc, exists, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.models import IntentRow, JobInboxRow, JobRow, LeaseRow
@@ -63,7 +67,10 @@ class Lease:
 
 def lock_timed_out(error: BaseException) -> bool:
     """Whether ``error`` is PostgreSQL's ``lock_not_available`` (a leader's transaction
-    held the lease row longer than the statement would wait)."""
+    held the lease row longer than the statement would wait), as the database
+    library raises it (any other error: False)."""
+    if not isinstance(error, exc.DBAPIError):
+        return False
     seen: BaseException | None = error
     while seen is not None:
         if getattr(seen, "sqlstate", None) == "55P03":
@@ -203,7 +210,43 @@ async def post(session: AsyncSession, job_ids: Sequence[int]) -> None:
     if not job_ids:
         return
     await session.execute(insert(_INBOX), [{"job_id": i} for i in job_ids])
+    await notify(session)
+
+
+async def notify(session: AsyncSession) -> None:
+    """Wake the leader (at commit): the inbox or the open cancellations changed."""
     await session.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+
+
+async def inbox_holds_jobs(session: AsyncSession) -> bool:
+    """Whether the leader's inbox holds any job (a cheap read)."""
+    return bool(await session.scalar(select(exists().where(_INBOX.c.job_id > 0))))
+
+
+class Listener:
+    """A driver connection of its own that ``LISTEN``s on :data:`CHANNEL` (see :func:`listen`)."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection  # an asyncpg connection
+
+    def is_closed(self) -> bool:
+        """Whether the connection is gone (listen again)."""
+        return bool(self._connection.is_closed())
+
+    async def close(self, timeout: float) -> None:
+        await self._connection.close(timeout=timeout)
+
+
+async def listen(url: str, notified: Callable[..., None]) -> Listener:
+    """Call ``notified`` at every ``NOTIFY`` on :data:`CHANNEL` of the database at ``url``.
+
+    A connection outside the engine's pool (a pooled one would be handed to
+    transactions); raises what connecting raises.
+    """
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(dsn)
+    await connection.add_listener(CHANNEL, notified)
+    return Listener(connection)
 
 
 async def take(session: AsyncSession, limit: int) -> list[int]:
