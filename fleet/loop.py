@@ -129,6 +129,10 @@ class LoopView:
     #: the last views' versions with the jobs (namespace/name) that changed in each:
     #: submitted, moved to another state, or given another waiting reason; oldest first
     recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    #: member clusters being drained (removed once their jobs are gone)
+    draining: frozenset[str] = frozenset()
+    #: member clusters that are not ready (nothing is dispatched to them)
+    unready: frozenset[str] = frozenset()
 
 
 #: Event-loop turns the loop gives members' watches before writing deferred records.
@@ -1002,7 +1006,17 @@ class SchedulerLoop:
         recent = (*self._view.recent, (version, tuple(sorted(self._changed))))[-RECENT_VIEWS:]
         self._changed.clear()
         self._view = LoopView(
-            True, state.now, queues, pending, reasons, clusters, doomed, version, recent
+            True,
+            state.now,
+            queues,
+            pending,
+            reasons,
+            clusters,
+            doomed,
+            version,
+            recent,
+            frozenset(state.draining),
+            frozenset(state.unready),
         )
 
     def _announce(self) -> None:

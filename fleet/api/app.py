@@ -160,7 +160,13 @@ def watch_service(telemetry: Telemetry, svc: service.Service) -> None:
     svc.loop.telemetry = telemetry
     telemetry.observe(
         lambda: svc.loop.view,
-        lambda: {name: name not in svc.loop.state.unready for name in sorted(svc.loop.members)},
+        lambda: _members_ready(svc),
     )
     pending = [p.job for jobs in svc.loop.view.pending.values() for p in jobs]
     telemetry.queued(pending, svc.clock.now())  # found at start: waiting since then
+
+
+def _members_ready(svc: service.Service) -> dict[str, bool]:
+    """Each member's readiness, from the published view (the API reads no live state)."""
+    unready = svc.loop.view.unready
+    return {name: name not in unready for name in sorted(svc.loop.members)}

@@ -395,7 +395,7 @@ async def list_clusters(request: web.Request) -> web.Response:
                 if admin
                 else HEALTH_PHRASES[reachable],
                 bad_nodes=[b.node for b in bad if b.cluster == cluster.name],
-                draining=cluster.name in svc.loop.state.draining,
+                draining=cluster.name in view.draining,
                 gpus=schemas.GpuCounts(total=total, used=used, free=total - used),
                 virtual_clusters=[
                     schemas.VirtualClusterGpus(
