@@ -162,7 +162,6 @@ async def set_node_health(
 async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
     """After the state is rebuilt: stored bad nodes and quota cut times (see the
     docstring), and the ``--quota-cut-grace`` in force."""
-    loop.state.cut_grace = grace
     async with loop.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
         cuts = await admin_rows.quota_cuts(session)
@@ -175,8 +174,7 @@ async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
                 )
             except KeyError:
                 continue  # the cluster's config no longer has the node
-    over = {b.node for b in loop.state.tree.over_limits()}
-    loop.state.cut_since = {node: since for node, since in cuts.items() if node in over}
+    events.apply(loop.state, events.QuotaCutsRestored(grace, cuts))
     for cluster in rows:
         if cluster.draining and cluster.name in loop.state.placers:
             events.apply(loop.state, events.ClusterDraining(cluster.name))

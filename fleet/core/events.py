@@ -4,8 +4,7 @@ Theory of operation (dask's worker state machine, h11): the shell tells the
 core what happened as frozen event values, and :func:`apply` changes the
 :class:`~fleet.core.state.SchedulerState` accordingly and returns what
 followed: the job :class:`~fleet.core.state.Transition` s it caused (each
-through :func:`fleet.core.lifecycle.transition`, for the shell to persist)
-and :class:`Notice` s about running jobs that need the shell's attention.
+through :func:`fleet.core.lifecycle.transition`, for the shell to persist).
 Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
 the state, and the placers' own mutators are reached only through here and
 the cycle.  An event that cannot be applied raises and changes nothing.
@@ -14,6 +13,7 @@ the cycle.  An event that cannot be applied raises and changes nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.core import lifecycle
@@ -177,6 +177,16 @@ class ClockAdvanced:
     now: float
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaCutsRestored:
+    """After a restart: the grace in force before a cut node's newest over-limit jobs
+    are preempted (``--quota-cut-grace``; None: never), and since when each node was
+    over its limits as stored; nodes no longer over are forgotten."""
+
+    grace: float | None
+    since: Mapping[str, float]
+
+
 Event = (
     Submitted
     | Dispatched
@@ -195,18 +205,11 @@ Event = (
     | ClusterReadiness
     | ClusterRemoved
     | ClockAdvanced
+    | QuotaCutsRestored
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something about a running job the shell should know (e.g. its node went bad)."""
-
-    job: str
-    reason: str
-
-
-Outcome = Transition | Notice
+#: What followed from an event: the job transitions it caused.
+Outcome = Transition
 
 
 def apply(state: SchedulerState, event: Event) -> list[Outcome]:
@@ -246,6 +249,8 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _cluster_removed(state, event)
         case ClockAdvanced():
             return _clock(state, event)
+        case QuotaCutsRestored():
+            return _cuts_restored(state, event)
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -541,3 +546,10 @@ def _rehome(state: SchedulerState, run: Running, leaf: str) -> str | None:
         state.hold(run, charge, unit.pods)
         held.append(moved)
     return None
+
+
+def _cuts_restored(state: SchedulerState, event: QuotaCutsRestored) -> list[Outcome]:
+    state.cut_grace = event.grace
+    over = {b.node for b in state.tree.over_limits()}
+    state.cut_since = {node: since for node, since in event.since.items() if node in over}
+    return []

@@ -104,6 +104,19 @@ def test_the_time_of_a_cut_is_kept_while_the_node_stays_over_and_dropped_after()
     assert state.cut_since == {}
 
 
+def test_restored_cut_times_are_kept_for_nodes_still_over_and_the_grace_applies() -> None:
+    """After a restart the shell hands the stored cut times and the grace in as an event."""
+    state = busy()
+    events.apply(state, events.ClockAdvanced(700.0))
+    events.apply(state, events.QuotaTreeReplaced(make_node(cut(4))))
+    assert state.cut_since == {"team-a": 700.0}
+    stored = {"team-a": 100.0, "team-b": 50.0}  # team-b is within its limits now
+    assert events.apply(state, events.QuotaCutsRestored(600.0, stored)) == []
+    assert (state.cut_grace, state.cut_since) == (600.0, {"team-a": 100.0})
+    preempted = [d.job for d in cycle(state) if isinstance(d, Preempt)]
+    assert preempted == ["default/a3", "default/a2"]  # cut at 100, 600 s of grace passed
+
+
 def test_over_limit_jobs_are_the_first_reclaim_victims() -> None:
     spec: dict[str, Any] = {
         "name": "root",
