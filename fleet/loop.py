@@ -53,7 +53,7 @@ from fleet.collector import cycle_paused
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
-from fleet.core.lifecycle import TERMINAL, JobState
+from fleet.core.lifecycle import HOLDING, TERMINAL, JobState
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
@@ -69,9 +69,6 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 #: Member actions taken between two turns of the event loop.
 _ACTIONS_PER_TURN = 64
-
-HOLDING = frozenset({JobState.ADMITTED, JobState.DISPATCHED, JobState.RUNNING})
-
 
 # The published view ---------------------------------------------------------------
 

@@ -38,11 +38,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from fleet.core import lifecycle
 from fleet.store import paging
 from fleet.store.models import IntentRow, JobEventRow, JobRow, UnhealthyJobRow
 
 #: Job states in which a job holds quota and cells in its member cluster.
-HOLDING_STATES = ("Admitted", "Dispatched", "Running")
+HOLDING_STATES = tuple(sorted(s.value for s in lifecycle.HOLDING))
 
 
 @dataclass(frozen=True, slots=True)
