@@ -20,6 +20,10 @@ Printed figures, per placer:
   arrive, and one cycle runs (admissions/s and cycle time, median over the
   rounds);
 * peak memory per pending job (tracemalloc over building + queueing them);
+* the decision digests of the placer's stream (the full cycle and the steady
+  rounds): one over every Admit and Preempt (job, queue, cluster, mode,
+  pods, victims, reason), one over every Wait (job, reason), so that a change
+  meant to keep the decisions can be checked against the figures before it;
 * with ``--scale``: the steady-state cycle time at 10,000 / 100,000 /
   1,000,000 pending jobs, with the admissions it made and the CPU per
   admission (a round's churn frees about the same GPUs at every size, and a
@@ -49,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import hashlib
 import random
 import statistics
 import time
@@ -60,7 +65,7 @@ from fleet.collector import FollowGrowth, cycle_paused
 from fleet.core import events
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
-from fleet.core.cycle import Admit, cycle
+from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
@@ -139,6 +144,34 @@ def cell_placers(tree: QuotaTree, clusters: int, nodes: int) -> dict[str, Placer
 CPU_TIMES: list[float] = []
 
 
+class Digests:
+    """SHA-256 over a stream's decisions: admissions and preemptions, and waits."""
+
+    def __init__(self) -> None:
+        self.moves = hashlib.sha256()
+        self.waits = hashlib.sha256()
+
+    def add(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if isinstance(d, Admit):
+                pods = tuple((p.pod, p.node, tuple(p.gpus)) for p in d.pods)
+                line = ("A", d.job, d.queue, d.cluster, d.mode.value, d.priority, pods)
+                self.moves.update(repr((*line, d.grown, d.unit, tuple(d.victims))).encode())
+            elif isinstance(d, Preempt):
+                pods = tuple((p.pod, p.node, tuple(p.gpus)) for p in d.pods)
+                line = ("P", d.job, d.queue, d.cluster, pods, d.reason, d.unit)
+                self.moves.update(repr(line).encode())
+            else:
+                self.waits.update(repr(("W", d.job, d.queue, d.reason)).encode())
+
+    def __str__(self) -> str:
+        return f"{self.moves.hexdigest()[:16]} / {self.waits.hexdigest()[:16]}"
+
+
+#: the digests of the stream being measured (one per ``measure``)
+DIGESTS = [Digests()]
+
+
 GC_AS_SERVED = "as fleet serve (freeze, FollowGrowth, paused in each cycle)"
 #: whether cycles run as the service's loop runs them (``--no-gc-freeze`` turns it off)
 AS_SERVED = [True]
@@ -151,6 +184,7 @@ def timed_cycle(state: SchedulerState, now: float) -> tuple[int, float]:
         decisions = cycle(state, now)
     elapsed = time.perf_counter() - t0
     CPU_TIMES.append(time.process_time() - c0)
+    DIGESTS[0].add(decisions)
     return sum(1 for d in decisions if isinstance(d, Admit)), elapsed
 
 
@@ -205,6 +239,7 @@ def measure(
     per_job = (peak - base) / jobs
 
     collector = FollowGrowth()
+    DIGESTS[0] = Digests()
     AS_SERVED[0] = not args.no_gc_freeze
     if not args.no_gc_freeze:
         # As `fleet serve` does: what survives a full garbage collection is left
@@ -262,6 +297,7 @@ def measure(
             f"[{placer}] memory: {per_job:,.0f} bytes per pending job "
             f"(peak; target <= {TARGET_BYTES})"
         )
+        print(f"[{placer}] decision digests (admissions and preemptions / waits): {DIGESTS[0]}")
     return {
         "full": full_rate,
         "steady": rate,
