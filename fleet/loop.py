@@ -609,17 +609,12 @@ class SchedulerLoop:
             return []  # failover's business (restarts, old copies)
         try:
             if isinstance(event, JobStarted):
-                if state.phase.get(event.key) is JobState.DISPATCHED:
-                    return _moves(events.apply(state, events.Started(event.key)))
+                return _moves(events.apply(state, events.MemberJobStarted(event.key)))
             elif isinstance(event, JobFinished):
-                if state.phase.get(event.key) is JobState.ADMITTED:
-                    events.apply(state, events.Dispatched(event.key))
-                if state.phase.get(event.key) in HOLDING:
-                    finished = events.Finished(event.key, event.succeeded, event.reason)
-                    return _moves(events.apply(state, finished))
+                finished = events.MemberJobFinished(event.key, event.succeeded, event.reason)
+                return _moves(events.apply(state, finished))
             elif isinstance(event, JobStopped):
-                if event.key in state.stopping:
-                    return _moves(events.apply(state, events.Stopped(event.key)))
+                return _moves(events.apply(state, events.MemberJobStopped(event.key)))
             elif isinstance(event, NodeHealth):
                 health = events.NodeHealthChanged(item.cluster, event.node, event.healthy)
                 return _moves(events.apply(state, health))

@@ -5,6 +5,9 @@ core what happened as frozen event values, and :func:`apply` changes the
 :class:`~fleet.core.state.SchedulerState` accordingly and returns what
 followed: the job :class:`~fleet.core.state.Transition` s it caused (each
 through :func:`fleet.core.lifecycle.transition`, for the shell to persist).
+What members report comes in as ``MemberJob*`` events, which hold the
+rules for late and repeated reports (a report that no longer applies
+changes nothing), so that the shell only translates.
 Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
 the state, and the placers' own mutators are reached only through here and
 the cycle.  An event that cannot be applied raises and changes nothing.
@@ -87,6 +90,33 @@ class FailedOver:
 @dataclass(frozen=True, slots=True)
 class Stopped:
     """The preempted job's pods are gone: queue it again."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJobStarted:
+    """A member reports the job's pods running.  Reports arrive late and twice (watches
+    relist, restarts): the job is Started only while Dispatched; otherwise nothing."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJobFinished:
+    """A member reports the job ended by itself.  A job still Admitted (the member
+    created and finished it before its creation was recorded) is Dispatched first;
+    a job that holds cells is Finished; a report about any other job changes nothing."""
+
+    key: str
+    succeeded: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJobStopped:
+    """A member reports the job's pods gone: a preempted job being stopped is Stopped;
+    a report about any other job (an old copy, a cancelled one) changes nothing."""
 
     key: str
 
@@ -206,6 +236,9 @@ Event = (
     | ClusterRemoved
     | ClockAdvanced
     | QuotaCutsRestored
+    | MemberJobStarted
+    | MemberJobFinished
+    | MemberJobStopped
 )
 
 #: What followed from an event: the job transitions it caused.
@@ -251,6 +284,20 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _clock(state, event)
         case QuotaCutsRestored():
             return _cuts_restored(state, event)
+        case MemberJobStarted():
+            if state.phase.get(event.key) is JobState.DISPATCHED:
+                return _started(state, Started(event.key))
+            return []
+        case MemberJobFinished():
+            if state.phase.get(event.key) is JobState.ADMITTED:
+                _dispatched(state, Dispatched(event.key))  # recorded by the finish
+            if state.phase.get(event.key) in lifecycle.HOLDING:
+                return _finished(state, Finished(event.key, event.succeeded, event.reason))
+            return []
+        case MemberJobStopped():
+            if event.key in state.stopping:
+                return _stopped(state, Stopped(event.key))
+            return []
     raise TypeError(f"not an event: {event!r}")
 
 

@@ -66,6 +66,51 @@ def test_a_job_walks_its_lifecycle_through_events() -> None:
     state.check_invariants()
 
 
+def test_member_reports_move_a_job_only_while_they_apply() -> None:
+    """Late and repeated member reports change nothing; current ones move the job."""
+    state = fresh()
+    admit(state, make_job("a", gpus=4))
+    key = "default/a"
+    ignored = [
+        events.MemberJobStarted(key),  # still Admitted: the creation is not recorded
+        events.MemberJobStopped(key),  # not being stopped
+        events.MemberJobStarted("default/nobody"),
+        events.MemberJobFinished("default/nobody"),
+        events.MemberJobStopped("default/nobody"),
+    ]
+    for report in ignored:
+        assert events.apply(state, report) == []
+    assert state.phase[key] is A
+    events.apply(state, events.Dispatched(key))
+    assert moves(events.apply(state, events.MemberJobStarted(key))) == [(key, D, R)]
+    assert events.apply(state, events.MemberJobStarted(key)) == []  # said twice
+    out = events.apply(state, events.MemberJobFinished(key, succeeded=False, reason="OOM"))
+    assert moves(out) == [(key, R, JobState.FAILED)]
+    assert events.apply(state, events.MemberJobFinished(key)) == []  # ended already
+    state.check_invariants()
+
+
+def test_a_member_that_finished_a_job_before_its_creation_was_recorded_ends_it() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=4))
+    out = events.apply(state, events.MemberJobFinished("default/a"))
+    assert moves(out) == [("default/a", D, JobState.SUCCEEDED)]
+    assert not state.running
+    state.check_invariants()
+
+
+def test_a_member_that_stopped_a_preempted_job_queues_it_again() -> None:
+    state = fresh()
+    admit(state, make_job("low", pods=2, gpus=8, priority=10))
+    events.apply(state, events.Dispatched("default/low"))
+    decisions = admit(state, make_job("high", pods=2, gpus=8, priority=100))
+    assert any(isinstance(d, Preempt) and d.job == "default/low" for d in decisions)
+    out = events.apply(state, events.MemberJobStopped("default/low"))
+    assert moves(out) == [("default/low", JobState.PREEMPTED, Q)]
+    assert events.apply(state, events.MemberJobStopped("default/low")) == []
+    state.check_invariants()
+
+
 def test_an_illegal_move_raises_and_changes_nothing() -> None:
     state = fresh()
     events.apply(state, events.Submitted(make_job("a", gpus=4)))
