@@ -23,6 +23,7 @@ once on SQLite and once on PostgreSQL, each time with a fresh empty database.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Protocol, cast
@@ -42,6 +43,7 @@ from tests.databases import (
     postgres_url_from_env,
     sqlite_url,
 )
+from tests.paths import ROOT
 
 pytest_plugins = ["pytester"]
 
@@ -181,3 +183,13 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     maintenance_url: str = request.getfixturevalue("postgres_url")
     async with fresh_postgres_database(maintenance_url) as url:
         yield url
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the project's sources and import contracts (the layering tests plant
+    imports in it)."""
+    for name in ("fleet", "tools"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path

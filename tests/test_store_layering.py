@@ -12,29 +12,13 @@ module of the store is not.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.test_layering import _lint_imports, _plant
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.test_layering import _broken, _lint_imports, _plant
 
 STORE = "Only the store imports SQLAlchemy, Alembic or a database driver"
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the project's sources and import contracts."""
-    for name in ("fleet", "tools"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    return tmp_path
-
-
-def _broken(report: str) -> str:
-    return report.partition("Broken contracts")[2]
 
 
 PLANTED = [
