@@ -40,10 +40,10 @@ state at 100k pending, <= 50 us of CPU per admission (capacity: a steady
 cycle's CPU over the jobs it admits, so its waits count too), the cycle time
 at 1M within 1.5x of 10k, and <= 2 KiB per pending job.
 After the backlog is queued the benchmark calls ``gc.freeze()``, follows
-the full collections as ``fleet serve`` does (:class:`fleet.collector.FollowGrowth`:
+the full collections as ``fleet serve`` does (:class:`fleet.service.collector.FollowGrowth`:
 what survives one is frozen), and runs each cycle as the service's loop does,
 with automatic collection paused and the youngest generation collected right
-after when due, on the cycle's clock (:func:`fleet.collector.cycle_paused`);
+after when due, on the cycle's clock (:func:`fleet.service.collector.cycle_paused`);
 ``--no-gc-freeze`` leaves the collector as it is, to compare.
 The figures are printed, never asserted.
 """
@@ -61,7 +61,6 @@ import tracemalloc
 from typing import Any
 
 from fleet import compiled_core
-from fleet.collector import FollowGrowth, cycle_paused
 from fleet.core import events
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
@@ -69,6 +68,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
+from fleet.service.collector import FollowGrowth, cycle_paused
 from fleet.sim.backlog import build_tree, capacity_placers, make_jobs
 
 GPU = "nvidia.com/gpu"
@@ -243,7 +243,7 @@ def measure(
     AS_SERVED[0] = not args.no_gc_freeze
     if not args.no_gc_freeze:
         # As `fleet serve` does: what survives a full garbage collection is left
-        # out of the later ones (fleet.collector), starting with the backlog.
+        # out of the later ones (fleet.service.collector), starting with the backlog.
         gc.collect()
         gc.freeze()
         collector.install()

@@ -116,7 +116,7 @@ def picklable() -> None:
 
     A compiled class unpickles by setting its fields through ``__setattr__``,
     which a frozen dataclass refuses; :func:`_reduce` pickles them by their
-    fields instead.  Call before pickling core values (:mod:`fleet.workers`
+    fields instead.  Call before pickling core values (:mod:`fleet.service.workers`
     does, on both sides): the classes of the values are loaded by then.
     """
     if len(sys.modules) == _SEEN[0]:

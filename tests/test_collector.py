@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleet.collector import FollowGrowth, cycle_paused
+from fleet.service.collector import FollowGrowth, cycle_paused
 
 
 class Node:

@@ -38,7 +38,7 @@ SHELLS = "imports no other fleet package"
 STDLIB = "imports no clock, randomness"
 LIBRARIES = "imports no I/O, YAML or model library"
 ALLOWED = "imports only itself and pure standard-library modules"
-LAYERS = "The shells import downward"
+LAYERS = "The packages import downward"
 
 LINT_IMPORTS = (
     "import sys\n"

@@ -2,7 +2,7 @@
 
 Theory of operation: the scheduler loop is the one writer of the core's
 state, and it publishes what readers may see as an immutable
-:class:`fleet.loop.LoopView` (queues, reasons, clusters, draining and
+:class:`fleet.service.loop.LoopView` (queues, reasons, clusters, draining and
 not-ready members).  A reader that reaches into ``loop.state`` sees the
 state in the middle of an iteration and ties itself to the core's
 internals; this test walks the readers' sources and finds every
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "fleet"
 #: The readers of the loop: every module of these packages, and these modules.
-READERS = ("api", "ui", "cli", "telemetry.py")
+READERS = ("api", "ui", "cli", "service/telemetry.py")
 
 
 def live_state_reads(source: str, name: str) -> list[str]:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SERVICE = """
 import asyncio, os, sys
-from fleet.workers import WorkerProcesses
+from fleet.service.workers import WorkerProcesses
 
 async def main() -> None:
     workers = WorkerProcesses(1)

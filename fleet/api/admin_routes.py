@@ -3,7 +3,7 @@
 Theory of operation: a handler reads and validates the whole request first
 (the tree in full, with every broken rule listed, as ``fleet check quota``
 does); anything wrong is a problem and nothing changes.  The change itself
-is handed to the scheduler loop (:mod:`fleet.admin`), which applies it to
+is handed to the scheduler loop (:mod:`fleet.service.admin`), which applies it to
 the core and stores it in one transaction; the handler then answers with
 what happened.  ``?dryRun=All`` answers what a tree change would do now and
 changes nothing.  A real member's kubeconfig is checked before anything is
@@ -26,7 +26,6 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from fleet import admin, service
 from fleet.api import admin_schemas, auth, keys, params
 from fleet.api.admin_schemas import (
     AuditKind,
@@ -58,7 +57,8 @@ from fleet.manifests.documents import YAML_LOADER
 from fleet.manifests.errors import SpecError
 from fleet.manifests.models import MemberClusterModel
 from fleet.manifests.yaml_stream import YamlLimitError, YamlLimits, read_documents
-from fleet.service import Service
+from fleet.service import admin, wiring
+from fleet.service.wiring import Service
 from fleet.store import admin as admin_rows
 from fleet.store import paging
 
@@ -302,13 +302,13 @@ async def put_cluster(request: web.Request) -> web.Response:
         )
     vc_sizes: dict[str, int] = {}
     try:
-        vc_sizes = service.vc_gpus(model)
+        vc_sizes = wiring.vc_gpus(model)
     except Exception as e:  # a cell config the allocator cannot build
         errors.append(error(f"cell config: {str(e)[:300]}", "spec.cells"))
-    policy = service.kubeconfig_policy(svc.settings)
+    policy = wiring.kubeconfig_policy(svc.settings)
     if not errors:  # the file is opened only for an otherwise valid member
         try:
-            await service.check_kubeconfig(model, policy)
+            await wiring.check_kubeconfig(model, policy)
         except KubeconfigError as e:
             errors.append(error(str(e), "spec.kubeconfig.path"))
     if errors:
@@ -316,8 +316,8 @@ async def put_cluster(request: web.Request) -> web.Response:
     document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
     backend = None
     if name not in svc.loop.members:  # a new member: connect it first
-        backend = service.member_backend(model, svc.clock, policy)
-        await service.start_member(backend)
+        backend = wiring.member_backend(model, svc.clock, policy)
+        await wiring.start_member(backend)
     added = backend if backend is not None else SimulatedCluster(name, svc.clock)
     try:
         change = await admin.put_cluster(svc.loop, model, document, lambda n: added, vc_sizes)

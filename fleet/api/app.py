@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from fleet import service
 from fleet.api import auth, keys, leader_proxy, live, metrics, origins, routes
 from fleet.api.audit import AuditLog
 from fleet.api.limits import Slots
@@ -32,11 +31,12 @@ from fleet.api.problems import ProblemError, http_problem, problem_middleware, p
 from fleet.api.replicas import Verifier
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
-from fleet.settings import Settings
+from fleet.service import wiring
+from fleet.service.settings import Settings
+from fleet.service.telemetry import Telemetry
 from fleet.sim import forecast
 from fleet.sim.worker import ForecastWorker
 from fleet.store.database import unavailable
-from fleet.telemetry import Telemetry
 from fleet.ui import app as ui
 from fleet.ui import client as ui_client
 
@@ -109,14 +109,14 @@ def create_app(
         app[keys.PARSE_WORKERS] = ParseWorkers(settings.parse_processes)
 
     async def run_service(app: web.Application) -> AsyncIterator[None]:
-        svc = await service.start(settings, clock or RealClock(), threaded=threaded)
+        svc = await wiring.start(settings, clock or RealClock(), threaded=threaded)
         app[keys.SERVICE] = svc
         app[keys.AUDIT] = audit = AuditLog(svc.db)
         worker = ForecastWorker() if settings.estimate_process else None
         estimator = forecast.Estimator(
             svc.db,
             svc.clock,
-            lambda: (svc.tree_document, service.clusters_document(svc)),
+            lambda: (svc.tree_document, wiring.clusters_document(svc)),
             interval=settings.estimate_interval,
             changed=lambda: (svc.loop.view.queues, svc.loop.view.pending),
             worker=worker,
@@ -143,7 +143,7 @@ def create_app(
             if keys.PARSE_WORKERS in app:
                 app[keys.PARSE_WORKERS].close()
             await audit.close()
-            await service.stop(svc)
+            await wiring.stop(svc)
             telemetry.shutdown()
 
     app.cleanup_ctx.append(run_service)
@@ -155,7 +155,7 @@ def create_app(
     return app
 
 
-def watch_service(telemetry: Telemetry, svc: service.Service) -> None:
+def watch_service(telemetry: Telemetry, svc: wiring.Service) -> None:
     """Hook ``telemetry`` into the started service's loop, before its first iteration."""
     svc.loop.telemetry = telemetry
     telemetry.observe(
@@ -166,7 +166,7 @@ def watch_service(telemetry: Telemetry, svc: service.Service) -> None:
     telemetry.queued(pending, svc.clock.now())  # found at start: waiting since then
 
 
-def _members_ready(svc: service.Service) -> dict[str, bool]:
+def _members_ready(svc: wiring.Service) -> dict[str, bool]:
     """Each member's readiness, from the published view (the API reads no live state)."""
     unready = svc.loop.view.unready
     return {name: name not in unready for name in sorted(svc.loop.members)}

@@ -12,8 +12,8 @@ from fleet.api.openapi import Route
 from fleet.api.parse_workers import ParseWorkers
 from fleet.api.replicas import Verifier
 from fleet.api.tokens import Caller, TokenStore
-from fleet.service import Service
-from fleet.settings import Settings
+from fleet.service.settings import Settings
+from fleet.service.wiring import Service
 from fleet.sim.forecast import Estimator
 
 SETTINGS: Final = web.AppKey("settings", Settings)

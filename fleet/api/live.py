@@ -6,7 +6,7 @@ Theory of operation:
   a client shows an admin's forms and a team's Cancel buttons only to them.
 * ``GET /api/v1/events`` is a server-sent-events stream (``text/event-stream``)
   of the views the scheduler loop publishes after each iteration
-  (:attr:`fleet.loop.LoopView.version`): one ``view`` event per view the
+  (:attr:`fleet.service.loop.LoopView.version`): one ``view`` event per view the
   client has not seen, whose data (:class:`~fleet.api.live_schemas.ViewChange`)
   names the jobs that changed since.  The first event comes at once; a client
   that reconnects sends ``Last-Event-ID`` (or ``?after=``) and gets what it
@@ -40,7 +40,7 @@ from fleet.core.cells.topology import Topology
 from fleet.core.digits import MAX_VALUE, parse_digits
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
-from fleet.loop import LoopView, SchedulerLoop
+from fleet.service.loop import LoopView, SchedulerLoop
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 

@@ -1,6 +1,6 @@
 """``GET /metrics`` in the Prometheus text format, and a span per HTTP request.
 
-Theory of operation: the application's :class:`fleet.telemetry.Telemetry`
+Theory of operation: the application's :class:`fleet.service.telemetry.Telemetry`
 holds a Prometheus registry that its OpenTelemetry Prometheus exporter
 feeds; this handler writes it out.  The route is open (like ``/healthz``),
 plain text, and kept out of the OpenAPI document, which describes the JSON
@@ -23,7 +23,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from fleet.telemetry import Telemetry
+from fleet.service.telemetry import Telemetry
 
 TELEMETRY: Final = web.AppKey("telemetry", Telemetry)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -47,7 +47,7 @@ from aiohttp import web
 
 from fleet.api import keys
 from fleet.api.problems import Problem, problem_response
-from fleet.settings import Settings
+from fleet.service.settings import Settings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

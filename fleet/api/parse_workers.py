@@ -42,7 +42,7 @@ from fleet.api.problems import Problem, ProblemError
 from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
 from fleet.core.quota import QuotaTree
 from fleet.manifests.models import MemberClusterModel
-from fleet.workers import WorkerProcesses
+from fleet.service.workers import WorkerProcesses
 
 log = logging.getLogger("fleet.api.parse_workers")
 

@@ -2,7 +2,7 @@
 
 Theory of operation: handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.parse_submission`), stored
-(:class:`fleet.intake.Intake`, which hands new jobs to the scheduler loop after
+(:class:`fleet.service.intake.Intake`, which hands new jobs to the scheduler loop after
 the commit).
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
@@ -18,7 +18,6 @@ from typing import Final
 
 from aiohttp import web
 
-from fleet import intake, service
 from fleet.api import admin_routes, auth, keys, live, openapi, params, schemas
 from fleet.api.problems import (
     ProblemError,
@@ -34,10 +33,11 @@ from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_subm
 from fleet.core import snapshot
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
-from fleet.loop import QueueView
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
-from fleet.service import Service
+from fleet.service import intake, wiring
+from fleet.service.loop import QueueView
+from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
@@ -240,7 +240,7 @@ async def cancel_job(request: web.Request) -> web.Response:
     auth.require_namespaces(request, svc.tree, [(f"job {row.namespace}/{row.name}", row.namespace)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
-    await service.cancel(svc, row.id, f"{row.namespace}/{row.name}")
+    await wiring.cancel(svc, row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
 
 
@@ -317,7 +317,7 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
                 svc.tree_document,
                 text,
                 tree.leaves(),
-                service.clusters_document(svc),
+                wiring.clusters_document(svc),
                 svc.clock.now(),
                 horizon=float(horizon),
                 worker=request.app[keys.ESTIMATOR].worker,

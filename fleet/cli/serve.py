@@ -1,7 +1,7 @@
 """``fleet serve``: run the service (HTTP API and scheduler loop) in this process.
 
 Theory of operation: the flags map one to one onto
-:class:`fleet.settings.Settings` fields; a flag left out falls back to its
+:class:`fleet.service.settings.Settings` fields; a flag left out falls back to its
 ``FLEET_*`` environment variable, then to the default, so ``fleet serve``
 with no flags runs on the embedded defaults (a SQLite file in the working
 directory, the example tree and simulated clusters of ``policies/``).  The
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from fleet.api.app import create_app
-    from fleet.settings import Settings
+    from fleet.service.settings import Settings
 
     given = {
         name: value
@@ -187,19 +187,19 @@ def run(args: argparse.Namespace) -> int:
         except TokensFileError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    from fleet.telemetry import configure_logging
+    from fleet.service.telemetry import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     log = logging.getLogger("fleet.serve")
-    from fleet.service import ConfigurationError
+    from fleet.service.wiring import ConfigurationError
     from fleet.store.database import DatabaseError, redact_url
 
     log.info("database %s", redact_url(settings.database_url))
     if settings.allow_kubeconfig_exec:
         log.warning("member kubeconfigs may run credential plugins (--allow-kubeconfig-exec)")
-    from fleet.collector import FollowGrowth
+    from fleet.service.collector import FollowGrowth
 
-    FollowGrowth().install()  # full collections' pauses follow the growth (fleet.collector)
+    FollowGrowth().install()  # full collections' pauses follow the growth (fleet.service.collector)
     try:
         web.run_app(
             create_app(settings),

@@ -3,6 +3,6 @@
 :mod:`.traces` reads job traces, :mod:`.layout` sizes clusters and quota
 from a trace, :mod:`.policies` turns a policy name into a configuration of
 the core, :mod:`.engine` replays a trace through
-:class:`fleet.loop.SchedulerLoop`, and :mod:`.report` writes what came out.
+:class:`fleet.service.loop.SchedulerLoop`, and :mod:`.report` writes what came out.
 :mod:`.backlog` builds the benchmarks' synthetic quota tree and gangs.
 """

@@ -2,10 +2,10 @@
 
 Theory of operation: a replay builds what ``fleet serve`` builds — a store,
 the quota tree, one placer and one simulated member per cluster, and a
-:class:`fleet.loop.SchedulerLoop` — but on a :class:`fleet.clock.VirtualClock`
+:class:`fleet.service.loop.SchedulerLoop` — but on a :class:`fleet.clock.VirtualClock`
 and with the cycle run inline.  Nothing in the loop knows it is replayed: the
-replay submits jobs the way the API does (:func:`fleet.intake.accept`, then
-:meth:`~fleet.loop.SchedulerLoop.submitted`), and the simulated members end
+replay submits jobs the way the API does (:func:`fleet.service.intake.accept`, then
+:meth:`~fleet.service.loop.SchedulerLoop.submitted`), and the simulated members end
 jobs when their ``fleet.io/simulated-duration`` has passed on the clock.
 
 The replay steps time itself, from one moment to the next thing that happens:
@@ -44,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fleet import intake
 from fleet.clock import VirtualClock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.sim import (
@@ -57,9 +56,10 @@ from fleet.core import resources, snapshot
 from fleet.core.jobs import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_BY_DEFAULT, Job, ReplicaGroup
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
-from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
+from fleet.service import intake
+from fleet.service.loop import SchedulerLoop
 from fleet.sim import policies
 from fleet.sim.traces import TraceError, TraceJob
 from fleet.store import jobs as job_rows

@@ -5,7 +5,7 @@ live jobs and replays them on a virtual clock.  Run in a thread of the service,
 its replay takes turns with the API and the scheduler loop for Python's one
 interpreter lock: while it runs, every request and every cycle waits longer.
 A :class:`ForecastWorker` runs the whole forecast (the reading included) in
-one worker process (:class:`fleet.workers.WorkerProcesses`) instead, started
+one worker process (:class:`fleet.service.workers.WorkerProcesses`) instead, started
 the first time a forecast is asked for and reused after that.  The process
 opens the same database by its URL, reads what the forecast needs, replays
 it and sends the :class:`~fleet.sim.forecast.Forecast` back; the service only
@@ -19,8 +19,8 @@ A process that died fails that forecast; the next one starts a new process.
 
 from __future__ import annotations
 
+from fleet.service.workers import WorkerProcesses
 from fleet.store.database import reachable_from_another_process
-from fleet.workers import WorkerProcesses
 
 __all__ = ["ForecastWorker", "reachable_from_another_process"]
 

@@ -15,7 +15,7 @@ own: three turns of the event loop per transaction; here the transaction has
 ended and given its connection back before the close).  A
 :meth:`Database.fenced` copy shares the engines and runs a fencing statement
 first in every write transaction (the scheduler's leader,
-:mod:`fleet.leadership`); the plain database runs none.  A URL is shown
+:mod:`fleet.service.leadership`); the plain database runs none.  A URL is shown
 (logs, errors, answers) only through :func:`redact_url`, which hides its
 password; a database that cannot be reached at start is a
 :class:`DatabaseError` naming the URL so redacted.

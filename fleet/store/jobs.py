@@ -16,7 +16,7 @@ whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
 **Failover's clocks.**  Since when a running job has been unhealthy in its
 member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
 :func:`forget_unhealthy`), so that a restart keeps the clock
-(:mod:`fleet.failover`).
+(:mod:`fleet.service.failover`).
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class UnhealthyJobRow(Base):
 
 
 class LeaseRow(Base):
-    """Who leads the scheduler (PostgreSQL; :mod:`fleet.leadership`).
+    """Who leads the scheduler (PostgreSQL; :mod:`fleet.service.leadership`).
 
     ``term`` grows by one with every new leader; ``expires_at`` is in seconds
     of the database's clock (``clock_timestamp()``), never a replica's.

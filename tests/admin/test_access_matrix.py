@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet.api.openapi import ROUTES
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.admin.conftest import TOKENS, YAML, Api
 from tests.service.helpers import pytorchjob
 

@@ -13,7 +13,7 @@ import yaml
 
 from fleet.api import keys
 from fleet.clusters.kube import kubeconfig
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.admin.conftest import YAML, Api, bearer
 from tests.clusters.kubeconfigs import SECRET, config, exec_user
 from tests.service.helpers import pytorchjob

@@ -11,7 +11,7 @@ from aiohttp import web
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.admin.conftest import YAML, Api, Client, write_tokens_file
 from tests.service import helpers
 from tests.service.helpers import pytorchjob

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fleet.cli.main import main
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.service import servers
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from fleet.api.tokens import TokensFileError, TokenStore, hash_token, parse_tokens, read_tokens
 from fleet.cli.main import main
-from fleet.settings import Settings
+from fleet.service.settings import Settings
 
 
 def test_token_create_prints_the_token_once_and_stores_only_its_hash(

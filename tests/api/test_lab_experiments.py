@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from fleet.settings import POLICIES, Settings
+from fleet.service.settings import POLICIES, Settings
 from tests.service import helpers
 
 Client = TestClient[web.Request, web.Application]

@@ -16,7 +16,7 @@ from fleet.api.app import create_app
 from fleet.api.limits import RETRY_AFTER, Slots
 from fleet.api.tokens import Caller
 from fleet.clock import VirtualClock
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from fleet.sim import forecast
 from tests.admin.conftest import YAML, Client, bearer, write_tokens_file
 from tests.databases import sqlite_url

@@ -20,7 +20,7 @@ from fleet.clock import VirtualClock
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.api.test_submissions import clusters, tree
 from tests.manifests.factories import dump, make_job, make_policy, make_tree, node
 from tests.service import helpers

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.databases import fresh_postgres_database
 from tests.service import helpers
 from tests.service.helpers import pytorchjob, settings

@@ -14,7 +14,7 @@ import yaml
 from fleet.cli import inputs
 from fleet.cli.main import build_parser, main
 from fleet.manifests import documents
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from tests.clusters.kubeconfigs import config, exec_user
 from tests.manifests.factories import dump, make_cluster, make_job, make_tree
 from tests.service.servers import free_port
@@ -245,10 +245,10 @@ def test_the_leader_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
     seen: list[object] = []
     monkeypatch.setattr(web, "run_app", lambda app, **kw: seen.append(app))
     import fleet.api.app as app_module
-    import fleet.telemetry
+    import fleet.service.telemetry
 
-    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)
-    from fleet.settings import Settings
+    monkeypatch.setattr(fleet.service.telemetry, "configure_logging", lambda *a: None)
+    from fleet.service.settings import Settings
 
     made: list[Settings] = []
     monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))
@@ -267,10 +267,12 @@ def serve_without_starting(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     from aiohttp import web
 
     import fleet.api.app as app_module
-    import fleet.telemetry
+    import fleet.service.telemetry
 
     monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
-    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    monkeypatch.setattr(
+        fleet.service.telemetry, "configure_logging", lambda *a: None
+    )  # keep caplog
     made: list[object] = []
     monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))
     return made
@@ -279,7 +281,7 @@ def serve_without_starting(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 def test_the_kubeconfig_flags_reach_the_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from fleet.settings import DEFAULT_KUBECONFIG_DIR, Settings
+    from fleet.service.settings import DEFAULT_KUBECONFIG_DIR, Settings
 
     made = serve_without_starting(monkeypatch)
     assert main(["serve"]) == 0
@@ -312,9 +314,11 @@ def test_an_unreachable_database_is_an_error_naming_its_url_without_the_password
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import fleet.telemetry
+    import fleet.service.telemetry
 
-    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    monkeypatch.setattr(
+        fleet.service.telemetry, "configure_logging", lambda *a: None
+    )  # keep caplog
     port = free_port()  # nothing listens there
     url = f"postgresql+asyncpg://fleet:hunter2@127.0.0.1:{port}/fleet"
     assert main(["serve", "--database-url", url, "--port", "0"]) == 1
@@ -350,9 +354,11 @@ def test_serve_refuses_to_start_on_a_members_kubeconfig_it_does_not_use(
     kubeconfig: str,
     why: str,
 ) -> None:
-    import fleet.telemetry
+    import fleet.service.telemetry
 
-    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)  # keep caplog
+    monkeypatch.setattr(
+        fleet.service.telemetry, "configure_logging", lambda *a: None
+    )  # keep caplog
     directory = tmp_path / "kubeconfigs"
     directory.mkdir()
     marker = tmp_path / "plugin-ran"
@@ -372,10 +378,10 @@ def test_the_public_url_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
     import fleet.api.app as app_module
-    import fleet.telemetry
+    import fleet.service.telemetry
 
-    monkeypatch.setattr(fleet.telemetry, "configure_logging", lambda *a: None)
-    from fleet.settings import Settings
+    monkeypatch.setattr(fleet.service.telemetry, "configure_logging", lambda *a: None)
+    from fleet.service.settings import Settings
 
     made: list[Settings] = []
     monkeypatch.setattr(app_module, "create_app", lambda settings: made.append(settings))

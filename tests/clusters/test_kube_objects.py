@@ -24,7 +24,7 @@ from fleet.clusters.kube.pods import PodIndex
 from fleet.core.placement import PodPlacement
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import SchedulerState
-from fleet.failover import Failover, Rule, rule_of
+from fleet.service.failover import Failover, Rule, rule_of
 
 
 def dispatched(manifest: dict[str, Any], pods: tuple[PodPlacement, ...]) -> DispatchedJob:

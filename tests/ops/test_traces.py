@@ -13,10 +13,10 @@ from aiohttp.test_utils import TestClient
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from fleet import telemetry
 from fleet.api import keys, metrics
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
+from fleet.service import telemetry
 from tests.admin.conftest import write_tokens_file
 from tests.service import helpers
 from tests.service.helpers import pytorchjob, settings
@@ -115,7 +115,7 @@ def test_preemption_reasons_are_named_like_kueue() -> None:
 def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from fleet.loop import LoopView, QueueView
+    from fleet.service.loop import LoopView, QueueView
 
     used = {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "3"}
     queue = QueueView("q", None, True, ("ns",), {"cpu": "4"}, None, used, {"cpu": "500m"}, 1, 0)

@@ -11,10 +11,10 @@ import yaml
 from fleet.api.submissions import SubmissionLimits, parse_submission
 from fleet.clock import VirtualClock
 from fleet.core.quota import QuotaTree
-from fleet.intake import NewJob
-from fleet.loop import SchedulerLoop
 from fleet.manifests.models import MemberClusterModel
-from fleet.settings import POLICIES, Settings
+from fleet.service.intake import NewJob
+from fleet.service.loop import SchedulerLoop
+from fleet.service.settings import POLICIES, Settings
 
 
 def settings(database_url: str, **kw: Any) -> Settings:

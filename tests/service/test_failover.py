@@ -11,10 +11,10 @@ from __future__ import annotations
 import yaml
 from sqlalchemy import select
 
-from fleet import service
 from fleet.clock import VirtualClock
 from fleet.clusters.sim import SimulatedCluster
-from fleet.service import Service
+from fleet.service import wiring
+from fleet.service.wiring import Service
 from fleet.store.models import IntentRow, UnhealthyJobRow
 from tests.service.helpers import pytorchjob, settings
 from tests.service.test_loop import settle, states, submit
@@ -61,7 +61,7 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Directly"
     )
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, text)
         await settle(svc, clock)
@@ -72,9 +72,9 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
         await settle(svc, clock, 30)
         assert svc.loop.state.running[KEY].cluster == first
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         sim(svc, first).set_reachable(False, "still partitioned")
         await settle(svc, clock, 20)
@@ -95,7 +95,7 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
         assert svc.loop.state.running[KEY].cluster == run.cluster
         svc.loop.state.check_invariants()
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
@@ -103,7 +103,7 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Gracefully"
     )
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, text)
         await settle(svc, clock)
@@ -126,7 +126,7 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
         assert await open_purges(svc) == []
         assert KEY not in sim(svc, first).running()
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_url: str) -> None:
@@ -134,7 +134,7 @@ async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_u
     text = with_failover(
         pytorchjob("short", namespace="team-c", workers=1, gpus=8, duration="30s"), 60, "Directly"
     )
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, text)
         await settle(svc, clock)
@@ -147,4 +147,4 @@ async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_u
         assert await stored(svc) == []
         assert await open_purges(svc) == []
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)

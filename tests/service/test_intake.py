@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from fleet import intake
 from fleet.clock import VirtualClock
 from fleet.core.jobs import Job
-from fleet.intake import Intake, NewJob
 from fleet.manifests import convert
+from fleet.service import intake
+from fleet.service.intake import Intake, NewJob
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, open_database
 from tests.service.helpers import new_jobs, pytorchjob, settings

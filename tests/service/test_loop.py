@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from fleet import intake, service
 from fleet.clock import VirtualClock
-from fleet.service import Service
+from fleet.service import intake, wiring
+from fleet.service.wiring import Service
 from fleet.store import jobs as job_rows
 from fleet.store.database import open_database
 from tests.service import helpers
@@ -76,7 +76,7 @@ async def states_of(
 
 async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
     clock = VirtualClock(1000.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, pytorchjob("train", workers=2, gpus=4, duration="90s"))
         await settle(svc, clock)
@@ -93,13 +93,13 @@ async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url
         assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
         svc.loop.state.check_invariants()
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_url: str) -> None:
     url = database_url
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(url), clock, threaded=False)
+    svc = await wiring.start(settings(url), clock, threaded=False)
     try:
         await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
         # team-a's max is 32 GPUs: 16 + 24 does not fit, so this one waits.
@@ -108,9 +108,9 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         before = await states(svc)
         placement = svc.loop.state.running["team-a/long"].pods
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
-    svc = await service.start(settings(url), clock, threaded=False)
+    svc = await wiring.start(settings(url), clock, threaded=False)
     try:
         await settle(svc, clock)
         assert await states(svc) == before
@@ -121,36 +121,36 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         after = await states(svc)
         assert after["team-a/long"] == "Succeeded"
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await submit(svc, pytorchjob("hour", gpus=1, duration="1h"))
         await settle(svc, clock)  # it starts at 0
         await settle(svc, clock, 1800)
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await settle(svc, clock, 1799)
         assert await states(svc) == {"team-a/hour": "Running"}
         await settle(svc, clock, 2)  # an hour after it started, not after the restart
         assert await states(svc) == {"team-a/hour": "Succeeded"}
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_restart(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         (running,) = await submit(svc, pytorchjob("running", workers=2, gpus=8, duration="1h"))
         (queued,) = await submit(svc, pytorchjob("queued", workers=3, gpus=8, duration="1h"))
@@ -160,13 +160,13 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
         await svc.loop.cancel(running, "team-a/running")
         await svc.loop.cancel(queued, "team-a/queued")
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
     assert await states_of(database_url) == {
         "team-a/running": "Running",
         "team-a/queued": "Queued",
     }
 
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/running": "Cancelled", "team-a/queued": "Cancelled"}
@@ -174,12 +174,12 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
         async with svc.db.read() as session:
             assert await job_rows.open_intents(session) == []
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         first = await submit(svc, pytorchjob("same", gpus=1))
         assert len(first) == 1
@@ -193,14 +193,14 @@ async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database
             )
         assert list(await states(svc)) == ["team-a/same"]  # one job, whatever its state
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submitted_again(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         text = pytorchjob("lost-answer", gpus=1)
         # stored by a commit whose answer never came back: nobody told the loop
@@ -212,12 +212,12 @@ async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submit
         await settle(svc, clock)
         assert await states(svc) == {"team-a/lost-answer": "Running"}
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         # sandbox runs opportunistic work on every GPU of the three clusters (six
         # 8-GPU nodes); team-a's two-node job takes its guaranteed share back.
@@ -248,14 +248,14 @@ async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_u
         assert reasons[-2:] == ["Preempted", "Queued"]
         svc.loop.state.check_invariants()
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transaction(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await admitted_by_hand(svc, "train")
         assert svc.loop.state.phase["team-a/train"].value == "Dispatched"
@@ -267,14 +267,14 @@ async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transacti
         assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched"]
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_room_for(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     logged: list[list[str]] = [[]]  # event reasons inserted, per committed transaction
 
     def inserted(
@@ -306,14 +306,14 @@ async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_r
     finally:
         event.remove(engine, "after_cursor_execute", inserted)
         event.remove(engine, "commit", committed)
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flushed(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     svc.loop.write_behind = True
     try:
         await submit(svc, pytorchjob("train", gpus=1, duration="90s"))
@@ -329,7 +329,7 @@ async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flu
         await settle(svc, clock, 91)
         assert await states(svc) == {"team-a/train": "Running"}  # its end waits too
     finally:
-        await service.stop(svc)  # and is written when the loop stops
+        await wiring.stop(svc)  # and is written when the loop stops
     assert await states_of(database_url, ["Succeeded"]) == {"team-a/train": "Succeeded"}
 
 
@@ -337,14 +337,14 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await admitted_by_hand(svc, "train")
         svc.loop._deferred.clear()  # the process dies before its next transaction
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
     assert await states_of(database_url) == {}  # Admitted: none of the states asked
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/train": "Running"}
@@ -352,4 +352,4 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
         assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched", "Running"]
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from fleet import service
 from fleet.clock import VirtualClock
 from fleet.core.jobs import Mode
-from fleet.loop import SchedulerLoop
-from fleet.service import Service
-from fleet.settings import POLICIES, Settings
+from fleet.service import wiring
+from fleet.service.loop import SchedulerLoop
+from fleet.service.settings import POLICIES, Settings
+from fleet.service.wiring import Service
 from tests.service.helpers import new_jobs, pytorchjob, settings, settle
 
 LAB = POLICIES / "lab"
@@ -43,7 +43,7 @@ async def test_vc_usage_in_the_view_matches_a_full_count_after_every_step(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     loop = svc.loop
     try:
         steps = [
@@ -69,14 +69,14 @@ async def test_vc_usage_in_the_view_matches_a_full_count_after_every_step(
             assert published_vc_gpus(loop) == counted_vc_gpus(loop)
         assert published_vc_gpus(loop) == {}
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_view_is_made_when_read_and_is_current_between_iterations(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock, threaded=False)
     loop = svc.loop
     try:
         first = loop.view.version
@@ -113,7 +113,7 @@ async def test_a_view_is_made_when_read_and_is_current_between_iterations(
         assert loop._view.version == after.version + 1  # published at the iteration's end
         assert "team-a/j4" in dict(loop._view.recent)[loop._view.version]
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def _read_view(loop: SchedulerLoop) -> object:
@@ -124,7 +124,7 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
     # The lab's incremental experiment: "grow" starts with one worker and its
     # second starts when "one-node" ends: the job's units change, not its record.
     clock = VirtualClock(1_000.0)
-    svc = await service.start(
+    svc = await wiring.start(
         Settings(
             database_url=database_url,
             clusters=POLICIES / "clusters" / "lab-2.yaml",
@@ -145,7 +145,7 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
         assert len(loop.state.running["lab/grow"].units) > units  # it grew
         assert published_vc_gpus(loop) == counted_vc_gpus(loop)
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
@@ -160,7 +160,7 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
     quota = tmp_path / "quota.yaml"
     quota.write_text(frozen, encoding="utf-8")
     clock = VirtualClock(0.0)
-    svc = await service.start(settings(database_url, quota=quota), clock, threaded=False)
+    svc = await wiring.start(settings(database_url, quota=quota), clock, threaded=False)
     loop = svc.loop
     try:
         await submit(svc, pytorchjob("gpu", namespace="sandbox", gpus=1, duration="1h"))
@@ -171,4 +171,4 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
             "queue sandbox at max nvidia.com/gpu 0/0"
         )
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import service
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.cli import remote
 from fleet.cli.main import main
 from fleet.clock import VirtualClock
-from fleet.service import Service
-from fleet.settings import POLICIES
+from fleet.service import wiring
+from fleet.service.settings import POLICIES
+from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.sim.worker import ForecastWorker, reachable_from_another_process
 from fleet.store import jobs as job_rows
@@ -57,7 +57,7 @@ async def start(database_url: str) -> tuple[Service, VirtualClock]:
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
     )
-    return await service.start(settings, clock, threaded=False), clock
+    return await wiring.start(settings, clock, threaded=False), clock
 
 
 async def submit(svc: Service, text: str) -> None:
@@ -112,7 +112,7 @@ async def test_estimates_match_the_starts_of_a_scenario_worked_out_by_hand(
         assert await started_at(svc, "d") == T0 + 1800
         assert await started_at(svc, "c") == T0 + 3600
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
@@ -136,7 +136,7 @@ async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
         nothing = await forecast.forecast(svc.db, tree, clusters, now, horizon=600)
         assert nothing.estimates["lab/next"].start is None  # beyond the horizon
     finally:
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 @pytest.mark.parametrize("estimate_process", [True, False], ids=["process", "thread"])
@@ -356,7 +356,7 @@ async def test_a_forecast_in_the_worker_process_is_the_forecast_made_in_a_thread
             os.kill(pid, 0)
     finally:
         worker.close()
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 async def test_a_worker_process_that_died_is_replaced_by_the_next_forecast(
@@ -381,7 +381,7 @@ async def test_a_worker_process_that_died_is_replaced_by_the_next_forecast(
         assert worker.started == 2 and worker.pids() != [pid]
     finally:
         worker.close()
-        await service.stop(svc)
+        await wiring.stop(svc)
 
 
 def test_only_a_database_another_process_can_open_is_forecast_in_the_worker() -> None:

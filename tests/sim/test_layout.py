@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet import service
 from fleet.manifests import convert
+from fleet.service import wiring
 from fleet.sim import layout, traces
 from fleet.sim.traces import TraceError
 
@@ -23,7 +23,7 @@ def test_philly_vcs_get_helios_node_counts_and_the_missing_vc_a_node() -> None:
     assert warnings == []
     queues = {j.queue for j in traces.read_philly(PHILLY.read_text("utf-8"))}
     assert set(tree.leaves()) == queues
-    sizes = service.vc_gpus(cluster)
+    sizes = wiring.vc_gpus(cluster)
     assert sizes["vc-6214e9"] == 64 * 8
     assert sizes["vc-ed69ec"] == 8 * 8
     assert sizes["vc-51b7ef"] == 8  # not in Helios' file: one node for its 8-GPU jobs
@@ -43,7 +43,7 @@ def test_openb_pools_follow_the_node_list_and_tenants_share_them() -> None:
     nodes = cluster.cell_config().nodes()
     assert len(nodes) == 1213
     assert sum(n["nvidia.com/gpu"] for n in nodes.values()) == 6212
-    sizes = service.vc_gpus(cluster)
+    sizes = wiring.vc_gpus(cluster)
     assert set(sizes) == set(tree.leaves()) == {f"tenant-{i}" for i in range(4)}
     assert len(set(sizes.values())) == 1  # an equal share each
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import exc, select
 
 from fleet.clock import VirtualClock
-from fleet.intake import Intake
-from fleet.leadership import Leadership
 from fleet.manifests import convert
-from fleet.settings import POLICIES
+from fleet.service.intake import Intake
+from fleet.service.leadership import Leadership
+from fleet.service.settings import POLICIES
 from fleet.store import admin as admin_rows
 from fleet.store import leases
 from fleet.store.database import Database, Fenced, open_database

@@ -16,7 +16,7 @@ from yarl import URL
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from fleet.settings import POLICIES
+from fleet.service.settings import POLICIES
 from fleet.ui import app as ui_app
 from fleet.ui import views
 from fleet.ui.client import COOKIE

@@ -2,7 +2,7 @@
 
 Theory of operation: the loop is the one writer of the core's state, so an
 administrator's change runs *inside* a loop iteration
-(:meth:`fleet.loop.SchedulerLoop.exclusive`): it reads the state, applies
+(:meth:`fleet.service.loop.SchedulerLoop.exclusive`): it reads the state, applies
 one core event (``QuotaTreeReplaced``, ``NodeHealthChanged``), and writes the
 new tree version (with author and diff) or the node's health mark, the
 job transitions that followed and the deletion intents for the pods that
@@ -28,20 +28,20 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fleet import loop as loop_module
 from fleet.clusters.base import MemberCluster
 from fleet.core import events, quota_change
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
-from fleet.loop import SchedulerLoop
 from fleet.manifests.models import MemberClusterModel
+from fleet.service import loop as loop_module
+from fleet.service.loop import SchedulerLoop
 from fleet.store import admin as admin_rows
 from fleet.store import configuration
 from fleet.store.database import Session
 
-log = logging.getLogger("fleet.admin")
+log = logging.getLogger("fleet.service.admin")
 
 
 class UnknownNode(KeyError):

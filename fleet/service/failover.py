@@ -59,7 +59,7 @@ from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Session
 from fleet.store.models import JobRow
 
-log = logging.getLogger("fleet.failover")
+log = logging.getLogger("fleet.service.failover")
 
 DEFAULT_TOLERATION: Final = 300
 PURGE_DIRECTLY: Final = "purge-directly"

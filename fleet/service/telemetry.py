@@ -58,7 +58,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 from prometheus_client import CollectorRegistry, generate_latest
 
-log = logging.getLogger("fleet.telemetry")
+log = logging.getLogger("fleet.service.telemetry")
 
 __all__ = ["ReadableSpan", "Telemetry", "configure_logging"]
 
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 
 class QueueLike(Protocol):
-    """What the gauges read of a queue of the loop's view (``fleet.loop.QueueView``)."""
+    """What the gauges read of a queue of the loop's view (``fleet.service.loop.QueueView``)."""
 
     @property
     def name(self) -> str: ...
@@ -80,7 +80,7 @@ class QueueLike(Protocol):
 
 
 class GpusLike(Protocol):
-    """A member's GPUs in the loop's view (``fleet.loop.ClusterGpus``)."""
+    """A member's GPUs in the loop's view (``fleet.service.loop.ClusterGpus``)."""
 
     @property
     def total(self) -> int: ...
@@ -91,7 +91,7 @@ class GpusLike(Protocol):
 
 
 class ViewLike(Protocol):
-    """What the gauges read of the loop's published view (``fleet.loop.LoopView``)."""
+    """What the gauges read of the loop's published view (``fleet.service.loop.LoopView``)."""
 
     @property
     def queues(self) -> Sequence[QueueLike]: ...

@@ -20,7 +20,7 @@ from pydantic import Field, HttpUrl, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The examples shipped with Fleet, used when the database holds no tree or clusters yet.
-POLICIES: Final = Path(__file__).resolve().parent.parent / "policies"
+POLICIES: Final = Path(__file__).resolve().parents[2] / "policies"
 #: Where member kubeconfigs live (the Helm chart mounts them there).
 DEFAULT_KUBECONFIG_DIR: Final = Path("/etc/fleet/kubeconfigs")
 #: Fewest characters of a replica secret (a hex-encoded 128-bit key).

@@ -27,7 +27,7 @@ the member watches, failover and the estimator.
   (:func:`fleet.store.leases.listen`) and also looks every second (a missed
   notification, a lost connection); when the inbox holds jobs or a
   cancellation is open, it empties the inbox inside a loop iteration
-  (:meth:`fleet.loop.SchedulerLoop.exclusive`), so that what it reads and
+  (:meth:`fleet.service.loop.SchedulerLoop.exclusive`), so that what it reads and
   what the loop knows are seen at one moment: a job is handed to the loop
   only while it is Queued in the database and unknown to the loop.
 
@@ -45,11 +45,11 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 from fleet.core import snapshot
-from fleet.loop import SchedulerLoop
+from fleet.service.loop import SchedulerLoop
 from fleet.store import leases
 from fleet.store.database import Database, Fenced, Session
 
-log = logging.getLogger("fleet.leadership")
+log = logging.getLogger("fleet.service.leadership")
 
 #: Most inbox entries taken in one transaction.
 INBOX_BATCH: Final = 2000

@@ -14,12 +14,12 @@ undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
 ``cleanup_ctx``; tests call them directly on a virtual clock.
 
 On PostgreSQL any number of replicas run on one database and one of them
-leads (:mod:`fleet.leadership`, decision 0021): every replica opens the
+leads (:mod:`fleet.service.leadership`, decision 0021): every replica opens the
 database, takes submissions (which also go to the leader's inbox) and waits
 in the election with an idle loop; the one that wins builds the placers,
 the members and the loop from the configuration the database holds *then*,
 restores the state exactly as a restart does, and starts the loop (whose
-writes are fenced by its term) and the :class:`~fleet.leadership.JobFeed`;
+writes are fenced by its term) and the :class:`~fleet.service.leadership.JobFeed`;
 losing the lease stops them again.  Followers read the tree and the
 clusters again after every election round, so they check submissions
 against what the leader uses.  On SQLite there is one replica: the loop
@@ -40,7 +40,6 @@ from pathlib import Path
 
 import yaml
 
-from fleet import admin
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
 from fleet.clusters.kube import kubeconfig
@@ -51,17 +50,18 @@ from fleet.core.cells.placer import CellPlacer
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
-from fleet.intake import Intake
-from fleet.leadership import JobFeed, Leadership
-from fleet.loop import SchedulerLoop
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
-from fleet.settings import Settings
+from fleet.service import admin
+from fleet.service.intake import Intake
+from fleet.service.leadership import JobFeed, Leadership
+from fleet.service.loop import SchedulerLoop
+from fleet.service.settings import Settings
 from fleet.store import configuration, leases
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Fenced, Session, open_database, redact_url
 
-log = logging.getLogger("fleet.service")
+log = logging.getLogger("fleet.service.wiring")
 
 
 class ConfigurationError(Exception):
@@ -408,7 +408,7 @@ async def cancel(svc: Service, job_id: int, key: str) -> None:
     """Store the request to cancel job ``key`` and hand it to the loop that runs.
 
     A follower stores it as the leader's loop does (a ``cancel`` intent); the
-    leader's :class:`~fleet.leadership.JobFeed` hands it over.
+    leader's :class:`~fleet.service.leadership.JobFeed` hands it over.
     """
     if svc.leadership is None:
         await svc.loop.cancel(job_id, key)

@@ -49,7 +49,6 @@ from fleet.clusters.base import (
     MemberReadiness,
     NodeHealth,
 )
-from fleet.collector import cycle_paused
 from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Job
@@ -58,12 +57,13 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import Running, SchedulerState, Transition
-from fleet.failover import Due, Failover
+from fleet.service.collector import cycle_paused
+from fleet.service.failover import Due, Failover
+from fleet.service.telemetry import Telemetry
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Session
-from fleet.telemetry import Telemetry
 
-log = logging.getLogger("fleet.loop")
+log = logging.getLogger("fleet.service.loop")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -151,7 +151,7 @@ def _limits(values: Resources | None) -> dict[str, str] | None:
 
 
 def _paused_cycle(state: SchedulerState) -> list[Decision]:
-    """The scheduling cycle with the collector paused (:func:`fleet.collector.cycle_paused`)."""
+    """The scheduling cycle, with the collector paused (:mod:`~fleet.service.collector`)."""
     with cycle_paused():
         return cycle(state)
 
@@ -179,7 +179,7 @@ class _FromMember:
 
 @dataclass(frozen=True, slots=True)
 class _Exclusive:
-    """Work that needs the loop's state to itself (administration, :mod:`fleet.admin`)."""
+    """Work that needs the loop's state to itself (administration, :mod:`fleet.service.admin`)."""
 
     work: Callable[[SchedulerLoop], Awaitable[Any]]
     done: asyncio.Future[Any]
@@ -241,7 +241,7 @@ class SchedulerLoop:
         self.iterations = 0
         #: the quota tree in force as its YAML document (the service sets it)
         self.tree_document = ""
-        #: run at the end of every iteration (the service's administration, fleet.admin)
+        #: run at the end of every iteration (the service's administration, fleet.service.admin)
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
         self._changed: set[str] = set()  # jobs changed since the last published view
         #: what acting on members left to record, written with the next transaction
@@ -249,7 +249,7 @@ class SchedulerLoop:
         #: job key -> (its record, its view) in the last published view, to reuse
         self._pending_views: dict[str, tuple[Job, PendingView]] = {}
         self._published = asyncio.Event()  # set (and replaced) when a view is published
-        #: traces and metrics (fleet.telemetry; the API sets it before the first iteration)
+        #: traces and metrics (fleet.service.telemetry; the API sets it before the first iteration)
         self.telemetry: Telemetry | None = None
 
     # Lifecycle --------------------------------------------------------------------------
@@ -625,7 +625,7 @@ class SchedulerLoop:
         return []
 
     async def _fail_over(self) -> None:
-        """Fail over jobs unhealthy for too long, and purge old copies (:mod:`fleet.failover`)."""
+        """Fail over jobs unhealthy for too long; purge old copies (:mod:`.failover`)."""
         now = self.clock.now()
         due = await self.failover.due(self.state, self._ids, now)
         changes: list[Transition] = []

@@ -1,0 +1,16 @@
+"""The service: the shell that runs the core against a database and member clusters.
+
+Theory of operation: the pure core (:mod:`fleet.core`) decides; this package
+runs it.  :mod:`~fleet.service.wiring` assembles one service from its
+:mod:`~fleet.service.settings` (database, quota tree, members, placers) and
+starts the scheduler loop (:mod:`~fleet.service.loop`), which feeds the core
+the jobs :mod:`~fleet.service.intake` accepted and the reports of the members,
+writes what the core decided through the store, and acts on the members.
+:mod:`~fleet.service.admin` changes the quota tree, the clusters and the nodes
+through the loop; :mod:`~fleet.service.failover` watches unhealthy members;
+:mod:`~fleet.service.leadership` elects one leading replica on PostgreSQL;
+:mod:`~fleet.service.telemetry` and :mod:`~fleet.service.collector` measure;
+:mod:`~fleet.service.workers` runs CPU work in other processes.  The HTTP API,
+the simulator and the CLI sit above this package; the store, the member
+backends and the YAML models below it.
+"""
