@@ -36,7 +36,7 @@ from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
 from fleet.service import intake, wiring
-from fleet.service.loop import QueueView
+from fleet.service.views import QueueView
 from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.store import admin as admin_rows

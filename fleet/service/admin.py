@@ -35,7 +35,6 @@ from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
 from fleet.manifests.models import MemberClusterModel
-from fleet.service import loop as loop_module
 from fleet.service.loop import SchedulerLoop
 from fleet.store import admin as admin_rows
 from fleet.store import configuration
@@ -84,22 +83,6 @@ def _stops(
     ]
 
 
-async def _carry_out(
-    loop: SchedulerLoop,
-    changes: Sequence[Transition],
-    deletes: Sequence[tuple[str, str]],
-    also: Sequence[loop_module.Also],
-) -> None:
-    now = loop.clock.now()
-    intents = await loop._record(changes, now, deletes=deletes, also=also)
-    await loop._act(
-        [
-            loop_module._Delete(intent, key, cluster)
-            for intent, (key, cluster) in zip(intents, deletes, strict=True)
-        ]
-    )
-
-
 async def change_tree(
     loop: SchedulerLoop, root: QuotaNodeSpec, document: str, author: str, *, dry_run: bool
 ) -> TreeChangeResult:
@@ -122,7 +105,7 @@ async def change_tree(
             version.append(await configuration.save_tree(session, document, now, author, change))
             await admin_rows.replace_quota_cuts(session, cuts)
 
-        await _carry_out(loop, changes, deletes, [save])
+        await loop.commit(changes, deletes=deletes, also=[save])
         loop.tree_document = document
         return TreeChangeResult(version[0], effect, tuple(key for key, _ in deletes))
 
@@ -152,7 +135,7 @@ async def set_node_health(
         async def save(session: Session) -> None:
             await admin_rows.set_node_health(session, cluster, node, healthy, reason, now)
 
-        await _carry_out(loop, changes, deletes, [save])
+        await loop.commit(changes, deletes=deletes, also=[save])
         return [key for key, _ in deletes]
 
     preempted: list[str] = await loop.exclusive(work)
@@ -253,7 +236,7 @@ async def put_cluster(
             for node in gone:
                 await admin_rows.set_node_health(session, name, node, True, "", now)
 
-        await _carry_out(loop, [], [], [save])
+        await loop.commit([], also=[save])
         return ClusterChange(created, False, _running_in(loop, name))
 
     change: ClusterChange = await loop.exclusive(work)
@@ -272,7 +255,7 @@ async def drain_cluster(loop: SchedulerLoop, name: str) -> ClusterChange:
         async def save(session: Session) -> None:
             await configuration.set_draining(session, name)
 
-        await _carry_out(loop, [], [], [save])
+        await loop.commit([], also=[save])
         return ClusterChange(False, True, _running_in(loop, name))
 
     change: ClusterChange = await loop.exclusive(work)
@@ -285,14 +268,13 @@ async def finish_drains(loop: SchedulerLoop) -> None:
         if _running_in(loop, name):
             continue
         events.apply(loop.state, events.ClusterRemoved(name))
-        member = loop.members.pop(name, None)
+        member = loop.remove_member(name)
         if member is not None:
             await member.close()
-        loop.vc_sizes.pop(name, None)
 
         async def save(session: Session, name: str = name) -> None:
             await configuration.delete_cluster(session, name)
             await admin_rows.forget_cluster_nodes(session, name)
 
-        await _carry_out(loop, [], [], [save])
+        await loop.commit([], also=[save])
         log.info("member cluster %s drained and removed", name)

@@ -81,6 +81,38 @@ class JobHead:
 
 
 @dataclass(frozen=True, slots=True)
+class JobUpdate:
+    """Columns of stored job ``id`` to set; a field left at None is not written.
+
+    ``placement`` is (cluster, mode): where the job holds cells, or (None,
+    None) when it holds none any more; ``units`` its pods' placements as
+    plain values (``fleet.core.snapshot.unit_to_plain``).
+    """
+
+    id: int
+    state: str | None = None
+    updated_at: float | None = None
+    placement: tuple[str | None, str | None] | None = None
+    units: Sequence[Mapping[str, Any]] | None = None
+    reason: str | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The columns it sets, by name (``id`` included)."""
+        columns: dict[str, Any] = {"id": self.id}
+        if self.state is not None:
+            columns["state"] = self.state
+        if self.updated_at is not None:
+            columns["updated_at"] = self.updated_at
+        if self.placement is not None:
+            columns["cluster"], columns["mode"] = self.placement
+        if self.units is not None:
+            columns["units"] = list(self.units)
+        if self.reason is not None:
+            columns["reason"] = self.reason
+        return columns
+
+
+@dataclass(frozen=True, slots=True)
 class EventValues:
     """One entry of a job's event log, to be inserted."""
 
@@ -186,8 +218,8 @@ async def insert_events(session: AsyncSession, events: Sequence[EventValues]) ->
         )
 
 
-async def update_jobs(session: AsyncSession, changes: Sequence[Mapping[str, Any]]) -> None:
-    """Set columns of jobs: each change names its job by ``id`` and the columns to set.
+async def update_jobs(session: AsyncSession, changes: Sequence[JobUpdate]) -> None:
+    """Set columns of jobs (:class:`JobUpdate`).
 
     Changes apply in order: a job's changes become one (a later value of a
     column wins), then jobs whose changes set the same columns are one
@@ -195,11 +227,11 @@ async def update_jobs(session: AsyncSession, changes: Sequence[Mapping[str, Any]
     """
     by_job: dict[int, dict[str, Any]] = {}
     for change in changes:
-        by_job.setdefault(change["id"], {}).update(change)
+        by_job.setdefault(change.id, {}).update(change.columns())
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for change in by_job.values():
-        columns = tuple(sorted(k for k in change if k != "id"))
-        groups.setdefault(columns, []).append({f"v_{k}": v for k, v in change.items()})
+    for values in by_job.values():
+        columns = tuple(sorted(k for k in values if k != "id"))
+        groups.setdefault(columns, []).append({f"v_{k}": v for k, v in values.items()})
     for columns, params in groups.items():
         await session.execute(_update_of(columns), params)
 

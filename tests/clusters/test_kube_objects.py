@@ -21,10 +21,11 @@ from fleet.clusters.kube import client, kubeconfig, objects
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import PodIndex
+from fleet.core.failover import FailoverBook, Rule, rule_of
 from fleet.core.placement import PodPlacement
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import SchedulerState
-from fleet.service.failover import Failover, Rule, rule_of
+from fleet.service.inbox import member_report
 
 
 def dispatched(manifest: dict[str, Any], pods: tuple[PodPlacement, ...]) -> DispatchedJob:
@@ -311,17 +312,17 @@ def test_node_health_is_reported_on_change_and_not_while_the_member_is_not_ready
 
 
 def test_a_jobs_health_counts_only_what_its_current_member_says() -> None:
-    failover = Failover(db=None)  # type: ignore[arg-type]  # observing needs no database
+    failover = FailoverBook()
     state = SchedulerState(QuotaTree.build(QuotaNodeSpec("root")), {})
-    failover.observe("a", JobRestarting("a", "t/j", "u", 1.0, True, "CrashLoop"), state)
+    member_report(state, failover, "a", JobRestarting("a", "t/j", "u", 1.0, True, "CrashLoop"))
     assert failover.why_unhealthy("t/j", "a", []) == "CrashLoop"
     assert failover.why_unhealthy("t/j", "b", []) == ""  # the copy in b is another story
-    failover.observe("b", NodeHealth("b", "n1", False, 2.0), state)
+    member_report(state, failover, "b", NodeHealth("b", "n1", False, 2.0))
     assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == "node n1 of b is bad"
-    failover.observe("b", MemberReadiness("b", False, "HTTP 401", 3.0), state)
+    member_report(state, failover, "b", MemberReadiness("b", False, "HTTP 401", 3.0))
     assert failover.why_unhealthy("t/j", "b", ["n0"]) == "member b is not ready"  # no HTTP 401
-    failover.observe("b", MemberReadiness("b", True, "", 4.0), state)
-    failover.observe("b", NodeHealth("b", "n1", True, 5.0), state)
+    member_report(state, failover, "b", MemberReadiness("b", True, "", 4.0))
+    member_report(state, failover, "b", NodeHealth("b", "n1", True, 5.0))
     assert failover.why_unhealthy("t/j", "b", ["n0", "n1"]) == ""
 
 

@@ -340,7 +340,7 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     svc = await wiring.start(settings(database_url), clock, threaded=False)
     try:
         await admitted_by_hand(svc, "train")
-        svc.loop._deferred.clear()  # the process dies before its next transaction
+        svc.loop.journal._deferred.clear()  # the process dies before its next transaction
     finally:
         await wiring.stop(svc)
     assert await states_of(database_url) == {}  # Admitted: none of the states asked

@@ -85,7 +85,7 @@ async def test_a_view_is_made_when_read_and_is_current_between_iterations(
             await settle(loop, clock)
         # three iterations at least, no reader: no view was made meanwhile
         assert loop.iterations >= 3
-        assert loop._view.version == first
+        assert loop.publisher.view.version == first
         view = loop.view  # read between iterations: made now, from the state
         assert view.version == first + 1
         assert sum(q.admitted for q in view.queues if q.name == "team-a") == 3
@@ -106,12 +106,12 @@ async def test_a_view_is_made_when_read_and_is_current_between_iterations(
         # Read while stale during an iteration: that iteration publishes when it ends.
         await submit(svc, pytorchjob("j4", gpus=1, duration="1h"))
         await settle(loop, clock)
-        assert loop._view is after  # stale, nobody read it
+        assert loop.publisher.view is after  # stale, nobody read it
         during = await loop.exclusive(lambda lp: _read_view(lp))
         assert during is after
         await settle(loop, clock)
-        assert loop._view.version == after.version + 1  # published at the iteration's end
-        assert "team-a/j4" in dict(loop._view.recent)[loop._view.version]
+        assert loop.publisher.view.version == after.version + 1  # published at the iteration's end
+        assert "team-a/j4" in dict(loop.publisher.view.recent)[loop.publisher.view.version]
     finally:
         await wiring.stop(svc)
 

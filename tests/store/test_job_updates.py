@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 
 from fleet.store import jobs as job_rows
@@ -12,13 +10,13 @@ from fleet.store.models import JobRow
 from tests.store.test_inline_sqlite import job_row
 
 
-def running(row_id: int) -> dict[str, Any]:
+def running(row_id: int) -> job_rows.JobUpdate:
     units = [{"pod": "worker-0", "node": "n1", "gpus": [0]}]
-    return {"id": row_id, "state": "Running", "mode": "guaranteed", "cluster": "c1", "units": units}
+    return job_rows.JobUpdate(row_id, "Running", placement=("c1", "guaranteed"), units=units)
 
 
-def ended(row_id: int) -> dict[str, Any]:
-    return {"id": row_id, "state": "Succeeded", "units": []}
+def ended(row_id: int) -> job_rows.JobUpdate:
+    return job_rows.JobUpdate(row_id, "Succeeded", units=[])
 
 
 async def test_a_jobs_later_change_wins_whatever_columns_the_changes_set(
@@ -33,7 +31,12 @@ async def test_a_jobs_later_change_wins_whatever_columns_the_changes_set(
         async with db.write() as session:
             await job_rows.update_jobs(
                 session,
-                [ended(first), running(second), ended(second), {"id": first, "reason": "x"}],
+                [
+                    ended(first),
+                    running(second),
+                    ended(second),
+                    job_rows.JobUpdate(first, reason="x"),
+                ],
             )
         async with db.read() as session:
             rows = (await session.execute(select(JobRow).order_by(JobRow.id))).scalars().all()

@@ -1,0 +1,273 @@
+"""The loop's journal: every row, intent and deferred record the loop writes.
+
+Theory of operation: the loop decides, *persists*, acts and records
+(``docs/design/service-and-store.md``).  :class:`Journal`
+turns what the core did into the store's typed values — a
+:class:`~fleet.store.jobs.JobUpdate` and an
+:class:`~fleet.store.jobs.EventValues` per job transition, an intent per
+member action — and writes them:
+
+* :meth:`Journal.record` writes transitions, deletion intents, the intents
+  carried out and extra writes (``also``) in one transaction, at once (for
+  what must be stored before the loop acts on it);
+* :meth:`Journal.defer` keeps them for the loop's next transaction (for what
+  acting on members left to record, and for what members reported when
+  nothing is acted on because of it): until written, the intents stay open,
+  a restart creates the jobs again (idempotently) and members report again;
+* :meth:`Journal.decisions` builds the rows and intents of a cycle's
+  decisions (CPU work the loop may run off the event loop) and
+  :meth:`Journal.persist` writes them, returning the member actions they call
+  for (:mod:`fleet.service.effects`).
+
+Every write transaction starts with what was deferred, so a job's later moves
+follow its earlier ones; a transaction that fails keeps it for the next.
+Once changes are stored, ``recorded`` (the loop's) is told.  The journal also
+keeps the row id of every job the loop holds (``ids``), forgetting a job once
+its end is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from fleet.core import snapshot
+from fleet.core.cycle import Admit, Decision, Preempt
+from fleet.core.lifecycle import HOLDING, TERMINAL, JobState
+from fleet.core.state import SchedulerState, Transition
+from fleet.service.effects import Action, Create, Delete, Resize
+from fleet.store import jobs as job_rows
+from fleet.store.database import Database, Session
+
+#: Extra writes for the transaction of :meth:`Journal.record`.
+Also = Callable[[Session], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """Records :meth:`Journal.defer` keeps for the loop's next transaction."""
+
+    changes: tuple[Transition, ...]
+    updates: list[job_rows.JobUpdate]
+    log_entries: list[job_rows.EventValues]
+    done: tuple[int, ...]
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRows:
+    """What a cycle's decisions write: job updates, event log entries, the decisions
+    that need an intent (with their row ids), and the running jobs whose pods changed."""
+
+    updates: list[job_rows.JobUpdate]
+    log_entries: list[job_rows.EventValues]
+    planned: list[tuple[int, Admit | Preempt]]
+    resized: list[int]
+
+
+class Journal:
+    """The loop's writes; see the module docstring."""
+
+    def __init__(self, db: Database, recorded: Callable[[Sequence[Transition]], None]) -> None:
+        self.db = db
+        self.ids: dict[str, int] = {}  # job key -> row id
+        self._recorded = recorded
+        self._deferred: list[Deferred] = []
+
+    @property
+    def deferring(self) -> bool:
+        """Whether records wait for the next transaction."""
+        return bool(self._deferred)
+
+    def forget(self, changes: Sequence[Transition]) -> None:
+        """Once ``changes`` are stored: tell the loop, and forget the jobs that ended."""
+        self._recorded(changes)
+        for t in changes:
+            if t.new in TERMINAL:
+                self.ids.pop(t.job, None)
+
+    # Rows -------------------------------------------------------------------------------
+
+    def update_of(
+        self, state: SchedulerState, row_id: int, key: str, new: JobState, now: float
+    ) -> job_rows.JobUpdate:
+        """The columns of job ``key`` that change when it moves to ``new``."""
+        run = state.running.get(key)
+        if new in HOLDING and run is not None:
+            units = [snapshot.unit_to_plain(u) for u in run.units]
+            return job_rows.JobUpdate(
+                row_id, new.value, now, placement=(run.cluster, run.mode.value), units=units
+            )
+        if new in HOLDING:
+            return job_rows.JobUpdate(row_id, new.value, now)
+        placement = (None, None) if new is JobState.QUEUED else None
+        return job_rows.JobUpdate(row_id, new.value, now, placement=placement, units=[])
+
+    def rows(
+        self, state: SchedulerState, changes: Sequence[Transition], now: float
+    ) -> tuple[list[job_rows.JobUpdate], list[job_rows.EventValues]]:
+        """The job updates and event log entries of ``changes``."""
+        updates: list[job_rows.JobUpdate] = []
+        log_entries: list[job_rows.EventValues] = []
+        for t in changes:
+            row_id = self.ids.get(t.job)
+            if row_id is None:
+                continue
+            updates.append(self.update_of(state, row_id, t.job, t.new, now))
+            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
+        return updates, log_entries
+
+    # Writing ----------------------------------------------------------------------------
+
+    async def record(
+        self,
+        state: SchedulerState,
+        changes: Sequence[Transition],
+        now: float,
+        *,
+        deletes: Sequence[tuple[str, str]] = (),
+        done: Sequence[int] = (),
+        also: Sequence[Also] = (),
+    ) -> list[int | None]:
+        """Write job transitions, deletion intents ((job, cluster)), the intents carried
+        out and ``also``'s writes in one transaction; the ids of the new intents."""
+        if not changes and not deletes and not done and not also and not self._deferred:
+            return []
+        updates, log_entries = self.rows(state, changes, now)
+        wanted = [(self.ids.get(key), cluster) for key, cluster in deletes]
+        async with self.write() as session:
+            await job_rows.update_jobs(session, updates)
+            await job_rows.insert_events(session, log_entries)
+            made = iter(
+                await job_rows.insert_intents(
+                    session, [(i, "delete", c) for i, c in wanted if i is not None], now
+                )
+            )
+            await job_rows.finish_intents(session, done, now)
+            for write in also:
+                await write(session)
+        self.forget(changes)
+        return [None if i is None else next(made) for i, _ in wanted]
+
+    def defer(
+        self, state: SchedulerState, changes: Sequence[Transition], done: Sequence[int], now: float
+    ) -> None:
+        """Store ``changes`` and finish intents ``done`` with the next transaction."""
+        updates, log_entries = self.rows(state, changes, now)
+        self._deferred.append(Deferred(tuple(changes), updates, log_entries, tuple(done), now))
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[Session]:
+        """A write transaction that starts with what was deferred; kept for the next
+        one if it fails."""
+        deferred, self._deferred = self._deferred, []
+        try:
+            async with self.db.write() as session:
+                if deferred:
+                    await job_rows.update_jobs(session, [u for d in deferred for u in d.updates])
+                    await job_rows.insert_events(
+                        session, [e for d in deferred for e in d.log_entries]
+                    )
+                    for d in deferred:
+                        await job_rows.finish_intents(session, d.done, d.time)
+                yield session
+        except BaseException:
+            self._deferred = deferred + self._deferred
+            raise
+        for d in deferred:
+            self.forget(d.changes)
+
+    async def flush(self, state: SchedulerState, now: float) -> None:
+        """Write what was deferred, if anything."""
+        if self._deferred:
+            await self.record(state, [], now)
+
+    # A cycle's decisions ------------------------------------------------------------------
+
+    def decisions(
+        self, state: SchedulerState, decisions: Sequence[Decision]
+    ) -> DecisionRows | None:
+        """The rows, events and intents the decisions call for (None: nothing to write)."""
+        now = state.now
+        updates: list[job_rows.JobUpdate] = []
+        log_entries: list[job_rows.EventValues] = []
+        planned: list[tuple[int, Admit | Preempt]] = []
+        resized: list[int] = []
+        for d in decisions:
+            if not isinstance(d, Admit | Preempt):
+                continue
+            row_id = self.ids.get(d.job)
+            if row_id is None:
+                continue
+            if isinstance(d, Admit):
+                phase = state.phase.get(d.job, JobState.ADMITTED)
+                update = self.update_of(state, row_id, d.job, phase, now)
+                updates.append(_with_reason(update, ""))
+                where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
+                if d.grown:
+                    log_entries.append(
+                        job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
+                    )
+                    resized.append(row_id)
+                    continue
+                message = f"admitted to {d.cluster} as {d.mode}: {where}"
+                if d.victims:
+                    message += f"; after {', '.join(d.victims)} stop"
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, JobState.ADMITTED.value, message)
+                )
+                planned.append((row_id, d))
+            elif d.unit:
+                run = state.running.get(d.job)
+                if run is not None:
+                    units = [snapshot.unit_to_plain(u) for u in run.units]
+                    updates.append(job_rows.JobUpdate(row_id, units=units))
+                    resized.append(row_id)
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
+                )
+            else:
+                update = self.update_of(state, row_id, d.job, JobState.PREEMPTED, now)
+                updates.append(_with_reason(update, d.reason))
+                log_entries.append(
+                    job_rows.EventValues(
+                        row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                    )
+                )
+                planned.append((row_id, d))
+        if not updates and not log_entries:
+            return None
+        return DecisionRows(updates, log_entries, planned, resized)
+
+    async def persist(self, rows: DecisionRows | None, now: float) -> list[Action]:
+        """Write a cycle's decision rows in one transaction; the actions they call for."""
+        if rows is None:
+            return []
+        planned = rows.planned
+        async with self.write() as session:
+            await job_rows.update_jobs(session, rows.updates)
+            await job_rows.insert_events(session, rows.log_entries)
+            intents = await job_rows.insert_intents(
+                session,
+                [
+                    (row_id, "create" if isinstance(d, Admit) else "delete", d.cluster)
+                    for row_id, d in planned
+                ],
+                now,
+            )
+            admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
+            heads = await job_rows.dispatch_heads(session, sorted(admitted | set(rows.resized)))
+        actions: list[Action] = [
+            Create(intent, *heads[row_id])
+            if isinstance(d, Admit)
+            else Delete(intent, d.job, d.cluster)
+            for intent, (row_id, d) in zip(intents, planned, strict=True)
+        ]
+        return actions + [Resize(*heads[r]) for r in sorted(set(rows.resized)) if r in heads]
+
+
+def _with_reason(update: job_rows.JobUpdate, reason: str) -> job_rows.JobUpdate:
+    return job_rows.JobUpdate(
+        update.id, update.state, update.updated_at, update.placement, update.units, reason
+    )
