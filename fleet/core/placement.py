@@ -8,7 +8,7 @@ preemption; only if no cluster can take the gang as it is, it is asked again
 with preemption allowed.  Asking never changes the placer: ``fit`` is a query
 and ``bind`` commits the answer the cycle chose.
 
-Victim rules every placer honours (DESIGN.md, *Cells*):
+Victim rules every placer honours (docs/design/core-and-cycle.md, *Placers*):
 
 * a non-preemptible job is never a victim;
 * opportunistic jobs are victims for any non-opportunistic job;

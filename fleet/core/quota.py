@@ -23,8 +23,9 @@ and each readable on its own:
 
 :class:`QuotaTree` is a :class:`QuotaUsage` that adds construction
 (:meth:`QuotaTree.build`), copying, and the two victim searches as methods.
-The rules a tree must keep live in :mod:`fleet.core.quota_rules`.  See
-docs/decisions/0001-quota-semantics.md for the choices DESIGN.md left open.
+The rules a tree must keep live in :mod:`fleet.core.quota_rules`.  The tree as
+it is now: docs/design/core-and-cycle.md, *The quota tree*; why its rules are
+so: docs/decisions/0001-quota-semantics.md and 0012.
 """
 
 from __future__ import annotations

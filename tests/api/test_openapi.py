@@ -17,8 +17,8 @@ from fleet.api.openapi import REF_TEMPLATE, ROUTES, add_routes, openapi_document
 from fleet.api.problems import PROBLEM_JSON, Problem
 from fleet.core.lifecycle import JobState
 
-#: DESIGN.md section 4 and the administration routes, less what this service
-#: does not serve (metrics).
+#: The routes of docs/design/api-and-access.md, *The route table* (``GET /metrics``
+#: is kept out of it and of the OpenAPI document).
 DESIGN_ROUTES = {
     ("PUT", "/api/v1/quota-tree"),
     ("PATCH", "/api/v1/quota-tree/nodes/{name}"),

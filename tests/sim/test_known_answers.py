@@ -2,7 +2,8 @@
 
 The traces are ``policies/sim/*.yaml`` (the HiveD lab's experiments and ACK
 One's walkthrough); their headers explain the expected times, worked out by
-hand from the semantics in DESIGN.md.
+hand from the semantics in docs/design/core-and-cycle.md (the quota tree, the
+cycle, the placers).
 """
 
 from __future__ import annotations
