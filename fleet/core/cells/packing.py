@@ -505,6 +505,7 @@ def _taken_bits(state: PlacerState, taken: set[int]) -> dict[int, int]:
 #: Bound on memoized in-node choices per placer (cleared when reached).
 MEMO_LIMIT = 100_000
 
+
 def in_node_by_mask(
     state: PlacerState, node: Cell, mask: int, ks: tuple[int, ...]
 ) -> tuple[tuple[tuple[int, ...], ...], int]:

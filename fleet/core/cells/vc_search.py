@@ -27,6 +27,7 @@ from fleet.core.checks import InvariantError
 #: Free cells of a level that may fail to hold the gang before ``fresh`` gives up.
 FRESH_TRIES = 64
 
+
 def search(
     state: PlacerState, vc: str, chain: str, needs: list[tuple[int, int]], question: Question
 ) -> tuple[Choice, list[Cell]] | None:
