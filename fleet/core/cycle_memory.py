@@ -5,7 +5,7 @@ quota, so an answer "this does not fit" stays right until something is
 *released* (a preemption) or a new preemption *candidate* appears.  Each
 memory below names what its answer depends on in its key and forgets exactly
 when one of those things changes, so that using it changes no decision
-(``tests/core/test_cycle_shortcuts.py`` checks this against a cycle run with
+(``tests/core/test_decisions_as_full_trial.py`` checks this against a cycle run with
 every memory switched off through :class:`Shortcuts`).
 
 * :class:`ShapeMemo` (Armada's "unfeasible key"): a job that could not start,

@@ -1,7 +1,7 @@
 """The benchmarks' synthetic backlog: a quota tree of groups and leaf queues, random gangs.
 
 ``bench/bench_cycle.py`` measures the scheduling cycle on it, and tests that
-need its scale (``tests/core/test_borrowing_pass_memory.py``) build the same
+need its scale (``tests/core/test_reasons_in_borrowing_pass.py``) build the same
 workload from here.  Every job asks whole GPUs only; the shapes and priorities
 are drawn from the given ``random.Random`` with the weights below, so a seed
 gives the same backlog everywhere.

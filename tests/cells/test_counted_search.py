@@ -1,13 +1,14 @@
 """The counted searches answer exactly as the leaf-by-leaf ones (ADR 0027).
 
 ``packing.pack`` without victims or released jobs reads the nodes' leaf masks
-and a memoized in-node choice (``packing.COUNTED``), and a fresh VC binding's
-safety is counted without binding (``vc_search.SAFETY_BY_BINDING`` off), and
-a search with victims or released jobs skips the containers whose unowned,
-victims' and released leaves are too few (``packing.leaving_leaves``).  A
-state machine over random small clusters (several node sizes, VCs of node and
-pair cells, a shared pool, skuTypes, bad nodes) asks every question both ways
-on the same state and asks for identical answers: every ``fit`` (placement,
+and a memoized in-node choice, and a fresh VC binding's safety is counted
+without binding, and a search with victims or released jobs skips the
+containers whose unowned, victims' and released leaves are too few
+(``packing.leaving_leaves``).  The leaf-by-leaf searches are the oracle in
+``tests/cells/oracle.py``.  A state machine over random small clusters
+(several node sizes, VCs of node and pair cells, a shared pool, skuTypes, bad
+nodes) asks every question of production and of the oracle on the same state
+and asks for identical answers: every ``fit`` (placement,
 level, fragmentation, victims, kind, bindings, or the same reason), and
 ``pack`` under random cells for every kind of leaf filter, with leaves already
 picked by other pods of the gang.  The placer's invariants (leaf masks, free
@@ -16,14 +17,11 @@ histograms, units by job) are recounted after every step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from fleet.core.cells import packing, vc_search
+from fleet.core.cells import packing
 from fleet.core.cells.config import load_cell_config
 from fleet.core.cells.placer import CellPlacer
 from fleet.core.cells.victims import Question
@@ -32,19 +30,8 @@ from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit, PodPlacement
 from fleet.core.resources import GPU, Resources
 
+from . import oracle
 from .test_state_machine import make_config
-
-
-@contextmanager
-def leaf_by_leaf() -> Iterator[None]:
-    """Every search as before the counted paths: leaf lists, safety by binding."""
-    counted, binding = packing.COUNTED, vc_search.SAFETY_BY_BINDING
-    packing.COUNTED, vc_search.SAFETY_BY_BINDING = False, True
-    try:
-        yield
-    finally:
-        packing.COUNTED, vc_search.SAFETY_BY_BINDING = counted, binding
-
 
 #: Gangs (leaf cells per pod) asked under every cell.
 GANGS = [
@@ -114,8 +101,7 @@ class CountedMachine(RuleBasedStateMachine):
     ) -> Fit | NoFit:
         assert self.placer is not None
         fit = self.placer.fit(job, job.pods, mode, preempt=preempt, released=released)
-        with leaf_by_leaf():
-            reference = self.placer.fit(job, job.pods, mode, preempt=preempt, released=released)
+        reference = oracle.fit(self.placer, job, job.pods, mode, preempt=preempt, released=released)
         assert fit == reference
         self.compared += 1
         return fit
@@ -171,8 +157,7 @@ class CountedMachine(RuleBasedStateMachine):
                     question = Question("ns/probe", frozenset(), frozenset())
                     question.taken.update(unowned[:picked])
                     counted = packing.pack(state, root, want, needs, question, opportunistic)
-                    with leaf_by_leaf():
-                        reference = packing.pack(state, root, want, needs, question, opportunistic)
+                    reference = oracle.pack(state, root, want, needs, question, opportunistic)
                     assert choice_view(counted) == choice_view(reference), (root, want, ks)
                     self.compared += 1
 
@@ -193,11 +178,12 @@ class CountedMachine(RuleBasedStateMachine):
                     counted = packing.spread_counted(
                         state, containers, needs, question, opportunistic
                     )
-                    reference = packing.spread(state, containers, needs, question, opportunistic)
+                    reference = oracle.spread(state, containers, needs, question, opportunistic)
                     assert choice_view(counted) == choice_view(reference), (chain, want, ks)
+                    bounded = packing.spread(state, containers, needs, question, opportunistic)
+                    assert choice_view(bounded) == choice_view(reference), (chain, want, ks)
                     over = packing.best_over(state, containers, needs, question, opportunistic)
-                    with leaf_by_leaf():
-                        again = packing.best_over(state, containers, needs, question, opportunistic)
+                    again = oracle.best_over(state, containers, needs, question, opportunistic)
                     assert choice_view(over) == choice_view(again), (chain, want, ks)
                     self.compared += 1
 
@@ -264,8 +250,7 @@ def test_across_nodes_the_shared_pool_ranks_nodes_by_fit_not_by_reservations() -
     for opportunistic, first in ((False, node0), (True, node1)):
         question = Question("ns/gang", frozenset(), frozenset())
         choice = packing.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
-        with leaf_by_leaf():
-            reference = packing.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
+        reference = oracle.pack(state, rack, None, [(0, 4), (1, 4)], question, opportunistic)
         assert choice_view(choice) == choice_view(reference)
         assert choice is not None and choice.leaves[0][0].node_cell is first
 
@@ -289,8 +274,11 @@ def test_spreading_ranks_each_containers_best_node_by_fit_not_by_level() -> None
     question = Question("ns/gang", frozenset(), frozenset())
     needs = [(0, 2), (1, 2)]
     counted = packing.spread_counted(state, tops, needs, question, False)
-    reference = packing.spread(state, tops, needs, question, False)
+    reference = oracle.spread(state, tops, needs, question, False)
     assert choice_view(counted) == choice_view(reference)
+    assert choice_view(packing.spread(state, tops, needs, question, False)) == choice_view(
+        reference
+    )
     assert counted is not None
     assert [counted.leaves[i][0].node_cell for i in (0, 1)] == [node0, node1]
 
@@ -331,8 +319,7 @@ def test_a_vc_with_several_bound_cells_answers_as_the_search_of_every_cell(
             )
             job = Job("ns/probe", queue, 10, 99, groups)
             fit = placer.fit(job, job.pods, Mode.GUARANTEED)
-            with leaf_by_leaf():
-                reference = placer.fit(job, job.pods, Mode.GUARANTEED)
+            reference = oracle.fit(placer, job, job.pods, Mode.GUARANTEED)
             assert fit == reference, (queue, ks)
 
 
@@ -349,8 +336,7 @@ def test_a_chain_short_of_owed_cells_still_lends_what_keeps_it_no_shorter() -> N
     assert placer.doomed_cells() == {"a": 1}
     job = Job("ns/s", "team", 10, 1, (ReplicaGroup("Worker", 1, Resources({GPU: 1})),))
     fit = placer.fit(job, job.pods, Mode.GUARANTEED)
-    with leaf_by_leaf():
-        reference = placer.fit(job, job.pods, Mode.GUARANTEED)
+    reference = oracle.fit(placer, job, job.pods, Mode.GUARANTEED)
     assert fit == reference
     assert isinstance(fit, Fit)
     assert fit.pods[0].node == sorted(config.nodes())[1]  # beside the bad node

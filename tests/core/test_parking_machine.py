@@ -16,7 +16,7 @@ admissions with their placements, the preemptions with their reasons, and
 the reason of every pending job (``WaitBook.reason_of`` for the parked
 cycle, the last reported ``Wait`` for the scan).  ``plain`` must agree on the
 admissions, placements and preemptions (the memories may word a reason after
-an earlier limit, see ``test_cycle_shortcuts``).  The tree sets a
+an earlier limit, see ``test_decisions_as_full_trial``).  The tree sets a
 ``preemptMinRuntime`` so that a job waiting only for a protection must be
 looked at again when the clock passes its end.
 """

@@ -23,7 +23,7 @@ from tests.core.factories import (
     make_tree,
     submit,
 )
-from tests.core.test_cycle_shortcuts import TREE, job_spec
+from tests.core.test_decisions_as_full_trial import TREE, job_spec
 
 
 def acts(decisions: list[Decision]) -> list[Decision]:

@@ -132,11 +132,7 @@ def _no_shared_room(state: PlacerState, pods: Sequence[Pod], leaf_types: list[st
         if need == 0:
             return False
         for chain in state.topo.leaf_chains[leaf_type]:
-            if packing.COUNTED:
-                hopeless = state.alloc.settled_hopeless(chain, need)
-            else:
-                hopeless = state.alloc.shared_hopeless(chain, need)
-            if not hopeless:
+            if not state.alloc.settled_hopeless(chain, need):
                 return False
     return True
 
@@ -202,7 +198,7 @@ def search(
     """Find a placement in ``chain``; returns (choice, kind, cells bound to the VC)."""
     held = state.held.get(job.key)
     if kind == KIND_OPP:
-        counted = packing.COUNTED and not question.preempt and not question.released
+        counted = not question.preempt and not question.released
         if counted and not opp_room(state, chain, needs):
             return None
         tops = [(top, packing.ANY) for top in state.topo.chain_tops[chain]]

@@ -22,8 +22,10 @@ reject a root before its leaves are read; with them, :func:`best_over` and
 :func:`spread` skip a container whose unowned leaves plus the leaves of the
 victims and released jobs under it (:func:`leaving_leaves`) are too few for
 the pod or the gang, or where no node has that many for its largest pod
-(with :data:`COUNTED`).  Packing changes no state: picked
-leaves of a spread are only remembered in ``Question.taken``.
+Packing changes no state: picked leaves of a spread are only remembered in
+``Question.taken``.  The leaf-by-leaf searches that every counted shortcut
+here answers like (for questions without victims or released jobs) are the
+tests' oracle (``tests/cells/oracle.py``).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def best_over(
             if counted:
                 if room < need:
                     continue
-            elif COUNTED and (room < need or not _node_with(cell, widest, _NOTHING)):
+            elif room < need or not _node_with(cell, widest, _NOTHING):
                 # the unowned leaves alone do not settle it: count the leaving jobs'
                 if leaving is None:
                     leaving = leaving_leaves(state, question)
@@ -154,7 +156,7 @@ def countable(
     state: PlacerState, containers: Sequence[tuple[Cell, object]], question: Question
 ) -> bool:
     """Whether :func:`spread_counted` answers for ``containers`` as :func:`spread` does."""
-    if not COUNTED or question.preempt or question.released or state.suggested is not None:
+    if question.preempt or question.released or state.suggested is not None:
         return False
     for root, want in containers:
         if not root.node_cells or not (want is ANY or want is None or want is root.res):
@@ -345,8 +347,7 @@ def pack(
         if room < need:
             return None
         if (
-            COUNTED
-            and state.suggested is None
+            state.suggested is None
             and (want is ANY or want is None or want is root.res)
             and (root.is_node or root.node_cells)
         ):
@@ -503,9 +504,6 @@ def _taken_bits(state: PlacerState, taken: set[int]) -> dict[int, int]:
 
 #: Bound on memoized in-node choices per placer (cleared when reached).
 MEMO_LIMIT = 100_000
-
-#: Whether :func:`pack` takes the counted path (tests switch it off to compare).
-COUNTED = True
 
 
 def in_node_by_mask(
@@ -714,22 +712,15 @@ def spread(
     # What each container could give at most (unowned leaves, and the leaves of
     # the victims and released jobs): a pod that needs more is not asked there,
     # and a gang that needs more than all of them together is not spread.
-    bounds: tuple[list[int], dict[int, int]] | None = None
-    if COUNTED:
-        gone = leaving_leaves(state, question) if leaving is None else leaving
-        bound = [c.size - c.used + gone.get(c.id, 0) for c, _ in containers]
-        if sum(bound) < sum(k for _, k in needs):
-            return None
-        bounds = bound, gone
+    gone = leaving_leaves(state, question) if leaving is None else leaving
+    bound = [c.size - c.used + gone.get(c.id, 0) for c, _ in containers]
+    if sum(bound) < sum(k for _, k in needs):
+        return None
     try:
         for idx, k in needs:
             best: Choice | None = None
             for at, (cell, want) in enumerate(containers):
-                if (
-                    k
-                    and bounds is not None
-                    and (bounds[0][at] < k or not _node_with(cell, k, bounds[1]))
-                ):
+                if k and (bound[at] < k or not _node_with(cell, k, gone)):
                     continue
                 choice = pack(state, cell, want, [(idx, k)], question, opportunistic)
                 if choice is not None and (best is None or choice.key < best.key):

@@ -16,7 +16,7 @@ from fleet.core.cycle_memory import NO_SHORTCUTS, Shortcuts, VictimMemo
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
 from tests.core.factories import make_job, make_nodes, make_state, submit
-from tests.core.test_cycle_shortcuts import fresh_state, mixed_outcome
+from tests.core.test_decisions_as_full_trial import fresh_state, mixed_outcome
 
 GPU = "nvidia.com/gpu"
 TREE: dict[str, Any] = {

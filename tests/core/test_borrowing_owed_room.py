@@ -11,7 +11,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from tests.core.factories import confirm_stops, make_job, make_nodes, make_state, submit
-from tests.core.test_cycle_shortcuts import TREE as TREE_3
+from tests.core.test_decisions_as_full_trial import TREE as TREE_3
 
 
 def tree(root_max: int | None = 16) -> dict[str, Any]:

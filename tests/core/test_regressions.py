@@ -20,7 +20,7 @@ from fleet.core.placement import BindError, Fit
 from fleet.core.state import SchedulerState
 from tests.cells.factories import rack_config
 from tests.core.factories import make_job, make_nodes, make_state, make_tree, submit
-from tests.core.test_cycle_shortcuts import fresh_state, job_spec, outcome
+from tests.core.test_decisions_as_full_trial import fresh_state, job_spec, outcome
 
 LEAF8 = {
     "name": "root",
