@@ -137,6 +137,30 @@ def take(state: SchedulerState, book: FailoverBook, items: Sequence[Item]) -> Ta
     return taken
 
 
+async def run_exclusive(work: Sequence[Exclusive], loop: Any) -> None:
+    """Run each exclusive work on ``loop`` in order; its caller gets its result or error."""
+    for item in work:
+        if item.done.done():
+            continue
+        try:
+            result = await item.work(loop)
+        except Exception as e:  # the caller gets it
+            if not item.done.done():
+                item.done.set_exception(e)
+        else:
+            if not item.done.done():
+                item.done.set_result(result)
+
+
+def failed_over(state: SchedulerState, due: Sequence[Due]) -> list[Transition]:
+    """Queue the jobs failover found due again elsewhere; their transitions."""
+    changes: list[Transition] = []
+    for d in due:
+        log.warning("%s: %s", d.key, d.reason)
+        changes += moves(events.apply(state, events.FailedOver(d.key, d.reason)))
+    return changes
+
+
 def member_report(
     state: SchedulerState, book: FailoverBook, cluster: str, event: MemberEvent
 ) -> list[Transition]:

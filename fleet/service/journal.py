@@ -74,11 +74,15 @@ class Journal:
         self.ids: dict[str, int] = {}  # job key -> row id
         self._recorded = recorded
         self._deferred: list[Deferred] = []
+        #: What was deferred waits for the next transaction even while the loop
+        #: waits, instead of being written before; whoever reads the store calls
+        #: :meth:`flush` first.  For a store nobody else reads (a replay's).
+        self.write_behind = False
 
     @property
-    def deferring(self) -> bool:
-        """Whether records wait for the next transaction."""
-        return bool(self._deferred)
+    def due(self) -> bool:
+        """Whether deferred records are to be written before the loop waits."""
+        return bool(self._deferred) and not self.write_behind
 
     def forget(self, changes: Sequence[Transition]) -> None:
         """Once ``changes`` are stored: tell the loop, and forget the jobs that ended."""
@@ -86,6 +90,15 @@ class Journal:
         for t in changes:
             if t.new in TERMINAL:
                 self.ids.pop(t.job, None)
+
+    async def cancel_requested(self, job_id: int, now: float) -> int:
+        """Store a user's request to cancel job row ``job_id`` (a ``cancel`` intent); its id.
+
+        Once stored, a crash does not lose it: the next start carries it out.
+        """
+        async with self.db.write() as session:
+            (intent,) = await job_rows.insert_intents(session, [(job_id, "cancel", "")], now)
+        return intent
 
     # Rows -------------------------------------------------------------------------------
 

@@ -54,7 +54,6 @@ from fleet.service.failover import Failover
 from fleet.service.journal import Also, Journal
 from fleet.service.telemetry import Telemetry
 from fleet.service.views import LoopView
-from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Session
 
 log = logging.getLogger("fleet.service.loop")
@@ -86,7 +85,6 @@ class SchedulerLoop:
         interval: float,
         threaded: bool = True,
         vc_sizes: Mapping[str, Mapping[str, int]] | None = None,
-        write_behind: bool = False,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -96,11 +94,6 @@ class SchedulerLoop:
         #: Run the cycle in a worker thread (the API stays responsive); off on a
         #: virtual clock, where everything must happen in the event loop's order.
         self.threaded = threaded
-        #: What the loop records without acting on it (members' reports, jobs'
-        #: moves to Dispatched) waits for its next transaction even while it
-        #: waits, instead of being written before; whoever reads the store calls
-        #: :meth:`flush` first.  For a store nobody else reads (a replay's).
-        self.write_behind = write_behind
         #: cluster -> virtual cluster -> GPUs it is guaranteed there
         self.vc_sizes = {k: dict(v) for k, v in (vc_sizes or {}).items()}
         self.journal = Journal(db, self._recorded)
@@ -183,10 +176,7 @@ class SchedulerLoop:
         The request is a ``cancel`` intent: once this returns, a crash does not
         lose it (the next start carries it out).
         """
-        async with self.db.write() as session:
-            (intent,) = await job_rows.insert_intents(
-                session, [(job_id, "cancel", "")], self.clock.now()
-            )
+        intent = await self.journal.cancel_requested(job_id, self.clock.now())
         self._post(inbox.Cancel(key, reason, intent))
 
     def cancel_stored(self, intent: int, key: str, reason: str = "cancelled by the user") -> None:
@@ -266,7 +256,7 @@ class SchedulerLoop:
     async def _sleep(self) -> None:
         if self._wake.is_set():
             return
-        if self.journal.deferring and not self.write_behind:
+        if self.journal.due:
             # Members often answer at once (a simulated one reports a job it
             # created as started): let their watches post it, and record it with
             # what was deferred in one transaction of the next iteration.
@@ -313,7 +303,7 @@ class SchedulerLoop:
         decisions = await self._cycle(now)
         rows = await self._off_loop(self.journal.decisions, self.state, decisions)
         actions = await self.journal.persist(rows, self.state.now)
-        if not self.write_behind:
+        if self.journal.due:
             await self.flush()  # what the inbox deferred, when the cycle wrote nothing
         await self._act(actions)
         if self.after_iteration is not None:
@@ -385,27 +375,14 @@ class SchedulerLoop:
             # What members reported (starts, ends) goes with the cycle's transaction,
             # or is written on its own before the iteration ends (_iterate).
             self.journal.defer(self.state, taken.changes, (), now)
-        for item in taken.exclusive:
-            if item.done.done():
-                continue
-            try:
-                result = await item.work(self)
-            except Exception as e:  # the caller gets it
-                if not item.done.done():
-                    item.done.set_exception(e)
-            else:
-                if not item.done.done():
-                    item.done.set_result(result)
+        await inbox.run_exclusive(taken.exclusive, self)
 
     async def _fail_over(self) -> None:
         """Fail over jobs unhealthy for too long; purge old copies (:mod:`.failover`)."""
         now = self.clock.now()
         turn = await self.failover.turn(self.state, self.journal.ids, now)
-        changes: list[Transition] = []
-        for d in turn.due:
-            log.warning("%s: %s", d.key, d.reason)
-            changes += inbox.moves(events.apply(self.state, events.FailedOver(d.key, d.reason)))
         if turn.due:
+            changes = inbox.failed_over(self.state, turn.due)
             also = [self._failover_write(turn.due, now)]
             await self.journal.record(self.state, changes, now, also=also)
         done = await self.failover.purge(self.state, self.members)

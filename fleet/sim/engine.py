@@ -385,8 +385,8 @@ async def replay(
             interval=LOOP_INTERVAL,
             threaded=False,
             vc_sizes={c.name: convert.vc_gpus(c) for c in clusters},
-            write_behind=True,  # the store is read only through _flushed
         )
+        loop.journal.write_behind = True  # the store is read only through _flushed
         samples: list[Sample] = []
         try:
             if seed is not None:

@@ -314,7 +314,7 @@ async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flu
 ) -> None:
     clock = VirtualClock(0.0)
     svc = await wiring.start(settings(database_url), clock, threaded=False)
-    svc.loop.write_behind = True
+    svc.loop.journal.write_behind = True
     try:
         await submit(svc, pytorchjob("train", gpus=1, duration="90s"))
         await settle(svc, clock)
