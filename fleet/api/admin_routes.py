@@ -11,9 +11,10 @@ stored or connected (:mod:`fleet.clusters.kube.kubeconfig`): a path that
 resolves outside ``--kubeconfig-dir``, a user that runs a credential plugin
 (unless allowed), or a file that cannot be read is a 422 on
 ``spec.kubeconfig.path`` (the last with a fixed message: the details are in
-the server log, the file's content nowhere).  Who may call which route is
-checked before the handler runs (:mod:`fleet.api.auth`); every call of a
-route that writes is audited.
+the server log, the file's content nowhere).  Each handler carries its route's one declaration
+(:mod:`fleet.api.routing`); who may call it is checked before the handler
+runs (:mod:`fleet.api.auth`), and every call of a route that writes is
+audited.
 """
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ from fleet.api.problems import (
     not_found,
     unsupported_media_type,
 )
+from fleet.api.routing import (
+    ADMIN_ONLY,
+    BAD_PAGE,
+    CONTINUE,
+    DRY_RUN,
+    LIMIT,
+    UNAUTHORIZED,
+    Reply,
+    RequestBody,
+    RouteTable,
+    path,
+    problem,
+    query,
+)
 from fleet.api.schemas import json_response
 from fleet.api.submissions import YAML_MEDIA_TYPES
 from fleet.clusters.kube.kubeconfig import KubeconfigError
@@ -64,8 +79,7 @@ from fleet.store import paging
 
 JSON_TYPES: Final = ("application/merge-patch+json", "application/json")
 PATCHABLE: Final = ("min", "max", "namespaces", "preemptMinRuntime", "reclaimMinRuntime")
-DEFAULT_LIMIT: Final = 100
-MAX_LIMIT: Final = 1000
+TABLE: Final = RouteTable()
 
 
 def _svc(request: web.Request) -> Service:
@@ -74,15 +88,6 @@ def _svc(request: web.Request) -> Service:
 
 def _time(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-
-
-def _dry_run(request: web.Request) -> bool:
-    values = request.query.getall("dryRun", [])
-    if not values:
-        return False
-    if values != ["All"]:
-        raise ProblemError(bad_request("dryRun must be All (Kubernetes' only dry-run value)"))
-    return True
 
 
 def _text(body: bytes) -> str:
@@ -125,10 +130,9 @@ def _answer(svc: Service, result: admin.TreeChangeResult, warnings: list[str]) -
     return json_response(body)
 
 
-async def _change(request: web.Request, document: str) -> web.Response:
-    """Validate ``document`` in full, then apply it (or preview it)."""
+async def _change(request: web.Request, document: str, *, dry_run: bool) -> web.Response:
+    """Validate ``document`` in full, then apply it (or preview it with ``dry_run``)."""
     svc = _svc(request)
-    dry_run = _dry_run(request)
     tree, warnings = _load_tree(document)
     root = tree.to_spec()
     who = auth.caller(request).name
@@ -139,12 +143,35 @@ async def _change(request: web.Request, document: str) -> web.Response:
     return _answer(svc, result, warnings)
 
 
-async def replace_quota_tree(request: web.Request) -> web.Response:
+@TABLE.route(
+    "PUT",
+    "/api/v1/quota-tree",
+    "replaceQuotaTree",
+    "Replace the whole ElasticQuotaTree",
+    "queues",
+    access="admin",
+    audit="quota-tree",
+    parameters=(DRY_RUN,),
+    body=RequestBody(("application/yaml",), "One ElasticQuotaTree document."),
+    description="The tree is validated in full first: every broken rule is listed in one "
+    "422 answer and nothing changes. Running jobs keep running; a queue left over a limit "
+    "admits nothing new until it is within it, and its newest jobs are the first reclaim "
+    "victims. Every accepted change is a new version with its author and diff.",
+    replies=(
+        Reply(200, "The change (or, with dryRun, what it would do).", admin_schemas.TreeChange),
+        problem(400, "The body is not UTF-8, or dryRun is not All."),
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is not YAML."),
+        problem(422, "The tree is not acceptable; every error has its field path."),
+    ),
+)
+async def replace_quota_tree(request: web.Request, *, dry_run: str | None) -> web.Response:
     """``PUT /api/v1/quota-tree``: the whole tree, validated in full first."""
-    _dry_run(request)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
-    return await _change(request, _text(await request.read()))
+    return await _change(request, _text(await request.read()), dry_run=dry_run is not None)
 
 
 # PATCH ----------------------------------------------------------------------------------------
@@ -199,10 +226,35 @@ def _find(node: Any, name: str) -> dict[str, Any] | None:
     return None
 
 
-async def patch_quota_node(request: web.Request) -> web.Response:
+@TABLE.route(
+    "PATCH",
+    "/api/v1/quota-tree/nodes/{name}",
+    "patchQuotaNode",
+    "Change one node's min, max or namespaces",
+    "queues",
+    access="admin",
+    audit="quota-tree",
+    parameters=(path("name", "The node's name."), DRY_RUN),
+    body=RequestBody(
+        ("application/merge-patch+json", "application/json", "application/yaml"),
+        "A JSON merge patch (RFC 7386) of the node: min, max (null: unlimited), namespaces.",
+        admin_schemas.NodePatch,
+    ),
+    description="The patched tree is validated in full like a PUT.",
+    replies=(
+        Reply(200, "The change (or, with dryRun, what it would do).", admin_schemas.TreeChange),
+        problem(400, "The body cannot be read, or dryRun is not All."),
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+        problem(404, "No such node, or no tree is loaded yet."),
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is neither JSON nor YAML."),
+        problem(422, "The patch or the patched tree is not acceptable."),
+    ),
+)
+async def patch_quota_node(request: web.Request, *, name: str, dry_run: str | None) -> web.Response:
     """``PATCH /api/v1/quota-tree/nodes/{name}``: one node's min, max, namespaces."""
     svc = _svc(request)
-    _dry_run(request)
     media = (*JSON_TYPES, *YAML_MEDIA_TYPES)
     if request.content_type not in media:
         raise ProblemError(unsupported_media_type(request.content_type, media))
@@ -222,7 +274,6 @@ async def patch_quota_node(request: web.Request) -> web.Response:
             field_error(err["msg"], path=".".join(str(p) for p in err["loc"])) for err in e.errors()
         ]
         raise ProblemError(invalid(errors)) from None
-    name = request.match_info["name"]
     try:
         document = next(iter(read_documents(svc.tree_document, YAML_LOADER)))
     except StopIteration:
@@ -241,21 +292,29 @@ async def patch_quota_node(request: web.Request) -> web.Response:
         else:
             node[field] = patch[field]
     text = yaml.safe_dump(document, sort_keys=False)
-    return await _change(request, text)
+    return await _change(request, text, dry_run=dry_run is not None)
 
 
 # History ----------------------------------------------------------------------------------
 
 
-async def quota_tree_history(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/quota-tree/history",
+    "quotaTreeHistory",
+    "Every version of the quota tree, newest first: author, time, diff",
+    "queues",
+    parameters=(LIMIT, CONTINUE),
+    replies=(Reply(200, "A page of versions.", admin_schemas.TreeHistory), BAD_PAGE, UNAUTHORIZED),
+)
+async def quota_tree_history(
+    request: web.Request, *, limit: int, continue_: str | None
+) -> web.Response:
     """``GET /api/v1/quota-tree/history``: versions newest first."""
     svc = _svc(request)
-    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
         async with svc.db.read() as session:
-            rows, token = await admin_rows.tree_page(
-                session, limit=limit, after=request.query.get("continue")
-            )
+            rows, token = await admin_rows.tree_page(session, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
     items = [
@@ -270,13 +329,37 @@ async def quota_tree_history(request: web.Request) -> web.Response:
 # Member clusters ------------------------------------------------------------------------------
 
 
-async def put_cluster(request: web.Request) -> web.Response:
+@TABLE.route(
+    "PUT",
+    "/api/v1/clusters/{name}",
+    "putCluster",
+    "Add a member cluster or replace its config",
+    "clusters",
+    access="admin",
+    audit="cluster",
+    parameters=(path("name", "The member cluster; the document's metadata.name."),),
+    body=RequestBody(YAML_MEDIA_TYPES, "One MemberCluster document."),
+    description="The cell config is validated in full. Replacing it while jobs run there "
+    "is refused (409, naming them) unless every running placement exists in the new "
+    "config. A PUT also puts a draining cluster back in service.",
+    replies=(
+        Reply(201, "The member cluster was added.", admin_schemas.ClusterChange),
+        Reply(200, "The member cluster's config was replaced.", admin_schemas.ClusterChange),
+        problem(400, "The body is not UTF-8 text."),
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+        problem(409, "Running jobs would lose their cells; the detail names them."),
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is not YAML."),
+        problem(422, "The document is not acceptable; every error has its field path."),
+    ),
+)
+async def put_cluster(request: web.Request, *, name: str) -> web.Response:
     """``PUT /api/v1/clusters/{name}``: add a member cluster or replace its config."""
     svc = _svc(request)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
     text = _text(await request.read())
-    name = request.match_info["name"]
     try:
         models = convert.load_clusters(text)
     except SpecError as e:
@@ -339,10 +422,27 @@ def _reach(model: MemberClusterModel) -> tuple[str, str | None] | None:
     return None if kubeconfig is None else (kubeconfig.path, kubeconfig.context)
 
 
-async def delete_cluster(request: web.Request) -> web.Response:
+@TABLE.route(
+    "DELETE",
+    "/api/v1/clusters/{name}",
+    "deleteCluster",
+    "Drain a member cluster: nothing new is admitted, then it is removed",
+    "clusters",
+    access="admin",
+    audit="cluster",
+    parameters=(path("name", "The member cluster."),),
+    description="Jobs running there finish (or fail over); once none is left the "
+    "cluster is removed.",
+    replies=(
+        Reply(202, "The cluster is draining.", admin_schemas.ClusterChange),
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+        problem(404, "No such member cluster."),
+    ),
+)
+async def delete_cluster(request: web.Request, *, name: str) -> web.Response:
     """``DELETE /api/v1/clusters/{name}``: drain it."""
     svc = _svc(request)
-    name = request.match_info["name"]
     try:
         change = await admin.drain_cluster(svc.loop, name)
     except admin.UnknownCluster:
@@ -356,7 +456,34 @@ async def delete_cluster(request: web.Request) -> web.Response:
 # Node health ------------------------------------------------------------------------------
 
 
-async def set_node_health(request: web.Request) -> web.Response:
+@TABLE.route(
+    "PUT",
+    "/api/v1/clusters/{name}/nodes/{node}/health",
+    "setNodeHealth",
+    "Mark a node of a member cluster bad or healthy",
+    "clusters",
+    access="admin",
+    audit="node-health",
+    parameters=(path("name", "The member cluster."), path("node", "The node.")),
+    body=RequestBody(
+        ("application/json",),
+        '{"healthy": false, "reason": "..."}',
+        admin_schemas.NodeHealthChange,
+    ),
+    description="A bad node's cells are taken out of allocation and the jobs running on "
+    "it are preempted and queued again with the reason.",
+    replies=(
+        Reply(200, "The node's health as recorded.", admin_schemas.NodeHealthResult),
+        problem(400, "The body is not JSON."),
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+        problem(404, "No such cluster or node."),
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is not JSON."),
+        problem(422, "The body is not acceptable."),
+    ),
+)
+async def set_node_health(request: web.Request, *, name: str, node: str) -> web.Response:
     """``PUT /api/v1/clusters/{name}/nodes/{node}/health``."""
     svc = _svc(request)
     if request.content_type != "application/json":
@@ -373,7 +500,7 @@ async def set_node_health(request: web.Request) -> web.Response:
             field_error(err["msg"], path=".".join(str(p) for p in err["loc"])) for err in e.errors()
         ]
         raise ProblemError(invalid(errors)) from None
-    cluster, node = request.match_info["name"], request.match_info["node"]
+    cluster = name
     if cluster not in svc.loop.members:
         raise ProblemError(not_found(f"no member cluster {cluster[:60]!r}"))
     try:
@@ -397,20 +524,40 @@ async def set_node_health(request: web.Request) -> web.Response:
 # Audit --------------------------------------------------------------------------------------
 
 
-async def list_audit(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/audit",
+    "listAudit",
+    "The audit log: every write through the API, newest first",
+    "service",
+    access="admin",
+    parameters=(
+        query("actor", "Only records of this token name."),
+        query("kind", "Only records of this kind.", AuditKind),
+        LIMIT,
+        CONTINUE,
+    ),
+    replies=(
+        Reply(200, "A page of audit records.", admin_schemas.AuditList),
+        BAD_PAGE,
+        UNAUTHORIZED,
+        ADMIN_ONLY,
+    ),
+)
+async def list_audit(
+    request: web.Request,
+    *,
+    actor: str | None,
+    kind: AuditKind | None,
+    limit: int,
+    continue_: str | None,
+) -> web.Response:
     """``GET /api/v1/audit``: newest first, filtered by actor and kind."""
     svc = _svc(request)
-    kind = request.query.get("kind")
-    if kind is not None and kind not in {k.value for k in AuditKind}:
-        known = ", ".join(k.value for k in AuditKind)
-        raise ProblemError(bad_request(f"unknown kind {kind[:40]!r}; kinds: {known}"))
-    where = admin_rows.AuditFilter(actor=request.query.get("actor"), kind=kind)
-    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
+    where = admin_rows.AuditFilter(actor=actor, kind=None if kind is None else kind.value)
     try:
         async with svc.db.read() as session:
-            rows, token = await admin_rows.audit_page(
-                session, where, limit=limit, after=request.query.get("continue")
-            )
+            rows, token = await admin_rows.audit_page(session, where, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
     items = [
@@ -428,14 +575,3 @@ async def list_audit(request: web.Request) -> web.Response:
         for r in rows
     ]
     return json_response(admin_schemas.AuditList(items=items, continue_=token))
-
-
-HANDLERS: Final = {
-    "replaceQuotaTree": replace_quota_tree,
-    "patchQuotaNode": patch_quota_node,
-    "quotaTreeHistory": quota_tree_history,
-    "putCluster": put_cluster,
-    "deleteCluster": delete_cluster,
-    "setNodeHealth": set_node_health,
-    "listAudit": list_audit,
-}

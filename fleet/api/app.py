@@ -4,9 +4,11 @@ Theory of operation (aiohttp as its maintainers use it): :func:`create_app`
 builds the application from the settings alone; the service (database,
 configuration, placers, members, scheduler loop) is opened and closed in the
 application's ``cleanup_ctx``, so ``aiohttp_client`` tests and ``fleet serve``
-start it the same way.  Handlers live in :mod:`fleet.api.routes` and reach
-the service through the typed keys of :mod:`fleet.api.keys`; every error is
-answered as ``application/problem+json`` by one middleware
+start it the same way.  Handlers live in :mod:`fleet.api.routes` (with
+:mod:`fleet.api.admin_routes` and :mod:`fleet.api.live`), each beside its
+route's one declaration (:mod:`fleet.api.routing`), and reach the service
+through the typed keys of :mod:`fleet.api.keys`; every error is answered as
+``application/problem+json`` by one middleware
 (:func:`fleet.api.problems.problem_middleware`), and any exception a handler
 did not expect becomes a logged 500 problem that leaks nothing, except that
 a database that cannot be reached is a 503 with ``Retry-After``.  Before
@@ -29,6 +31,7 @@ from fleet.api.limits import Slots
 from fleet.api.parse_workers import ParseWorkers
 from fleet.api.problems import ProblemError, http_problem, problem_middleware, problem_response
 from fleet.api.replicas import Verifier
+from fleet.api.routing import Handler
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
 from fleet.service import wiring
@@ -44,7 +47,7 @@ log = logging.getLogger("fleet.api")
 
 
 @web.middleware
-async def last_resort(request: web.Request, handler: routes.Handler) -> web.StreamResponse:
+async def last_resort(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A bug in a handler is a 500 problem without details (and a log line with them)."""
     try:
         return await handler(request)

@@ -2,8 +2,8 @@
 
 Theory of operation (``docs/design/api-and-access.md``; tokens in :mod:`fleet.api.tokens`):
 
-* Each route of :mod:`fleet.api.openapi` names the least role it needs
-  (:data:`~fleet.api.openapi.Access`): ``open`` (health, the document),
+* Each route's declaration (:mod:`fleet.api.routing`) names the least role
+  it needs (:data:`~fleet.api.routing.Access`): ``open`` (health, the document),
   ``read`` (any valid token), ``team`` (a team or admin token; the handler
   then checks the job's namespace with :func:`require_namespaces`), ``admin``.
 * **Namespaces**: a namespace belongs to one leaf of the quota tree in force,
@@ -41,8 +41,8 @@ from typing import Any, Final
 from aiohttp import web
 
 from fleet.api import keys, replicas
-from fleet.api.openapi import Access, Handler, Route
 from fleet.api.problems import Problem, ProblemError, http_problem, problem_response
+from fleet.api.routing import Access, Handler, Route
 from fleet.api.tokens import NO_TOKENS_CALLER, Caller, Role, TokenStore
 from fleet.core.quota import QuotaTree
 

@@ -8,9 +8,9 @@ from aiohttp import web
 
 from fleet.api.audit import AuditLog
 from fleet.api.limits import Slots
-from fleet.api.openapi import Route
 from fleet.api.parse_workers import ParseWorkers
 from fleet.api.replicas import Verifier
+from fleet.api.routing import Route
 from fleet.api.tokens import Caller, TokenStore
 from fleet.service.settings import Settings
 from fleet.service.wiring import Service
@@ -20,7 +20,7 @@ SETTINGS: Final = web.AppKey("settings", Settings)
 SERVICE: Final = web.AppKey("service", Service)
 OPENAPI: Final = web.AppKey("openapi", dict[str, Any])
 TOKENS: Final = web.AppKey("tokens", TokenStore)
-#: operation id -> its route (fleet.api.openapi.ROUTES)
+#: operation id -> its route as declared (fleet.api.routes.ROUTES)
 ROUTE_TABLE: Final = web.AppKey("routes", dict[str, Route])
 #: the authenticated caller of a request
 CALLER_KEY: Final = web.RequestKey("caller", Caller)

@@ -23,6 +23,9 @@ Theory of operation:
 * ``GET /api/v1/jobs/{namespace}/{name}/submitted`` answers the
   PropagationPolicy and the PyTorchJob as they were submitted (YAML); a team
   token sees those of its own queues only, like the job's events.
+
+Each handler carries its route's one declaration (:mod:`fleet.api.routing`):
+``after`` and ``limit`` reach it read and within bounds.
 """
 
 from __future__ import annotations
@@ -34,8 +37,18 @@ import yaml
 from aiohttp import web
 
 from fleet.api import auth, keys, live_schemas, params, schemas
-from fleet.api.openapi import Handler
 from fleet.api.problems import ProblemError, not_found
+from fleet.api.routing import (
+    BAD_PAGE,
+    CONTINUE,
+    JOB_PATH,
+    UNAUTHORIZED,
+    Reply,
+    RouteTable,
+    path,
+    problem,
+    query,
+)
 from fleet.core.cells.topology import Topology
 from fleet.core.digits import MAX_VALUE, parse_digits
 from fleet.core.jobs import Mode
@@ -47,9 +60,7 @@ from fleet.store import jobs as job_rows
 
 #: Seconds between two keep-alive comments of an idle event stream.
 HEARTBEAT: Final = 15.0
-#: Nodes per page of a cell map.
-DEFAULT_NODES: Final = 500
-MAX_NODES: Final = 2000
+TABLE: Final = RouteTable()
 
 _STREAMS: Final = web.AppKey("live-streams", set[asyncio.Task[None]])
 
@@ -57,6 +68,14 @@ _STREAMS: Final = web.AppKey("live-streams", set[asyncio.Task[None]])
 # Who is asking ---------------------------------------------------------------------------
 
 
+@TABLE.route(
+    "GET",
+    "/api/v1/whoami",
+    "whoami",
+    "The caller: its token's name, role and queues",
+    "service",
+    replies=(Reply(200, "The caller.", live_schemas.WhoAmI), UNAUTHORIZED),
+)
 async def whoami(request: web.Request) -> web.Response:
     who = auth.caller(request)
     body = live_schemas.WhoAmI(
@@ -72,13 +91,6 @@ async def whoami(request: web.Request) -> web.Response:
 # The change stream -----------------------------------------------------------------------
 
 
-def _after(request: web.Request) -> int:
-    header = request.headers.get("Last-Event-ID")
-    if header:
-        return params.number(header, "header Last-Event-ID", low=0, high=MAX_VALUE)
-    return params.int_query(request, "after", 0, low=0, high=MAX_VALUE)
-
-
 def _change(view: LoopView, after: int) -> live_schemas.ViewChange:
     """What changed after version ``after`` (0: the client has nothing; -1: nothing usable)."""
     recent = view.recent
@@ -90,9 +102,49 @@ def _change(view: LoopView, after: int) -> live_schemas.ViewChange:
     )
 
 
-async def events(request: web.Request) -> web.StreamResponse:
-    """``GET /api/v1/events``: the published views as server-sent events (or one, as JSON)."""
-    after = _after(request)
+@TABLE.route(
+    "GET",
+    "/api/v1/events",
+    "watchViews",
+    "A server-sent-events stream of the scheduler's published views and the jobs changed",
+    "service",
+    parameters=(
+        query(
+            "after",
+            "The last view version the client has (Last-Event-ID takes precedence); "
+            "0 or absent: only the current version.",
+            int,
+            low=0,
+            high=MAX_VALUE,
+            header="Last-Event-ID",
+        ),
+    ),
+    description="With Accept: text/event-stream, a stream that does not end: a 'view' "
+    "event (id: the version; data: a ViewChange as JSON) whenever the scheduler "
+    "publishes a new view, the first one at once, and a comment line every 15 s while "
+    "nothing changes. Otherwise one ViewChange as JSON, at once (for polling clients).",
+    replies=(
+        Reply(
+            200,
+            "The current view and the jobs changed after the given version "
+            "(text/event-stream: each event's data).",
+            live_schemas.ViewChange,
+            (schemas.JSON, "text/event-stream"),
+        ),
+        problem(400, "after (or Last-Event-ID) is not a version."),
+        UNAUTHORIZED,
+        problem(
+            429,
+            "The token holds as many event streams open as it may "
+            "(max_streams_per_token); Retry-After says when to try again.",
+        ),
+    ),
+)
+async def events(request: web.Request, *, after: int | None) -> web.StreamResponse:
+    """``GET /api/v1/events``: the published views as server-sent events (or one, as JSON).
+
+    ``after`` is ``Last-Event-ID`` when sent, else the query parameter (absent: 0)."""
+    after = after or 0
     loop = request.app[keys.SERVICE].loop
     if after > loop.view.version:  # a version of an earlier run of the service
         after = -1
@@ -153,9 +205,8 @@ def _topology(request: web.Request, name: str) -> Topology:
     return Topology(cluster.cell_config())
 
 
-def _start(request: web.Request) -> int:
+def _start(raw: str | None) -> int:
     """The first node of the page: the number of a ``node:N`` continue token (0: none)."""
-    raw = request.query.get("continue")
     if raw is None:
         return 0
     kind, _, number = raw.partition(":")
@@ -165,12 +216,30 @@ def _start(request: web.Request) -> int:
     return start
 
 
-async def cluster_cells(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/clusters/{name}/cells",
+    "getClusterCells",
+    "The cell map of a member cluster: every node's GPUs and the job holding each",
+    "clusters",
+    parameters=(
+        path("name", "The member cluster."),
+        query("limit", "Nodes per page.", int, default=500, low=1, high=2000),
+        CONTINUE,
+    ),
+    replies=(
+        Reply(200, "A page of nodes with their GPU cells.", live_schemas.ClusterCells),
+        BAD_PAGE,
+        UNAUTHORIZED,
+        problem(404, "No such member cluster."),
+    ),
+)
+async def cluster_cells(
+    request: web.Request, *, name: str, limit: int, continue_: str | None
+) -> web.Response:
     """``GET /api/v1/clusters/{name}/cells``: every node's GPUs and who holds them."""
-    name = request.match_info["name"]
     topo = _topology(request, name)
-    limit = params.int_query(request, "limit", DEFAULT_NODES, low=1, high=MAX_NODES)
-    start = _start(request)
+    start = _start(continue_)
     svc = request.app[keys.SERVICE]
     async with svc.db.read() as session:
         rows = await job_rows.holding_in(session, name)
@@ -234,10 +303,25 @@ async def cluster_cells(request: web.Request) -> web.Response:
 # Submitted documents ---------------------------------------------------------------------
 
 
-async def submitted(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/jobs/{namespace}/{name}/submitted",
+    "getSubmittedJob",
+    "The PropagationPolicy and the PyTorchJob as submitted, as YAML",
+    "jobs",
+    access="team",
+    description="A team token reads those of its own queues' jobs only (like the events of a job).",
+    parameters=JOB_PATH,
+    replies=(
+        Reply(200, "The documents.", str, ("application/yaml",)),
+        UNAUTHORIZED,
+        problem(403, "A team token asks for a job outside its queues."),
+        problem(404, "No such job."),
+    ),
+)
+async def submitted(request: web.Request, *, namespace: str, name: str) -> web.Response:
     """``GET /api/v1/jobs/{namespace}/{name}/submitted``: the policy and the job as YAML."""
     svc = request.app[keys.SERVICE]
-    namespace, name = request.match_info["namespace"], request.match_info["name"]
     async with svc.db.read() as session:
         row = await job_rows.by_name(session, namespace, name)
     if row is None:
@@ -246,14 +330,6 @@ async def submitted(request: web.Request) -> web.Response:
     documents = [d for d in (row.policy, row.manifest) if d is not None]
     text = yaml.safe_dump_all(documents, sort_keys=False)
     return web.Response(text=text, content_type="application/yaml")
-
-
-HANDLERS: Final[dict[str, Handler]] = {
-    "whoami": whoami,
-    "watchViews": events,
-    "getClusterCells": cluster_cells,
-    "getSubmittedJob": submitted,
-}
 
 
 def setup(app: web.Application) -> None:

@@ -15,7 +15,6 @@ as an error.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
@@ -23,10 +22,10 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from fleet.api.routing import Handler
 from fleet.service.telemetry import Telemetry
 
 TELEMETRY: Final = web.AppKey("telemetry", Telemetry)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -1,16 +1,17 @@
 """Numbers in requests: query parameters, ``continue`` tokens and cursors, read strictly.
 
-Theory of operation: every number a handler reads from a request goes
-through :func:`fleet.core.digits.parse_digits` (ASCII digits only, a bounded
-length, within the parameter's bounds), so ``limit=²``, ``limit=١٢``, a
+Theory of operation: every number read from a request goes through
+:func:`number`, that is :func:`fleet.core.digits.parse_digits` (ASCII digits
+only, a bounded length, within the parameter's bounds): the declared query
+parameters of every route (:mod:`fleet.api.routing` reads them, with the
+bounds of their declaration), a ``Last-Event-ID`` header, and the numbers
+inside ``continue`` tokens and cursors.  So ``limit=²``, ``limit=١٢``, a
 5,000-digit ``limit``, ``-1``, ``1e3``, `` 1`` and ``1\\n`` are all a 400
 problem naming the parameter, never a 500.  A ``continue`` token the service
 did not hand out is a 400 naming ``continue`` (:func:`bad_continue`).
 """
 
 from __future__ import annotations
-
-from aiohttp import web
 
 from fleet.api.problems import ProblemError, bad_request
 from fleet.core.digits import parse_digits
@@ -22,14 +23,6 @@ def number(raw: str, what: str, *, low: int, high: int) -> int:
     if value is None:
         raise ProblemError(bad_request(f"{what} must be an integer from {low} to {high}"))
     return value
-
-
-def int_query(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
-    """Query parameter ``name`` as a number from ``low`` to ``high`` (``default`` if absent)."""
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    return number(raw, f"query parameter {name}", low=low, high=high)
 
 
 def bad_continue() -> ProblemError:

@@ -1,6 +1,11 @@
 """The HTTP routes of jobs, queues and clusters (administration: :mod:`.admin_routes`).
 
-Theory of operation: handlers are thin.  A submission is parsed and checked
+Theory of operation: each handler carries its route's one declaration
+(:meth:`fleet.api.routing.RouteTable.route`: method, path, role, parameters,
+replies), from which the router, the OpenAPI document, the role check and
+the reading of its parameters are derived; :data:`ROUTES` gathers the
+declarations of this module, :mod:`.admin_routes` and :mod:`.live`, and
+:func:`add_routes` serves them.  Handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.parse_submission`), stored
 (:class:`fleet.service.intake.Intake`, which hands new jobs to the scheduler loop after
 the commit).
@@ -13,12 +18,11 @@ no handler ever touches the core's state.  Every error is a
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final, Literal
 
 from aiohttp import web
 
-from fleet.api import admin_routes, auth, keys, live, openapi, params, schemas
+from fleet.api import admin_routes, auth, keys, live, openapi, params, routing, schemas
 from fleet.api.problems import (
     ProblemError,
     bad_request,
@@ -29,12 +33,27 @@ from fleet.api.problems import (
     not_found,
     unsupported_media_type,
 )
+from fleet.api.routing import (
+    BAD_PAGE,
+    CONTINUE,
+    FORBIDDEN,
+    JOB_PATH,
+    UNAUTHORIZED,
+    Reply,
+    RequestBody,
+    Route,
+    RouteTable,
+    path,
+    problem,
+    query,
+)
 from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_submission
 from fleet.core import snapshot
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
+from fleet.manifests.models import ElasticQuotaTreeModel
 from fleet.service import intake, wiring
 from fleet.service.views import QueueView
 from fleet.service.wiring import Service
@@ -45,10 +64,7 @@ from fleet.store import paging
 from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-DEFAULT_LIMIT: Final = 100
-MAX_LIMIT: Final = 1000
+TABLE: Final = RouteTable()
 
 
 def _svc(request: web.Request) -> Service:
@@ -62,6 +78,35 @@ def _time(seconds: float) -> datetime.datetime:
 # Submissions ----------------------------------------------------------------------
 
 
+@TABLE.route(
+    "POST",
+    "/api/v1/submissions",
+    "submitJobs",
+    "Submit PropagationPolicies and the PyTorchJobs they select",
+    "jobs",
+    access="team",
+    audit="submission",
+    body=RequestBody(
+        YAML_MEDIA_TYPES,
+        "A multi-document YAML stream: PropagationPolicy and PyTorchJob documents. "
+        "Every PyTorchJob must be selected by a PropagationPolicy of the stream and every "
+        "policy must select one of its jobs.",
+    ),
+    description="All or nothing: every problem of every document is listed in one 422 "
+    "answer and nothing is stored. Submitting the same jobs again with the same specs "
+    "changes nothing and answers 200.",
+    replies=(
+        Reply(201, "The jobs were queued.", schemas.SubmissionResult),
+        Reply(200, "Every job was already submitted with the same spec.", schemas.SubmissionResult),
+        problem(400, "The body is not UTF-8 text."),
+        UNAUTHORIZED,
+        FORBIDDEN,
+        problem(409, "A job of the same namespace and name exists with another spec."),
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is not YAML."),
+        problem(422, "The documents are not acceptable; every error has its field path."),
+    ),
+)
 async def submit_jobs(request: web.Request) -> web.Response:
     """``POST /api/v1/submissions``: a PropagationPolicy and the PyTorchJobs it selects."""
     svc = _svc(request)
@@ -141,39 +186,62 @@ def _event(event: JobEventRow) -> schemas.JobEvent:
     )
 
 
-async def list_jobs(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/jobs",
+    "listJobs",
+    "List jobs, newest first, one page at a time",
+    "jobs",
+    parameters=(
+        query("queue", "Only jobs of this leaf queue."),
+        query("state", "Only jobs in this state.", JobState),
+        query("namespace", "Only jobs of this namespace."),
+        query("cluster", "Only jobs placed in this member cluster."),
+        query(
+            "uid",
+            "Only the run with this uid, current or earlier (a name submitted again after "
+            "its job was cancelled or ended starts a new run; the list shows current runs).",
+        ),
+        query("limit", "Jobs per page.", int, default=100, low=1, high=1000),
+        CONTINUE,
+    ),
+    replies=(Reply(200, "A page of jobs.", schemas.JobList), BAD_PAGE, UNAUTHORIZED),
+)
+async def list_jobs(
+    request: web.Request,
+    *,
+    queue: str | None,
+    state: JobState | None,
+    namespace: str | None,
+    cluster: str | None,
+    uid: str | None,
+    limit: int,
+    continue_: str | None,
+) -> web.Response:
     """``GET /api/v1/jobs``: filtered, in submission order, paged kubectl-style."""
     svc = _svc(request)
-    query = request.query
-    state = query.get("state")
-    if state is not None and state not in {s.value for s in JobState}:
-        known = ", ".join(s.value for s in JobState)
-        raise ProblemError(bad_request(f"unknown state {state[:40]!r}; states: {known}"))
     where = job_rows.JobFilter(
-        queue=query.get("queue"),
-        state=state,
-        namespace=query.get("namespace"),
-        cluster=query.get("cluster"),
-        uid=query.get("uid"),
+        queue=queue,
+        state=None if state is None else state.value,
+        namespace=namespace,
+        cluster=cluster,
+        uid=uid,
     )
-    limit = params.int_query(request, "limit", DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     try:
         async with svc.db.read() as session:
-            rows, token = await job_rows.page(
-                session, where, limit=limit, after=query.get("continue")
-            )
+            rows, token = await job_rows.page(session, where, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
     result = schemas.JobList(items=[_summary(r) for r in rows], continue_=token)
     return schemas.json_response(result)
 
 
-async def _job_row(request: web.Request, *, runs: bool = False) -> JobRow:
-    """The job the path names: its current run, or with ``runs`` and a ``uid`` query
-    parameter the run of that name with that uid (an earlier one included)."""
+async def _job_row(
+    request: web.Request, namespace: str, name: str, uid: str | None = None
+) -> JobRow:
+    """The job ``namespace/name``: its current run, or with a ``uid`` the run of that name
+    with that uid (an earlier one included)."""
     svc = _svc(request)
-    namespace, name = request.match_info["namespace"], request.match_info["name"]
-    uid = request.query.get("uid") if runs else None
     async with svc.db.read() as session:
         if uid is None:
             row = await job_rows.by_name(session, namespace, name)
@@ -206,10 +274,28 @@ def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
     )
 
 
-async def get_job(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/jobs/{namespace}/{name}",
+    "getJob",
+    "Describe a job: state, queue, priority, placement, waiting reason, events",
+    "jobs",
+    parameters=(
+        *JOB_PATH,
+        query("uid", "An earlier run of this name, by its uid (default: the current run)."),
+    ),
+    replies=(
+        Reply(200, "The job.", schemas.JobDetail),
+        UNAUTHORIZED,
+        problem(404, "No such job, or no run of it with this uid."),
+    ),
+)
+async def get_job(
+    request: web.Request, *, namespace: str, name: str, uid: str | None
+) -> web.Response:
     """``GET /api/v1/jobs/{namespace}/{name}``: state, placement, reason, events."""
     svc = _svc(request)
-    row = await _job_row(request, runs=True)
+    row = await _job_row(request, namespace, name, uid)
     async with svc.db.read() as session:
         events = await job_rows.events_of(session, row.id)
     job = snapshot.job_from_plain(row.record, seq=row.id)
@@ -233,10 +319,29 @@ async def get_job(request: web.Request) -> web.Response:
     return schemas.json_response(detail)
 
 
-async def cancel_job(request: web.Request) -> web.Response:
+@TABLE.route(
+    "DELETE",
+    "/api/v1/jobs/{namespace}/{name}",
+    "cancelJob",
+    "Cancel a job and remove it from its member cluster",
+    "jobs",
+    access="team",
+    audit="cancel",
+    parameters=JOB_PATH,
+    description="The cancellation is recorded at once and carried out by the scheduler; "
+    "the answer shows the job as recorded.",
+    replies=(
+        Reply(202, "The cancellation was recorded.", schemas.JobDetail),
+        UNAUTHORIZED,
+        FORBIDDEN,
+        problem(404, "No such job."),
+        problem(409, "The job has already finished."),
+    ),
+)
+async def cancel_job(request: web.Request, *, namespace: str, name: str) -> web.Response:
     """``DELETE /api/v1/jobs/{namespace}/{name}``: cancel (and remove from its member)."""
     svc = _svc(request)
-    row = await _job_row(request)
+    row = await _job_row(request, namespace, name)
     auth.require_namespaces(request, svc.tree, [(f"job {row.namespace}/{row.name}", row.namespace)])
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
@@ -261,15 +366,35 @@ def _queue_fields(q: QueueView) -> dict[str, object]:
     }
 
 
+@TABLE.route(
+    "GET",
+    "/api/v1/queues",
+    "listQueues",
+    "Every node of the quota tree with its quota, usage and job counts",
+    "queues",
+    replies=(Reply(200, "The nodes of the tree.", schemas.QueueList), UNAUTHORIZED),
+)
 async def list_queues(request: web.Request) -> web.Response:
     view = _svc(request).loop.view
     items = [schemas.QueueSummary(**_queue_fields(q), pending=q.pending) for q in view.queues]
     return schemas.json_response(schemas.QueueList(items=items))
 
 
-async def get_queue(request: web.Request) -> web.Response:
+@TABLE.route(
+    "GET",
+    "/api/v1/queues/{name}",
+    "getQueue",
+    "One node of the quota tree with its pending jobs in order",
+    "queues",
+    parameters=(path("name", "The node's name."),),
+    replies=(
+        Reply(200, "The node.", schemas.QueueDetail),
+        UNAUTHORIZED,
+        problem(404, "No such node."),
+    ),
+)
+async def get_queue(request: web.Request, *, name: str) -> web.Response:
     view = _svc(request).loop.view
-    name = request.match_info["name"]
     found = next((q for q in view.queues if q.name == name), None)
     if found is None:
         raise ProblemError(not_found(f"no queue {name[:60]!r}"))
@@ -288,18 +413,70 @@ async def get_queue(request: web.Request) -> web.Response:
     return schemas.json_response(schemas.QueueDetail(**_queue_fields(found), pending=pending))
 
 
+@TABLE.route(
+    "GET",
+    "/api/v1/quota-tree",
+    "getQuotaTree",
+    "The ElasticQuotaTree in force, as YAML",
+    "queues",
+    replies=(
+        Reply(200, "The tree.", ElasticQuotaTreeModel, ("application/yaml",)),
+        UNAUTHORIZED,
+        problem(404, "No tree is loaded yet."),
+    ),
+)
 async def get_quota_tree(request: web.Request) -> web.Response:
     return web.Response(text=_svc(request).tree_document, content_type="application/yaml")
 
 
-async def simulate_quota_tree(request: web.Request) -> web.Response:
+@TABLE.route(
+    "POST",
+    "/api/v1/quota-tree",
+    "simulateQuotaTree",
+    "What a proposed quota tree would do to the live queue (dryRun=Simulate)",
+    "queues",
+    parameters=(
+        query(
+            "dryRun",
+            "Must be Simulate: nothing is applied; the live queue and running jobs are "
+            "replayed by the simulator against the tree in force and the proposed one.",
+            Literal["Simulate"],
+            required=True,
+            invalid="POST /api/v1/quota-tree only simulates: add ?dryRun=Simulate",
+        ),
+        query(
+            "horizon",
+            "Seconds of simulated time each forecast covers at most.",
+            int,
+            default=86_400,
+            low=60,
+            high=2_592_000,
+        ),
+    ),
+    body=RequestBody(YAML_MEDIA_TYPES, "One ElasticQuotaTree document: the proposed tree."),
+    description="Which waiting jobs would start sooner or later, which running jobs "
+    "would be preempted, and each queue's expected wait; nothing is stored.",
+    replies=(
+        Reply(200, "The two forecasts compared.", schemas.QuotaTreeSimulation),
+        problem(400, "dryRun is not Simulate, horizon is malformed, or the body is not UTF-8."),
+        UNAUTHORIZED,
+        problem(413, "The body is larger than the service reads."),
+        problem(415, "The body is not YAML."),
+        problem(
+            422,
+            "The tree is not valid (every error has its field path), or it has no leaf "
+            "for the queue of a job that runs or waits.",
+        ),
+        problem(
+            429,
+            "The token runs as many simulations as it may at once "
+            "(max_simulations_per_token); Retry-After says when to try again.",
+        ),
+    ),
+)
+async def simulate_quota_tree(request: web.Request, *, dry_run: str, horizon: int) -> web.Response:
     """``POST /api/v1/quota-tree?dryRun=Simulate``: the proposed tree against the live queue."""
     svc = _svc(request)
-    if request.query.get("dryRun") != "Simulate":
-        raise ProblemError(
-            bad_request("POST /api/v1/quota-tree only simulates: add ?dryRun=Simulate")
-        )
-    horizon = params.int_query(request, "horizon", 86_400, low=60, high=2_592_000)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
     try:
@@ -361,6 +538,14 @@ async def simulate_quota_tree(request: web.Request) -> web.Response:
 HEALTH_PHRASES: Final = {True: "ready", False: "not ready"}
 
 
+@TABLE.route(
+    "GET",
+    "/api/v1/clusters",
+    "listClusters",
+    "Member clusters: labels, health, GPUs total, used and free, per virtual cluster",
+    "clusters",
+    replies=(Reply(200, "The member clusters.", schemas.ClusterList), UNAUTHORIZED),
+)
 async def list_clusters(request: web.Request) -> web.Response:
     """``GET /api/v1/clusters``; a member's health message is for admin callers only.
 
@@ -413,6 +598,15 @@ async def list_clusters(request: web.Request) -> web.Response:
 # Service ----------------------------------------------------------------------------------
 
 
+@TABLE.route(
+    "GET",
+    "/healthz",
+    "liveness",
+    "Liveness: the process answers",
+    "service",
+    access="open",
+    replies=(Reply(200, "Alive.", schemas.Liveness),),
+)
 async def liveness(request: web.Request) -> web.Response:
     svc = request.app.get(keys.SERVICE)
     if svc is None:
@@ -428,6 +622,18 @@ async def liveness(request: web.Request) -> web.Response:
     return schemas.json_response(body)
 
 
+@TABLE.route(
+    "GET",
+    "/readyz",
+    "readiness",
+    "Readiness: the service can take requests",
+    "service",
+    access="open",
+    replies=(
+        Reply(200, "Ready.", schemas.Readiness),
+        Reply(503, "Not ready; the checks say why.", schemas.Readiness),
+    ),
+)
 async def readiness(request: web.Request) -> web.Response:
     checks: dict[str, str] = {}
     svc = request.app.get(keys.SERVICE)
@@ -445,30 +651,32 @@ async def readiness(request: web.Request) -> web.Response:
     return schemas.json_response(body, status=200 if ready else 503)
 
 
+@TABLE.route(
+    "GET",
+    "/api/v1/openapi.json",
+    "openapi",
+    "This OpenAPI document",
+    "service",
+    access="open",
+    replies=(Reply(200, "The OpenAPI 3.1 document.", dict[str, Any]),),
+)
 async def openapi_json(request: web.Request) -> web.Response:
     return web.json_response(request.app[keys.OPENAPI])
 
 
-HANDLERS: Final[dict[str, Handler]] = {
-    "submitJobs": submit_jobs,
-    "listJobs": list_jobs,
-    "getJob": get_job,
-    "cancelJob": cancel_job,
-    "listQueues": list_queues,
-    "getQueue": get_queue,
-    "getQuotaTree": get_quota_tree,
-    "simulateQuotaTree": simulate_quota_tree,
-    "listClusters": list_clusters,
-    "liveness": liveness,
-    "readiness": readiness,
-    "openapi": openapi_json,
-    **admin_routes.HANDLERS,
-    **live.HANDLERS,
-}
+#: Every route the service serves (the UI's pages and ``/metrics`` aside), as declared.
+ROUTES: Final[tuple[Route, ...]] = (*TABLE, *admin_routes.TABLE, *live.TABLE)
+
+
+def route(operation_id: str) -> Route:
+    """The route with this operation id (KeyError if none)."""
+    for r in ROUTES:
+        if r.operation_id == operation_id:
+            return r
+    raise KeyError(operation_id)
 
 
 def add_routes(app: web.Application) -> None:
-    """Every route of the table in :mod:`fleet.api.openapi`, and its OpenAPI document."""
-    app[keys.OPENAPI] = openapi.openapi_document()
-    app[keys.ROUTE_TABLE] = {r.operation_id: r for r in openapi.ROUTES}
-    openapi.add_routes(app.router, HANDLERS)
+    """Serve every route of :data:`ROUTES`, and its OpenAPI document."""
+    app[keys.OPENAPI] = openapi.openapi_document(ROUTES)
+    app[keys.ROUTE_TABLE] = routing.add_routes(app.router, ROUTES)

@@ -16,8 +16,8 @@ Theory of operation (``docs/design/api-and-access.md``; the checks are in
   readable by others, and follows no symlink planted beside it.
 * **Roles**: ``admin`` may do everything; ``team`` is bound to leaf queues
   and may submit and cancel only there (the handlers check the queues with
-  :meth:`Caller.may_act_in`).  Each route of :mod:`fleet.api.openapi` names
-  the least role it needs (:data:`~fleet.api.openapi.Access`): ``open``
+  :meth:`Caller.may_act_in`).  Each route's declaration (:mod:`fleet.api.routing`)
+  names the least role it needs (:data:`~fleet.api.routing.Access`): ``open``
   (health, the document), ``read`` (any valid token), ``team``, ``admin``.
 * **No tokens configured**: every caller is the admin
   :data:`NO_TOKENS_CALLER` (the settings refuse to bind anything but

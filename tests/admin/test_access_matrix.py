@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.api.openapi import ROUTES
+from fleet.api.routes import ROUTES
 from fleet.service.settings import POLICIES
 from tests.admin.conftest import TOKENS, YAML, Api
 from tests.service.helpers import pytorchjob

@@ -13,8 +13,10 @@ from aiohttp import test_utils, web
 from openapi_spec_validator import validate
 
 from fleet.api import openapi, schemas
-from fleet.api.openapi import REF_TEMPLATE, ROUTES, add_routes, openapi_document, route
+from fleet.api.openapi import REF_TEMPLATE, openapi_document
 from fleet.api.problems import PROBLEM_JSON, Problem
+from fleet.api.routes import ROUTES, route
+from fleet.api.routing import JOB_PATH, Reply, RouteTable, add_routes
 from fleet.core.lifecycle import JobState
 
 #: The routes of docs/design/api-and-access.md, *The route table* (``GET /metrics``
@@ -50,7 +52,7 @@ NOT_SERVED = {("GET", "/metrics")}
 
 @pytest.fixture(scope="module")
 def document() -> dict[str, Any]:
-    return openapi_document()
+    return openapi_document(ROUTES)
 
 
 def operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -167,23 +169,45 @@ def test_the_job_list_parameters(document: dict[str, Any]) -> None:
 
 # Registering handlers -----------------------------------------------------------------
 
+PLANTED = RouteTable()
 
+
+@PLANTED.route(
+    "GET", "/healthz", "liveness", "Live", "service", access="open", replies=(Reply(200, "ok"),)
+)
 async def _live(request: web.Request) -> web.Response:
     return schemas.json_response(schemas.Liveness())
 
 
+@PLANTED.route(
+    "GET",
+    "/api/v1/openapi.json",
+    "openapi",
+    "The document",
+    "service",
+    access="open",
+    replies=(Reply(200, "ok"),),
+)
 async def _openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return web.json_response(openapi_document(ROUTES))
 
 
-async def _job(request: web.Request) -> web.Response:
-    return web.json_response(dict(request.match_info))
+@PLANTED.route(
+    "GET",
+    "/api/v1/jobs/{namespace}/{name}",
+    "getJob",
+    "A job",
+    "jobs",
+    parameters=JOB_PATH,
+    replies=(Reply(200, "ok"),),
+)
+async def _job(request: web.Request, *, namespace: str, name: str) -> web.Response:
+    return web.json_response({"namespace": namespace, "name": name})
 
 
 async def test_handlers_are_registered_by_operation_id() -> None:
     app = web.Application()
-    handlers = {"liveness": _live, "openapi": _openapi, "getJob": _job}
-    add_routes(app.router, handlers, require_all=False)
+    add_routes(app.router, PLANTED)
     assert str(app.router["getJob"].url_for(namespace="a", name="b")) == "/api/v1/jobs/a/b"
     async with test_utils.TestClient(test_utils.TestServer(app)) as client:
         response = await client.get("/healthz")
@@ -196,14 +220,11 @@ async def test_handlers_are_registered_by_operation_id() -> None:
         assert response.status == 405
 
 
-def test_unknown_and_missing_handlers_are_errors() -> None:
-    with pytest.raises(KeyError, match="no route has operation id nope"):
-        add_routes(web.Application().router, {"nope": _live}, require_all=False)
-    with pytest.raises(KeyError, match="no handler for"):
-        add_routes(web.Application().router, {"liveness": _live})
-    every = dict.fromkeys((r.operation_id for r in ROUTES), _live)
+def test_a_route_declared_twice_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"GET /healthz \(liveness\) is declared twice"):
+        add_routes(web.Application().router, [*PLANTED, route("liveness")])
     app = web.Application()
-    add_routes(app.router, every)
+    add_routes(app.router, ROUTES)
     assert len(app.router.routes()) >= len(ROUTES)
 
 

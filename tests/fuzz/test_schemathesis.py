@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.api.openapi import ROUTES
+from fleet.api.routes import ROUTES
 from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
 from tests.fuzz.driver import EVERY_PARAMETER, NUMBERS, fuzz
 from tests.service import servers
