@@ -53,8 +53,8 @@ from fleet.core.cells.topology import Topology
 from fleet.core.digits import MAX_VALUE, parse_digits
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import JobState
+from fleet.core.view import LoopView
 from fleet.service.loop import SchedulerLoop
-from fleet.service.views import LoopView
 from fleet.store import admin as admin_rows
 from fleet.store import jobs as job_rows
 

@@ -51,11 +51,11 @@ from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_subm
 from fleet.core import snapshot
 from fleet.core.jobs import Mode
 from fleet.core.lifecycle import TERMINAL, JobState
+from fleet.core.view import QueueView
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
 from fleet.manifests.models import ElasticQuotaTreeModel
 from fleet.service import intake, wiring
-from fleet.service.views import QueueView
 from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.store import admin as admin_rows

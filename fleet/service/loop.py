@@ -48,12 +48,12 @@ from fleet.core.lifecycle import TERMINAL
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState, Transition
+from fleet.core.view import LoopView, PendingMemo, project
 from fleet.service import effects, inbox, restart, views
 from fleet.service.collector import cycle_paused
 from fleet.service.failover import Failover
 from fleet.service.journal import Also, Journal
 from fleet.service.telemetry import Telemetry
-from fleet.service.views import LoopView
 from fleet.store.database import Database, Session
 
 log = logging.getLogger("fleet.service.loop")
@@ -99,7 +99,7 @@ class SchedulerLoop:
         self.journal = Journal(db, self._recorded)
         self.failover = Failover(db)
         self.publisher = views.Publisher(self._publish)
-        self._memo: views.PendingMemo = {}  # pending views of the last view, to reuse
+        self._memo: PendingMemo = {}  # pending views of the last view, to reuse
         self._changed: set[str] = set()  # jobs changed since the last published view
         self._inbox: list[inbox.Item] = []
         self._abandoned: Exception | None = None  # see abandon()
@@ -437,7 +437,7 @@ class SchedulerLoop:
         return await self.publisher.next_view(after, timeout)
 
     def _publish(self) -> None:
-        view, self._memo = views.project(
+        view, self._memo = project(
             self.state, self.vc_sizes, self.publisher.view, self._changed, self._memo
         )
         self._changed.clear()

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 
 class QueueLike(Protocol):
-    """What the gauges read of a queue of the loop's view (``fleet.service.views.QueueView``)."""
+    """What the gauges read of a queue of the loop's view (``fleet.core.view.QueueView``)."""
 
     @property
     def name(self) -> str: ...
@@ -80,7 +80,7 @@ class QueueLike(Protocol):
 
 
 class GpusLike(Protocol):
-    """A member's GPUs in the loop's view (``fleet.service.views.ClusterGpus``)."""
+    """A member's GPUs in the loop's view (``fleet.core.view.ClusterGpus``)."""
 
     @property
     def total(self) -> int: ...
@@ -91,7 +91,7 @@ class GpusLike(Protocol):
 
 
 class ViewLike(Protocol):
-    """What the gauges read of the loop's published view (``fleet.service.views.LoopView``)."""
+    """What the gauges read of the loop's published view (``fleet.core.view.LoopView``)."""
 
     @property
     def queues(self) -> Sequence[QueueLike]: ...

@@ -1,15 +1,12 @@
-"""The loop's published view: a pure projection of the core's state, and its publisher.
+"""The publisher of the loop's view: made when read, announced to who waits.
 
-Theory of operation: :func:`project` turns the core's state into an
-immutable :class:`LoopView` (queues as ``kubectl get queue`` would show them,
-pending jobs with their reasons, GPUs per member and virtual cluster, the
-members drained and not ready, and which jobs changed since the view
-before); the API, the dashboard and telemetry read only that view.
-:class:`Publisher` makes a view when somebody reads it, not after every
-iteration of the loop: read between iterations, it is made at once; read
-while an iteration runs (or from another thread, such as a metrics
-exporter's), the last view is returned and the iteration publishes a new one
-when it ends, as it does for every iteration while somebody waits in
+Theory of operation: the view itself is the core's pure projection
+(:func:`fleet.core.view.project`); :class:`Publisher` decides when it is
+made.  A view is made when somebody reads it, not after every iteration of
+the loop: read between iterations, it is made at once; read while an
+iteration runs (or from another thread, such as a metrics exporter's), the
+last view is returned and the iteration publishes a new one when it ends,
+as it does for every iteration while somebody waits in
 :meth:`Publisher.next_view`.  A replay, which reads none, makes none.
 """
 
@@ -18,176 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-from fleet.core.jobs import Job
-from fleet.core.resources import Resources, format_quantity
-from fleet.core.state import SchedulerState
-
-#: Views whose changed jobs the published view remembers (LoopView.recent).
-RECENT_VIEWS = 256
-
-
-@dataclass(frozen=True, slots=True)
-class QueueView:
-    """One node of the quota tree as ``kubectl get queue`` would show it."""
-
-    name: str
-    parent: str | None
-    leaf: bool
-    namespaces: tuple[str, ...]
-    min: Mapping[str, str]
-    max: Mapping[str, str] | None
-    used: Mapping[str, str]
-    borrowed: Mapping[str, str]
-    admitted: int
-    pending: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingView:
-    """A pending job's place in its queue and why it waits."""
-
-    job: str
-    priority: int
-    priority_class: str
-    request: Mapping[str, str]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterGpus:
-    """GPUs of one member cluster, and per virtual cluster: (total, used) each."""
-
-    total: int
-    used: int
-    vcs: Mapping[str, tuple[int, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class LoopView:
-    """What the loop knew after its last iteration (immutable; the API reads it)."""
-
-    ready: bool = False
-    time: float = 0.0
-    queues: tuple[QueueView, ...] = ()
-    pending: Mapping[str, tuple[PendingView, ...]] = field(default_factory=dict)
-    reasons: Mapping[str, str] = field(default_factory=dict)
-    clusters: Mapping[str, ClusterGpus] = field(default_factory=dict)
-    #: cluster -> virtual cluster -> its virtual cells that bad nodes leave no cell for
-    doomed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    #: 1 for the first view published, then one more per view (the change stream's ids)
-    version: int = 0
-    #: the last views' versions with the jobs (namespace/name) that changed in each:
-    #: submitted, moved to another state, or given another waiting reason; oldest first
-    recent: tuple[tuple[int, tuple[str, ...]], ...] = ()
-    #: member clusters being drained (removed once their jobs are gone)
-    draining: frozenset[str] = frozenset()
-    #: member clusters that are not ready (nothing is dispatched to them)
-    unready: frozenset[str] = frozenset()
-
-
-def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
-    return {r: format_quantity(r, v) for r, v in sorted(values.items()) if v}
-
-
-def _limits(values: Resources | None) -> dict[str, str] | None:
-    """A node's ``max`` as quantities, a limit of 0 included (None: no limit)."""
-    if values is None:
-        return None
-    return {r: format_quantity(r, v) for r, v in sorted(values.items())}
-
-
-#: job key -> (its record, its view) in the last published view, to reuse
-PendingMemo = dict[str, tuple[Job, PendingView]]
-
-
-def project(
-    state: SchedulerState,
-    vc_sizes: Mapping[str, Mapping[str, int]],
-    before: LoopView,
-    changed: Collection[str],
-    memo: PendingMemo,
-) -> tuple[LoopView, PendingMemo]:
-    """The view of ``state`` that follows ``before``, ``changed`` naming the jobs
-    that changed since; with the memo of pending views for the next projection."""
-    tree = state.tree
-    pending_by_leaf = {name: q.pending for name, q in state.queues.items()}
-    counts: dict[str, int] = {}
-    for leaf, jobs in pending_by_leaf.items():
-        for node in tree.path_to_root(leaf):
-            counts[node] = counts.get(node, 0) + len(jobs)
-    queues = tuple(
-        QueueView(
-            name=node,
-            parent=tree.parent(node),
-            leaf=tree.is_leaf(node),
-            namespaces=tree.namespaces_of(node),
-            min=_quantities(tree.min_of(node)),
-            max=_limits(tree.max_of(node)),
-            used=_quantities(tree.used(node)),
-            borrowed=_quantities(tree.borrowed_used(node)),
-            admitted=tree.admitted_count(node),
-            pending=counts.get(node, 0),
-        )
-        for node in tree.nodes()
-    )
-    reasons: dict[str, str] = {}
-    pending: dict[str, tuple[PendingView, ...]] = {}
-    book = state.waiting
-    fresh: PendingMemo = {}
-    for leaf, jobs in pending_by_leaf.items():
-        views = []
-        for job in jobs:
-            key = job.key
-            reason = book.reason_of(job)
-            if reason:
-                reasons[key] = reason
-            # A job's view is kept while the job (an immutable record) and its
-            # reason stay the same: most of them, from one iteration to the next.
-            known = memo.get(key)
-            if known is not None and known[0] is job and known[1].reason == reason:
-                view = known[1]
-            else:
-                view = PendingView(
-                    key, job.priority, job.priority_class, _quantities(job.request), reason
-                )
-            fresh[key] = (job, view)
-            views.append(view)
-        pending[leaf] = tuple(views)
-    vc_used = state.guaranteed_gpus
-    clusters = {
-        name: ClusterGpus(
-            placer.capacity()["nvidia.com/gpu"],
-            placer.allocated()["nvidia.com/gpu"],
-            {vc: (size, vc_used.get((name, vc), 0)) for vc, size in vc_sizes.get(name, {}).items()},
-        )
-        for name, placer in state.placers.items()
-    }
-    doomed = {
-        name: placer.doomed_cells()
-        for name, placer in state.placers.items()
-        if hasattr(placer, "doomed_cells")
-    }
-    # A waiting job whose reason changed changed too.
-    moved = set(changed) | {k for k, r in reasons.items() if before.reasons.get(k) != r}
-    version = before.version + 1
-    recent = (*before.recent, (version, tuple(sorted(moved))))[-RECENT_VIEWS:]
-    published = LoopView(
-        True,
-        state.now,
-        queues,
-        pending,
-        reasons,
-        clusters,
-        doomed,
-        version,
-        recent,
-        frozenset(state.draining),
-        frozenset(state.unready),
-    )
-    return published, fresh
+from fleet.core.view import LoopView
 
 
 class Publisher:

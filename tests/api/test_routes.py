@@ -239,7 +239,9 @@ async def test_a_name_comes_back_once_its_job_is_deleted_or_ended(
     assert (answer["uid"] != old["uid"]) is new_run
     current = await ok(await client.get("/api/v1/jobs/team-a/again"))
     assert current["uid"] == answer["uid"]
-    assert current["state"] == ("Queued" if new_run else ended)
+    # The loop may take the new run up between the answer and this read.
+    live = ("Queued", "Admitted", "Dispatched", "Running")
+    assert current["state"] in (live if new_run else (ended,)), current["state"]
     listed = await ok(await client.get("/api/v1/jobs?namespace=team-a"))
     assert [j["uid"] for j in listed["items"]] == [answer["uid"]]  # current runs only
     if not new_run:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleet.core.view import ClusterGpus, LoopView, PendingView, QueueView
 from fleet.service import telemetry
-from fleet.service.views import ClusterGpus, LoopView, PendingView, QueueView
 from tests.databases import in_ci
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -115,7 +115,7 @@ def test_preemption_reasons_are_named_like_kueue() -> None:
 def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from fleet.service.views import LoopView, QueueView
+    from fleet.core.view import LoopView, QueueView
 
     used = {"cpu": "1500m", "memory": "2Gi", "nvidia.com/gpu": "3"}
     queue = QueueView("q", None, True, ("ns",), {"cpu": "4"}, None, used, {"cpu": "500m"}, 1, 0)
