@@ -26,6 +26,12 @@ number of times instead.  A coroutine that never waits (``while True: await
 clock.sleep(0)``) is reported with a ``RuntimeError`` rather than looping
 forever.
 
+The clock also says how the shell runs CPU-bound work on the core's state
+(:meth:`Clock.compute`): on the real clock in a worker thread, so that the
+event loop keeps serving while a scheduling cycle runs; on a virtual clock
+inline, where everything must happen in the event loop's order.  So a
+replay and a test run the same loop as ``fleet serve``, with another clock.
+
 A sleeper that is cancelled leaves its heap entry behind, marked dead; dead
 entries are dropped when they reach the top of the heap, and the heap is
 rebuilt without them once they are the majority, so cancelled sleeps do not
@@ -41,8 +47,11 @@ import itertools
 import math
 import time
 import types
-from collections.abc import Generator
-from typing import Final, Protocol
+from collections.abc import Callable, Generator
+from typing import Final, ParamSpec, Protocol, TypeVar
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 #: Yields of :meth:`VirtualClock.run_until_idle` on an event loop whose ready
 #: queue cannot be read.
@@ -68,6 +77,10 @@ class Clock(Protocol):
 
     async def sleep_until(self, t: float) -> None:
         """Wait until the time is ``t``; a time already reached only yields once."""
+        ...
+
+    async def compute(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run CPU-bound ``work`` (in a worker thread, or inline on a virtual clock)."""
         ...
 
 
@@ -102,6 +115,10 @@ class RealClock:
         while remaining > 0:
             await asyncio.sleep(remaining)
             remaining = t - self.now()
+
+    async def compute(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run ``work`` in a worker thread: the event loop keeps serving meanwhile."""
+        return await asyncio.to_thread(work, *args, **kw)
 
 
 _Entry = tuple[float, int, "asyncio.Future[None]"]
@@ -150,6 +167,10 @@ class VirtualClock:
                 self._live -= 1
                 self._dead += 1
                 self._compact()
+
+    async def compute(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
+        """Run ``work`` inline: on a virtual clock everything happens in the event loop's order."""
+        return work(*args, **kw)
 
     def sleepers(self) -> int:
         """How many coroutines sleep on this clock."""

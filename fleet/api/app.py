@@ -69,9 +69,7 @@ async def last_resort(request: web.Request, handler: Handler) -> web.StreamRespo
         return problem_response(http_problem(500, None, instance=request.path))
 
 
-def create_app(
-    settings: Settings, *, clock: Clock | None = None, threaded: bool = True
-) -> web.Application:
+def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
     """The Fleet API application; the service starts with it (see the module docstring)."""
     telemetry = Telemetry(otlp_endpoint=settings.otlp_endpoint)
     app = web.Application(
@@ -112,7 +110,7 @@ def create_app(
         app[keys.PARSE_WORKERS] = ParseWorkers(settings.parse_processes)
 
     async def run_service(app: web.Application) -> AsyncIterator[None]:
-        svc = await wiring.start(settings, clock or RealClock(), threaded=threaded)
+        svc = await wiring.start(settings, clock or RealClock())
         app[keys.SERVICE] = svc
         app[keys.AUDIT] = audit = AuditLog(svc.db)
         worker = ForecastWorker() if settings.estimate_process else None

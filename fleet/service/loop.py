@@ -14,8 +14,9 @@ each stage is a module that returns data:
   into one iteration, whose items become core events.
 * **Failover** (:mod:`fleet.core.failover`, stored by
   :mod:`fleet.service.failover`): jobs unhealthy too long go elsewhere.
-* **Cycle**: the core's scheduling cycle, in a worker thread (the event loop
-  keeps serving the API).
+* **Cycle**: the core's scheduling cycle, run as the clock computes
+  (:meth:`fleet.clock.Clock.compute`: in a worker thread on the real clock,
+  so the event loop keeps serving the API; inline on a virtual clock).
 * **Journal** (:mod:`fleet.service.journal`): every decision, transition and
   intent, as the store's typed values, in one transaction — only then:
 * **Effects** (:mod:`fleet.service.effects`): create and delete in the
@@ -36,7 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster
@@ -57,9 +58,6 @@ from fleet.service.telemetry import Telemetry
 from fleet.store.database import Database, Session
 
 log = logging.getLogger("fleet.service.loop")
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 #: Event-loop turns the loop gives members' watches before writing deferred records.
 _TURNS_BEFORE_FLUSH = 2
@@ -83,7 +81,6 @@ class SchedulerLoop:
         members: Mapping[str, MemberCluster],
         *,
         interval: float,
-        threaded: bool = True,
         vc_sizes: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.db = db
@@ -91,9 +88,6 @@ class SchedulerLoop:
         self.state = SchedulerState(tree, placers)
         self.members = dict(members)
         self.interval = interval
-        #: Run the cycle in a worker thread (the API stays responsive); off on a
-        #: virtual clock, where everything must happen in the event loop's order.
-        self.threaded = threaded
         #: cluster -> virtual cluster -> GPUs it is guaranteed there
         self.vc_sizes = {k: dict(v) for k, v in (vc_sizes or {}).items()}
         self.journal = Journal(db, self._recorded)
@@ -301,7 +295,7 @@ class SchedulerLoop:
         await self._take(items)
         await self._fail_over()
         decisions = await self._cycle(now)
-        rows = await self._off_loop(self.journal.decisions, self.state, decisions)
+        rows = await self.clock.compute(self.journal.decisions, self.state, decisions)
         actions = await self.journal.persist(rows, self.state.now)
         if self.journal.due:
             await self.flush()  # what the inbox deferred, when the cycle wrote nothing
@@ -313,7 +307,7 @@ class SchedulerLoop:
         # has one reason for all its jobs.  Admitted and preempted jobs changed.
         self._changed.update(d.job for d in decisions if not isinstance(d, Wait))
         if self.publisher.due:
-            await self._off_loop(self._publish)
+            await self.clock.compute(self._publish)
             self.publisher.announce()
         else:
             self.publisher.stale = True
@@ -324,7 +318,7 @@ class SchedulerLoop:
         """The scheduling cycle, in a span that carries its outcome (and metrics)."""
         with self._span("scheduling cycle") as span:
             started = time.perf_counter()
-            decisions = await self._off_loop(_paused_cycle, self.state)
+            decisions = await self.clock.compute(_paused_cycle, self.state)
             if self.telemetry is not None:
                 self.telemetry.cycle_done(span, decisions, time.perf_counter() - started, now)
         return decisions
@@ -334,17 +328,6 @@ class SchedulerLoop:
         if self.telemetry is None:
             return contextlib.nullcontext()
         return self.telemetry.tracer.start_as_current_span(name, attributes=attributes)
-
-    async def _off_loop(self, work: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
-        """Run CPU-bound work on the core's state in the worker thread when ``threaded``.
-
-        The state has one writer, this loop, which waits for the work to end;
-        meanwhile the event loop keeps answering the API (which reads only
-        the published view).
-        """
-        if self.threaded:
-            return await asyncio.to_thread(work, *args, **kw)
-        return work(*args, **kw)
 
     # Stages -----------------------------------------------------------------------------
     async def _take(self, items: Sequence[inbox.Item]) -> None:

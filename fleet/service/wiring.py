@@ -208,21 +208,19 @@ def _members(
     return placers, members
 
 
-async def start(settings: Settings, clock: Clock, *, threaded: bool = True) -> Service:
+async def start(settings: Settings, clock: Clock) -> Service:
     """Open, configure and start everything; see the module docstring."""
     db = await open_database(settings.database_url)
     if db.dialect == "postgresql":
         try:
-            return await _start_replica(db, settings, clock, threaded=threaded)
+            return await _start_replica(db, settings, clock)
         except BaseException:
             await db.close()
             raise
     members: dict[str, MemberCluster] = {}
     try:
         tree_text, clusters_text = await _configuration(db, settings, clock)
-        tree, clusters, loop = await _start_loop(
-            db, settings, clock, tree_text, clusters_text, threaded
-        )
+        tree, clusters, loop = await _start_loop(db, settings, clock, tree_text, clusters_text)
         members = loop.members
         submissions = Intake(db, clock, loop.submitted)
     except BaseException:
@@ -239,7 +237,6 @@ async def _start_loop(
     clock: Clock,
     tree_text: str,
     clusters_text: str,
-    threaded: bool,
 ) -> tuple[QuotaTree, list[MemberClusterModel], SchedulerLoop]:
     """Build the placers, members and loop of this configuration; restore and start it."""
     tree, warnings = convert.load_quota(tree_text)
@@ -257,7 +254,6 @@ async def _start_loop(
             placers,
             members,
             interval=settings.schedule_interval,
-            threaded=threaded,
             vc_sizes={c.name: vc_gpus(c) for c in clusters},
         )
         loop.tree_document = tree_text
@@ -293,9 +289,7 @@ def advertised(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-async def _start_replica(
-    db: Database, settings: Settings, clock: Clock, *, threaded: bool
-) -> Service:
+async def _start_replica(db: Database, settings: Settings, clock: Clock) -> Service:
     """A replica on PostgreSQL: it serves at once and schedules once it leads."""
     tree_text, clusters_text = await _configuration(db, settings, clock)
     tree, _ = convert.load_quota(tree_text)
@@ -329,7 +323,7 @@ async def _start_replica(
         address=advertised(settings),
         lease=settings.leader_lease_seconds,
         renew=settings.leader_renew_seconds,
-        lead=functools.partial(_lead, svc, threaded),
+        lead=functools.partial(_lead, svc),
         follow=functools.partial(_follow, svc),
         following=functools.partial(refresh_configuration, svc),
     )
@@ -338,7 +332,7 @@ async def _start_replica(
     return svc
 
 
-async def _lead(svc: Service, threaded: bool, term: int) -> None:
+async def _lead(svc: Service, term: int) -> None:
     """Won the election: restore the state from the database and run the loop, fenced."""
     leadership = svc.leadership
     if leadership is None:
@@ -347,7 +341,7 @@ async def _lead(svc: Service, threaded: bool, term: int) -> None:
         tree_text, clusters_text = await _stored_configuration(session)
     fenced = svc.db.fenced(leadership.fence)
     tree, clusters, loop = await _start_loop(
-        fenced, svc.settings, svc.clock, tree_text, clusters_text, threaded
+        fenced, svc.settings, svc.clock, tree_text, clusters_text
     )
     svc.tree, svc.tree_document, svc.clusters, svc.loop = tree, tree_text, clusters, loop
     svc.loop_runs = True

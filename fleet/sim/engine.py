@@ -383,7 +383,6 @@ async def replay(
             placers,
             members,
             interval=LOOP_INTERVAL,
-            threaded=False,
             vc_sizes={c.name: convert.vc_gpus(c) for c in clusters},
         )
         loop.journal.write_behind = True  # the store is read only through _flushed

@@ -90,7 +90,7 @@ def api_with(
             kubeconfig_dir=kubeconfigs,
             **kw,
         )
-        client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+        client = await aiohttp_client(create_app(settings, clock=clock))
         return Api(client, clock)
 
     return make

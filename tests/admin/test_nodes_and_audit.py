@@ -162,7 +162,7 @@ async def test_a_bad_node_and_a_drain_survive_a_restart(
 ) -> None:
     clock = VirtualClock(1_000.0)
     settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
-    first = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    first = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     await first.settle()
     await first.call(
         "PUT",
@@ -174,7 +174,7 @@ async def test_a_bad_node_and_a_drain_survive_a_restart(
     await first.settle()
     await first.client.close()
 
-    second = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    second = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     await second.settle()
     listing = await second.call("GET", "/api/v1/clusters", status=200)
     by_name = {c["name"]: c for c in listing["items"]}

@@ -177,7 +177,7 @@ async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
     clock = VirtualClock(1_000.0)
     tokens = write_tokens_file(tmp_path / "t.yaml")
     settings = helpers.settings(database_url, tokens_file=tokens, quota_cut_grace=600.0)
-    first = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    first = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     await run_team_a(first, "a1", "a2", "a3")
     cut = tree_with(**{"team-a": {"min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 8}}})
     await first.call("PUT", "/api/v1/quota-tree", data=cut, headers=YAML, status=200)
@@ -185,7 +185,7 @@ async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
     await first.settle(300)
     await first.client.close()
 
-    second = Api(await aiohttp_client(create_app(settings, clock=clock, threaded=False)), clock)
+    second = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     loop = second.client.app[keys.SERVICE].loop
     await second.settle()
     assert loop.state.cut_since == {"team-a": cut_at}

@@ -42,7 +42,7 @@ async def test_lost_connections_are_a_503_problem_and_the_next_request_is_served
 ) -> None:
     async with fresh_postgres_database(postgres_url) as url:
         clock = VirtualClock(0.0)
-        app = create_app(settings(url), clock=clock, threaded=False)
+        app = create_app(settings(url), clock=clock)
         client = await aiohttp_client(app)
         resp = await client.post(
             "/api/v1/submissions", data=pytorchjob("before", gpus=1), headers=YAML

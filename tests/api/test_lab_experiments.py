@@ -39,7 +39,7 @@ async def start(
         quota=LAB / quota,
         schedule_interval=INTERVAL,
     )
-    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    client = await aiohttp_client(create_app(settings, clock=clock))
     await settle(client, clock)
     return client, clock
 

@@ -38,7 +38,7 @@ async def client(
         max_simulations_per_token=1,
         estimate_interval=0,
     )
-    return await aiohttp_client(create_app(settings, clock=VirtualClock(1_000.0), threaded=False))
+    return await aiohttp_client(create_app(settings, clock=VirtualClock(1_000.0)))
 
 
 async def until(check: Callable[[], bool], what: str) -> None:

@@ -95,9 +95,7 @@ async def api(
 ) -> AsyncIterator[Api]:
     clock = VirtualClock(1_000.0)
     tokens = write_tokens_file(tmp_path / "t.yaml")
-    app = create_app(
-        helpers.settings(sqlite_url(tmp_path), tokens_file=tokens), clock=clock, threaded=False
-    )
+    app = create_app(helpers.settings(sqlite_url(tmp_path), tokens_file=tokens), clock=clock)
     yield Api(await aiohttp_client(app), clock)
 
 

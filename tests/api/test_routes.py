@@ -29,7 +29,7 @@ async def api(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
 ) -> AsyncIterator[tuple[Client, VirtualClock]]:
     clock = VirtualClock(1_000.0)
-    app = create_app(settings(database_url), clock=clock, threaded=False)
+    app = create_app(settings(database_url), clock=clock)
     client = await aiohttp_client(app)
     yield client, clock
 
@@ -319,7 +319,6 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_read(
     app = create_app(
         settings(f"sqlite+aiosqlite:///{tmp_path}/f.db", max_body_bytes=1024),
         clock=VirtualClock(0.0),
-        threaded=False,
     )
     client = await aiohttp_client(app)
     body = pytorchjob("big") + "#" * 2048 + "\n"
@@ -333,9 +332,7 @@ async def test_healthz_shows_the_leaders_address_without_its_password(
 ) -> None:
     async with fresh_postgres_database(postgres_url) as url:
         address = "http://ops:hunter2@127.0.0.1:8080"
-        app = create_app(
-            settings(url, advertise_url=address), clock=VirtualClock(1_000.0), threaded=False
-        )
+        app = create_app(settings(url, advertise_url=address), clock=VirtualClock(1_000.0))
         client = await aiohttp_client(app)
         resp = await client.get("/healthz")
         text = await resp.text()

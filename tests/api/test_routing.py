@@ -32,7 +32,7 @@ UNDECLARED = ("/ui", "/favicon.ico", "/metrics")
 def test_every_served_api_route_has_exactly_one_declaration_and_is_documented(
     tmp_path: Path,
 ) -> None:
-    app = create_app(helpers.settings(sqlite_url(tmp_path)), threaded=False)
+    app = create_app(helpers.settings(sqlite_url(tmp_path)))
     declared = {r.operation_id: r for r in ROUTES}
     assert len(declared) == len(ROUTES)
     served: Counter[str] = Counter()

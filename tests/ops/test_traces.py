@@ -29,7 +29,7 @@ async def test_a_submission_leaves_request_cycle_dispatch_and_member_spans(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
 ) -> None:
     clock = VirtualClock(1_000.0)
-    app = create_app(settings(database_url), clock=clock, threaded=False)
+    app = create_app(settings(database_url), clock=clock)
     spans = InMemorySpanExporter()
     app[metrics.TELEMETRY].tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     client = await aiohttp_client(app)
@@ -182,9 +182,7 @@ async def test_a_request_path_with_an_encoded_newline_leaves_one_text_log_line(
     tmp_path: Path,
 ) -> None:
     tokens = write_tokens_file(tmp_path / "tokens.yaml")  # an unauthenticated call is logged
-    app = create_app(
-        settings(database_url, tokens_file=tokens), clock=VirtualClock(1_000.0), threaded=False
-    )
+    app = create_app(settings(database_url, tokens_file=tokens), clock=VirtualClock(1_000.0))
     client = await aiohttp_client(app)
     out = io.StringIO()
     handler = logging.StreamHandler(out)

@@ -61,7 +61,7 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Directly"
     )
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await submit(svc, text)
         await settle(svc, clock)
@@ -74,7 +74,7 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
     finally:
         await wiring.stop(svc)
 
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         sim(svc, first).set_reachable(False, "still partitioned")
         await settle(svc, clock, 20)
@@ -103,7 +103,7 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Gracefully"
     )
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await submit(svc, text)
         await settle(svc, clock)
@@ -134,7 +134,7 @@ async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_u
     text = with_failover(
         pytorchjob("short", namespace="team-c", workers=1, gpus=8, duration="30s"), 60, "Directly"
     )
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await submit(svc, text)
         await settle(svc, clock)

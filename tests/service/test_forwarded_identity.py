@@ -98,7 +98,7 @@ async def start(
         advertise_url=f"http://127.0.0.1:{port}",
         **kw,
     )
-    app = create_app(settings, clock=VirtualClock(1_000.0), threaded=False)
+    app = create_app(settings, clock=VirtualClock(1_000.0))
     return await aiohttp_client(app, server_kwargs={"port": port})
 
 

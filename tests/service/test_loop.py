@@ -76,7 +76,7 @@ async def states_of(
 
 async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
     clock = VirtualClock(1000.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await submit(svc, pytorchjob("train", workers=2, gpus=4, duration="90s"))
         await settle(svc, clock)
@@ -99,7 +99,7 @@ async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url
 async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_url: str) -> None:
     url = database_url
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(url), clock, threaded=False)
+    svc = await wiring.start(settings(url), clock)
     try:
         await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
         # team-a's max is 32 GPUs: 16 + 24 does not fit, so this one waits.
@@ -110,7 +110,7 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
     finally:
         await wiring.stop(svc)
 
-    svc = await wiring.start(settings(url), clock, threaded=False)
+    svc = await wiring.start(settings(url), clock)
     try:
         await settle(svc, clock)
         assert await states(svc) == before
@@ -128,7 +128,7 @@ async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await submit(svc, pytorchjob("hour", gpus=1, duration="1h"))
         await settle(svc, clock)  # it starts at 0
@@ -136,7 +136,7 @@ async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
     finally:
         await wiring.stop(svc)
 
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await settle(svc, clock, 1799)
         assert await states(svc) == {"team-a/hour": "Running"}
@@ -150,7 +150,7 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         (running,) = await submit(svc, pytorchjob("running", workers=2, gpus=8, duration="1h"))
         (queued,) = await submit(svc, pytorchjob("queued", workers=3, gpus=8, duration="1h"))
@@ -166,7 +166,7 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
         "team-a/queued": "Queued",
     }
 
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/running": "Cancelled", "team-a/queued": "Cancelled"}
@@ -179,7 +179,7 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
 
 async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         first = await submit(svc, pytorchjob("same", gpus=1))
         assert len(first) == 1
@@ -200,7 +200,7 @@ async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submit
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         text = pytorchjob("lost-answer", gpus=1)
         # stored by a commit whose answer never came back: nobody told the loop
@@ -217,7 +217,7 @@ async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submit
 
 async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         # sandbox runs opportunistic work on every GPU of the three clusters (six
         # 8-GPU nodes); team-a's two-node job takes its guaranteed share back.
@@ -255,7 +255,7 @@ async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transacti
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await admitted_by_hand(svc, "train")
         assert svc.loop.state.phase["team-a/train"].value == "Dispatched"
@@ -274,7 +274,7 @@ async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_r
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     logged: list[list[str]] = [[]]  # event reasons inserted, per committed transaction
 
     def inserted(
@@ -313,7 +313,7 @@ async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flu
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     svc.loop.journal.write_behind = True
     try:
         await submit(svc, pytorchjob("train", gpus=1, duration="90s"))
@@ -337,14 +337,14 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await admitted_by_hand(svc, "train")
         svc.loop.journal._deferred.clear()  # the process dies before its next transaction
     finally:
         await wiring.stop(svc)
     assert await states_of(database_url) == {}  # Admitted: none of the states asked
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     try:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/train": "Running"}

@@ -43,7 +43,7 @@ async def test_vc_usage_in_the_view_matches_a_full_count_after_every_step(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     loop = svc.loop
     try:
         steps = [
@@ -76,7 +76,7 @@ async def test_a_view_is_made_when_read_and_is_current_between_iterations(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock, threaded=False)
+    svc = await wiring.start(settings(database_url), clock)
     loop = svc.loop
     try:
         first = loop.view.version
@@ -132,7 +132,6 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
             schedule_interval=5.0,
         ),
         clock,
-        threaded=False,
     )
     loop = svc.loop
     try:
@@ -160,7 +159,7 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
     quota = tmp_path / "quota.yaml"
     quota.write_text(frozen, encoding="utf-8")
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url, quota=quota), clock, threaded=False)
+    svc = await wiring.start(settings(database_url, quota=quota), clock)
     loop = svc.loop
     try:
         await submit(svc, pytorchjob("gpu", namespace="sandbox", gpus=1, duration="1h"))

@@ -57,7 +57,7 @@ async def start(database_url: str) -> tuple[Service, VirtualClock]:
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
     )
-    return await wiring.start(settings, clock, threaded=False), clock
+    return await wiring.start(settings, clock), clock
 
 
 async def submit(svc: Service, text: str) -> None:
@@ -151,7 +151,7 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
         estimate_interval=0,  # refreshed by hand below
         estimate_process=estimate_process,
     )
-    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    client = await aiohttp_client(create_app(settings, clock=clock))
     svc = client.app[keys.SERVICE]
     text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
     resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
@@ -191,7 +191,7 @@ async def dry_run_client(
         estimate_interval=0,
         estimate_process=estimate_process,
     )
-    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    client = await aiohttp_client(create_app(settings, clock=clock))
     text = "---\n".join(
         job(n, gpus=1, run="1h", expected="1h", queue="vc1") for n in ("vc1-0", "vc1-1")
     )

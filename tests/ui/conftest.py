@@ -22,6 +22,6 @@ async def api(
 ) -> AsyncIterator[Api]:
     clock = VirtualClock(1_000.0)
     settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
-    app = create_app(settings, clock=clock, threaded=False)
+    app = create_app(settings, clock=clock)
     client = await aiohttp_client(app)
     yield Api(client, clock)

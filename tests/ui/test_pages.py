@@ -195,7 +195,7 @@ async def test_pages_stay_paged_with_a_thousand_queues_and_many_jobs(
     tree.write_text(_big_tree(1000))
     settings = helpers.settings(database_url, quota=tree)
     clock = VirtualClock(0.0)
-    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    client = await aiohttp_client(create_app(settings, clock=clock))
     # 300 jobs of 8 GPUs in one queue whose max is 8: one runs, the others wait with a reason.
     text = "\n---\n".join(
         pytorchjob(f"j{i:03d}", namespace="ns0007", workers=1, gpus=8) for i in range(300)
@@ -230,7 +230,7 @@ async def test_the_queue_and_job_pages_show_an_estimated_start_when_there_is_one
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
         estimate_interval=0,  # refreshed by hand below
     )
-    client = await aiohttp_client(create_app(settings, clock=clock, threaded=False))
+    client = await aiohttp_client(create_app(settings, clock=clock))
     text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
     assert (await client.post("/api/v1/submissions", data=text, headers=YAML)).status == 201
     await helpers.settle(client.app[keys.SERVICE].loop, clock)
@@ -273,7 +273,6 @@ async def test_the_session_cookie_is_secure_when_clients_use_tls_in_front_of_a_p
     app = create_app(
         helpers.settings(sqlite_url(tmp_path), tokens_file=tokens, **settings),
         clock=VirtualClock(1_000.0),
-        threaded=False,
     )
     client = await aiohttp_client(app)
     url = client.make_url("/")
