@@ -38,9 +38,7 @@ import asyncio
 import contextlib
 import os
 import resource
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -50,6 +48,9 @@ from typing import Any
 
 import aiohttp
 import yaml
+
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_SCRIPT = ROOT / "scripts" / "postgres-test-server"
@@ -137,51 +138,10 @@ def quota_yaml(jobs: int) -> str:
 
 def submission(name: str) -> bytes:
     """A PropagationPolicy and the one-GPU PyTorchJob it selects."""
-    policy = {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "resourceSelectors": [
-                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
-            ],
-            "placement": {
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "customSchedulingType": "Gang",
-                }
-            },
-        },
-    }
-    container = {
-        "name": "pytorch",
-        "image": "example/train:1",
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
-    }
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "annotations": {"fleet.io/simulated-duration": "1h"},
-        },
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}
-            }
-        },
-    }
-    return yaml.safe_dump_all([policy, job]).encode()
+    return pytorchjob(name, namespace=NAMESPACE, gpus=1, duration="1h").encode()
 
 
 # Servers -----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -205,54 +165,20 @@ async def fleet_serve(database_url: str, work: Path, jobs: int) -> AsyncIterator
     clusters, quota, log = work / "clusters.yaml", work / "quota.yaml", work / "serve.log"
     clusters.write_text(cluster_yaml(jobs))
     quota.write_text(quota_yaml(jobs))
-    port = free_port()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [
-                *PROFILER,
-                sys.executable,
-                "-m",
-                "fleet.cli.main",
-                "serve",
-                "--port",
-                str(port),
-                "--database-url",
-                database_url,
-                "--clusters",
-                str(clusters),
-                "--quota",
-                str(quota),
-                "--schedule-interval",
-                "1",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    base = f"http://127.0.0.1:{port}"
+    port = servers.free_port()
+    proc = servers.start(
+        database_url,
+        port,
+        log,
+        extra=["--clusters", str(clusters), "--quota", str(quota), "--log-level", "WARNING"],
+        schedule_interval=1,
+        prefix=PROFILER,
+        ready_within=120,
+    )
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(1200):
-                if proc.poll() is not None:
-                    raise RuntimeError("fleet serve exited:\n" + log.read_text())
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(base + "/readyz") as resp:
-                        if resp.status == 200:
-                            break
-                await asyncio.sleep(0.1)
-            else:
-                raise RuntimeError("fleet serve did not become ready:\n" + log.read_text())
-        yield base, proc.pid
+        yield f"http://127.0.0.1:{port}", proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        servers.stop(proc)
 
 
 # Load ----------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
 from fleet.core.resources import GPU, Resources
+from fleet.testing.cells import rack_config
 
 HIVED_PEER = "HiveD Go allocator: ~530 jobs/s over the whole loop, p99 0.68-0.79 ms/gang, 1 % waits"
 TARGETS = "targets: >= 10,000 jobs/s over the whole loop, gang fit+bind p99 <= 0.35 ms"
@@ -58,26 +59,15 @@ class Arrival:
 
 
 def default_config(racks: int = 125, vcs: int = 20, owed: int = 6) -> dict[str, Any]:
-    return {
-        "physicalCluster": {
-            "cellTypes": {
-                "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
-                "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
-                "RACK": {"childCellType": "NODE", "childCellNumber": 8},
-            },
-            "physicalCells": [
-                {
-                    "cellType": "RACK",
-                    "cellChildren": [{"cellAddress": f"r{r:03d}-n{n}"} for n in range(8)],
-                }
-                for r in range(racks)
-            ],
-        },
-        "virtualClusters": {
-            f"vc{v:02d}": {"virtualCells": [{"cellType": "RACK", "cellNumber": owed}]}
-            for v in range(vcs)
-        },
-    }
+    """``racks`` racks of 8 nodes of 4 PCIe pairs, ``vcs`` VCs each owed ``owed`` racks."""
+    return rack_config(
+        racks,
+        8,
+        8,
+        {f"vc{v:02d}": [("RACK", owed)] for v in range(vcs)},
+        pairs=True,
+        address="r{r:03d}-n{n}",
+    )
 
 
 def synthetic_stream(n: int, vcs: list[str], seed: int = 7) -> Iterator[Arrival]:

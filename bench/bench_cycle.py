@@ -70,6 +70,7 @@ from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
 from fleet.service.collector import FollowGrowth, cycle_paused
 from fleet.sim.backlog import build_tree, capacity_placers, make_jobs
+from fleet.testing.cells import rack_config
 
 GPU = "nvidia.com/gpu"
 TARGET_RATE = 10_000
@@ -114,28 +115,9 @@ def cell_placers(tree: QuotaTree, clusters: int, nodes: int) -> dict[str, Placer
     racks = max(1, nodes // RACK_NODES)
     placers: dict[str, Placer] = {}
     for c, name in enumerate(names):
-        config = {
-            "physicalCluster": {
-                "cellTypes": {
-                    "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
-                    "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
-                    "RACK": {"childCellType": "NODE", "childCellNumber": RACK_NODES},
-                },
-                "physicalCells": [
-                    {
-                        "cellType": "RACK",
-                        "cellChildren": [
-                            {"cellAddress": f"c{c}-r{r:03d}-n{n}"} for n in range(RACK_NODES)
-                        ],
-                    }
-                    for r in range(racks)
-                ],
-            },
-            "virtualClusters": {
-                vc: {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": count}]}
-                for vc, count in owed[name].items()
-            },
-        }
+        vcs = {vc: [("RACK.NODE", count)] for vc, count in owed[name].items()}
+        address = f"c{c}-" + "r{r:03d}-n{n}"
+        config = rack_config(racks, RACK_NODES, 8, vcs, pairs=True, address=address)
         placers[name] = CellPlacer(name, load_cell_config(config))
     return placers
 

@@ -20,12 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens  # noqa: E402
-from tests.fuzz.driver import fuzz  # noqa: E402
-from tests.service import servers  # noqa: E402
+from fleet.testing import servers
+from fleet.testing.fuzz import fuzz
+from fleet.testing.tokens import admin_tokens_file
 
 TOKEN = "fleet_bench-fuzz-admin"
 
@@ -36,20 +33,9 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        tokens = work / "tokens.yaml"
-        entry = TokenEntry(name="bench", role="admin", sha256=hash_token(TOKEN))
-        write_tokens(tokens, TokensFile(tokens=[entry]))
-        port = servers.free_port()
-        log = work / "serve.log"
-        proc = servers.start(
-            f"sqlite+aiosqlite:///{work / 'fleet.db'}",
-            port,
-            log,
-            cwd=work,
-            extra=["--tokens-file", str(tokens)],
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
+        tokens = admin_tokens_file(work / "tokens.yaml", TOKEN, name="bench")
+        with servers.serving(work, extra=["--tokens-file", str(tokens)]) as server:
+            url, log = server.url, server.log
             start = time.perf_counter()
             result = fuzz(url, {"Authorization": f"Bearer {TOKEN}"}, examples=args.examples)
             took = time.perf_counter() - start
@@ -57,8 +43,6 @@ def main() -> int:
                 urllib.request.urlopen(url + p, timeout=10).status == 200
                 for p in ("/healthz", "/readyz")
             )
-        finally:
-            servers.stop(proc)
         errors_logged = log.read_text().count("unexpected error answering")
     print(f"operations x modes: {len(result.per_operation)}")
     print(f"cases tried:        {result.cases}")

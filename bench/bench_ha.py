@@ -31,8 +31,6 @@ import itertools
 import os
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -40,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_api import cluster_yaml, free_port, postgres_server, quota_yaml, submission
+from bench_api import cluster_yaml, postgres_server, quota_yaml, submission
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
+
+from fleet.testing import servers
 
 CLIENTS = 32
 _databases = itertools.count(1)
@@ -54,38 +54,18 @@ class Replica:
     """One ``fleet serve`` process."""
 
     def __init__(self, database_url: str, work: Path, lease: float, renew: float) -> None:
-        self.port = free_port()
+        self.port = servers.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        log = work / f"serve-{self.port}.log"
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "fleet.cli.main",
-                    "serve",
-                    "--port",
-                    str(self.port),
-                    "--database-url",
-                    database_url,
-                    "--clusters",
-                    str(work / "clusters.yaml"),
-                    "--quota",
-                    str(work / "quota.yaml"),
-                    "--schedule-interval",
-                    "1",
-                    "--log-level",
-                    "WARNING",
-                    "--leader-lease",
-                    str(lease),
-                    "--leader-renew",
-                    str(renew),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-            )
-        self.log = log
+        self.log = work / f"serve-{self.port}.log"
+        files = ["--clusters", str(work / "clusters.yaml"), "--quota", str(work / "quota.yaml")]
+        lease_args = ["--leader-lease", str(lease), "--leader-renew", str(renew)]
+        self.proc = servers.launch(
+            database_url,
+            self.port,
+            self.log,
+            extra=[*files, "--log-level", "WARNING", *lease_args],
+            schedule_interval=1,
+        )
 
     async def ready(self, session: aiohttp.ClientSession) -> None:
         for _ in range(600):
@@ -108,12 +88,7 @@ class Replica:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            servers.stop(self.proc)
 
 
 @contextlib.asynccontextmanager

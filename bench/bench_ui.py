@@ -15,10 +15,7 @@ many jobs there are.  The figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -27,14 +24,11 @@ from typing import Any
 
 import yaml
 
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
+
 PER_REQUEST = 100
 NODES = 64
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _tree(queues: int) -> dict[str, Any]:
@@ -73,35 +67,9 @@ def _cluster() -> dict[str, Any]:
     }
 
 
-def _job(i: int, queues: int) -> list[dict[str, Any]]:
-    ns, name = f"ns{i % queues:04d}", f"job-{i:05d}"
-    policy = {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "resourceSelectors": [
-                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
-            ],
-            "placement": {"replicaScheduling": {"customSchedulingType": "Gang"}},
-        },
-    }
-    container = {"name": "t", "image": "t:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "annotations": {"fleet.io/simulated-duration": "1h"},
-        },
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}
-            }
-        },
-    }
-    return [policy, job]
+def _job(i: int, queues: int) -> str:
+    """Job ``i``: one 8-GPU worker for an hour, in queue ``i`` modulo ``queues``."""
+    return pytorchjob(f"job-{i:05d}", namespace=f"ns{i % queues:04d}", gpus=8, duration="1h")
 
 
 def _get(url: str) -> tuple[float, int]:
@@ -122,34 +90,16 @@ def main() -> int:
         work = Path(tmp)
         (work / "tree.yaml").write_text(yaml.safe_dump(_tree(args.queues)))
         (work / "clusters.yaml").write_text(yaml.safe_dump(_cluster()))
-        port = _free_port()
-        base = f"http://127.0.0.1:{port}"
-        log = (work / "serve.log").open("wb")
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "fleet.cli.main", "serve", "--port", str(port),
-                "--database-url", f"sqlite+aiosqlite:///{work / 'fleet.db'}",
-                "--quota", str(work / "tree.yaml"), "--clusters", str(work / "clusters.yaml"),
-                "--schedule-interval", "1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=work,
-        )  # fmt: skip
-        try:
-            for _ in range(300):
-                try:
-                    _get(base + "/readyz")
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        files = ["--quota", str(work / "tree.yaml"), "--clusters", str(work / "clusters.yaml")]
+        with servers.serving(work, extra=files, schedule_interval=1) as server:
+            base = server.url
             started = time.perf_counter()
             for first in range(0, args.jobs, PER_REQUEST):
-                docs = [d for i in range(first, min(args.jobs, first + PER_REQUEST))
-                        for d in _job(i, args.queues)]  # fmt: skip
+                last = min(args.jobs, first + PER_REQUEST)
+                text = "---\n".join(_job(i, args.queues) for i in range(first, last))
                 request = urllib.request.Request(
                     base + "/api/v1/submissions",
-                    data=yaml.safe_dump_all(docs).encode(),
+                    data=text.encode(),
                     headers={"Content-Type": "application/yaml"},
                     method="POST",
                 )
@@ -182,10 +132,6 @@ def main() -> int:
                     f"{page:40} {statistics.median(times):10.1f} {max(times):8.1f} "
                     f"{size / 1024:7.1f}"
                 )
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-            log.close()
     return 0
 
 

@@ -6,7 +6,7 @@ watcher to :data:`fleet.core.checks.WATCHERS`, which every
 :class:`QuotaTree` calls as it is made (compiled classes cannot be patched
 from outside).  Every object made during a test is therefore recorded,
 however it was made: directly, through
-``tests/core/factories.py``, the cells tests' helpers, the CLI or a hypothesis
+``tests/core/factories.py``, :mod:`fleet.testing.cells`, the CLI or a hypothesis
 example; they are kept alive until teardown, so the objects of every example
 of a hypothesis test are checked.  Each one's ``check_invariants()`` runs once
 (a scheduler state checks its own tree and placers, so those are skipped), and

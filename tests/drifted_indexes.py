@@ -24,6 +24,7 @@ from fleet.core.placement import Fit, Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
+from fleet.testing.cells import rack_config
 from tests.core.factories import make_job, make_nodes, make_state, make_tree, submit
 
 TREE: dict[str, Any] = {
@@ -36,20 +37,7 @@ TREE: dict[str, Any] = {
     ],
 }
 
-CELLS: dict[str, Any] = {
-    "physicalCluster": {
-        "cellTypes": {
-            "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
-            "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
-            "RACK": {"childCellType": "NODE", "childCellNumber": 2},
-        },
-        "physicalCells": [
-            {"cellType": "RACK", "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in (0, 1)]}
-            for r in range(2)
-        ],
-    },
-    "virtualClusters": {"team-a": {"virtualCells": [{"cellType": "RACK", "cellNumber": 1}]}},
-}
+CELLS: dict[str, Any] = rack_config(2, 2, 8, {"team-a": [("RACK", 1)]}, pairs=True)
 
 
 def _place(placer: Placer, name: str, gpus: int) -> None:

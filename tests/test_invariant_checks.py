@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fleet.cli.plan import build_placers, plan
+from fleet.cli.plan import plan
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells import ownership
 from fleet.core.cells.allocator import SHARED, Journal, Reservation
@@ -30,6 +30,7 @@ from fleet.core.quota import QuotaTree
 from fleet.core.resources import GPU, Resources
 from fleet.core.state import SchedulerState
 from fleet.manifests.convert import load_clusters, load_quota
+from fleet.manifests.placers import placers as build_placers
 from tests.cells.test_lab_experiments_placer import placer as lab_placer
 from tests.conftest import Built, Checkable
 from tests.core.factories import cancel, make_job, make_nodes, make_state, make_tree, submit

@@ -21,6 +21,7 @@ from tests.test_layering import PACKAGE, ROOT, _broken, _lint_imports, _plant
 LAYERS = "The packages import downward"
 CLOCK = "The clock imports no other fleet module"
 CORE = "The pure core imports no other fleet package"
+TESTING = "Production code never imports the test builders"
 
 
 def _layers() -> list[str]:
@@ -59,6 +60,11 @@ def test_every_part_of_fleet_lies_in_a_layer() -> None:
         ("clock.py", "import fleet.store.database\n", "fleet.store.database", LAYERS),
         ("clock.py", "from fleet.core import lifecycle\n", "fleet.core.lifecycle", CLOCK),
         ("clock.py", "import fleet.clusters.base\n", "fleet.clusters.base", CLOCK),
+        # The builders of the tests and benchmarks are no part of production code,
+        # not even of the CLI beside them.
+        ("cli/plan.py", "import fleet.testing.documents\n", "fleet.testing.documents", TESTING),
+        ("service/wiring.py", "import fleet.testing.running\n", "fleet.testing.running", TESTING),
+        ("manifests/placers.py", "import fleet.testing.cells\n", "fleet.testing.cells", TESTING),
     ],
 )
 def test_a_planted_import_of_what_is_above_breaks_a_contract(

@@ -1,7 +1,9 @@
 """``fleet plan``: run the scheduling cycle offline and say who starts where.
 
 Theory of operation: the quota tree, the member clusters and the jobs are
-loaded with the same loaders the service uses.  Jobs of ``--running`` are
+loaded with the same loaders the service uses, and each cluster's placer
+(``--placer``: the cell allocator or the capacity baseline) is built by the
+one builder of placers, :mod:`fleet.manifests.placers`.  Jobs of ``--running`` are
 submitted first and the cycle is run until nothing changes: they are the jobs
 already running.  Then the jobs of ``--jobs`` are submitted in document order
 and the cycle is run again until nothing changes (at most
@@ -18,56 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fleet.cli.inputs import InputError, read_input
 from fleet.core import events
-from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells.config import load_cell_config
-from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
 from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
+from fleet.manifests import placers as placer_builder
 from fleet.manifests.errors import SpecError
-from fleet.manifests.models import MemberClusterModel
 
 MAX_CYCLES = 100
 _T = TypeVar("_T")
-
-
-def _leaf_nodes(cell: PhysicalCellSpec) -> Iterator[PhysicalCellSpec]:
-    if not cell.children:
-        yield cell
-    for child in cell.children:
-        yield from _leaf_nodes(child)
-
-
-def capacity_placer(name: str, config: CellConfig) -> CapacityPlacer:
-    """The capacity-only baseline over the same nodes as a cell config."""
-    skus: dict[str, str] = {}
-    for top in config.physical_cells:
-        for leaf in _leaf_nodes(top):
-            if leaf.node is not None:
-                skus[leaf.node] = config.cell_types[leaf.cell_type].leaf_type
-    return CapacityPlacer(name, config.nodes(), skus)
-
-
-def build_placers(clusters: Sequence[MemberClusterModel], kind: str) -> dict[str, Placer]:
-    """One placer per member cluster: the cell allocator, or the capacity baseline."""
-    placers: dict[str, Placer] = {}
-    for cluster in clusters:
-        config = load_cell_config(cluster.spec.cells)
-        if kind == "capacity":
-            placers[cluster.name] = capacity_placer(cluster.name, config)
-        else:
-            from fleet.core.cells.placer import CellPlacer
-
-            placers[cluster.name] = CellPlacer(cluster.name, config)
-    return placers
 
 
 def settle(state: SchedulerState, start: float) -> tuple[list[Decision], float]:
@@ -231,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 f"error: {args.jobs}: job(s) {', '.join(both)} are also in {args.running}: "
                 "a job is either running or submitted, not both"
             )
-        placers = build_placers(clusters, args.placer)
+        placers = placer_builder.placers(clusters, args.placer)
     except PlanInputError as e:
         print(e, file=sys.stderr)
         return 1

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 from fleet.clusters.base import MemberCluster
 from fleet.core import events, quota_change
-from fleet.core.cells.placer import CellPlacer
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
+from fleet.manifests import placers
 from fleet.manifests.models import MemberClusterModel
 from fleet.service.loop import SchedulerLoop
 from fleet.store import admin as admin_rows
@@ -208,7 +208,7 @@ async def put_cluster(
     name = model.name
 
     async def work(loop: SchedulerLoop) -> ClusterChange:
-        placer = CellPlacer(name, model.cell_config())
+        placer = placers.placer(model)
         created = name not in loop.state.placers
         if created:
             events.apply(loop.state, events.ClusterAdded(placer))

@@ -7,11 +7,12 @@ start together on PostgreSQL store them once, under the store's lock:
 :func:`fleet.store.configuration.lock_first_start`; it refuses to
 start on a member whose kubeconfig lies outside ``--kubeconfig-dir`` or gets
 credentials from a plugin that is not allowed: :mod:`fleet.clusters.kube.kubeconfig`,
-checked again whenever a member connects) — builds one cell
-placer and one member backend per cluster, and starts the scheduler loop,
-which rebuilds the core's state from the jobs in the database.  :func:`stop`
-undoes it in reverse.  The API (:mod:`fleet.api.app`) calls both from its
-``cleanup_ctx``; tests call them directly on a virtual clock.
+checked again whenever a member connects) — builds one cell placer
+(:mod:`fleet.manifests.placers`) and one member backend per cluster, and
+starts the scheduler loop, which rebuilds the core's state from the jobs in
+the database.  :func:`stop` undoes it in reverse.  The API
+(:mod:`fleet.api.app`) calls both from its ``cleanup_ctx``; tests call them
+directly on a virtual clock.
 
 On PostgreSQL any number of replicas run on one database and one of them
 leads (:mod:`fleet.service.leadership`, decision 0021): every replica opens the
@@ -46,11 +47,11 @@ from fleet.clusters.kube import kubeconfig
 from fleet.clusters.kube.cluster import KubeCluster
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.sim import SimulatedCluster
-from fleet.core.cells.placer import CellPlacer
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
+from fleet.manifests import placers as placer_builder
 from fleet.manifests.models import MemberClusterModel
 from fleet.service import admin
 from fleet.service.intake import Intake
@@ -200,12 +201,8 @@ async def start_member(member: MemberCluster) -> None:
 def _members(
     clusters: Sequence[MemberClusterModel], clock: Clock, policy: KubeconfigPolicy
 ) -> tuple[dict[str, Placer], dict[str, MemberCluster]]:
-    placers: dict[str, Placer] = {}
-    members: dict[str, MemberCluster] = {}
-    for cluster in clusters:
-        placers[cluster.name] = CellPlacer(cluster.name, cluster.cell_config())
-        members[cluster.name] = member_backend(cluster, clock, policy)
-    return placers, members
+    members = {cluster.name: member_backend(cluster, clock, policy) for cluster in clusters}
+    return placer_builder.placers(clusters), members
 
 
 async def start(settings: Settings, clock: Clock) -> Service:

@@ -2,6 +2,8 @@
 
 Theory of operation: a policy is a quota tree text and one placer per member
 cluster; the scheduler loop, the cycle and the members are the same for all.
+The placers are built by the one builder of placers,
+:mod:`fleet.manifests.placers`, as the service builds them.
 
 * ``fleet``: the quota tree as given and the HiveD-style cell allocator
   (:class:`~fleet.core.cells.placer.CellPlacer`): guaranteed work inside each
@@ -22,16 +24,13 @@ cluster; the scheduler loop, the cycle and the members are the same for all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import yaml
 
-from fleet.core.capacity import CapacityPlacer
-from fleet.core.cells.config import load_cell_config
-from fleet.core.cells.placer import CellPlacer
-from fleet.core.cells.spec import CellConfig, PhysicalCellSpec
 from fleet.core.placement import Placer
+from fleet.manifests import placers as placer_builder
 from fleet.manifests.models import MemberClusterModel
 
 POLICIES: Final = ("fleet", "capacity", "private")
@@ -81,29 +80,6 @@ def _cap_leaves(node: dict[str, Any]) -> None:
             _cap_leaves(child)
 
 
-def _leaves(cell: PhysicalCellSpec) -> Iterator[PhysicalCellSpec]:
-    if not cell.children:
-        yield cell
-    for child in cell.children:
-        yield from _leaves(child)
-
-
-def _capacity(name: str, config: CellConfig) -> CapacityPlacer:
-    skus: dict[str, str] = {}
-    for top in config.physical_cells:
-        for leaf in _leaves(top):
-            if leaf.node is not None:
-                skus[leaf.node] = config.cell_types[leaf.cell_type].leaf_type
-    return CapacityPlacer(name, config.nodes(), skus)
-
-
 def placers(policy: str, clusters: Sequence[MemberClusterModel]) -> Mapping[str, Placer]:
     """One placer per member cluster for ``policy``."""
-    out: dict[str, Placer] = {}
-    for cluster in clusters:
-        config = load_cell_config(cluster.spec.cells)
-        if policy == "capacity":
-            out[cluster.name] = _capacity(cluster.name, config)
-        else:
-            out[cluster.name] = CellPlacer(cluster.name, config)
-    return out
+    return placer_builder.placers(clusters, "capacity" if policy == "capacity" else "cells")

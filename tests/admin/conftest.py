@@ -1,4 +1,4 @@
-"""An API with bearer tokens: an admin, a team-a token and a team-b token."""
+"""An API with bearer tokens: an admin, a team-a token and a team-b token (fleet.testing.tokens)."""
 
 from __future__ import annotations
 
@@ -13,35 +13,12 @@ from aiohttp.test_utils import TestClient
 
 from fleet.api import keys
 from fleet.api.app import create_app
-from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
 from fleet.clock import VirtualClock
-from tests.service import helpers
+from fleet.testing import running
+from fleet.testing.tokens import bearer, write_tokens_file
 
 Client = TestClient[web.Request, web.Application]
 YAML = {"Content-Type": "application/yaml"}
-TOKENS = {
-    "admin": "fleet_admin-secret-token",
-    "team-a": "fleet_team-a-secret-token",
-    "team-b": "fleet_team-b-secret-token",
-}
-
-
-def write_tokens_file(path: Path) -> Path:
-    entries = [
-        TokenEntry(name="ops", role="admin", sha256=hash_token(TOKENS["admin"])),
-        TokenEntry(
-            name="ci-a", role="team", queues=["team-a"], sha256=hash_token(TOKENS["team-a"])
-        ),
-        TokenEntry(
-            name="ci-b", role="team", queues=["team-b"], sha256=hash_token(TOKENS["team-b"])
-        ),
-    ]
-    write_tokens(path, TokensFile(tokens=entries))
-    return path
-
-
-def bearer(who: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[who]}"}
 
 
 @dataclass
@@ -50,7 +27,7 @@ class Api:
     clock: VirtualClock
 
     async def settle(self, seconds: float = 0.0) -> None:
-        await helpers.settle(self.client.app[keys.SERVICE].loop, self.clock, seconds)
+        await running.settle(self.client.app[keys.SERVICE].loop, self.clock, seconds)
 
     async def call(
         self, method: str, path: str, who: str = "admin", *, status: int, **kw: Any
@@ -84,7 +61,7 @@ def api_with(
 
     async def make(**kw: Any) -> Api:
         clock = VirtualClock(1_000.0)
-        settings = helpers.settings(
+        settings = running.settings(
             database_url,
             tokens_file=write_tokens_file(tmp_path / "t.yaml"),
             kubeconfig_dir=kubeconfigs,

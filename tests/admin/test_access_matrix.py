@@ -9,8 +9,9 @@ from typing import Any
 
 from fleet.api.routes import ROUTES
 from fleet.service.settings import POLICIES
-from tests.admin.conftest import TOKENS, YAML, Api
-from tests.service.helpers import pytorchjob
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import TOKENS
+from tests.admin.conftest import YAML, Api
 
 CALLERS = ("admin", "team-a", "team-b", "none", "malformed")
 TREE = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")

@@ -14,9 +14,10 @@ import yaml
 from fleet.api import keys
 from fleet.clusters.kube import kubeconfig
 from fleet.service.settings import POLICIES
-from tests.admin.conftest import YAML, Api, bearer
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import bearer
+from tests.admin.conftest import YAML, Api
 from tests.clusters.kubeconfigs import SECRET, config, exec_user
-from tests.service.helpers import pytorchjob
 
 CLUSTERS = list(yaml.safe_load_all((POLICIES / "clusters" / "example.yaml").read_text()))
 

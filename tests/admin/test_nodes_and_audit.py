@@ -11,9 +11,10 @@ from aiohttp import web
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from tests.admin.conftest import YAML, Api, Client, write_tokens_file
-from tests.service import helpers
-from tests.service.helpers import pytorchjob
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import write_tokens_file
+from tests.admin.conftest import YAML, Api, Client
 
 
 async def running_on(api: Api, name: str) -> str:
@@ -161,7 +162,7 @@ async def test_a_bad_node_and_a_drain_survive_a_restart(
     tmp_path: Path,
 ) -> None:
     clock = VirtualClock(1_000.0)
-    settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
+    settings = running.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
     first = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     await first.settle()
     await first.call(

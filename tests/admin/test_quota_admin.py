@@ -12,9 +12,10 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.service.settings import POLICIES
-from tests.admin.conftest import YAML, Api, Client, write_tokens_file
-from tests.service import helpers
-from tests.service.helpers import pytorchjob
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import write_tokens_file
+from tests.admin.conftest import YAML, Api, Client
 
 TREE = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
 
@@ -176,7 +177,7 @@ async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
 ) -> None:
     clock = VirtualClock(1_000.0)
     tokens = write_tokens_file(tmp_path / "t.yaml")
-    settings = helpers.settings(database_url, tokens_file=tokens, quota_cut_grace=600.0)
+    settings = running.settings(database_url, tokens_file=tokens, quota_cut_grace=600.0)
     first = Api(await aiohttp_client(create_app(settings, clock=clock)), clock)
     await run_team_a(first, "a1", "a2", "a3")
     cut = tree_with(**{"team-a": {"min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 8}}})

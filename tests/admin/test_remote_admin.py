@@ -11,7 +11,7 @@ import yaml
 
 from fleet.cli.main import main
 from fleet.service.settings import POLICIES
-from tests.service import servers
+from fleet.testing import servers
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +28,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
             mp.setattr("builtins.print", lambda *a, _to=printed, **k: _to.append(str(a[0])))
             assert main(["token", "create", *args, "--tokens-file", str(tokens)]) == 0
         made.append(printed[0])
-    port = servers.free_port()
-    database = f"sqlite+aiosqlite:///{work / 'fleet.db'}"
-    log = work / "serve.log"
-    proc = servers.start(database, port, log, cwd=work, extra=["--tokens-file", str(tokens)])
-    try:
-        yield f"http://127.0.0.1:{port}", made[0], made[1]
-    finally:
-        servers.stop(proc)
-    assert made[0] not in log.read_text() and made[1] not in log.read_text()
+    with servers.serving(work, extra=["--tokens-file", str(tokens)]) as server:
+        yield server.url, made[0], made[1]
+    log = server.log.read_text()
+    assert made[0] not in log and made[1] not in log
 
 
 def fleet(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

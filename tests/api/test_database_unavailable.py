@@ -13,9 +13,10 @@ from sqlalchemy.pool import NullPool
 from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import settings
 from tests.databases import fresh_postgres_database, open_engine
-from tests.service import helpers
-from tests.service.helpers import pytorchjob, settings
 
 Client = TestClient[web.Request, web.Application]
 YAML = {"Content-Type": "application/yaml"}
@@ -48,7 +49,7 @@ async def test_lost_connections_are_a_503_problem_and_the_next_request_is_served
             "/api/v1/submissions", data=pytorchjob("before", gpus=1), headers=YAML
         )
         assert resp.status == 201, await resp.text()
-        await helpers.settle(app[keys.SERVICE].loop, clock)  # nothing uses the pool now
+        await running.settle(app[keys.SERVICE].loop, clock)  # nothing uses the pool now
         assert await cut_connections(postgres_url, make_url(url).database or "") >= 1
 
         resp = await client.get("/api/v1/jobs")

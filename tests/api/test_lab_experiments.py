@@ -19,7 +19,7 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.service.settings import POLICIES, Settings
-from tests.service import helpers
+from fleet.testing import running
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]
@@ -45,7 +45,7 @@ async def start(
 
 
 async def settle(client: Client, clock: VirtualClock, seconds: float = 0.0) -> None:
-    await helpers.settle(client.app[keys.SERVICE].loop, clock, seconds)
+    await running.settle(client.app[keys.SERVICE].loop, clock, seconds)
 
 
 async def submit(client: Client, clock: VirtualClock, file: str) -> None:

@@ -18,9 +18,10 @@ from fleet.api.tokens import Caller
 from fleet.clock import VirtualClock
 from fleet.service.settings import POLICIES
 from fleet.sim import forecast
-from tests.admin.conftest import YAML, Client, bearer, write_tokens_file
+from fleet.testing import running
+from fleet.testing.tokens import bearer, write_tokens_file
+from tests.admin.conftest import YAML, Client
 from tests.databases import sqlite_url
-from tests.service import helpers
 
 TREE = (POLICIES / "quota" / "team-tree.yaml").read_text(encoding="utf-8")
 SIMULATE = "/api/v1/quota-tree?dryRun=Simulate&horizon=3600"
@@ -31,7 +32,7 @@ STREAM = {"Accept": "text/event-stream"}
 async def client(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], tmp_path: Path
 ) -> Client:
-    settings = helpers.settings(
+    settings = running.settings(
         sqlite_url(tmp_path),
         tokens_file=write_tokens_file(tmp_path / "tokens.yaml"),
         max_streams_per_token=2,

@@ -11,10 +11,11 @@ from aiohttp import web
 
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from tests.admin.conftest import YAML, Client, bearer, write_tokens_file
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import bearer, write_tokens_file
+from tests.admin.conftest import YAML, Client
 from tests.databases import sqlite_url
-from tests.service import helpers
-from tests.service.helpers import pytorchjob
 
 Start = Callable[..., Awaitable[Client]]
 
@@ -24,7 +25,7 @@ def start(aiohttp_client: Callable[[web.Application], Awaitable[Client]], tmp_pa
     async def started(*, tokens: bool = False, **kw: Any) -> Client:
         if tokens:
             kw["tokens_file"] = write_tokens_file(tmp_path / "tokens.yaml")
-        settings = helpers.settings(sqlite_url(tmp_path), **kw)
+        settings = running.settings(sqlite_url(tmp_path), **kw)
         return await aiohttp_client(create_app(settings, clock=VirtualClock(1_000.0)))
 
     return started

@@ -21,9 +21,9 @@ from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.service.settings import POLICIES
+from fleet.testing import documents, running
 from tests.api.test_submissions import clusters, tree
 from tests.manifests.factories import dump, make_job, make_policy, make_tree, node
-from tests.service import helpers
 
 LIMITS = SubmissionLimits(max_bytes=64 * 1024, max_replicas=16)
 
@@ -137,7 +137,7 @@ async def test_a_dead_worker_fails_no_submission_and_is_replaced_after_a_pause(
 async def test_the_api_reads_submissions_in_its_workers(
     aiohttp_client: Any, database_url: str
 ) -> None:
-    settings = helpers.settings(
+    settings = running.settings(
         database_url,
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
@@ -145,11 +145,11 @@ async def test_the_api_reads_submissions_in_its_workers(
     )
     client = await aiohttp_client(create_app(settings, clock=VirtualClock(1000.0)))
     headers = {"Content-Type": "application/yaml"}
-    text = helpers.pytorchjob("a", namespace="lab", workers=1, gpus=1)
+    text = documents.pytorchjob("a", namespace="lab", workers=1, gpus=1)
     resp = await client.post("/api/v1/submissions", data=text, headers=headers)
     assert resp.status == 201, await resp.text()
     assert [j["name"] for j in (await resp.json())["jobs"]] == ["a"]
-    bad = helpers.pytorchjob("b", namespace="nobody", workers=1, gpus=1)
+    bad = documents.pytorchjob("b", namespace="nobody", workers=1, gpus=1)
     resp = await client.post("/api/v1/submissions", data=bad, headers=headers)
     assert resp.status == 422 and resp.content_type == "application/problem+json"
     errors = (await resp.json())["errors"]

@@ -23,9 +23,10 @@ from aiohttp import web
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.core.digits import MAX_DIGITS, parse_digits
-from tests.admin.conftest import TOKENS, YAML, Api, Client, bearer, write_tokens_file
+from fleet.testing import running
+from fleet.testing.tokens import TOKENS, bearer, write_tokens_file
+from tests.admin.conftest import YAML, Api, Client
 from tests.databases import sqlite_url
-from tests.service import helpers
 
 HUGE = "9" * 5_000
 #: Texts that are no number of any parameter (some of them are to ``str.isdigit()``).
@@ -95,7 +96,7 @@ async def api(
 ) -> AsyncIterator[Api]:
     clock = VirtualClock(1_000.0)
     tokens = write_tokens_file(tmp_path / "t.yaml")
-    app = create_app(helpers.settings(sqlite_url(tmp_path), tokens_file=tokens), clock=clock)
+    app = create_app(running.settings(sqlite_url(tmp_path), tokens_file=tokens), clock=clock)
     yield Api(await aiohttp_client(app), clock)
 
 

@@ -15,9 +15,10 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.service.settings import POLICIES
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import settings
 from tests.databases import fresh_postgres_database
-from tests.service import helpers
-from tests.service.helpers import pytorchjob, settings
 
 Client = TestClient[web.Request, web.Application]
 YAML = {"Content-Type": "application/yaml"}
@@ -35,7 +36,7 @@ async def api(
 
 
 async def settle(client: Client, clock: VirtualClock, seconds: float = 0.0) -> None:
-    await helpers.settle(client.app[keys.SERVICE].loop, clock, seconds)
+    await running.settle(client.app[keys.SERVICE].loop, clock, seconds)
 
 
 async def ok(resp: Any, status: int = 200) -> Any:

@@ -20,7 +20,7 @@ from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import Fit, NoFit, Placer
 from fleet.core.quota import QuotaTree
 from fleet.core.state import SchedulerState
-from tests.cells.factories import rack_config
+from fleet.testing.cells import rack_config
 from tests.core.factories import make_job, make_node, submit
 
 

@@ -12,23 +12,12 @@ from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit
 from fleet.core.resources import GPU, Resources
+from fleet.testing.cells import rack_config
 
 
 def config(racks: int = 3, owed: int = 1) -> dict[str, Any]:
-    return {
-        "physicalCluster": {
-            "cellTypes": {
-                "PAIR": {"childCellType": "GPU", "childCellNumber": 2},
-                "NODE": {"childCellType": "PAIR", "childCellNumber": 4, "isNodeLevel": True},
-                "RACK": {"childCellType": "NODE", "childCellNumber": 2},
-            },
-            "physicalCells": [
-                {"cellType": "RACK", "cellChildren": [{"cellAddress": f"r{r}n{n}"} for n in (0, 1)]}
-                for r in range(racks)
-            ],
-        },
-        "virtualClusters": {"a": {"virtualCells": [{"cellType": "RACK", "cellNumber": owed}]}},
-    }
+    """Racks of two nodes of 4 PCIe pairs; VC ``a`` is owed ``owed`` racks."""
+    return rack_config(racks, 2, 8, {"a": [("RACK", owed)]}, pairs=True)
 
 
 def job(key: str, queue: str, pods: int, gpus: int) -> Job:

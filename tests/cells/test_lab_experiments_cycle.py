@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from fleet.cli.plan import build_placers
 from fleet.core.cycle import Admit, Decision, Preempt, Wait, cycle
 from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
+from fleet.manifests.placers import placers as build_placers
 from tests.core.factories import confirm_stops, finish, submit
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"

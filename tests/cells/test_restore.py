@@ -29,7 +29,7 @@ from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, Placer, PodPlacement, RestoreError, restore_order
 from fleet.core.resources import Resources
-from tests.cells.factories import cell_placer, rack_config
+from fleet.testing.cells import cell_placer, rack_config
 
 Record = tuple[Job, Mode, tuple[PodPlacement, ...]]
 

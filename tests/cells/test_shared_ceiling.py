@@ -22,7 +22,7 @@ from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import Fit, NoFit
 from fleet.core.resources import GPU, Resources
-from tests.cells.factories import rack_config
+from fleet.testing.cells import rack_config
 
 QUEUES = ("team-a", "team-b", "other")
 MODES = {"team-a": Mode.GUARANTEED, "team-b": Mode.GUARANTEED}

@@ -15,9 +15,9 @@ from fleet.cli import inputs
 from fleet.cli.main import build_parser, main
 from fleet.manifests import documents
 from fleet.service.settings import POLICIES
+from fleet.testing.servers import free_port
 from tests.clusters.kubeconfigs import config, exec_user
 from tests.manifests.factories import dump, make_cluster, make_job, make_tree
-from tests.service.servers import free_port
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:

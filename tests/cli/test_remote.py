@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from fleet.cli.main import main
-from tests.service import servers
-from tests.service.helpers import pytorchjob
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +23,8 @@ pytestmark = pytest.mark.slow
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ``fleet serve`` process with the example tree and clusters; its URL."""
     work = tmp_path_factory.mktemp("serve")
-    port = servers.free_port()
-    database = f"sqlite+aiosqlite:///{work / 'fleet.db'}"
-    proc = servers.start(database, port, work / "serve.log", cwd=work)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        servers.stop(proc)
+    with servers.serving(work) as server:
+        yield server.url
 
 
 def fleet(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

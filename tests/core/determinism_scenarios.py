@@ -22,7 +22,7 @@ from fleet.core.cycle import Preempt, cycle
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer
 from fleet.core.state import SchedulerState
-from tests.cells.factories import rack_config
+from fleet.testing.cells import rack_config
 from tests.core.factories import make_job, make_nodes, make_state, make_tree
 
 GPU = "nvidia.com/gpu"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
-from tests.cells.factories import cell_placer
+from fleet.testing.cells import cell_placer
 from tests.core.factories import (
     confirm_stops,
     make_job,

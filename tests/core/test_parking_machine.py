@@ -38,7 +38,7 @@ from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.lifecycle import JobState
 from fleet.core.resources import GPU, Resources
 from fleet.core.state import SchedulerState
-from tests.cells.factories import rack_config
+from fleet.testing.cells import rack_config
 from tests.core.factories import make_job, make_node, make_nodes, make_state, make_tree
 
 TREE: dict[str, Any] = {

@@ -10,7 +10,7 @@ from fleet.core.jobs import Mode
 from fleet.core.state import SchedulerState
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
-from tests.cells.factories import cell_placer
+from fleet.testing.cells import cell_placer
 from tests.core.factories import make_job, make_node, make_nodes, make_state, make_tree
 
 GPU = "nvidia.com/gpu"

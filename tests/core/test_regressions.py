@@ -18,7 +18,7 @@ from fleet.core.cycle_memory import NO_SHORTCUTS
 from fleet.core.jobs import Job, Mode
 from fleet.core.placement import BindError, Fit
 from fleet.core.state import SchedulerState
-from tests.cells.factories import rack_config
+from fleet.testing.cells import rack_config
 from tests.core.factories import make_job, make_nodes, make_state, make_tree, submit
 from tests.core.test_decisions_as_full_trial import fresh_state, job_spec, outcome
 

@@ -13,7 +13,7 @@ from fleet.core import events, snapshot
 from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.placement import RestoreError
 from fleet.core.state import SchedulerState
-from tests.cells.factories import cell_placer
+from fleet.testing.cells import cell_placer
 from tests.core.factories import (
     confirm_stops,
     finish,

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from fleet.api.routes import ROUTES
-from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
-from tests.fuzz.driver import EVERY_PARAMETER, NUMBERS, fuzz
-from tests.service import servers
+from fleet.testing import servers
+from fleet.testing.fuzz import EVERY_PARAMETER, NUMBERS, fuzz
+from fleet.testing.tokens import admin_tokens_file
 
 pytestmark = pytest.mark.slow
 
@@ -33,22 +33,9 @@ EXAMPLES = 15
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     work = tmp_path_factory.mktemp("fuzz")
-    tokens = work / "tokens.yaml"
-    entry = TokenEntry(name="fuzz", role="admin", sha256=hash_token(ADMIN))
-    write_tokens(tokens, TokensFile(tokens=[entry]))
-    port = servers.free_port()
-    log = work / "serve.log"
-    proc = servers.start(
-        f"sqlite+aiosqlite:///{work / 'fleet.db'}",
-        port,
-        log,
-        cwd=work,
-        extra=["--tokens-file", str(tokens)],
-    )
-    try:
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        servers.stop(proc)
+    tokens = admin_tokens_file(work / "tokens.yaml", ADMIN, name="fuzz")
+    with servers.serving(work, extra=["--tokens-file", str(tokens)]) as server:
+        yield server.url, server.log
 
 
 def test_no_input_breaks_the_api_and_the_server_stays_healthy(

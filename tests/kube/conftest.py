@@ -34,10 +34,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet.testing import servers
 from tests.databases import in_ci
 from tests.kube.controlplane import ApiError, ControlPlane, binaries, wait_for
 from tests.kube.operator import Operator
-from tests.service import servers
 
 NAMES = ("alpha", "beta")
 NODES = {name: (f"{name}-node-0", f"{name}-node-1") for name in NAMES}

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
+from fleet.testing.servers import free_port
 from tests.paths import ROOT as REPO_ROOT
-from tests.service.servers import free_port
 
 DEPLOY = REPO_ROOT / "deploy" / "member"
 ADMIN_TOKEN = "admin-token"

@@ -32,7 +32,7 @@ class Replica(Fleet):
         self.database_url = database_url
 
     def start(self) -> Replica:
-        from tests.service import servers
+        from fleet.testing import servers
 
         self.proc = servers.start(
             self.database_url,

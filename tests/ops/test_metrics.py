@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.service import servers
-from tests.service.helpers import pytorchjob
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 
 pytestmark = pytest.mark.slow
 
@@ -21,14 +21,8 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    port = servers.free_port()
-    log = tmp_path / "serve.log"
-    database = f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}"
-    proc = servers.start(database, port, log, cwd=tmp_path)
-    try:
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        servers.stop(proc)
+    with servers.serving(tmp_path) as server:
+        yield server.url, server.log
 
 
 def scrape(server: str) -> Samples:

@@ -14,9 +14,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 from tests.ops.test_metrics import submit
-from tests.service import servers
-from tests.service.helpers import pytorchjob
 
 pytestmark = pytest.mark.slow
 
@@ -74,13 +74,8 @@ def test_spans_and_metrics_are_pushed_to_the_otlp_endpoint(
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # ms
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")  # ms
     endpoint = f"http://127.0.0.1:{receiver.server_address[1]}"
-    port = servers.free_port()
-    database = f"sqlite+aiosqlite:///{tmp_path / 'fleet.db'}"
-    proc = servers.start(
-        database, port, tmp_path / "serve.log", cwd=tmp_path, extra=["--otlp-endpoint", endpoint]
-    )
-    try:
-        submit(f"http://127.0.0.1:{port}", pytorchjob("pushed", gpus=1))
+    with servers.serving(tmp_path, extra=["--otlp-endpoint", endpoint]) as server:
+        submit(server.url, pytorchjob("pushed", gpus=1))
         wanted_spans = {"POST /api/v1/submissions", "scheduling cycle", "dispatch", "member create"}
         wanted_metrics = {"fleet_admitted_workloads", "fleet_admission_cycle_duration"}
         deadline = time.monotonic() + 30
@@ -89,7 +84,5 @@ def test_spans_and_metrics_are_pushed_to_the_otlp_endpoint(
                 if wanted_spans <= receiver.spans and wanted_metrics <= receiver.metrics:
                     break
             time.sleep(0.1)
-    finally:
-        servers.stop(proc)
     assert wanted_spans <= receiver.spans, receiver.spans
     assert wanted_metrics <= receiver.metrics, receiver.metrics

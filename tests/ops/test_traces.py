@@ -17,9 +17,10 @@ from fleet.api import keys, metrics
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.service import telemetry
-from tests.admin.conftest import write_tokens_file
-from tests.service import helpers
-from tests.service.helpers import pytorchjob, settings
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import settings
+from fleet.testing.tokens import write_tokens_file
 
 Client = TestClient[web.Request, web.Application]
 YAML = {"Content-Type": "application/yaml"}
@@ -41,7 +42,7 @@ async def test_a_submission_leaves_request_cycle_dispatch_and_member_spans(
     )
     assert resp.status == 201, await resp.text()
     assert (await client.get("/api/v1/jobs/team-a/nope")).status == 404
-    await helpers.settle(client.app[keys.SERVICE].loop, clock, 6.0)
+    await running.settle(client.app[keys.SERVICE].loop, clock, 6.0)
 
     finished = spans.get_finished_spans()
     by_name: dict[str, list[telemetry.ReadableSpan]] = {}

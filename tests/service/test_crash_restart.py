@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.service import servers
-from tests.service.helpers import pytorchjob
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 
 pytestmark = pytest.mark.slow
 

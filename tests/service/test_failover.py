@@ -13,10 +13,10 @@ from sqlalchemy import select
 
 from fleet.clock import VirtualClock
 from fleet.clusters.sim import SimulatedCluster
-from fleet.service import wiring
 from fleet.service.wiring import Service
 from fleet.store.models import IntentRow, UnhealthyJobRow
-from tests.service.helpers import pytorchjob, settings
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import running_service, settings
 from tests.service.test_loop import settle, states, submit
 
 #: team-c has a virtual cluster of one 8-GPU node in east and in edge.
@@ -61,8 +61,7 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Directly"
     )
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await submit(svc, text)
         await settle(svc, clock)
         first = svc.loop.state.running[KEY].cluster
@@ -71,11 +70,8 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
         assert await stored(svc) == [(first, 1000.0)]
         await settle(svc, clock, 30)
         assert svc.loop.state.running[KEY].cluster == first
-    finally:
-        await wiring.stop(svc)
 
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         sim(svc, first).set_reachable(False, "still partitioned")
         await settle(svc, clock, 20)
         assert svc.loop.state.running[KEY].cluster == first  # 55 s unhealthy
@@ -94,8 +90,6 @@ async def test_the_failover_clock_survives_a_restart_and_directly_purges_the_old
         assert KEY in sim(svc, run.cluster).running()
         assert svc.loop.state.running[KEY].cluster == run.cluster
         svc.loop.state.check_invariants()
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
@@ -103,8 +97,7 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
     text = with_failover(
         pytorchjob("train", namespace="team-c", workers=1, gpus=8, duration="10h"), 60, "Gracefully"
     )
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await submit(svc, text)
         await settle(svc, clock)
         first = svc.loop.state.running[KEY].cluster
@@ -125,8 +118,6 @@ async def test_a_member_back_in_time_stops_the_clock(database_url: str) -> None:
         await settle(svc, clock, 5)
         assert await open_purges(svc) == []
         assert KEY not in sim(svc, first).running()
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_url: str) -> None:
@@ -134,8 +125,7 @@ async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_u
     text = with_failover(
         pytorchjob("short", namespace="team-c", workers=1, gpus=8, duration="30s"), 60, "Directly"
     )
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await submit(svc, text)
         await settle(svc, clock)
         first = svc.loop.state.running["team-c/short"].cluster
@@ -146,5 +136,3 @@ async def test_a_job_that_ends_while_unhealthy_leaves_no_clock_behind(database_u
         assert await states(svc) == {"team-c/short": "Succeeded"}
         assert await stored(svc) == []
         assert await open_purges(svc) == []
-    finally:
-        await wiring.stop(svc)

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 from tests.databases import fresh_postgres_database
-from tests.service import servers
-from tests.service.helpers import pytorchjob
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
 

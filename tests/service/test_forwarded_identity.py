@@ -25,9 +25,10 @@ from fleet.api.tokens import Caller
 from fleet.clock import VirtualClock
 from fleet.store import leases
 from fleet.store.database import open_database
-from tests.admin.conftest import TOKENS, Client, bearer, write_tokens_file
+from fleet.testing import running, servers
+from fleet.testing.tokens import TOKENS, bearer, write_tokens_file
+from tests.admin.conftest import Client
 from tests.databases import fresh_postgres_database
-from tests.service import helpers, servers
 
 pytestmark = pytest.mark.postgresql
 
@@ -92,7 +93,7 @@ async def start(
     **kw: Any,
 ) -> Client:
     port = servers.free_port()
-    settings = helpers.settings(
+    settings = running.settings(
         database,
         tokens_file=write_tokens_file(tmp_path / f"{name}-tokens.yaml"),
         advertise_url=f"http://127.0.0.1:{port}",

@@ -15,7 +15,8 @@ from fleet.service import intake
 from fleet.service.intake import Intake, NewJob
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, open_database
-from tests.service.helpers import new_jobs, pytorchjob, settings
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import new_jobs, settings
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ import pytest
 from sqlalchemy import event
 
 from fleet.clock import VirtualClock
-from fleet.service import intake, wiring
+from fleet.service import intake
 from fleet.service.wiring import Service
 from fleet.store import jobs as job_rows
 from fleet.store.database import open_database
-from tests.service import helpers
-from tests.service.helpers import new_jobs, pytorchjob, settings
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import new_jobs, running_service, settings
 
 
 async def submit(svc: Service, text: str) -> list[int]:
@@ -23,7 +24,7 @@ async def submit(svc: Service, text: str) -> list[int]:
 
 
 async def settle(svc: Service, clock: VirtualClock, seconds: float = 0.0) -> None:
-    await helpers.settle(svc.loop, clock, seconds)
+    await running.settle(svc.loop, clock, seconds)
 
 
 async def states(svc: Service) -> dict[str, str]:
@@ -76,8 +77,7 @@ async def states_of(
 
 async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url: str) -> None:
     clock = VirtualClock(1000.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await submit(svc, pytorchjob("train", workers=2, gpus=4, duration="90s"))
         await settle(svc, clock)
         assert await states(svc) == {"team-a/train": "Running"}
@@ -92,26 +92,20 @@ async def test_a_job_is_admitted_runs_for_its_duration_and_succeeds(database_url
         assert events == ["Queued", "Admitted", "Dispatched", "Running", "Succeeded"]
         assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
         svc.loop.state.check_invariants()
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_url: str) -> None:
     url = database_url
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(url), clock)
-    try:
+    async with running_service(settings(url), clock) as svc:
         await submit(svc, pytorchjob("long", workers=2, gpus=8, duration="1h"))
         # team-a's max is 32 GPUs: 16 + 24 does not fit, so this one waits.
         await submit(svc, pytorchjob("wait", workers=3, gpus=8, duration="1h"))
         await settle(svc, clock)
         before = await states(svc)
         placement = svc.loop.state.running["team-a/long"].pods
-    finally:
-        await wiring.stop(svc)
 
-    svc = await wiring.start(settings(url), clock)
-    try:
+    async with running_service(settings(url), clock) as svc:
         await settle(svc, clock)
         assert await states(svc) == before
         assert svc.loop.state.running["team-a/long"].pods == placement
@@ -120,38 +114,29 @@ async def test_after_a_restart_running_jobs_are_restored_and_carry_on(database_u
         await settle(svc, clock, 3601)
         after = await states(svc)
         assert after["team-a/long"] == "Succeeded"
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_simulated_job_restored_after_a_restart_keeps_its_start_time(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await submit(svc, pytorchjob("hour", gpus=1, duration="1h"))
         await settle(svc, clock)  # it starts at 0
         await settle(svc, clock, 1800)
-    finally:
-        await wiring.stop(svc)
 
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await settle(svc, clock, 1799)
         assert await states(svc) == {"team-a/hour": "Running"}
         await settle(svc, clock, 2)  # an hour after it started, not after the restart
         assert await states(svc) == {"team-a/hour": "Succeeded"}
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_restart(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         (running,) = await submit(svc, pytorchjob("running", workers=2, gpus=8, duration="1h"))
         (queued,) = await submit(svc, pytorchjob("queued", workers=3, gpus=8, duration="1h"))
         await settle(svc, clock)
@@ -159,28 +144,22 @@ async def test_a_cancellation_accepted_before_a_stop_is_carried_out_after_the_re
         # acknowledged, but the loop stops before it gets to them
         await svc.loop.cancel(running, "team-a/running")
         await svc.loop.cancel(queued, "team-a/queued")
-    finally:
-        await wiring.stop(svc)
     assert await states_of(database_url) == {
         "team-a/running": "Running",
         "team-a/queued": "Queued",
     }
 
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/running": "Cancelled", "team-a/queued": "Cancelled"}
         assert svc.loop.state.tree.used("team-a")["nvidia.com/gpu"] == 0
         async with svc.db.read() as session:
             assert await job_rows.open_intents(session) == []
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         first = await submit(svc, pytorchjob("same", gpus=1))
         assert len(first) == 1
         again = await intake.accept(
@@ -192,16 +171,13 @@ async def test_resubmitting_is_idempotent_and_a_changed_spec_is_refused(database
                 svc.db, new_jobs(pytorchjob("same", gpus=2), svc.tree, svc.clusters), clock.now()
             )
         assert list(await states(svc)) == ["team-a/same"]  # one job, whatever its state
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submitted_again(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         text = pytorchjob("lost-answer", gpus=1)
         # stored by a commit whose answer never came back: nobody told the loop
         (stored,) = await intake.accept(svc.db, new_jobs(text, svc.tree, svc.clusters), 0.0)
@@ -211,14 +187,11 @@ async def test_a_job_stored_before_the_loop_heard_of_it_is_scheduled_when_submit
         assert (again.head.id, again.created) == (stored.head.id, False)
         await settle(svc, clock)
         assert await states(svc) == {"team-a/lost-answer": "Running"}
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_url: str) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         # sandbox runs opportunistic work on every GPU of the three clusters (six
         # 8-GPU nodes); team-a's two-node job takes its guaranteed share back.
         for n in range(6):
@@ -247,16 +220,13 @@ async def test_a_preempted_job_is_queued_again_once_its_pods_are_gone(database_u
             reasons = [e.reason for e in await job_rows.events_of(session, row.id)]
         assert reasons[-2:] == ["Preempted", "Queued"]
         svc.loop.state.check_invariants()
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transaction(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await admitted_by_hand(svc, "train")
         assert svc.loop.state.phase["team-a/train"].value == "Dispatched"
         assert await states(svc) == {"team-a/train": "Admitted"}
@@ -266,15 +236,12 @@ async def test_what_creating_a_job_leaves_to_record_goes_with_the_next_transacti
         events, intents = await reasons_and_open_intents(svc, "train")
         assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched"]
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_room_for(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
     logged: list[list[str]] = [[]]  # event reasons inserted, per committed transaction
 
     def inserted(
@@ -287,35 +254,34 @@ async def test_an_end_a_member_reports_is_written_with_the_admissions_it_makes_r
     def committed(_conn: Any) -> None:
         logged.append([])
 
-    engine = svc.db.writer.sync_engine
-    event.listen(engine, "after_cursor_execute", inserted)
-    event.listen(engine, "commit", committed)
-    try:
-        # team-a's max is 32 GPUs: the second job starts when the first one ends.
-        await submit(svc, pytorchjob("first", workers=2, gpus=8, duration="90s"))
-        await submit(svc, pytorchjob("second", workers=3, gpus=8, duration="1h"))
-        await settle(svc, clock)
-        assert await states(svc) == {"team-a/first": "Running", "team-a/second": "Queued"}
-        del logged[:-1]
-        await settle(svc, clock, 91)
-        assert await states(svc) == {"team-a/first": "Succeeded", "team-a/second": "Running"}
-        assert [t for t in logged if t] == [
-            ["Succeeded", "Admitted"],  # the end, with the admission: one transaction
-            ["Dispatched", "Running"],
-        ]
-    finally:
-        event.remove(engine, "after_cursor_execute", inserted)
-        event.remove(engine, "commit", committed)
-        await wiring.stop(svc)
+    async with running_service(settings(database_url), clock) as svc:
+        engine = svc.db.writer.sync_engine
+        event.listen(engine, "after_cursor_execute", inserted)
+        event.listen(engine, "commit", committed)
+        try:
+            # team-a's max is 32 GPUs: the second job starts when the first one ends.
+            await submit(svc, pytorchjob("first", workers=2, gpus=8, duration="90s"))
+            await submit(svc, pytorchjob("second", workers=3, gpus=8, duration="1h"))
+            await settle(svc, clock)
+            assert await states(svc) == {"team-a/first": "Running", "team-a/second": "Queued"}
+            del logged[:-1]
+            await settle(svc, clock, 91)
+            assert await states(svc) == {"team-a/first": "Succeeded", "team-a/second": "Running"}
+            assert [t for t in logged if t] == [
+                ["Succeeded", "Admitted"],  # the end, with the admission: one transaction
+                ["Dispatched", "Running"],
+            ]
+        finally:
+            event.remove(engine, "after_cursor_execute", inserted)
+            event.remove(engine, "commit", committed)
 
 
 async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flushed(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    svc.loop.journal.write_behind = True
-    try:
+    async with running_service(settings(database_url), clock) as svc:
+        svc.loop.journal.write_behind = True
         await submit(svc, pytorchjob("train", gpus=1, duration="90s"))
         await settle(svc, clock)
         assert svc.loop.state.phase["team-a/train"].value == "Running"
@@ -328,8 +294,7 @@ async def test_a_loop_that_writes_behind_records_what_it_did_not_act_on_when_flu
         )
         await settle(svc, clock, 91)
         assert await states(svc) == {"team-a/train": "Running"}  # its end waits too
-    finally:
-        await wiring.stop(svc)  # and is written when the loop stops
+    # and is written when the loop stops
     assert await states_of(database_url, ["Succeeded"]) == {"team-a/train": "Succeeded"}
 
 
@@ -337,19 +302,13 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await admitted_by_hand(svc, "train")
         svc.loop.journal._deferred.clear()  # the process dies before its next transaction
-    finally:
-        await wiring.stop(svc)
     assert await states_of(database_url) == {}  # Admitted: none of the states asked
-    svc = await wiring.start(settings(database_url), clock)
-    try:
+    async with running_service(settings(database_url), clock) as svc:
         await settle(svc, clock)
         assert await states(svc) == {"team-a/train": "Running"}
         events, intents = await reasons_and_open_intents(svc, "train")
         assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched", "Running"]
-    finally:
-        await wiring.stop(svc)

@@ -27,9 +27,9 @@ import aiohttp
 import pytest
 from sqlalchemy import text
 
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 from tests.databases import fresh_postgres_database, open_engine
-from tests.service import servers
-from tests.service.helpers import pytorchjob
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
 

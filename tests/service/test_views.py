@@ -7,11 +7,11 @@ from pathlib import Path
 
 from fleet.clock import VirtualClock
 from fleet.core.jobs import Mode
-from fleet.service import wiring
 from fleet.service.loop import SchedulerLoop
 from fleet.service.settings import POLICIES, Settings
 from fleet.service.wiring import Service
-from tests.service.helpers import new_jobs, pytorchjob, settings, settle
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import new_jobs, running_service, settings, settle
 
 LAB = POLICIES / "lab"
 
@@ -43,9 +43,8 @@ async def test_vc_usage_in_the_view_matches_a_full_count_after_every_step(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    loop = svc.loop
-    try:
+    async with running_service(settings(database_url), clock) as svc:
+        loop = svc.loop
         steps = [
             # opportunistic work on every GPU, then guaranteed jobs that take
             # their share back (preemptions), then jobs ending at different times
@@ -68,17 +67,14 @@ async def test_vc_usage_in_the_view_matches_a_full_count_after_every_step(
             await settle(loop, clock, minutes * 60)
             assert published_vc_gpus(loop) == counted_vc_gpus(loop)
         assert published_vc_gpus(loop) == {}
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_view_is_made_when_read_and_is_current_between_iterations(
     database_url: str,
 ) -> None:
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url), clock)
-    loop = svc.loop
-    try:
+    async with running_service(settings(database_url), clock) as svc:
+        loop = svc.loop
         first = loop.view.version
         for n in range(3):
             await submit(svc, pytorchjob(f"j{n}", gpus=1, duration="1h"))
@@ -112,8 +108,6 @@ async def test_a_view_is_made_when_read_and_is_current_between_iterations(
         await settle(loop, clock)
         assert loop.publisher.view.version == after.version + 1  # published at the iteration's end
         assert "team-a/j4" in dict(loop.publisher.view.recent)[loop.publisher.view.version]
-    finally:
-        await wiring.stop(svc)
 
 
 async def _read_view(loop: SchedulerLoop) -> object:
@@ -124,7 +118,7 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
     # The lab's incremental experiment: "grow" starts with one worker and its
     # second starts when "one-node" ends: the job's units change, not its record.
     clock = VirtualClock(1_000.0)
-    svc = await wiring.start(
+    async with running_service(
         Settings(
             database_url=database_url,
             clusters=POLICIES / "clusters" / "lab-2.yaml",
@@ -132,9 +126,8 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
             schedule_interval=5.0,
         ),
         clock,
-    )
-    loop = svc.loop
-    try:
+    ) as svc:
+        loop = svc.loop
         for file in ("incremental-1-one-node.yaml", "incremental-2-grow.yaml"):
             await submit(svc, (LAB / file).read_text(encoding="utf-8"))
             await settle(loop, clock, 5.0)
@@ -143,8 +136,6 @@ async def test_vc_usage_in_the_view_follows_a_job_that_grows(database_url: str) 
         await settle(loop, clock, 600 + 10.0)
         assert len(loop.state.running["lab/grow"].units) > units  # it grew
         assert published_vc_gpus(loop) == counted_vc_gpus(loop)
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
@@ -159,9 +150,8 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
     quota = tmp_path / "quota.yaml"
     quota.write_text(frozen, encoding="utf-8")
     clock = VirtualClock(0.0)
-    svc = await wiring.start(settings(database_url, quota=quota), clock)
-    loop = svc.loop
-    try:
+    async with running_service(settings(database_url, quota=quota), clock) as svc:
+        loop = svc.loop
         await submit(svc, pytorchjob("gpu", namespace="sandbox", gpus=1, duration="1h"))
         await settle(loop, clock)
         (sandbox,) = [q for q in loop.view.queues if q.name == "sandbox"]
@@ -169,5 +159,3 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
         assert loop.view.reasons["sandbox/gpu"].startswith(
             "queue sandbox at max nvidia.com/gpu 0/0"
         )
-    finally:
-        await wiring.stop(svc)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fleet.cli.main import main
-from tests.service import servers
-from tests.service.helpers import pytorchjob
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
 
 ROOT = Path(__file__).resolve().parents[2]
 PHILLY = ROOT / "data" / "traces" / "philly-vc" / "philly_vc_jobs.csv"
@@ -215,12 +215,8 @@ def test_a_missing_trace_file_is_one_error_line(capsys: pytest.CaptureFixture[st
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A ``fleet serve`` process with the example tree and clusters; its URL."""
     work = tmp_path_factory.mktemp("serve")
-    port = servers.free_port()
-    proc = servers.start(f"sqlite+aiosqlite:///{work / 'fleet.db'}", port, work / "log", cwd=work)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        servers.stop(proc)
+    with servers.serving(work) as server:
+        yield server.url
 
 
 @pytest.mark.slow

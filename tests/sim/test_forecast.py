@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import os
 import signal
+from collections.abc import AsyncIterator
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -16,14 +18,14 @@ from fleet.api.app import create_app
 from fleet.cli import remote
 from fleet.cli.main import main
 from fleet.clock import VirtualClock
-from fleet.service import wiring
 from fleet.service.settings import POLICIES
 from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.sim.worker import ForecastWorker, reachable_from_another_process
 from fleet.store import jobs as job_rows
-from tests.service import helpers
-from tests.service.helpers import new_jobs, pytorchjob
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.running import new_jobs, running_service
 
 T0 = 1000.0
 YAML = {"Content-Type": "application/yaml"}
@@ -50,14 +52,17 @@ def job(
     return yaml.safe_dump_all(docs)
 
 
-async def start(database_url: str) -> tuple[Service, VirtualClock]:
+@asynccontextmanager
+async def lab_service(database_url: str) -> AsyncIterator[tuple[Service, VirtualClock]]:
+    """The service on lab-2's two GPUs and a clock at T0; stopped when the block ends."""
     clock = VirtualClock(T0)
-    settings = helpers.settings(
+    settings = running.settings(
         database_url,
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
     )
-    return await wiring.start(settings, clock), clock
+    async with running_service(settings, clock) as svc:
+        yield svc, clock
 
 
 async def submit(svc: Service, text: str) -> None:
@@ -69,7 +74,7 @@ async def run_until(svc: Service, clock: VirtualClock, t: float) -> None:
     while clock.now() < t:
         deadline = clock.next_deadline()
         step = t if deadline is None else min(deadline, t)
-        await helpers.settle(svc.loop, clock, step - clock.now())
+        await running.settle(svc.loop, clock, step - clock.now())
 
 
 async def started_at(svc: Service, name: str) -> float:
@@ -83,14 +88,13 @@ async def started_at(svc: Service, name: str) -> float:
 async def test_estimates_match_the_starts_of_a_scenario_worked_out_by_hand(
     database_url: str,
 ) -> None:
-    svc, clock = await start(database_url)
-    try:
+    async with lab_service(database_url) as (svc, clock):
         # Two GPUs.  a (1h) and b (30m) run; the gang c needs both GPUs; d needs one.
         await submit(svc, job("a", gpus=1, run="1h", expected="1h"))
         await submit(svc, job("b", gpus=1, run="30m", expected="30m"))
         await submit(svc, job("c", gpus=2, run="10m", expected="10m"))
         await submit(svc, job("d", gpus=1, run="20m", expected="20m"))
-        await helpers.settle(svc.loop, clock)
+        await running.settle(svc.loop, clock)
         tree, clusters = (
             svc.tree_document,
             "\n---\n".join(
@@ -111,22 +115,19 @@ async def test_estimates_match_the_starts_of_a_scenario_worked_out_by_hand(
         await run_until(svc, clock, T0 + 3601)
         assert await started_at(svc, "d") == T0 + 1800
         assert await started_at(svc, "c") == T0 + 3600
-    finally:
-        await wiring.stop(svc)
 
 
 async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
     database_url: str,
 ) -> None:
-    svc, clock = await start(database_url)
-    try:
+    async with lab_service(database_url) as (svc, clock):
         for name in ("h1", "h2", "h3"):
             await submit(svc, job(name, gpus=2, run="20m"))
-        await helpers.settle(svc.loop, clock)
+        await running.settle(svc.loop, clock)
         await run_until(svc, clock, T0 + 3 * 1200 + 1)  # all three ran 20m each
         await submit(svc, job("long", gpus=2, run="2h"))  # no expected-duration: 20m assumed
         await submit(svc, job("next", gpus=1, run="5m", expected="5m"))
-        await helpers.settle(svc.loop, clock)
+        await running.settle(svc.loop, clock)
         tree = svc.tree_document
         clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
         now = clock.now()
@@ -135,8 +136,6 @@ async def test_without_a_declared_duration_the_queues_median_run_is_assumed(
         assert result.estimates["lab/next"].assumes == "runs 5m (fleet.io/expected-duration)"
         nothing = await forecast.forecast(svc.db, tree, clusters, now, horizon=600)
         assert nothing.estimates["lab/next"].start is None  # beyond the horizon
-    finally:
-        await wiring.stop(svc)
 
 
 @pytest.mark.parametrize("estimate_process", [True, False], ids=["process", "thread"])
@@ -144,7 +143,7 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
     aiohttp_client: Any, database_url: str, estimate_process: bool
 ) -> None:
     clock = VirtualClock(T0)
-    settings = helpers.settings(
+    settings = running.settings(
         database_url,
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
@@ -156,7 +155,7 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
     text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
     resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
     assert resp.status == 201, await resp.text()
-    await helpers.settle(svc.loop, clock)
+    await running.settle(svc.loop, clock)
     detail = await (await client.get("/api/v1/jobs/lab/b")).json()
     assert detail["state"] == "Queued" and detail["estimatedStart"] is None  # no forecast yet
     await client.app[keys.ESTIMATOR].refresh()
@@ -167,8 +166,8 @@ async def test_the_api_shows_estimated_starts_with_their_assumptions(
     assert "no new submissions" in estimate["assumes"]
     queue = await (await client.get("/api/v1/queues/default")).json()
     assert [p["estimatedStart"]["time"] for p in queue["pending"]] == [estimate["time"]]
-    running = await (await client.get("/api/v1/jobs/lab/a")).json()
-    assert running["state"] == "Running" and running["estimatedStart"] is None
+    started = await (await client.get("/api/v1/jobs/lab/a")).json()
+    assert started["state"] == "Running" and started["estimatedStart"] is None
     worker = client.app[keys.ESTIMATOR].worker
     assert (worker is not None) == estimate_process
     if worker is not None:  # the forecast ran in a process of its own, stopped with the app
@@ -184,7 +183,7 @@ async def dry_run_client(
 ) -> Any:
     """lab-1 with quota-two-vcs: vc1 (at most 1 GPU) runs vc1-0 and holds vc1-1 back."""
     clock = VirtualClock(T0)
-    settings = helpers.settings(
+    settings = running.settings(
         database_url,
         clusters=POLICIES / "clusters" / "lab-1.yaml",
         quota=POLICIES / "lab" / "quota-two-vcs.yaml",
@@ -197,7 +196,7 @@ async def dry_run_client(
     )
     resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
     assert resp.status == 201, await resp.text()
-    await helpers.settle(client.app[keys.SERVICE].loop, clock)
+    await running.settle(client.app[keys.SERVICE].loop, clock)
     return client
 
 
@@ -329,59 +328,58 @@ def test_describe_job_prints_the_estimated_start_and_its_assumptions(
 async def test_a_forecast_in_the_worker_process_is_the_forecast_made_in_a_thread(
     database_url: str,
 ) -> None:
-    svc, clock = await start(database_url)
-    worker = ForecastWorker()
-    try:
-        await submit(svc, job("a", gpus=1, run="1h", expected="1h"))
-        await submit(svc, job("b", gpus=1, run="30m", expected="30m"))
-        await submit(svc, job("c", gpus=2, run="10m", expected="10m"))
-        await submit(svc, job("d", gpus=1, run="20m"))
-        await helpers.settle(svc.loop, clock)
-        tree = svc.tree_document
-        clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
-        here = await forecast.forecast(svc.db, tree, clusters, clock.now())
-        assert not worker.pids()  # started by the first forecast
-        there = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
-        assert there == here
-        assert there.estimates["lab/d"].assumes == "runs 1h (no duration declared, no history)"
-        assert there.estimates["lab/c"].start is not None
-        (pid,) = worker.pids()
-        assert pid != os.getpid()
-        # The process is reused, and stopped with the worker.
-        assert await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker) == here
-        assert worker.pids() == [pid] and worker.started == 1
-        worker.close()
-        assert not worker.pids()
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-    finally:
-        worker.close()
-        await wiring.stop(svc)
+    async with lab_service(database_url) as (svc, clock):
+        worker = ForecastWorker()
+        try:
+            await submit(svc, job("a", gpus=1, run="1h", expected="1h"))
+            await submit(svc, job("b", gpus=1, run="30m", expected="30m"))
+            await submit(svc, job("c", gpus=2, run="10m", expected="10m"))
+            await submit(svc, job("d", gpus=1, run="20m"))
+            await running.settle(svc.loop, clock)
+            tree = svc.tree_document
+            clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
+            here = await forecast.forecast(svc.db, tree, clusters, clock.now())
+            assert not worker.pids()  # started by the first forecast
+            there = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+            assert there == here
+            assert there.estimates["lab/d"].assumes == "runs 1h (no duration declared, no history)"
+            assert there.estimates["lab/c"].start is not None
+            (pid,) = worker.pids()
+            assert pid != os.getpid()
+            # The process is reused, and stopped with the worker.
+            again = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+            assert again == here
+            assert worker.pids() == [pid] and worker.started == 1
+            worker.close()
+            assert not worker.pids()
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        finally:
+            worker.close()
 
 
 async def test_a_worker_process_that_died_is_replaced_by_the_next_forecast(
     database_url: str,
 ) -> None:
-    svc, clock = await start(database_url)
-    worker = ForecastWorker()
-    try:
-        await submit(svc, job("a", gpus=2, run="1h", expected="1h"))
-        await submit(svc, job("b", gpus=1, run="5m", expected="5m"))
-        await helpers.settle(svc.loop, clock)
-        tree = svc.tree_document
-        clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
-        first = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
-        assert first.estimates["lab/b"].start == T0 + 3600
-        (pid,) = worker.pids()
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(BrokenProcessPool):
-            await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
-        again = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
-        assert again == first
-        assert worker.started == 2 and worker.pids() != [pid]
-    finally:
-        worker.close()
-        await wiring.stop(svc)
+    async with lab_service(database_url) as (svc, clock):
+        worker = ForecastWorker()
+        try:
+            await submit(svc, job("a", gpus=2, run="1h", expected="1h"))
+            await submit(svc, job("b", gpus=1, run="5m", expected="5m"))
+            await running.settle(svc.loop, clock)
+            tree = svc.tree_document
+            clusters = (POLICIES / "clusters" / "lab-2.yaml").read_text(encoding="utf-8")
+            first = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+            assert first.estimates["lab/b"].start == T0 + 3600
+            (pid,) = worker.pids()
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(BrokenProcessPool):
+                await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+            again = await forecast.forecast(svc.db, tree, clusters, clock.now(), worker=worker)
+            assert again == first
+            assert worker.started == 2 and worker.pids() != [pid]
+        finally:
+            worker.close()
 
 
 def test_only_a_database_another_process_can_open_is_forecast_in_the_worker() -> None:

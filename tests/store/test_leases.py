@@ -18,8 +18,9 @@ from fleet.store import admin as admin_rows
 from fleet.store import leases
 from fleet.store.database import Database, Fenced, open_database
 from fleet.store.models import QuotaCutRow
+from fleet.testing.documents import pytorchjob, read
+from fleet.testing.running import new_jobs
 from tests.databases import fresh_postgres_database
-from tests.service.helpers import new_jobs, pytorchjob, read
 
 pytestmark = pytest.mark.postgresql
 

@@ -10,8 +10,9 @@ from aiohttp import web
 
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from tests.admin.conftest import Api, Client, write_tokens_file
-from tests.service import helpers
+from fleet.testing import running
+from fleet.testing.tokens import write_tokens_file
+from tests.admin.conftest import Api, Client
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ async def api(
     tmp_path: Path,
 ) -> AsyncIterator[Api]:
     clock = VirtualClock(1_000.0)
-    settings = helpers.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
+    settings = running.settings(database_url, tokens_file=write_tokens_file(tmp_path / "t.yaml"))
     app = create_app(settings, clock=clock)
     client = await aiohttp_client(app)
     yield Api(client, clock)

@@ -1,6 +1,6 @@
 """The dashboard in a real browser: Debian's chromium, headless, driven by Playwright.
 
-A real ``fleet serve`` (tests/service/servers.py) runs on SQLite with the
+A real ``fleet serve`` (:mod:`fleet.testing.servers`) runs on SQLite with the
 example quota tree and simulated clusters and a tokens file (an admin, a
 team-a and a team-b token).  The tests share one browser and act as a person
 would: log in, read the tree, follow a submission from the queue page to the
@@ -28,9 +28,9 @@ from typing import Any, Final
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from fleet.api.tokens import TokenEntry, TokensFile, hash_token, write_tokens
-from tests.service import servers
-from tests.service.helpers import pytorchjob
+from fleet.testing import servers
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import TOKENS, bearer, write_tokens_file
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 CHROMIUM_ARGS: Final = [
@@ -43,11 +43,6 @@ CHROMIUM_ARGS: Final = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOKENS: Final = {
-    "admin": "fleet_browser-admin-token",
-    "team-a": "fleet_browser-team-a-token",
-    "team-b": "fleet_browser-team-b-token",
-}
 #: Seconds a person would wait for a page to show a change.
 PATIENCE_MS: Final = 30_000
 expect.set_options(timeout=PATIENCE_MS)
@@ -72,7 +67,7 @@ class Fleet:
             self.url + path,
             data=body,
             method=method,
-            headers={"Authorization": f"Bearer {TOKENS[who]}", "Content-Type": content_type},
+            headers={**bearer(who), "Content-Type": content_type},
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
             data = resp.read()
@@ -85,30 +80,9 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     work = tmp_path_factory.mktemp("browser")
-    tokens = work / "tokens.yaml"
-    entries = [
-        TokenEntry(name="ops", role="admin", sha256=hash_token(TOKENS["admin"])),
-        TokenEntry(
-            name="ci-a", role="team", queues=["team-a"], sha256=hash_token(TOKENS["team-a"])
-        ),
-        TokenEntry(
-            name="ci-b", role="team", queues=["team-b"], sha256=hash_token(TOKENS["team-b"])
-        ),
-    ]
-    write_tokens(tokens, TokensFile(tokens=entries))
-    port = servers.free_port()
-    log = work / "serve.log"
-    proc = servers.start(
-        f"sqlite+aiosqlite:///{work / 'fleet.db'}",
-        port,
-        log,
-        cwd=work,
-        extra=["--tokens-file", str(tokens)],
-    )
-    try:
-        yield Fleet(f"http://127.0.0.1:{port}")
-    finally:
-        servers.stop(proc)
+    tokens = write_tokens_file(work / "tokens.yaml")
+    with servers.serving(work, extra=["--tokens-file", str(tokens)]) as server:
+        yield Fleet(server.url)
 
 
 @pytest.fixture(scope="module")

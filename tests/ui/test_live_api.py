@@ -12,9 +12,10 @@ from aiohttp import web
 
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
-from tests.admin.conftest import YAML, Api, Client, bearer
-from tests.service import helpers
-from tests.service.helpers import pytorchjob
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import bearer
+from tests.admin.conftest import YAML, Api, Client
 
 
 async def test_whoami_names_the_token_its_role_and_queues(api: Api) -> None:
@@ -41,7 +42,7 @@ async def test_whoami_names_the_token_its_role_and_queues(api: Api) -> None:
 async def test_whoami_without_tokens_is_the_anonymous_admin(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
 ) -> None:
-    app = create_app(helpers.settings(database_url), clock=VirtualClock(0.0))
+    app = create_app(running.settings(database_url), clock=VirtualClock(0.0))
     client = await aiohttp_client(app)
     body = await (await client.get("/api/v1/whoami")).json()
     assert body["role"] == "admin" and body["tokensRequired"] is False

@@ -17,13 +17,14 @@ from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.service.settings import POLICIES
+from fleet.testing import running
+from fleet.testing.documents import pytorchjob
+from fleet.testing.tokens import TOKENS, write_tokens_file
 from fleet.ui import app as ui_app
 from fleet.ui import views
 from fleet.ui.client import COOKIE
-from tests.admin.conftest import TOKENS, YAML, Api, Client, write_tokens_file
+from tests.admin.conftest import YAML, Api, Client
 from tests.databases import sqlite_url
-from tests.service import helpers
-from tests.service.helpers import pytorchjob
 from tests.sim.test_forecast import T0, job
 
 
@@ -193,7 +194,7 @@ async def test_pages_stay_paged_with_a_thousand_queues_and_many_jobs(
 ) -> None:
     tree = tmp_path / "tree.yaml"
     tree.write_text(_big_tree(1000))
-    settings = helpers.settings(database_url, quota=tree)
+    settings = running.settings(database_url, quota=tree)
     clock = VirtualClock(0.0)
     client = await aiohttp_client(create_app(settings, clock=clock))
     # 300 jobs of 8 GPUs in one queue whose max is 8: one runs, the others wait with a reason.
@@ -201,7 +202,7 @@ async def test_pages_stay_paged_with_a_thousand_queues_and_many_jobs(
         pytorchjob(f"j{i:03d}", namespace="ns0007", workers=1, gpus=8) for i in range(300)
     )
     assert (await client.post("/api/v1/submissions", data=text, headers=YAML)).status == 201
-    await helpers.settle(client.app[keys.SERVICE].loop, clock)
+    await running.settle(client.app[keys.SERVICE].loop, clock)
     home = await (await client.get("/ui/")).text()
     assert home.count("<tr data-node=") == views.TREE_PAGE
     assert "1001 nodes" in home and 'rel="next"' in home
@@ -224,7 +225,7 @@ async def test_the_queue_and_job_pages_show_an_estimated_start_when_there_is_one
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], database_url: str
 ) -> None:
     clock = VirtualClock(T0)
-    settings = helpers.settings(
+    settings = running.settings(
         database_url,
         clusters=POLICIES / "clusters" / "lab-2.yaml",
         quota=POLICIES / "lab" / "quota-one-vc.yaml",
@@ -233,7 +234,7 @@ async def test_the_queue_and_job_pages_show_an_estimated_start_when_there_is_one
     client = await aiohttp_client(create_app(settings, clock=clock))
     text = job("a", gpus=2, run="1h", expected="1h") + "---\n" + job("b", gpus=1, run="5m")
     assert (await client.post("/api/v1/submissions", data=text, headers=YAML)).status == 201
-    await helpers.settle(client.app[keys.SERVICE].loop, clock)
+    await running.settle(client.app[keys.SERVICE].loop, clock)
     before = await (await client.get("/ui/jobs/lab/b")).text()
     assert "Estimated start" not in before  # no forecast yet: nothing claimed
     await client.app[keys.ESTIMATOR].refresh()
@@ -271,7 +272,7 @@ async def test_the_session_cookie_is_secure_when_clients_use_tls_in_front_of_a_p
 ) -> None:
     tokens = write_tokens_file(tmp_path / "tokens.yaml")
     app = create_app(
-        helpers.settings(sqlite_url(tmp_path), tokens_file=tokens, **settings),
+        running.settings(sqlite_url(tmp_path), tokens_file=tokens, **settings),
         clock=VirtualClock(1_000.0),
     )
     client = await aiohttp_client(app)

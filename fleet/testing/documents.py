@@ -1,43 +1,19 @@
-"""Builders for service tests: settings on a fresh database, submissions from YAML."""
+"""YAML documents for tests and benchmarks: a PyTorchJob with its PropagationPolicy.
+
+Theory of operation: :func:`pytorchjob` writes the two documents one
+submission holds, a PropagationPolicy that selects one PyTorchJob by name with
+gang scheduling, and the job (workers of one container each asking for GPUs,
+with the simulated members' annotations for duration and outcome and,
+optionally, a queue and priority class), as the text ``POST
+/api/v1/submissions`` takes.  :func:`read` reads a document file.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from fleet.api.submissions import SubmissionLimits, parse_submission
-from fleet.clock import VirtualClock
-from fleet.core.quota import QuotaTree
-from fleet.manifests.models import MemberClusterModel
-from fleet.service.intake import NewJob
-from fleet.service.loop import SchedulerLoop
-from fleet.service.settings import POLICIES, Settings
-
-
-def settings(database_url: str, **kw: Any) -> Settings:
-    return Settings(database_url=database_url, schedule_interval=5.0, **kw)
-
-
-def lab_settings(database_url: str, lab: str) -> Settings:
-    return settings(
-        database_url,
-        clusters=POLICIES / "clusters" / f"{lab}.yaml",
-        quota=POLICIES / "quota" / "team-tree.yaml",
-    )
-
-
-def new_jobs(text: str, tree: QuotaTree, clusters: Sequence[MemberClusterModel]) -> list[NewJob]:
-    """The jobs of a submission, as the API hands them to intake."""
-    limits = SubmissionLimits()
-    return [
-        NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended)
-        for s in parse_submission(
-            text.encode(), tree=tree, clusters=clusters, first_seq=0, limits=limits
-        )
-    ]
 
 
 def pytorchjob(
@@ -51,6 +27,7 @@ def pytorchjob(
     queue: str | None = None,
     priority_class: str | None = None,
 ) -> str:
+    """A PropagationPolicy and the PyTorchJob ``namespace/name`` it selects, as YAML."""
     annotations: dict[str, str] = {}
     if duration:
         annotations["fleet.io/simulated-duration"] = duration
@@ -100,13 +77,5 @@ def pytorchjob(
 
 
 def read(path: Path) -> str:
+    """A document file's text."""
     return path.read_text(encoding="utf-8")
-
-
-async def settle(loop: SchedulerLoop, clock: VirtualClock, seconds: float = 0.0) -> None:
-    """Advance the virtual clock and let the loop handle everything that follows."""
-    if seconds:
-        await clock.advance(seconds)
-    for _ in range(3):
-        await clock.run_until_idle()
-        await loop.quiet()

@@ -1,4 +1,13 @@
-"""Builders for cell configs and cell placers, so that a test shows only what matters."""
+"""Cell configs and cell placers for tests and benchmarks, so that each shows only what matters.
+
+Theory of operation: :func:`rack_config` writes a HiveD cell config (the
+``spec.cells`` of a member cluster) of racks of nodes of GPUs, optionally in
+PCIe pairs, with virtual clusters owed cells by type path and nodes pinned to
+a VC; :func:`cell_placer` builds a
+:class:`~fleet.core.cells.placer.CellPlacer` over one.  Node addresses follow
+a format (``r{r}n{n}`` unless told), so a benchmark can name its nodes as it
+always has and replay the same decisions.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +27,14 @@ def rack_config(
     pairs: bool = False,
     pinned: Mapping[str, tuple[int, int]] | None = None,
     sku: Mapping[str, Any] | None = None,
+    address: str = "r{r}n{n}",
 ) -> dict[str, Any]:
     """``racks`` racks of ``nodes`` nodes ``r{r}n{n}`` of ``gpus`` GPUs.
 
     ``vcs``: VC -> [(cell type path such as ``RACK.NODE``, number)].  ``pairs``:
     GPUs sit in PAIR cells of two (``gpus`` must be even).  ``pinned``: VC ->
-    (rack, node) of a node it pins (pinned cell id ``pin-{vc}``).
+    (rack, node) of a node it pins (pinned cell id ``pin-{vc}``).  ``address``:
+    the nodes' addresses, formatted with ``r`` (rack) and ``n`` (node in rack).
     """
     types: dict[str, Any] = {}
     if pairs:
@@ -37,7 +48,7 @@ def rack_config(
     for r in range(racks):
         children = []
         for n in range(nodes):
-            child: dict[str, Any] = {"cellAddress": f"r{r}n{n}"}
+            child: dict[str, Any] = {"cellAddress": address.format(r=r, n=n)}
             if (r, n) in pins:
                 child["pinnedCellId"] = f"pin-{pins[(r, n)]}"
             children.append(child)

@@ -13,7 +13,9 @@ digits, long numbers, signs, exponents, spaces, newlines), which the
 schema-driven strategies would rarely send.  It returns how many cases it sent and the
 failures (operation and message), first failure per operation only, so one
 broken route does not hide the others.  Used by the test suite (a modest
-number of examples) and by ``bench/bench_fuzz.py`` (a larger run).
+number of examples, ``tests/fuzz/test_schemathesis.py``) and by
+``bench/bench_fuzz.py`` (a larger run); :func:`fleet.testing.servers.serving`
+starts the server both run it against.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import checks
+from schemathesis.core.result import Err
+
+#: A case of any operation.
+AnyCase = schemathesis.Case[Any]
 
 #: What every answer must satisfy.  Not ``positive_data_acceptance``: a YAML
 #: body is documented as a string, so most schema-valid bodies are rightly 422;
@@ -60,7 +66,7 @@ class FuzzResult:
 
 
 def _run(
-    strategy: st.SearchStrategy[schemathesis.Case],
+    strategy: st.SearchStrategy[AnyCase],
     examples: int,
     base_url: str,
     headers: dict[str, str],
@@ -76,7 +82,7 @@ def _run(
         suppress_health_check=list(HealthCheck),
         derandomize=True,
     )
-    def run(case: schemathesis.Case) -> None:
+    def run(case: AnyCase) -> None:
         nonlocal count
         count += 1
         case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS)
@@ -90,7 +96,7 @@ def _run(
     return count, None
 
 
-def _numbers(operation: Any, names: list[str]) -> list[st.SearchStrategy[schemathesis.Case]]:
+def _numbers(operation: Any, names: list[str]) -> list[st.SearchStrategy[AnyCase]]:
     """Schema-valid requests with one query parameter number-like: each of
     :data:`EVERY_PARAMETER` in each parameter once, then drawn ones."""
     fixed = [
@@ -107,8 +113,10 @@ def fuzz(base_url: str, headers: dict[str, str], *, examples: int) -> FuzzResult
     schema = schemathesis.openapi.from_url(f"{base_url}/api/v1/openapi.json")
     result = FuzzResult()
     for found in schema.get_all_operations():
+        if isinstance(found, Err):  # a document the server should never publish
+            raise found.err()
         operation = found.ok()
-        rounds: list[tuple[str, list[tuple[st.SearchStrategy[schemathesis.Case], int]]]] = [
+        rounds: list[tuple[str, list[tuple[st.SearchStrategy[AnyCase], int]]]] = [
             (mode.value, [(operation.as_strategy(generation_mode=mode), examples)])
             for mode in schemathesis.GenerationMode
         ]
