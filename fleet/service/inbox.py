@@ -1,7 +1,7 @@
 """The loop's inbox: what the API, the members and the loop's own effects tell the core.
 
 Theory of operation: API handlers write to the database first and then post
-what changed (:class:`Submitted` jobs, :class:`Cancel` requests); member
+(:class:`Mailbox`) what changed (:class:`Submitted` jobs, :class:`Cancel` requests); member
 backends post what happened in the members (:class:`FromMember`);
 administration posts work that needs the state to itself
 (:class:`Exclusive`).  Each iteration of the loop takes what was posted and
@@ -75,6 +75,49 @@ class Exclusive:
 
 
 Item = Submitted | Cancel | FromMember | Exclusive
+
+
+class Mailbox:
+    """Where items wait for the loop's next iteration; every item wakes the loop."""
+
+    def __init__(self) -> None:
+        self._items: list[Item] = []
+        self._taken: list[Item] = []  # the items of the iteration that runs
+        self._abandoned: Exception | None = None
+        self.wake = asyncio.Event()  # set when an item came
+        self.idle = asyncio.Event()  # set while the loop waits with nothing to do
+
+    def post(self, item: Item) -> None:
+        if isinstance(item, Exclusive) and self._abandoned is not None:
+            raise self._abandoned
+        self._items.append(item)
+        self.wake.set()
+
+    def take(self) -> list[Item]:
+        """The items posted since the last take (the iteration that starts handles them)."""
+        self.wake.clear()
+        self._taken, self._items = self._items, []
+        return self._taken
+
+    def abandon(self, error: Exception) -> None:
+        """Fail the exclusive work that will never run with ``error`` (and any posted later)."""
+        self._abandoned = error
+        for item in [*self._taken, *self._items]:
+            if isinstance(item, Exclusive) and not item.done.done():
+                item.done.set_exception(error)
+        self._items.clear()
+        self._taken = []
+
+    @property
+    def quiet(self) -> bool:
+        """Whether the loop waits with nothing to do."""
+        return self.idle.is_set() and not self.wake.is_set()
+
+    async def until_quiet(self) -> None:
+        """Wait until the loop has handled everything posted and waits again."""
+        while not self.quiet:
+            await self.idle.wait()
+            await asyncio.sleep(0)
 
 
 @dataclass(slots=True)

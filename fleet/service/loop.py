@@ -95,11 +95,7 @@ class SchedulerLoop:
         self.publisher = views.Publisher(self._publish)
         self._memo: PendingMemo = {}  # pending views of the last view, to reuse
         self._changed: set[str] = set()  # jobs changed since the last published view
-        self._inbox: list[inbox.Item] = []
-        self._abandoned: Exception | None = None  # see abandon()
-        self._taken: list[inbox.Item] = []  # the items of the iteration that runs
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()  # set while the loop waits with nothing to do
+        self.mailbox = inbox.Mailbox()
         self._task: asyncio.Task[None] | None = None
         self._watchers: list[asyncio.Task[None]] = []
         self.iterations = 0
@@ -152,12 +148,7 @@ class SchedulerLoop:
     def abandon(self, error: Exception) -> None:
         """After :meth:`stop`: fail the exclusive work that will never run with ``error``
         (and any asked for later)."""
-        self._abandoned = error
-        for item in [*self._taken, *self._inbox]:
-            if isinstance(item, inbox.Exclusive) and not item.done.done():
-                item.done.set_exception(error)
-        self._inbox.clear()
-        self._taken = []
+        self.mailbox.abandon(error)
 
     # What the API, the members and administration tell the loop ------------------------
     def submitted(self, jobs: Iterable[Job]) -> None:
@@ -184,8 +175,6 @@ class SchedulerLoop:
         it only through :func:`fleet.core.events.apply`, writing and acting
         through :meth:`commit`; what it raises is raised here.
         """
-        if self._abandoned is not None:
-            raise self._abandoned
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._post(inbox.Exclusive(work, done))
         return await done
@@ -219,8 +208,7 @@ class SchedulerLoop:
         return self.members.pop(name, None)
 
     def _post(self, item: inbox.Item) -> None:
-        self._inbox.append(item)
-        self._wake.set()
+        self.mailbox.post(item)
 
     async def _watch(self, name: str, member: MemberCluster) -> None:
         async for event in member.watch():
@@ -239,16 +227,14 @@ class SchedulerLoop:
 
     async def quiet(self) -> None:
         """Wait until the loop has handled everything it was told and waits again."""
-        while not (self._idle.is_set() and not self._wake.is_set()):
-            await self._idle.wait()
-            await asyncio.sleep(0)
+        await self.mailbox.until_quiet()
 
     def is_quiet(self) -> bool:
         """Whether the loop waits with nothing to do (what :meth:`quiet` waits for)."""
-        return self._idle.is_set() and not self._wake.is_set()
+        return self.mailbox.quiet
 
     async def _sleep(self) -> None:
-        if self._wake.is_set():
+        if self.mailbox.wake.is_set():
             return
         if self.journal.due:
             # Members often answer at once (a simulated one reports a job it
@@ -256,21 +242,21 @@ class SchedulerLoop:
             # what was deferred in one transaction of the next iteration.
             for _ in range(_TURNS_BEFORE_FLUSH):
                 await asyncio.sleep(0)
-                if self._wake.is_set():
+                if self.mailbox.wake.is_set():
                     return
             try:
                 await self.flush()  # nothing waits unwritten while the loop waits
             except Exception:  # kept for the next transaction
                 log.exception("could not record what the members were told; retrying")
-            if self._wake.is_set():
+            if self.mailbox.wake.is_set():
                 return
-        self._idle.set()
-        waker = asyncio.create_task(self._wake.wait())
+        self.mailbox.idle.set()
+        waker = asyncio.create_task(self.mailbox.wake.wait())
         timer = asyncio.create_task(self.clock.sleep(self.interval))
         try:
             await asyncio.wait({waker, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._idle.clear()
+            self.mailbox.idle.clear()
             for task in (waker, timer):
                 task.cancel()
             for task in (waker, timer):
@@ -287,9 +273,7 @@ class SchedulerLoop:
                 self.publisher.iterating = False
 
     async def _iterate(self) -> list[Decision]:
-        self._wake.clear()
-        items, self._inbox = self._inbox, []
-        self._taken = items  # for abandon(), should the iteration be cancelled
+        items = self.mailbox.take()
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._take(items)

@@ -22,8 +22,8 @@ from fleet.api.openapi import openapi_document
 from fleet.api.problems import problem_middleware
 from fleet.api.routes import ROUTES
 from fleet.api.routing import Reply, RouteTable, add_routes, path, query
+from fleet.testing import running
 from tests.databases import sqlite_url
-from tests.service import helpers
 
 #: What the application serves without a declaration: the dashboard's pages and metrics.
 UNDECLARED = ("/ui", "/favicon.ico", "/metrics")
@@ -32,7 +32,7 @@ UNDECLARED = ("/ui", "/favicon.ico", "/metrics")
 def test_every_served_api_route_has_exactly_one_declaration_and_is_documented(
     tmp_path: Path,
 ) -> None:
-    app = create_app(helpers.settings(sqlite_url(tmp_path)))
+    app = create_app(running.settings(sqlite_url(tmp_path)))
     declared = {r.operation_id: r for r in ROUTES}
     assert len(declared) == len(ROUTES)
     served: Counter[str] = Counter()
