@@ -145,7 +145,7 @@ def test_broken_quota_tree_copy():
 
 def test_broken_placer_inside_a_factory_state():
     state = make_state(TREE, {"c1": make_nodes(1, gpus=8)})
-    state.placers["c1"]._nodes["node-0"].free_gpus.pop()
+    state.placers["c1"]._free.nodes["node-0"].free_gpus.pop()
 
 
 def test_broken_scheduler_state():
@@ -251,23 +251,23 @@ def _capacity_with_jobs() -> CapacityPlacer:
 
 def _unindexed_guaranteed_job() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    del placer._guaranteed_by_queue["team-a"]["default/b"]
+    del placer._units.guaranteed_by_queue["team-a"]["default/b"]
     return placer, "guaranteed-job index drifted: stale [], missing [('team-a', 'default/b')]"
 
 
 def _wrong_bucket() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    node = placer._nodes["node-0"]
+    node = placer._free.nodes["node-0"]
     rank = node.rank
-    placer._buckets[len(node.free_gpus)].remove(rank)
-    placer._buckets.setdefault(8, []).insert(0, rank)
+    placer._free.buckets[len(node.free_gpus)].remove(rank)
+    placer._free.buckets.setdefault(8, []).insert(0, rank)
     return placer, "node-0: not in the bucket of nodes with 2 free GPUs"
 
 
 def _lost_gpu() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    placer._nodes["node-0"].free_gpus.remove(7)
-    placer._nodes["node-0"].free[GPU] -= 1
+    placer._free.nodes["node-0"].free_gpus.remove(7)
+    placer._free.nodes["node-0"].free[GPU] -= 1
     return placer, "node-0: free nvidia.com/gpu drifted: kept 1, recount 2 (8 minus 6 held)"
 
 
