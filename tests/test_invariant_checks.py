@@ -216,20 +216,24 @@ def _tree_with_jobs() -> QuotaTree:
 
 def _unindexed_job() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
-    del tree._leaf_jobs[tree._index["team-a"]]["default/a"]
+    del tree._admitted.leaf_jobs[tree._index["team-a"]]["default/a"]
     return tree, "job default/a is missing from the job index of team-a"
 
 
 def _stale_job() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
-    tree._leaf_jobs[tree._index["team-a"]]["default/gone"] = tree._jobs["default/a"]
+    tree._admitted.leaf_jobs[tree._index["team-a"]]["default/gone"] = tree._admitted.jobs[
+        "default/a"
+    ]
     return tree, "stale job index: ['default/gone'] indexed by leaf but not admitted"
 
 
 def _stale_reclaim_order() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
     leaf = tree._index["team-b"]
-    tree._borrowed_order[leaf] = list(tree._leaf_borrowed[leaf].values())  # newest is cheaper
+    tree._admitted.borrowed_order[leaf] = list(
+        tree._admitted.leaf_borrowed[leaf].values()
+    )  # newest is cheaper
     return tree, "team-b: stale reclaim order: kept ['default/b', 'default/c'], recount"
 
 
