@@ -193,7 +193,7 @@ def serve(
     while rank >= 0:
         queue = order.queues[rank]
         jobs = lists.get(order.names[rank], queue.pending) if lists else queue.pending
-        i = order.take(rank)
+        i = order.at
         if not (heads and i < queue.rigid_head and _park_head(run, order, rank, i)):
             outcome = admission.admit(run, jobs[i])
             if isinstance(outcome, admission.Started):
@@ -219,7 +219,7 @@ class FairOrder:
     every move of a cursor is told to the owed demand (:mod:`fleet.core.owed`).
     """
 
-    __slots__ = ("cursors", "ends", "heap", "key", "names", "nxt", "owed", "queues", "run")
+    __slots__ = ("at", "cursors", "ends", "heap", "key", "names", "nxt", "owed", "queues", "run")
 
     def __init__(self, run: CycleRun, work: dict[str, Span]) -> None:
         names, order, queues = run.ranks()
@@ -237,16 +237,20 @@ class FairOrder:
             self.ends[rank] = stop
             entries.append((share(run, name), rank))
         self.heap = FairHeap(entries)
-        #: the key the queue :meth:`next` named was popped with
+        #: the key the queue :meth:`next` named was popped with, and the position
+        #: of its job
         self.key = 0.0
+        self.at = 0
         #: a queue put back that comes out first again, taken at once instead of
         #: pushed and popped (:meth:`again`)
         self.nxt: tuple[float, int] | None = None
 
     def next(self) -> int:
-        """The rank of the queue to serve now: the one furthest below its share that
-        still has a job to go through; -1 when the pass is done."""
+        """The next job to go through: the rank of its queue, the one furthest below
+        its share that still has a job in its span (-1 when the pass is done), and
+        its position :attr:`at`; the queue's cursor moves past it."""
         heap = self.heap
+        cursors = self.cursors
         while heap or self.nxt is not None:
             nxt = self.nxt
             if nxt is not None:
@@ -254,21 +258,21 @@ class FairOrder:
                 self.nxt = None
             else:
                 key, rank = heap.pop()
-            current = share(self.run, self.names[rank])
+            name = self.names[rank]
+            current = share(self.run, name)
             if current != key:
                 heap.push(current, rank)
                 continue
-            if self.cursors[rank] >= self.ends[rank]:
+            i = cursors[rank]
+            if i >= self.ends[rank]:
                 continue
             self.key = key
+            self.at = i
+            cursors[rank] = i + 1
+            if self.owed is not None:
+                self.owed.moved(name, i + 1)
             return rank
         return -1
-
-    def take(self, rank: int) -> int:
-        """The position of the queue's job to go through now; the cursor moves past it."""
-        i = self.cursors[rank]
-        self.move(rank, i + 1)
-        return i
 
     def move(self, rank: int, to: int) -> None:
         """The pass goes on at position ``to`` of the queue (the jobs before it are done)."""
