@@ -178,8 +178,8 @@ def serve(
     holds.  A StrictFIFO queue stops at its first job that cannot start; the
     rest wait behind it.
 
-    Each step takes the queue :class:`FairOrder` names and its job at the
-    cursor: a rigid head the ``min`` stops whole is parked without a trial
+    Each step takes the job :meth:`FairOrder.next` names (its queue's rank,
+    its position ``at``): a rigid head the ``min`` stops whole is parked without a trial
     (:func:`_park_head`); otherwise the job is tried (:func:`~fleet.core.admission.admit`)
     and it starts (:func:`_started`), is deferred with the rest of its queue
     to the borrowing pass, or waits (:func:`_waited`: the bulk waits behind
