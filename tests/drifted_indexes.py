@@ -70,7 +70,7 @@ def drifted_capacity_placer() -> CapacityPlacer:
     """The GPUs counted for guaranteed jobs are one more than the held pods have."""
     placer = CapacityPlacer("c1", make_nodes(2, gpus=8))
     _place(placer, "a", 4)
-    placer._mode_gpus[Mode.GUARANTEED] += 1
+    placer._units.mode_gpus[Mode.GUARANTEED] += 1
     return placer
 
 

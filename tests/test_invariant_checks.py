@@ -146,7 +146,7 @@ def test_broken_quota_tree_copy():
 
 def test_broken_placer_inside_a_factory_state():
     state = make_state(TREE, {"c1": make_nodes(1, gpus=8)})
-    state.placers["c1"]._nodes["node-0"].free_gpus.pop()
+    state.placers["c1"]._free.nodes["node-0"].free_gpus.pop()
 
 
 def test_broken_scheduler_state():
@@ -217,20 +217,24 @@ def _tree_with_jobs() -> QuotaTree:
 
 def _unindexed_job() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
-    del tree._leaf_jobs[tree._index["team-a"]]["default/a"]
+    del tree._admitted.leaf_jobs[tree._index["team-a"]]["default/a"]
     return tree, "job default/a is missing from the job index of team-a"
 
 
 def _stale_job() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
-    tree._leaf_jobs[tree._index["team-a"]]["default/gone"] = tree._jobs["default/a"]
+    tree._admitted.leaf_jobs[tree._index["team-a"]]["default/gone"] = tree._admitted.jobs[
+        "default/a"
+    ]
     return tree, "stale job index: ['default/gone'] indexed by leaf but not admitted"
 
 
 def _stale_reclaim_order() -> tuple[Checkable, str]:
     tree = _tree_with_jobs()
     leaf = tree._index["team-b"]
-    tree._borrowed_order[leaf] = list(tree._leaf_borrowed[leaf].values())  # newest is cheaper
+    tree._admitted.borrowed_order[leaf] = list(
+        tree._admitted.leaf_borrowed[leaf].values()
+    )  # newest is cheaper
     return tree, "team-b: stale reclaim order: kept ['default/b', 'default/c'], recount"
 
 
@@ -252,23 +256,23 @@ def _capacity_with_jobs() -> CapacityPlacer:
 
 def _unindexed_guaranteed_job() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    del placer._guaranteed_by_queue["team-a"]["default/b"]
+    del placer._units.guaranteed_by_queue["team-a"]["default/b"]
     return placer, "guaranteed-job index drifted: stale [], missing [('team-a', 'default/b')]"
 
 
 def _wrong_bucket() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    node = placer._nodes["node-0"]
+    node = placer._free.nodes["node-0"]
     rank = node.rank
-    placer._buckets[len(node.free_gpus)].remove(rank)
-    placer._buckets.setdefault(8, []).insert(0, rank)
+    placer._free.buckets[len(node.free_gpus)].remove(rank)
+    placer._free.buckets.setdefault(8, []).insert(0, rank)
     return placer, "node-0: not in the bucket of nodes with 2 free GPUs"
 
 
 def _lost_gpu() -> tuple[Checkable, str]:
     placer = _capacity_with_jobs()
-    placer._nodes["node-0"].free_gpus.remove(7)
-    placer._nodes["node-0"].free[GPU] -= 1
+    placer._free.nodes["node-0"].free_gpus.remove(7)
+    placer._free.nodes["node-0"].free[GPU] -= 1
     return placer, "node-0: free nvidia.com/gpu drifted: kept 1, recount 2 (8 minus 6 held)"
 
 

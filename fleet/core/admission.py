@@ -316,7 +316,7 @@ def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: boo
 
     ``final``: no victim was taken to get here, so nothing can make room for
     it in this pass; the ``max`` whose room is owed becomes ``run.last_block``
-    (the jobs behind may wait on it together, :func:`fleet.core.cycle.wait_all`).
+    (the jobs behind may wait on it together, :func:`fleet.core.bulk_wait.wait_all`).
     """
     kept = owed.kept(job, request)
     if kept is None:

@@ -81,7 +81,8 @@ class CycleRun:
     shares: dict[str, float] = field(default_factory=dict)
     #: the reasons this cycle leaves (it replaces ``state.waiting`` at the end)
     book: WaitBook = field(default_factory=WaitBook)
-    #: (queue, resource) -> the jobs looked at so far, counted (:func:`fleet.core.cycle.wait_all`)
+    #: (queue, resource) -> the jobs looked at so far, counted
+    #: (:func:`fleet.core.bulk_wait.wait_all`)
     seen: dict[tuple[str, str], Seen] = field(default_factory=dict)
     #: the borrowing pass's owed demand (:mod:`fleet.core.owed`); None in the other passes
     owed: Owed | None = None

@@ -16,8 +16,10 @@ and each readable on its own:
   the whole tree and changes nothing on error.
 * :mod:`fleet.core.quota_usage` (:class:`QuotaUsage`, a
   :class:`QuotaStructure`): the used / guaranteed / borrowed counters per
-  node, the admitted records, ``classify``, ``admit``, ``release``,
-  grandfathered usage above a lowered ``max``, and ``check_invariants``.
+  node, ``classify``, ``admit``, ``release``, grandfathered usage above a
+  lowered ``max``, and ``check_invariants``.  It owns the admitted records
+  and their indexes (:mod:`fleet.core.quota_admitted`) and the reclaim
+  search's kept order of lending leaves (:mod:`fleet.core.quota_lending`).
 * :mod:`fleet.core.quota_victims` (functions over a :class:`QuotaUsage`): the
   reclaim and in-queue victim searches, pure queries.
 
@@ -91,10 +93,11 @@ class QuotaTree(QuotaUsage):
     def protection_ends(self, keys: list[str], which: int) -> float | None:
         """The latest time a minimum runtime (0: preempt, 1: reclaim) protects one of
         ``keys`` (None: none of them is protected by it)."""
+        jobs = self._admitted.jobs
         ends = [
-            protected_until(self, self._jobs[k], which)
+            protected_until(self, jobs[k], which)
             for k in keys
-            if k in self._jobs and self._runtime[self._jobs[k].leaf][which] > 0
+            if k in jobs and self._runtime[jobs[k].leaf][which] > 0
         ]
         return max(ends, default=None)
 

@@ -18,20 +18,19 @@ Theory of operation:
   ``used + request <= max`` must hold on every node of the path, else
   :meth:`QuotaUsage.classify` returns a :class:`QuotaBlock` saying where.
   Non-preemptible jobs must be guaranteed.
-* Every admitted unit has one :class:`Admitted` record (its shared
-  :class:`~fleet.core.charges.Charge` and its leaf), indexed by key, by leaf,
-  and, when a reclaim may take it, in the leaf's reclaimable index.  The
-  reclaim search (:mod:`fleet.core.quota_victims`) keeps each leaf's
-  reclaimable jobs sorted in ``_borrowed_order``; an admission or release on
-  the leaf marks that order stale (None).  The leaves that have reclaimable
-  jobs (``_lending``) and, per leaf, its preemptible charged jobs counted by
-  priority (``_ranks``, and the lowest of them, ``_lowest``) are kept too.
-  For a (node, resource) a reclaim search has asked about, the leaves under
-  the node with reclaimable jobs are kept
-  in the order the search takes them (:meth:`QuotaUsage.lending_order`:
-  their cheapest job's priority, most borrowed of the resource, that job's
-  newest submission, leaf), moved by every admission or release of a
-  borrowed job of theirs.
+* Every admitted unit has one :class:`~fleet.core.quota_admitted.Admitted`
+  record (its shared :class:`~fleet.core.charges.Charge` and its leaf); the
+  records and the indexes the victim searches read (by key, by leaf, each
+  leaf's reclaimable units and their order, the lending leaves, preemptible
+  units by priority) are :class:`~fleet.core.quota_admitted.AdmittedJobs`.
+  For a (node, resource) a reclaim search has asked about, the lending
+  leaves under the node are kept in the order the search takes them
+  (:meth:`QuotaUsage.lending_order`, kept by
+  :class:`~fleet.core.quota_lending.LendingOrder`), moved by every admission
+  or release of a borrowed job of theirs.  This class owns one of each and
+  changes them with every ``admit`` and ``release``; what is here is the
+  counting and the questions asked of it (``classify``, the shares, the
+  guarantees).
 * :meth:`QuotaUsage.set_node` keeps usage even when it is now above a lowered
   ``max``: that excess is *grandfathered* (``_over``).  It is accepted by
   :meth:`QuotaUsage.check_invariants` up to the usage at the time of the
@@ -46,15 +45,16 @@ construction, copying and the victim searches.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from fleet.core.charges import Charge, step_of
+from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
+from fleet.core.quota_admitted import Admitted, AdmittedJobs
+from fleet.core.quota_lending import LendingOrder, LendKey
 from fleet.core.quota_rules import fmt
 from fleet.core.quota_structure import UNCHANGED, QuotaStructure, _Unchanged
 from fleet.core.resources import MAX_JOBS, Resources, format_quantity
@@ -186,59 +186,6 @@ NO_MIN: Final = MinFit(fits=False)
 _OVER_MIN: dict[str, MinFit] = {}
 
 
-class Admitted:
-    """An admitted unit's charge record (shared with the state and the placer) and its leaf."""
-
-    __slots__ = (
-        "charge",
-        "key",
-        "leaf",
-        "mode",
-        "preemptible",
-        "priority",
-        "request",
-        "seq",
-        "step",
-    )
-
-    def __init__(self, charge: Charge, leaf: int) -> None:
-        self.charge = charge
-        self.leaf = leaf
-        # Read-only views of the record, unpacked once for the reclaim search's hot loops.
-        self.key = charge.key
-        self.request = charge.request
-        self.mode = charge.mode
-        self.priority = charge.priority
-        self.seq = charge.seq
-        self.preemptible = charge.preemptible
-        self.step = step_of(charge.key)
-
-
-def _reclaimable(rec: Admitted) -> bool:
-    """Whether a reclaim may ever take this job: borrowed, preemptible, not opportunistic."""
-    return rec.mode is Mode.BORROWED and rec.preemptible and rec.priority >= 0
-
-
-def cheapest_first(rec: Admitted) -> tuple[int, int, int]:
-    """Sort key of a leaf's preemptible units: lowest priority, then newest job,
-    then of one job its last growth step first (the first unit, which stops the
-    whole job, last).  No two units compare equal, so the order never rests on
-    the order the records were charged in (a planning query's "what if"
-    release charges them again, at the end)."""
-    return (rec.priority, -rec.seq, -rec.step)
-
-
-#: A lending leaf's place in a reclaim search: its cheapest job's priority, minus
-#: what it borrows of the blocking resource, minus that job's submission number.
-LendKey = tuple[int, int, int]
-
-
-def lend_key(head: Admitted, borrowed: int) -> LendKey:
-    """Where a leaf whose cheapest reclaimable job is ``head`` and that borrows
-    ``borrowed`` of the blocking resource comes in a reclaim search."""
-    return (head.priority, -borrowed, -head.seq)
-
-
 def add_to(counter: dict[str, int], amounts: dict[str, int], sign: int) -> None:
     """Add (``sign`` 1) or subtract (-1) ``amounts`` in ``counter``."""
     for r, v in amounts.items():
@@ -258,19 +205,10 @@ class QuotaUsage(QuotaStructure):
     _count: list[int]
     _over: list[dict[str, int]]  # usage grandfathered above a max set_node lowered
     _cut: set[int]  # nodes a tree change left over a limit (a superset of those still over)
-    _jobs: dict[str, Admitted]
-    _leaf_jobs: list[dict[str, Admitted]]
-    _leaf_borrowed: list[dict[str, Admitted]]  # reclaimable: borrowed, preemptible
-    _borrowed_order: list[list[Admitted] | None]  # the same, cheapest first; None = stale
-    _lending: dict[int, None]  # the leaves with reclaimable jobs (order: none; sort to use)
-    _ranks: list[dict[int, int]]  # per leaf: priority -> its preemptible, charged jobs
-    _lowest: list[int | None]  # per leaf: the lowest priority of ``_ranks`` (None: empty)
-    #: (node, resource) -> the lending leaves under the node in reclaim order (as asked)
-    _lend_index: dict[tuple[int, str], list[tuple[LendKey, int]]]
-    #: (node, resource) -> leaf -> its key in that order
-    _lend_keys: dict[tuple[int, str], dict[int, LendKey]]
-    #: leaves whose borrowed jobs changed since the orders were last brought up to date
-    _lend_dirty: set[int]
+    #: the admitted units and the indexes over them
+    _admitted: AdmittedJobs
+    #: the reclaim search's kept orders of lending leaves
+    _lend: LendingOrder
 
     # Construction -------------------------------------------------------------
     def _init_usage(self) -> None:
@@ -282,16 +220,8 @@ class QuotaUsage(QuotaStructure):
         self._count = [0] * n
         self._over = [{} for _ in range(n)]
         self._cut = set()
-        self._jobs = {}
-        self._leaf_jobs = [{} for _ in range(n)]
-        self._leaf_borrowed = [{} for _ in range(n)]
-        self._borrowed_order = [None] * n
-        self._lending = {}
-        self._ranks = [{} for _ in range(n)]
-        self._lowest = [None] * n
-        self._lend_index = {}
-        self._lend_keys = {}
-        self._lend_dirty = set()
+        self._admitted = AdmittedJobs(n)
+        self._lend = LendingOrder(self._admitted)
 
     def _copy_usage_to(self, other: QuotaUsage) -> None:
         """Give ``other`` a deep copy of this usage (the records themselves are shared)."""
@@ -301,16 +231,8 @@ class QuotaUsage(QuotaStructure):
         other._count = list(self._count)
         other._over = [dict(d) for d in self._over]
         other._cut = set(self._cut)
-        other._jobs = dict(self._jobs)
-        other._leaf_jobs = [dict(d) for d in self._leaf_jobs]
-        other._leaf_borrowed = [dict(d) for d in self._leaf_borrowed]
-        other._borrowed_order = [None] * len(self._leaf_borrowed)
-        other._lending = dict(self._lending)
-        other._ranks = [dict(d) for d in self._ranks]
-        other._lowest = list(self._lowest)
-        other._lend_index = {}  # built again when a search asks
-        other._lend_keys = {}
-        other._lend_dirty = set()
+        other._admitted = self._admitted.copy()
+        other._lend = LendingOrder(other._admitted)  # built again when a search asks
 
     # Usage --------------------------------------------------------------------
     def used(self, name: str) -> Resources:
@@ -358,14 +280,14 @@ class QuotaUsage(QuotaStructure):
         return self._count[self._node(name)]
 
     def holds(self, key: str) -> bool:
-        return key in self._jobs
+        return key in self._admitted.jobs
 
     def mode_of(self, key: str) -> Mode:
-        return self._jobs[key].mode
+        return self._admitted.jobs[key].mode
 
     def jobs_of(self, queue: str) -> list[str]:
         """Keys of the jobs admitted to a leaf queue, in admission order."""
-        return list(self._leaf_jobs[self._leaf(queue)])
+        return list(self._admitted.leaf_jobs[self._leaf(queue)])
 
     def lowest_preemptible_priority(self, queue: str) -> int | None:
         """The lowest priority among the queue's preemptible, charged jobs (None if none).
@@ -374,7 +296,7 @@ class QuotaUsage(QuotaStructure):
         from the leaf's count of such jobs per priority (a few priorities, not
         every job).
         """
-        return self._lowest[self._leaf(queue)]
+        return self._admitted.lowest[self._leaf(queue)]
 
     def lower_usage(self, queue: str, priority: int, resource: str) -> int:
         """How much of ``resource`` the queue's preemptible, charged jobs below
@@ -382,11 +304,11 @@ class QuotaUsage(QuotaStructure):
         for a job of that priority (:func:`~fleet.core.quota_victims.queue_victims`
         takes its victims among them)."""
         leaf = self._leaf(queue)
-        lowest = self._lowest[leaf]
+        lowest = self._admitted.lowest[leaf]
         if lowest is None or lowest >= priority:
             return 0
         total = 0
-        for rec in self._leaf_jobs[leaf].values():
+        for rec in self._admitted.leaf_jobs[leaf].values():
             if rec.preemptible and 0 <= rec.priority < priority:
                 total += rec.request.amounts.get(resource, 0)
         return total
@@ -500,103 +422,30 @@ class QuotaUsage(QuotaStructure):
     def admit(self, charge: Charge) -> None:
         """Charge an admitted unit to its queue; the caller has classified it first."""
         key = charge.key
-        if key in self._jobs:
+        if key in self._admitted.jobs:
             raise ValueError(f"job {key!r} is already admitted")
         leaf = self._leaf(charge.queue)
         rec = Admitted(charge, leaf)
         self._charge(rec, 1)
-        self._jobs[key] = rec
-        self._leaf_jobs[leaf][key] = rec
-        if rec.preemptible and rec.priority >= 0:
-            ranks = self._ranks[leaf]
-            ranks[rec.priority] = ranks.get(rec.priority, 0) + 1
-            lowest = self._lowest[leaf]
-            if lowest is None or rec.priority < lowest:
-                self._lowest[leaf] = rec.priority
-        if _reclaimable(rec):
-            self._leaf_borrowed[leaf][key] = rec
-            self._borrowed_order[leaf] = None
-            self._lending[leaf] = None
-        if rec.mode is Mode.BORROWED and self._lend_index:
-            self._lend_dirty.add(leaf)
+        self._admitted.add(rec)
+        if rec.mode is Mode.BORROWED:
+            self._lend.mark(leaf)
 
     def release(self, key: str) -> Charge:
         """Uncharge an admitted unit and return its charge; KeyError if not admitted."""
-        rec = self._jobs.pop(key)
-        del self._leaf_jobs[rec.leaf][key]
-        if rec.preemptible and rec.priority >= 0:
-            ranks = self._ranks[rec.leaf]
-            left = ranks[rec.priority] - 1
-            if left:
-                ranks[rec.priority] = left
-            else:
-                del ranks[rec.priority]
-                if rec.priority == self._lowest[rec.leaf]:
-                    self._lowest[rec.leaf] = min(ranks) if ranks else None
-        lent = self._leaf_borrowed[rec.leaf]
-        if lent.pop(key, None) is not None:
-            self._borrowed_order[rec.leaf] = None
-            if not lent:
-                del self._lending[rec.leaf]
+        rec = self._admitted.remove(key)
         self._charge(rec, -1)
-        if rec.mode is Mode.BORROWED and self._lend_index:
-            self._lend_dirty.add(rec.leaf)
+        if rec.mode is Mode.BORROWED:
+            self._lend.mark(rec.leaf)
         return rec.charge
 
-    # The reclaim search's order of lending leaves ---------------------------------
     def lending_order(self, node: int, resource: str) -> list[tuple[LendKey, int]]:
         """The leaves under ``node`` with reclaimable jobs, in the order a reclaim
-        search blocked on ``resource`` takes them: by :func:`lend_key`, then leaf.
-
-        Built when first asked for a (node, resource), then kept: an
-        admission or release of a borrowed job marks its leaf, and the next
-        search moves each marked leaf in the orders above it (a bisection; a
-        leaf charged and given back in between, as a search's "what if" does,
-        is moved once), so a search reads its leaves in order instead of
-        keying every lending leaf again.  Not to be changed by the caller.
-        """
-        if self._lend_dirty:
-            for leaf in self._lend_dirty:
-                self._relend(leaf)
-            self._lend_dirty.clear()
-        index = self._lend_index.get((node, resource))
-        if index is None:
-            keys = {
-                leaf: lend_key(self._head(leaf), self._borr[leaf].get(resource, 0))
-                for leaf in self._lending
-                if node in self._paths[leaf]
-            }
-            index = self._lend_index[(node, resource)] = sorted((k, i) for i, k in keys.items())
-            self._lend_keys[(node, resource)] = keys
-        return index
-
-    def _head(self, leaf: int) -> Admitted:
-        """The leaf's cheapest reclaimable job (it has one)."""
-        ordered = self._borrowed_order[leaf]
-        if ordered is not None:
-            return ordered[0]
-        return min(self._leaf_borrowed[leaf].values(), key=cheapest_first)
-
-    def _relend(self, leaf: int) -> None:
-        """The leaf's borrowed jobs changed: move it in every lending order above it."""
-        path = self._paths[leaf]
-        head = self._head(leaf) if self._leaf_borrowed[leaf] else None
-        for (node, r), index in self._lend_index.items():
-            if node not in path:
-                continue
-            keys = self._lend_keys[(node, r)]
-            old = keys.pop(leaf, None)
-            if old is not None:
-                i = bisect.bisect_left(index, (old, leaf))
-                if i == len(index) or index[i] != (old, leaf):
-                    raise InvariantError(
-                        f"{self._names[leaf]} is not where its lending order at "
-                        f"{self._names[node]} kept it"
-                    )
-                del index[i]
-            if head is not None:
-                new = keys[leaf] = lend_key(head, self._borr[leaf].get(r, 0))
-                bisect.insort(index, (new, leaf))
+        search blocked on ``resource`` takes them
+        (:meth:`~fleet.core.quota_lending.LendingOrder.order`): built when first
+        asked for a (node, resource), then kept as borrowed jobs come and go.  Not
+        to be changed by the caller."""
+        return self._lend.order(node, resource, self._paths, self._borr, self._names)
 
     def _charge(self, rec: Admitted, sign: int) -> None:
         path = self._paths[rec.leaf]
@@ -690,11 +539,9 @@ class QuotaUsage(QuotaStructure):
         guar: list[dict[str, int]] = [{} for _ in range(n)]
         borr: list[dict[str, int]] = [{} for _ in range(n)]
         count = [0] * n
-        for key, rec in self._jobs.items():
-            if self._leaf_jobs[rec.leaf].get(key) is not rec:
-                raise InvariantError(
-                    f"job {key} is missing from the job index of {self._names[rec.leaf]}"
-                )
+        self._admitted.check_invariants(self._names)
+        self._lend.check_invariants(self._paths, self._borr, self._names)
+        for rec in self._admitted.jobs.values():
             for m in self._paths[rec.leaf]:
                 count[m] += 1
                 if rec.mode is Mode.OPPORTUNISTIC:
@@ -702,66 +549,6 @@ class QuotaUsage(QuotaStructure):
                     continue
                 add_to(used[m], rec.request.amounts, 1)
                 add_to((guar if rec.mode is Mode.GUARANTEED else borr)[m], rec.request.amounts, 1)
-        if sum(len(j) for j in self._leaf_jobs) != len(self._jobs):
-            stale = sorted(k for jobs in self._leaf_jobs for k in jobs if k not in self._jobs)
-            raise InvariantError(f"stale job index: {stale} indexed by leaf but not admitted")
-        for leaf_index, recs in enumerate(self._leaf_borrowed):
-            expected = {k for k, r in self._leaf_jobs[leaf_index].items() if _reclaimable(r)}
-            if set(recs) != expected:
-                raise InvariantError(
-                    f"{self._names[leaf_index]}: stale reclaimable-job index: "
-                    f"kept {sorted(recs)}, recount {sorted(expected)}"
-                )
-            ordered = self._borrowed_order[leaf_index]
-            if ordered is not None:
-                kept_order = [r.key for r in ordered]
-                order = [r.key for r in sorted(recs.values(), key=cheapest_first)]
-                if kept_order != order:
-                    raise InvariantError(
-                        f"{self._names[leaf_index]}: stale reclaim order: "
-                        f"kept {kept_order}, recount {order}"
-                    )
-        for leaf_index, recs in enumerate(self._leaf_jobs):
-            ranks: dict[int, int] = {}
-            for rec in recs.values():
-                if rec.preemptible and rec.priority >= 0:
-                    ranks[rec.priority] = ranks.get(rec.priority, 0) + 1
-            if ranks != self._ranks[leaf_index]:
-                raise InvariantError(
-                    f"{self._names[leaf_index]}: stale count of preemptible jobs by "
-                    f"priority: kept {self._ranks[leaf_index]}, recount {ranks}"
-                )
-            lowest = min(ranks) if ranks else None
-            if lowest != self._lowest[leaf_index]:
-                raise InvariantError(
-                    f"{self._names[leaf_index]}: stale lowest preemptible priority: "
-                    f"kept {self._lowest[leaf_index]}, recount {lowest}"
-                )
-        dirty = self._lend_dirty  # marked leaves are moved when a search next asks
-        for (node, r), index in self._lend_index.items():
-            keys = {
-                leaf: lend_key(
-                    min(self._leaf_borrowed[leaf].values(), key=cheapest_first),
-                    self._borr[leaf].get(r, 0),
-                )
-                for leaf, recs in enumerate(self._leaf_borrowed)
-                if recs and node in self._paths[leaf] and leaf not in dirty
-            }
-            in_order = sorted((k, i) for i, k in keys.items())
-            kept_keys = {i: k for i, k in self._lend_keys[(node, r)].items() if i not in dirty}
-            if [e for e in index if e[1] not in dirty] != in_order or kept_keys != keys:
-                raise InvariantError(
-                    f"{self._names[node]}: stale lending order for {r}: kept "
-                    f"{[(self._names[i], k) for k, i in index if i not in dirty]}, recount "
-                    f"{[(self._names[i], k) for k, i in in_order]}"
-                )
-        lending = [i for i, recs in enumerate(self._leaf_borrowed) if recs]
-        if sorted(self._lending) != lending:
-            raise InvariantError(
-                f"stale index of leaves with reclaimable jobs: kept "
-                f"{sorted(self._names[i] for i in self._lending)}, "
-                f"recount {sorted(self._names[i] for i in lending)}"
-            )
         for m in range(n):
             for what, kept, recount in (
                 ("used", self._used[m], used[m]),

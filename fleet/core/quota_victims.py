@@ -22,7 +22,7 @@ Theory of operation:
   in the resource (:func:`_givable`).  Order: lowest priority, then the leaf
   borrowing most of the first still-blocking resource (recomputed after each
   pick), then newest (of one job, its last growth step first:
-  :func:`~fleet.core.quota_usage.cheapest_first`).  Every job of one leaf
+  :func:`~fleet.core.quota_admitted.cheapest_first`).  Every job of one leaf
   borrows from the same leaf, so each leaf's reclaimable jobs are kept
   sorted cheapest first (the *per-leaf borrowed order*, cached on the tree
   in ``_borrowed_order`` until the leaf's jobs change, built by
@@ -51,7 +51,8 @@ from __future__ import annotations
 import heapq
 
 from fleet.core.jobs import Mode
-from fleet.core.quota_usage import Admitted, QuotaUsage, add_to, cheapest_first
+from fleet.core.quota_admitted import Admitted, cheapest_first
+from fleet.core.quota_usage import QuotaUsage, add_to
 from fleet.core.resources import MAX_JOBS, Resources
 
 
@@ -123,8 +124,8 @@ def _prune(
 
 def _sorted_borrowed(tree: QuotaUsage, leaf: int) -> list[Admitted]:
     """The leaf's reclaimable jobs cheapest first, cached on the tree until they change."""
-    ordered = sorted(tree._leaf_borrowed[leaf].values(), key=cheapest_first)
-    tree._borrowed_order[leaf] = ordered
+    ordered = sorted(tree._admitted.leaf_borrowed[leaf].values(), key=cheapest_first)
+    tree._admitted.borrowed_order[leaf] = ordered
     return ordered
 
 
@@ -199,9 +200,11 @@ def reclaim_victims(
     if bounded:
         seeds = _able_leaves(tree, top, leaf, path, deficits, removed)
     else:
-        seeds = [o for o in tree._leaves_under[top] if o != leaf and tree._leaf_borrowed[o]]
+        seeds = [
+            o for o in tree._leaves_under[top] if o != leaf and tree._admitted.leaf_borrowed[o]
+        ]
     for other in seeds:
-        ordered = tree._borrowed_order[other]
+        ordered = tree._admitted.borrowed_order[other]
         if ordered is None:
             ordered = _sorted_borrowed(tree, other)
         orders[other] = ordered
@@ -291,7 +294,7 @@ def _search_in_order(
     orders: dict[int, list[Admitted]] = {}
     pos: dict[int, int] = {}
     picked: list[Admitted] = []
-    borrowed_order = tree._borrowed_order
+    borrowed_order = tree._admitted.borrowed_order
     borr = tree._borr
 
     def order_of(other: int) -> list[Admitted]:
@@ -404,7 +407,7 @@ def _able_leaves(
         )
 
     out: list[int] = []
-    for other in sorted(tree._lending):
+    for other in sorted(tree._admitted.lending):
         if other == leaf:
             continue
         chain = paths[other]
@@ -447,7 +450,7 @@ def _over_limit_picks(
         if tree.over_limit(n) is None or leaf in tree._leaves_under[n]:
             continue
         for key in over_limit_victims(tree, tree._names[n]):
-            rec = tree._jobs[key]
+            rec = tree._admitted.jobs[key]
             if not rec.preemptible or rec.mode is Mode.OPPORTUNISTIC:
                 continue
             if protected(tree, rec, now, RECLAIM):
@@ -502,12 +505,12 @@ def queue_victims(
     deficits = _deficits(tree, path, request, removed)
     if not deficits:
         return []
-    lowest = tree._lowest[leaf]
+    lowest = tree._admitted.lowest[leaf]
     if lowest is None or lowest >= priority:
         return None  # no preemptible job of the queue below ``priority`` (the leaf's count)
     candidates = [
         rec
-        for rec in tree._leaf_jobs[leaf].values()
+        for rec in tree._admitted.leaf_jobs[leaf].values()
         if rec.preemptible
         and 0 <= rec.priority < priority
         and not protected(tree, rec, now, PREEMPT)
@@ -575,7 +578,7 @@ def over_limit_victims(tree: QuotaUsage, node: str) -> list[str]:
     if not excess and not guar_excess:
         return []
     recs = sorted(
-        (rec for leaf in tree._leaves_under[n] for rec in tree._leaf_jobs[leaf].values()),
+        (rec for leaf in tree._leaves_under[n] for rec in tree._admitted.leaf_jobs[leaf].values()),
         key=lambda rec: -rec.seq,
     )
     picked: list[str] = []

@@ -128,7 +128,7 @@ class QueueState:
     within the queue's ``min``) are also kept in queue order, all together
     (``rigid_jobs``) and grouped by their smallest start's request
     (``rigid_groups``), so that the cycle can tell in a few bisections how far
-    a run of them that the ``min`` stops goes (:func:`fleet.core.cycle.rigid_run`).
+    a run of them that the ``min`` stops goes (:func:`fleet.core.bulk_wait.rigid_run`).
 
     Its opportunistic jobs are also kept grouped by their placement question
     (``idle``: :func:`idle_key` -> the jobs in queue order), so that the

@@ -3,7 +3,7 @@
 Theory of operation: a cycle writes a new :class:`WaitBook` into the state
 (:attr:`fleet.core.state.SchedulerState.waiting`).  A job the cycle looked at
 and left waiting gets its own entry.  A queue's jobs that one full ``max``
-provably stops (:func:`fleet.core.cycle.wait_all`), in the borrowing pass
+provably stops (:func:`fleet.core.bulk_wait.wait_all`), in the borrowing pass
 also the room under it that guaranteed work is owed (:class:`Kept`), are
 *parked* as one :class:`ParkedTail`: the jobs between two positions of the
 queue's order (the whole tail behind one, or a run up to the first job that
@@ -14,7 +14,7 @@ same.  A job queued after the book was written (a new submission, a
 requeued job) has no reason until the next cycle, as before.
 
 A run of non-preemptible jobs that their queue's ``min`` stops
-(:func:`fleet.core.cycle.park_rigid_run`) is parked as one
+(:func:`fleet.core.bulk_wait.park_rigid_run`) is parked as one
 :class:`ParkedRun`: the range of queue order it covers, the ``min`` and the
 guaranteed usage of that moment; each job's text is worded from them and
 its own request when read, as the quota tree words it.
@@ -101,7 +101,7 @@ class Kept:
 def tail_reason(block: QuotaBlock, need: int) -> str:
     """Why a job of a parked tail that asks ``need`` of ``block.resource`` waits.
 
-    A tail is parked on a full ``max`` (:func:`fleet.core.cycle.wait_all`); in
+    A tail is parked on a full ``max`` (:func:`fleet.core.bulk_wait.wait_all`); in
     the borrowing pass also on the room under a ``max`` that other queues'
     guaranteed jobs are owed (:mod:`fleet.core.owed`).  A job that asks more
     than the room left waits on the ``max``; one that asks less would borrow

@@ -1,4 +1,4 @@
-"""Jobs that wait together behind a refused one (``fleet.core.cycle.wait_all``): in the
+"""Jobs that wait together behind a refused one (``fleet.core.bulk_wait.wait_all``): in the
 borrowing pass also on room owed to guaranteed work, up to the first job that may
 start, and never past a job the blocking resource does not stop.
 

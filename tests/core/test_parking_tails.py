@@ -1,5 +1,5 @@
 """A queue's tail behind a full ``max`` whose own lower priorities could make room is
-tried, and parked tails say what one by one trial says (``fleet.core.cycle.wait_all``)."""
+tried, and parked tails say what one by one trial says (``fleet.core.bulk_wait.wait_all``)."""
 
 from __future__ import annotations
 

@@ -132,10 +132,10 @@ def test_the_allocated_total_is_checked_when_every_node_is_bad() -> None:
         p.set_node_health(node, False)
     assert p.capacity() == Resources() and p.allocated()["nvidia.com/gpu"] == 8
     p.check_invariants()  # the jobs still hold their GPUs on the bad nodes
-    p._allocated["nvidia.com/gpu"] += 1  # a real drift is still caught
+    p._free._allocated["nvidia.com/gpu"] += 1  # a real drift is still caught
     with pytest.raises(InvariantError, match="allocated total drifted"):
         p.check_invariants()
-    p._allocated["nvidia.com/gpu"] -= 1
+    p._free._allocated["nvidia.com/gpu"] -= 1
     p.release("default/a")
     p.check_invariants()
 

@@ -215,7 +215,7 @@ def mixed_clusters(draw: st.DrawFn) -> CapacityPlacer:
 def test_the_guaranteed_gpu_count_refuses_only_what_preemption_cannot_place(
     p: CapacityPlacer, pods: int, gpus: int, priority: int, data: st.DataObject
 ) -> None:
-    """A guaranteed gang refused from the nodes' guaranteed GPUs (``_may_free``) is
+    """A guaranteed gang refused from the nodes' guaranteed GPUs (``HeldUnits.may_free``) is
     one the search with preemption refuses too, with the same reason; with the
     count left out, every answer is the same."""
     job = make_job("new", queue="a", pods=pods, gpus=gpus, priority=priority, seq=99)
@@ -224,7 +224,7 @@ def test_the_guaranteed_gpu_count_refuses_only_what_preemption_cannot_place(
         frozenset(data.draw(st.lists(st.sampled_from(keys), unique=True))) if keys else frozenset()
     )
     counted = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True, released=released)
-    event(f"refused by the count: {not p._may_free(job, job.pods, sorted(released))}")
-    p._may_free = lambda *_: True  # the search alone
+    event(f"refused by the count: {not p._units.may_free(job, job.pods, sorted(released))}")
+    p._units.may_free = lambda *_: True  # the search alone
     searched = p.fit(job, job.pods, Mode.GUARANTEED, preempt=True, released=released)
     assert counted == searched
