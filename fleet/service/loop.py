@@ -21,8 +21,9 @@ each stage is a module that returns data:
   intent, as the store's typed values, in one transaction — only then:
 * **Effects** (:mod:`fleet.service.effects`): create and delete in the
   members; what the calls came to goes back through the inbox as core events.
-* **Views** (:mod:`fleet.service.views`): the immutable :class:`LoopView`
-  the API reads, a projection of the state made when it is read.
+* **Views**: the immutable :class:`LoopView` the API reads, the core's
+  projection of the state (:mod:`fleet.core.view`), made when it is read
+  (:mod:`fleet.service.views`).
 
 Administration (:mod:`fleet.service.admin`) runs as exclusive work and writes
 and acts through :meth:`SchedulerLoop.commit`.  **Time** comes from the
