@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 import types
 from collections.abc import Awaitable, Callable
 
@@ -452,3 +453,42 @@ async def test_one_coroutine_runs_on_either_clock() -> None:
     task = asyncio.create_task(waits(virtual))
     await virtual.advance(30)
     assert await task == 30
+
+
+async def test_the_real_clock_computes_in_a_worker_thread_so_the_event_loop_serves_meanwhile() -> (
+    None
+):
+    served: list[str] = []
+    started = threading.Event()
+
+    def work(x: int) -> tuple[int, bool]:
+        started.set()
+        # The event loop answers while this runs: it appends once the work began.
+        for _ in range(500):
+            if served:
+                break
+            threading.Event().wait(0.01)
+        return x * 2, threading.current_thread() is threading.main_thread()
+
+    async def serve() -> None:
+        await asyncio.to_thread(started.wait)
+        served.append("answered")
+
+    result, on_main = (await asyncio.gather(RealClock().compute(work, 21), serve()))[0]
+    assert (result, on_main, served) == (42, False, ["answered"])
+
+
+async def test_a_virtual_clock_computes_inline_in_the_event_loops_order() -> None:
+    order: list[str] = []
+
+    def work() -> bool:
+        order.append("work")
+        return threading.current_thread() is threading.main_thread()
+
+    async def other() -> None:
+        order.append("other")
+
+    task = asyncio.create_task(other())
+    assert await VirtualClock(0.0).compute(work) is True
+    await task
+    assert order == ["work", "other"]  # no turn of the event loop in between
