@@ -71,9 +71,11 @@ def cheapest_first(rec: Admitted) -> tuple[int, int, int]:
 
 class AdmittedJobs:
     """The admitted units of a tree of ``leaves`` nodes, by key and by leaf, with
-    the indexes over them; see the module docstring."""
+    the indexes over them; see the module docstring.  (Every argument has a
+    default: a compiled class is unpickled by calling it without any, as the
+    quota tree sent to the API's worker processes is.)"""
 
-    def __init__(self, leaves: int) -> None:
+    def __init__(self, leaves: int = 0) -> None:
         self.jobs: dict[str, Admitted] = {}
         self.leaf_jobs: list[dict[str, Admitted]] = [{} for _ in range(leaves)]
         #: per leaf, its reclaimable units (borrowed, preemptible)

@@ -39,8 +39,10 @@ class LendingOrder:
     tree may replace those lists.
     """
 
-    def __init__(self, admitted: AdmittedJobs) -> None:
-        self.admitted = admitted
+    def __init__(self, admitted: AdmittedJobs | None = None) -> None:
+        # A default for unpickling (a compiled class is called without arguments
+        # first); the tree's own AdmittedJobs is then set back.
+        self.admitted = admitted if admitted is not None else AdmittedJobs()
         #: (node, resource) -> the lending leaves under the node in reclaim order (as asked)
         self.index: dict[tuple[int, str], list[tuple[LendKey, int]]] = {}
         #: (node, resource) -> leaf -> its key in that order

@@ -39,8 +39,8 @@ def test_the_capacity_baseline_has_the_same_nodes_each_of_its_cells_sku() -> Non
         assert capacity.capacity() == cells.capacity()
         config = cluster.cell_config()
         nodes = config.nodes()
-        assert sorted(capacity._nodes) == sorted(nodes)
-        skus = {node.sku for node in capacity._nodes.values()}
+        assert sorted(capacity._free.nodes) == sorted(nodes)
+        skus = {node.sku for node in capacity._free.nodes.values()}
         assert skus <= {t.leaf_type for t in config.cell_types.values()}
         assert None not in skus
 
