@@ -232,16 +232,22 @@ class FailoverBook:
                 found[key] = (run.cluster, why)
         return found
 
-    def rules_wanted(self, state: SchedulerState) -> list[str]:
-        """The unhealthy jobs whose rules the book does not know yet (the shell reads them)."""
-        return [k for k in self.unhealthy(state) if k not in self.rules]
+    def due(
+        self,
+        state: SchedulerState,
+        now: float,
+        unhealthy: Mapping[str, tuple[str, str]] | None = None,
+    ) -> Turn:
+        """Update the clocks and return the jobs whose time is up, with the notes taken.
 
-    def due(self, state: SchedulerState, now: float) -> Turn:
-        """Update the clocks and return the jobs whose time is up, with the notes taken."""
+        ``unhealthy``: :meth:`unhealthy` of ``state``, when the caller has it
+        already (the shell reads the rules of those jobs first).
+        """
         notes, self._notes = tuple(self._notes), []
         if not self._signals() and not self.since:
             return Turn(notes=notes)
-        unhealthy = self.unhealthy(state)
+        if unhealthy is None:
+            unhealthy = self.unhealthy(state)
         changed: dict[str, Clock | None] = {}
         for key, (cluster, why) in unhealthy.items():
             old = self.since.get(key)

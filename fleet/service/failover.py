@@ -79,13 +79,14 @@ class Failover:
 
     async def turn(self, state: SchedulerState, ids: Mapping[str, int], now: float) -> Turn:
         """Read the rules wanted, let the book decide, store its clocks and notes."""
-        wanted = [ids[k] for k in self.book.rules_wanted(state) if k in ids]
+        unhealthy = self.book.unhealthy(state)
+        wanted = [ids[k] for k in unhealthy if k not in self.book.rules and k in ids]
         if wanted:
             async with self.db.read() as session:
                 rows: list[JobRow] = await job_rows.by_ids(session, wanted)
             for row in rows:
                 self.book.rules[f"{row.namespace}/{row.name}"] = rule_of(row.policy)
-        turn = self.book.due(state, now)
+        turn = self.book.due(state, now, unhealthy)
         if turn.clocks or turn.notes:
             async with self.db.write() as session:
                 for note in turn.notes:

@@ -29,6 +29,7 @@ its end is stored.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -216,7 +217,7 @@ class Journal:
             if isinstance(d, Admit):
                 phase = state.phase.get(d.job, JobState.ADMITTED)
                 update = self.update_of(state, row_id, d.job, phase, now)
-                updates.append(_with_reason(update, ""))
+                updates.append(dataclasses.replace(update, reason=""))
                 where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
                 if d.grown:
                     log_entries.append(
@@ -242,7 +243,7 @@ class Journal:
                 )
             else:
                 update = self.update_of(state, row_id, d.job, JobState.PREEMPTED, now)
-                updates.append(_with_reason(update, d.reason))
+                updates.append(dataclasses.replace(update, reason=d.reason))
                 log_entries.append(
                     job_rows.EventValues(
                         row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
@@ -278,9 +279,3 @@ class Journal:
             for intent, (row_id, d) in zip(intents, planned, strict=True)
         ]
         return actions + [Resize(*heads[r]) for r in sorted(set(rows.resized)) if r in heads]
-
-
-def _with_reason(update: job_rows.JobUpdate, reason: str) -> job_rows.JobUpdate:
-    return job_rows.JobUpdate(
-        update.id, update.state, update.updated_at, update.placement, update.units, reason
-    )
