@@ -2,7 +2,7 @@
 
 Theory of operation: :func:`parse_submission` is the whole of what the
 submission route does before it touches the database.  It takes the raw body
-and either returns one :class:`Submitted` per PyTorchJob, in document order,
+and either returns one :class:`Submitted` per job, in document order,
 or raises :class:`~fleet.api.problems.ProblemError`; nothing is ever
 partially accepted, and no input makes it raise anything else.  The checks,
 cheapest first:
@@ -73,11 +73,11 @@ from fleet.manifests import convert
 from fleet.manifests.convert import SubmittedJob
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import SpecError, quote
+from fleet.manifests.kinds.base import WorkloadModel
 from fleet.manifests.models import (
     ApplicationFailover,
     MemberClusterModel,
     PropagationPolicyModel,
-    PyTorchJobModel,
 )
 from fleet.manifests.yaml_stream import DEFAULT_MAX_DEPTH, YamlLimits
 
@@ -112,12 +112,12 @@ class Failover:
 
 @dataclass(frozen=True, slots=True)
 class Submitted:
-    """One accepted PyTorchJob, ready to be stored."""
+    """One accepted job (of any kind Fleet runs), ready to be stored."""
 
     job: Job
     namespace: str
     name: str
-    #: The PyTorchJob as plain JSON data.
+    #: The job's document as plain JSON data.
     document: dict[str, Any]
     #: The PropagationPolicy that governs the job, as plain JSON data.
     policy: dict[str, Any] | None
@@ -139,7 +139,7 @@ def parse_submission(
     first_seq: int,
     limits: SubmissionLimits,
 ) -> list[Submitted]:
-    """Every PyTorchJob of a submission (seq from ``first_seq``), or a ProblemError."""
+    """Every job of a submission (seq from ``first_seq``), or a ProblemError."""
     if len(body) > limits.max_bytes:
         msg = (
             f"the request body has {len(body):,} bytes, more than the limit of "
@@ -180,20 +180,24 @@ def _finish(
             plain[doc.index] = data
     capacity = _Capacity(clusters)
     for sj in found:
+        model = sj.document.model
+        assert isinstance(model, WorkloadModel)
         if sj.job.size > limits.max_replicas:
             errors.append(
                 field_error(
                     f"job {sj.job.key} has {sj.job.size:,} pods, more than the "
                     f"{limits.max_replicas:,} this service accepts in one job",
                     document=sj.document.index,
-                    kind="PyTorchJob",
+                    kind=sj.document.kind,
                     name=sj.job.key,
-                    path="spec.pytorchReplicaSpecs",
+                    path=model.pods_path(),
                 )
             )
             continue
         errors.extend(
-            field_error(m, document=sj.document.index, kind="PyTorchJob", name=sj.job.key, path=p)
+            field_error(
+                m, document=sj.document.index, kind=sj.document.kind, name=sj.job.key, path=p
+            )
             for p, m in capacity.problems(sj)
         )
     if errors:
@@ -213,7 +217,7 @@ def _documents(found: Sequence[SubmittedJob]) -> list[Document]:
 
 def _submitted(sj: SubmittedJob, plain: Mapping[int, dict[str, Any]]) -> Submitted:
     model = sj.document.model
-    assert isinstance(model, PyTorchJobModel)
+    assert isinstance(model, WorkloadModel)
     policy_model: PropagationPolicyModel | None = None
     policy_data: dict[str, Any] | None = None
     if sj.policy is not None:
@@ -456,13 +460,16 @@ class _Capacity:
         names = ", ".join(c.name for c in usable)
         nodes = [(c.name, node, cap) for c in usable for node, cap in c.nodes]
         out: list[tuple[str, str]] = []
+        model = sj.document.model
+        assert isinstance(model, WorkloadModel)
+        paths = {s.role: s.path for s in model.pod_sets([])}
         for group in job.groups:
             if any(_fits(group.per_pod, cap) for _, _, cap in nodes):
                 continue
             cluster, node, cap = max(nodes, key=lambda n: _size(n[2]))  # first of equals
             out.append(
                 (
-                    f"spec.pytorchReplicaSpecs.{group.role}",
+                    paths.get(group.role, model.pods_path()),
                     f"job {job.key}: a {group.role} pod asks for {_describe(group.per_pod)}, "
                     f"more than any node of the member clusters it may use ({names}) has; "
                     f"the largest node, {node} of {cluster}, has {_describe(cap)}",
@@ -477,7 +484,7 @@ class _Capacity:
         pods = job.gang_size
         return [
             (
-                _gang_path(sj.document.model),
+                _gang_path(model),
                 f"job {job.key}: its {pods} pods that must start together ask for "
                 f"{_describe(need)}, more than any member cluster it may use ({names}) has "
                 f"in all; the largest, {biggest.name}, has {_describe(biggest.total)}",
@@ -485,12 +492,7 @@ class _Capacity:
         ]
 
 
-def _gang_path(model: object) -> str:
+def _gang_path(model: WorkloadModel) -> str:
     """The field that sets the gang's size."""
-    if isinstance(model, PyTorchJobModel):
-        if model.scheduling_policy.min_available is not None:
-            return "spec.runPolicy.schedulingPolicy.minAvailable"
-        ep = model.spec.elastic_policy
-        if ep is not None and ep.min_replicas is not None:
-            return "spec.elasticPolicy.minReplicas"
-    return "spec.pytorchReplicaSpecs"
+    minimum, path = model.gang_minimum()
+    return path if minimum else model.pods_path()

@@ -7,17 +7,20 @@ cluster affinity), and either returns *all* the objects or raises *one*
 :class:`SpecError` listing every issue: a submission is never partially
 accepted.
 
-A PyTorchJob becomes a core :class:`~fleet.core.jobs.Job`:
+A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
+:class:`~fleet.core.jobs.Job` from what its kind's model says:
 
 * queue: the leaf that lists the job's namespace (a namespace no leaf lists
-  is an error); ``schedulingPolicy.queue``, when given, must name that leaf;
-* priority from the class name (default ``test``); preemptible from the
-  ``fleet.io/preemptible`` annotation, else every class but ``crit``;
-* groups Master then Worker with exact per-pod requests;
-* gang size: ``minAvailable``, else ``elasticPolicy.minReplicas`` + masters,
-  else 0 (all pods);
+  is an error); the queue the job names (a kind's queue field, such as
+  ``schedulingPolicy.queue``), when given, must name that leaf;
+* priority from the class name the kind's priority field gives (default
+  ``test``); preemptible from the ``fleet.io/preemptible`` annotation, else
+  every class but ``crit``;
+* replica groups: the kind's pod sets in its order, with exact per-pod requests;
+* gang size and elastic start: what the kind says (0: every pod);
 * gang unless a PropagationPolicy selects the job without
-  ``customSchedulingType: Gang`` (then it is incremental);
+  ``customSchedulingType: Gang`` (then it is incremental), and always for a
+  kind that cannot be resized in place;
 * allowed clusters from the policy's ``clusterAffinity`` resolved against the
   known MemberClusters.
 
@@ -30,7 +33,7 @@ several, the highest ``spec.priority``, then the most specific selector
 server accepts) also returns each job's document and governing policy
 (:class:`SubmittedJob`), reads the stream within YAML bounds
 (:class:`~fleet.manifests.yaml_stream.YamlLimits`), and requires the file to
-be PropagationPolicies and the PyTorchJobs they select: the situations that
+be PropagationPolicies and the jobs they select: the situations that
 :func:`submission_warnings` only warns about become errors there, and so does
 a job that no policy selects.
 """
@@ -45,13 +48,10 @@ from fleet.core.jobs import Job, ReplicaGroup
 from fleet.manifests import documents, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
-from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel, PyTorchJobModel
+from fleet.manifests.kinds import registry
+from fleet.manifests.kinds.base import WorkloadModel
+from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel
 from fleet.manifests.yaml_stream import DEFAULT_LIMITS, YamlLimits
-
-QUEUE_PATH = "spec.runPolicy.schedulingPolicy.queue"
-PRIORITY_PATH = "spec.runPolicy.schedulingPolicy.priorityClass"
-_SUBMISSION_KINDS = "PyTorchJob, PropagationPolicy"
-
 
 # Quota tree and clusters ------------------------------------------------------------
 
@@ -98,7 +98,7 @@ def load_clusters(text: str) -> list[MemberClusterModel]:
 # Policies -------------------------------------------------------------------------
 
 
-def _selector_score(sel: models.ResourceSelector, job: PyTorchJobModel) -> int:
+def _selector_score(sel: models.ResourceSelector, job: WorkloadModel) -> int:
     """0 if the selector does not pick the job, else 3 by name, 2 by labels, 1 by kind."""
     if sel.api_version != job.api_version or sel.kind != job.kind:
         return 0
@@ -112,7 +112,7 @@ def _selector_score(sel: models.ResourceSelector, job: PyTorchJobModel) -> int:
 
 
 def match_policy(
-    job_doc: PyTorchJobModel, policies: Sequence[PropagationPolicyModel]
+    job_doc: WorkloadModel, policies: Sequence[PropagationPolicyModel]
 ) -> PropagationPolicyModel | None:
     """The policy that governs ``job_doc``, chosen the way Karmada chooses."""
     best: tuple[int, int, str] | None = None
@@ -160,12 +160,12 @@ def resolve_clusters(
 # Jobs ---------------------------------------------------------------------------
 
 
-def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Problem]) -> str:
+def _route(job_doc: WorkloadModel, tree: quota.QuotaTree, problems: list[Problem]) -> str:
     """The leaf that lists the job's namespace; ``schedulingPolicy.queue``, when
     given, must name that same leaf (a namespace belongs to one leaf, as Kueue's
     LocalQueue is namespaced: a job cannot name its way into another team's queue)."""
     ns = job_doc.namespace
-    wanted = job_doc.scheduling_policy.queue
+    wanted, queue_path = job_doc.queue_field()
     owner = tree.queue_for_namespace(ns)
     if owner is None:
         problems.append(
@@ -185,13 +185,32 @@ def _route(job_doc: PyTorchJobModel, tree: quota.QuotaTree, problems: list[Probl
             why = f"queue {quote(wanted)} does not list namespace {quote(ns)}"
         problems.append(
             (
-                QUEUE_PATH,
+                queue_path,
                 f"{why}; namespace {quote(ns)} belongs to queue {quote(owner)}: "
-                f"name {quote(owner)} or leave {QUEUE_PATH} out",
+                f"name {quote(owner)} or leave {queue_path} out",
             )
         )
         return ""
     return owner
+
+
+def _running(
+    job_doc: WorkloadModel, allowed: frozenset[str] | None, clusters: Sequence[MemberClusterModel]
+) -> tuple[frozenset[str] | None, str]:
+    """The allowed clusters narrowed to those that run the job's kind, or why none does."""
+    runs = [c.name for c in clusters if c.runs(job_doc.api_version, job_doc.kind)]
+    if len(runs) == len(clusters):
+        return allowed, ""
+    usable = frozenset(runs) if allowed is None else allowed & frozenset(runs)
+    if usable:
+        return usable, ""
+    may = sorted(allowed) if allowed is not None else sorted(c.name for c in clusters)
+    msg = (
+        f"no member cluster the job may use ({', '.join(may)}) runs {job_doc.kind} "
+        f"({job_doc.api_version}); a member runs the kinds its MemberCluster lists in "
+        "spec.kinds"
+    )
+    return usable, msg
 
 
 def cluster_leaf_types(clusters: Sequence[MemberClusterModel]) -> dict[str, tuple[str, ...]]:
@@ -200,7 +219,7 @@ def cluster_leaf_types(clusters: Sequence[MemberClusterModel]) -> dict[str, tupl
 
 
 def _sku_problems(
-    job_doc: PyTorchJobModel,
+    job_doc: WorkloadModel,
     sku: str,
     allowed: frozenset[str] | None,
     clusters: Sequence[MemberClusterModel],
@@ -222,7 +241,7 @@ def _sku_problems(
 
 
 def _pin_problems(
-    job_doc: PyTorchJobModel,
+    job_doc: WorkloadModel,
     pinned: str,
     queue: str,
     allowed: frozenset[str] | None,
@@ -246,7 +265,7 @@ def _pin_problems(
 
 
 def _build(
-    job_doc: PyTorchJobModel,
+    job_doc: WorkloadModel,
     *,
     policy: PropagationPolicyModel | None,
     tree: quota.QuotaTree | None,
@@ -260,15 +279,15 @@ def _build(
         return None, problems
     queue = _route(job_doc, tree, problems) if tree is not None else ""
 
-    sp = job_doc.scheduling_policy
-    pclass = sp.priority_class or jobs.DEFAULT_PRIORITY_CLASS
+    named, priority_path = job_doc.priority_field()
+    pclass = named or jobs.DEFAULT_PRIORITY_CLASS
     priority = priority_classes.get(pclass)
     if priority is None:
         known = ", ".join(f"{n} ({v})" for n, v in priority_classes.items())
         same = [n for n in priority_classes if n.lower() == pclass.lower()]
         hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
         msg = f"unknown priority class {quote(pclass)}{hint}; known: {known}"
-        problems.append((PRIORITY_PATH, msg))
+        problems.append((priority_path, msg))
         priority = 0
 
     ann = job_doc.metadata.annotations.get(models.PREEMPTIBLE_ANNOTATION)
@@ -279,26 +298,10 @@ def _build(
         path = f"metadata.annotations.{models.PREEMPTIBLE_ANNOTATION}"
         problems.append((path, f"an opportunistic job (class {pclass}) is always preemptible"))
 
-    groups: list[ReplicaGroup] = []
-    scratch: list[Problem] = []  # per_pod problems were reported by problems() above
-    ep = job_doc.spec.elastic_policy
-    target = 0
-    for role, spec in job_doc.replica_groups():
-        count = spec.replicas
-        if role == "Worker" and ep is not None and ep.max_replicas is not None:
-            # Elastic: start with Worker.replicas, grow up to maxReplicas.
-            count = ep.max_replicas
-            target = spec.replicas
-        groups.append(ReplicaGroup(role, count, job_doc.per_pod(role, spec, scratch)))
-    masters = sum(g.count for g in groups if g.role == "Master")
-    if target:
-        target += masters
-
-    min_members = 0
-    if sp.min_available is not None:
-        min_members = sp.min_available
-    elif ep is not None and ep.min_replicas is not None:
-        min_members = ep.min_replicas + masters
+    scratch: list[Problem] = []  # the pod sets' problems were reported by problems() above
+    groups = tuple(ReplicaGroup(s.role, s.count, s.per_pod) for s in job_doc.pod_sets(scratch))
+    min_members = job_doc.gang_minimum()[0]
+    target = job_doc.start_pods()
 
     allowed = resolve_clusters(policy, clusters)
     if allowed is not None and not allowed:
@@ -310,6 +313,10 @@ def _build(
                 f"spec.placement.clusterAffinity allows no member cluster (known: {known})",
             )
         )
+    elif clusters:
+        allowed, problem = _running(job_doc, allowed, clusters)
+        if problem:
+            problems.append(("kind", problem))
     sku = job_doc.gpu_sku(scratch)
     if sku and clusters:
         problems.extend(_sku_problems(job_doc, sku, allowed, clusters, leaf_types))
@@ -323,9 +330,10 @@ def _build(
         queue=queue,
         priority=priority,
         seq=seq,
-        groups=tuple(groups),
+        groups=groups,
         min_members=min_members,
-        gang=policy is None or policy.gang,
+        # A kind that cannot be resized in place is admitted whole, whatever its policy.
+        gang=policy is None or policy.gang or not job_doc.KIND.resizable,
         preemptible=preemptible,
         gpu_sku=sku,
         clusters=allowed,
@@ -339,7 +347,7 @@ def _build(
 
 
 def to_job(
-    job_doc: PyTorchJobModel,
+    job_doc: WorkloadModel,
     *,
     policy: PropagationPolicyModel | None,
     tree: quota.QuotaTree,
@@ -348,7 +356,7 @@ def to_job(
     clusters: Sequence[MemberClusterModel] = (),
     index: int = 0,
 ) -> Job:
-    """The core job for one PyTorchJob, or a SpecError naming document ``index``."""
+    """The core job for one job document, or a SpecError naming document ``index``."""
     job, problems = _build(
         job_doc,
         policy=policy,
@@ -358,13 +366,13 @@ def to_job(
         clusters=clusters,
     )
     if job is None:
-        raise SpecError(SpecIssue(index, "PyTorchJob", job_doc.key, p, m) for p, m in problems)
+        raise SpecError(SpecIssue(index, job_doc.kind, job_doc.key, p, m) for p, m in problems)
     return job
 
 
 @dataclass(frozen=True, slots=True)
 class SubmittedJob:
-    """One PyTorchJob of a submission: the core job, its document, the policy that governs it."""
+    """One job of a submission: the core job, its document, the policy that governs it."""
 
     job: Job
     document: Document
@@ -373,7 +381,7 @@ class SubmittedJob:
 
 def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document]:
     """The policies (documents) each of which alone would select ``job_doc``."""
-    assert isinstance(job_doc.model, PyTorchJobModel)
+    assert isinstance(job_doc.model, WorkloadModel)
     out: list[Document] = []
     for p in policies:
         assert isinstance(p.model, PropagationPolicyModel)
@@ -385,27 +393,27 @@ def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document
 def _selection_issues(
     job_docs: Sequence[Document], policies: Sequence[Document]
 ) -> list[SpecIssue]:
-    """A submission is PropagationPolicies and the PyTorchJobs they select, nothing less."""
+    """A submission is PropagationPolicies and the jobs they select, nothing less."""
     if not job_docs:
-        return [SpecIssue(0, "", "", "", "the submission holds no PyTorchJob")]
+        return [
+            SpecIssue(0, "", "", "", f"the submission holds no job (Fleet runs {registry.names()})")
+        ]
     issues: list[SpecIssue] = []
     used: set[int] = set()
     for doc in job_docs:
         selecting = _selecting(doc, policies)
         used.update(p.index for p in selecting)
         if not selecting:
-            assert isinstance(doc.model, PyTorchJobModel)
+            assert isinstance(doc.model, WorkloadModel)
             msg = (
-                "no PropagationPolicy of the submission selects this PyTorchJob; add one in "
+                f"no PropagationPolicy of the submission selects this {doc.kind}; add one in "
                 f"namespace {quote(doc.model.namespace)} whose resourceSelectors name "
-                f"apiVersion {models.PYTORCH_API}, kind PyTorchJob"
+                f"apiVersion {doc.model.api_version}, kind {doc.kind}"
             )
             issues.append(doc.issue("", msg))
     for p in policies:
         if p.index not in used:
-            issues.append(
-                p.issue("spec.resourceSelectors", "selects no PyTorchJob of the submission")
-            )
+            issues.append(p.issue("spec.resourceSelectors", "selects no job of the submission"))
     return issues
 
 
@@ -426,8 +434,11 @@ def _submission(
     job_docs: list[Document] = []
     seen: dict[tuple[str, str], int] = {}
     for doc in docs:
-        if doc.kind not in ("PyTorchJob", "PropagationPolicy"):
-            msg = f"{doc.kind} does not belong in a submission; expected {_SUBMISSION_KINDS}"
+        if not isinstance(doc.model, WorkloadModel | PropagationPolicyModel):
+            msg = (
+                f"{doc.kind} does not belong in a submission; expected PropagationPolicy "
+                f"and jobs of the kinds Fleet runs: {registry.names()}"
+            )
             issues.append(doc.issue("kind", msg))
             continue
         if (doc.kind, doc.name) in seen:
@@ -448,7 +459,7 @@ def _submission(
     policy_docs = {id(p.model): p for p in policies}
     buildable = [doc for doc in job_docs if doc.index not in bad]
     for seq, doc in enumerate(buildable, start=first_seq):
-        assert isinstance(doc.model, PyTorchJobModel)
+        assert isinstance(doc.model, WorkloadModel)
         policy = match_policy(doc.model, policy_models)
         job, problems = _build(
             doc.model,
@@ -481,20 +492,20 @@ def check_submission(
 def submission_warnings(text: str) -> list[SpecIssue]:
     """What is legal in a submission but probably not meant, one issue per finding.
 
-    A file without a PyTorchJob; a PropagationPolicy that selects no PyTorchJob
-    of the file; a PyTorchJob that several policies select (one of them applies,
+    A file without a job; a PropagationPolicy that selects no job of the file;
+    a job that several policies select (one of them applies,
     chosen like Karmada: see :func:`match_policy`).
     """
     docs, _ = documents.parse_documents(text)
     policies = [d for d in docs if isinstance(d.model, PropagationPolicyModel)]
-    jobs_ = [d for d in docs if isinstance(d.model, PyTorchJobModel)]
+    jobs_ = [d for d in docs if isinstance(d.model, WorkloadModel)]
     out: list[SpecIssue] = []
     if not jobs_:
-        out.append(SpecIssue(0, "", "", "", "the file holds no PyTorchJob"))
+        out.append(SpecIssue(0, "", "", "", "the file holds no job"))
         return out
     used: set[int] = set()
     for doc in jobs_:
-        assert isinstance(doc.model, PyTorchJobModel)
+        assert isinstance(doc.model, WorkloadModel)
         found = _selecting(doc, policies)
         used.update(p.index for p in found)
         selecting = [p.model for p in found if isinstance(p.model, PropagationPolicyModel)]
@@ -508,7 +519,7 @@ def submission_warnings(text: str) -> list[SpecIssue]:
             out.append(doc.issue("", msg))
     for p in policies:
         if p.index not in used:
-            out.append(p.issue("spec.resourceSelectors", "selects no PyTorchJob of this file"))
+            out.append(p.issue("spec.resourceSelectors", "selects no job of this file"))
     return sorted(out, key=lambda i: i.document)
 
 
@@ -519,7 +530,7 @@ def load_submission(
     first_seq: int = 0,
     priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
 ) -> list[Job]:
-    """Every PyTorchJob of a submission as a core Job (seq from ``first_seq`` in
+    """Every job of a submission as a core Job (seq from ``first_seq`` in
     document order), or one SpecError with every issue: all or nothing."""
     out, issues = _submission(text, tree, clusters, first_seq, priority_classes)
     if issues:
@@ -537,12 +548,12 @@ def load_submitted_jobs(
     require_policies: bool = True,
     limits: YamlLimits = DEFAULT_LIMITS,
 ) -> list[SubmittedJob]:
-    """Every PyTorchJob of a submission with its documents, or one SpecError: all or nothing.
+    """Every job of a submission with its documents, or one SpecError: all or nothing.
 
     Like :func:`load_submission`, reading the stream within ``limits``.  With
-    ``require_policies`` a submission is PropagationPolicies and the PyTorchJobs
-    they select: a file without a PyTorchJob, a PyTorchJob that no policy
-    selects and a policy that selects no PyTorchJob of the file are errors.
+    ``require_policies`` a submission is PropagationPolicies and the jobs they
+    select: a file without a job, a job that no policy selects and a policy
+    that selects no job of the file are errors.
     """
     out, issues = _submission(
         text,

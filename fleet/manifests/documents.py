@@ -40,6 +40,8 @@ import yaml
 from fleet.core.quota_rules import node_message
 from fleet.manifests import models
 from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
+from fleet.manifests.kinds import registry
+from fleet.manifests.kinds.base import WorkloadModel
 from fleet.manifests.yaml_resolver import cached_resolver
 from fleet.manifests.yaml_stream import (
     DEFAULT_LIMITS,
@@ -64,21 +66,28 @@ YAML_LOADER: SafeLoaderType = safe_loader()
 AnyModel = (
     models.ElasticQuotaTreeModel
     | models.PropagationPolicyModel
-    | models.PyTorchJobModel
+    | WorkloadModel
     | models.MemberClusterModel
 )
 
-#: kind -> {apiVersion: model}
-KINDS: Final[Mapping[str, Mapping[str, type[AnyModel]]]] = {
-    "ElasticQuotaTree": {models.QUOTA_API: models.ElasticQuotaTreeModel},
-    "PropagationPolicy": {
-        models.ACK_POLICY_API: models.PropagationPolicyModel,
-        models.KARMADA_POLICY_API: models.PropagationPolicyModel,
-    },
-    "PyTorchJob": {models.PYTORCH_API: models.PyTorchJobModel},
-    "MemberCluster": {models.FLEET_API: models.MemberClusterModel},
-}
-_NAMESPACED: Final = frozenset({"PropagationPolicy", "PyTorchJob"})
+
+def _kinds() -> dict[str, dict[str, type[AnyModel]]]:
+    out: dict[str, dict[str, type[AnyModel]]] = {
+        "ElasticQuotaTree": {models.QUOTA_API: models.ElasticQuotaTreeModel},
+        "PropagationPolicy": {
+            models.ACK_POLICY_API: models.PropagationPolicyModel,
+            models.KARMADA_POLICY_API: models.PropagationPolicyModel,
+        },
+        "MemberCluster": {models.FLEET_API: models.MemberClusterModel},
+    }
+    for kind in registry.KINDS:
+        out.setdefault(kind.kind, {})[kind.api_version] = kind.model
+    return out
+
+
+#: kind -> {apiVersion: model}: Fleet's own objects and every workload kind.
+KINDS: Final[Mapping[str, Mapping[str, type[AnyModel]]]] = _kinds()
+_NAMESPACED: Final = frozenset({"PropagationPolicy", *(k.kind for k in registry.KINDS)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +297,23 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
         ]
         return None, issues
     doc = Document(index, kind, name, model, raw)
-    return doc, [doc.issue(path, msg) for path, msg in model.problems()]
+    problems = model.problems()
+    if isinstance(model, models.MemberClusterModel):
+        problems += _member_kind_problems(model)
+    return doc, [doc.issue(path, msg) for path, msg in problems]
+
+
+def _member_kind_problems(model: models.MemberClusterModel) -> list[tuple[str, str]]:
+    """The entries of a MemberCluster's ``spec.kinds`` that name no kind Fleet runs."""
+    out: list[tuple[str, str]] = []
+    for i, ref in enumerate(model.spec.kinds or ()):
+        if registry.find(ref.api_version, ref.kind) is None:
+            msg = (
+                f"Fleet runs no kind {quote(ref.kind)} of apiVersion {quote(ref.api_version)}; "
+                f"it runs {registry.names()}"
+            )
+            out.append((f"spec.kinds[{i}]", msg))
+    return out
 
 
 def _short_words(text: str) -> str:

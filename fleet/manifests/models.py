@@ -1,4 +1,4 @@
-"""Pydantic models of the objects Fleet reads: quota tree, policy, job, member cluster.
+"""Pydantic models of Fleet's own objects: quota tree, policy, member cluster.
 
 Theory of operation: a model checks the *shape* of one document (types,
 enums, ranges, required fields) and pydantic reports each problem with its
@@ -7,15 +7,17 @@ Checks that need more than one field, or that must name a map key in the
 path (quantities, GPU SKU, annotations, cell configs), live in each top-level
 model's ``problems()``, which returns ``(path, message)`` pairs and never
 raises.  Nothing here needs the quota tree or the member clusters: those
-checks are in :mod:`fleet.manifests.convert`.  Only Fleet places pods: a
-PyTorchJob whose pod template names its node or scheduler, or that carries a
-label or annotation Fleet writes itself (:data:`FLEET_WRITTEN_KEYS`), is
-refused at that field (:func:`_placement_problems`).
+checks are in :mod:`fleet.manifests.convert`.  The workload kinds' models
+are in :mod:`fleet.manifests.kinds`, on the bases and field types defined
+here; only Fleet places pods, and a job that carries a label or annotation
+Fleet writes itself (:data:`FLEET_WRITTEN_KEYS`) is refused at that field
+(:mod:`fleet.manifests.kinds.pods`).
 
 Fleet owns the schema of ``ElasticQuotaTree``, ``PropagationPolicy`` and
 ``MemberCluster``: unknown fields are rejected (``extra="forbid"``) so a typo
-never passes silently.  ``PyTorchJob`` belongs to Kubeflow: unknown fields are
-kept (``extra="allow"``) and only what Fleet reads is validated.  Object
+never passes silently.  A workload kind belongs to its project: its model
+keeps unknown fields (``extra="allow"``), validates what Fleet reads, and the
+kind's own CRD schema judges the rest (:mod:`fleet.manifests.kinds.schema`).  Object
 ``metadata`` is Kubernetes' and is tolerant everywhere.  Field names are the
 Kubernetes camelCase spellings (aliases); quantities stay as written until
 :func:`parse_resources` turns them into exact :class:`Resources`.  Every name
@@ -60,9 +62,10 @@ PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
 SIM_OUTCOMES: Final = ("Succeeded", "Failed")
-#: The labels and annotations Fleet itself writes on the PyTorchJobs it creates in a
+#: The labels and annotations Fleet itself writes on the jobs it creates in a
 #: member and on their pods (:mod:`fleet.clusters.kube.objects`, the pod binder), and
-#: reads back: a submission that carries one is refused (:func:`_placement_problems`).
+#: reads back: a submission that carries one is refused
+#: (:func:`fleet.manifests.kinds.pods.written_key_problems`).
 FLEET_WRITTEN_KEYS: Final = frozenset(
     {
         "fleet.io/job-uid",
@@ -83,7 +86,6 @@ FLEET_PLACES: Final = {
 QUOTA_API: Final = "scheduling.sigs.k8s.io/v1beta1"
 ACK_POLICY_API: Final = "policy.one.alibabacloud.com/v1alpha1"
 KARMADA_POLICY_API: Final = "policy.karmada.io/v1alpha1"
-PYTORCH_API: Final = "kubeflow.org/v1"
 FLEET_API: Final = "fleet.io/v1alpha1"
 
 _DURATION_RE: Final = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h))+")
@@ -451,296 +453,6 @@ class PropagationPolicyModel(_Owned):
         return []
 
 
-# PyTorchJob (Kubeflow; tolerant) ----------------------------------------------------
-
-
-class ResourceRequirements(_Foreign):
-    requests: QuantityMap = Field(default_factory=dict)
-    limits: QuantityMap = Field(default_factory=dict)
-
-
-class Container(_Foreign):
-    name: StrictStr | None = None
-    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
-
-
-class PodSpec(_Foreign):
-    containers: Annotated[list[Container], Field(min_length=1)]
-    init_containers: list[Container] = Field(default_factory=list)
-    node_selector: dict[str, StrictStr] = Field(default_factory=dict)
-
-
-class PodTemplate(_Foreign):
-    spec: PodSpec
-
-
-class ReplicaSpec(_Foreign):
-    replicas: ReplicaCount = 1
-    template: PodTemplate
-
-
-class PyTorchReplicaSpecs(_Foreign):
-    master: ReplicaSpec | None = Field(default=None, alias="Master")
-    worker: ReplicaSpec | None = Field(default=None, alias="Worker")
-
-
-class SchedulingPolicy(_Foreign):
-    queue: StrictStr | None = None
-    priority_class: StrictStr | None = None
-    min_available: ReplicaCount | None = None
-
-
-class RunPolicy(_Foreign):
-    scheduling_policy: SchedulingPolicy | None = None
-
-
-class ElasticPolicy(_Foreign):
-    min_replicas: ReplicaCount | None = None
-    max_replicas: ReplicaCount | None = None
-
-
-class PyTorchJobSpec(_Foreign):
-    pytorch_replica_specs: PyTorchReplicaSpecs
-    run_policy: RunPolicy | None = None
-    elastic_policy: ElasticPolicy | None = None
-
-
-def _container_request(c: Container, path: str, problems: list[Problem]) -> Resources:
-    """Requests, falling back to limits per resource (as Kubernetes defaults them)."""
-    req, p1 = parse_resources(c.resources.requests, f"{path}.resources.requests")
-    lim, p2 = parse_resources(c.resources.limits, f"{path}.resources.limits")
-    problems.extend(p1 + p2)
-    merged = dict(lim)
-    merged.update(req)
-    for name, amount in req.items():
-        if name in c.resources.limits and amount > lim[name]:
-            problems.append(
-                (f"{path}.resources.requests.{name}", "request must not exceed the limit")
-            )
-        elif name == resources.GPU and name in c.resources.limits and amount != lim[name]:
-            problems.append(
-                (f"{path}.resources.requests.{name}", "request must equal the limit for GPUs")
-            )
-    return Resources(merged)
-
-
-class PyTorchJobModel(_Foreign):
-    api_version: Literal["kubeflow.org/v1"]
-    kind: Literal["PyTorchJob"]
-    metadata: ObjectMeta
-    spec: PyTorchJobSpec
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace_or_default
-
-    @property
-    def key(self) -> str:
-        return self.metadata.key
-
-    @property
-    def scheduling_policy(self) -> SchedulingPolicy:
-        rp = self.spec.run_policy
-        return rp.scheduling_policy if rp and rp.scheduling_policy else SchedulingPolicy()
-
-    def replica_groups(self) -> list[tuple[str, ReplicaSpec]]:
-        """``(role, spec)`` in placement order: Master first, then Worker."""
-        specs = self.spec.pytorch_replica_specs
-        out: list[tuple[str, ReplicaSpec]] = []
-        if specs.master is not None:
-            out.append(("Master", specs.master))
-        if specs.worker is not None:
-            out.append(("Worker", specs.worker))
-        return out
-
-    def per_pod(self, role: str, spec: ReplicaSpec, problems: list[Problem]) -> Resources:
-        """One pod's request: sum over containers, at least the largest init container."""
-        path = f"spec.pytorchReplicaSpecs.{role}.template.spec"
-        total = resources.ZERO
-        for i, c in enumerate(spec.template.spec.containers):
-            total = total + _container_request(c, f"{path}.containers[{i}]", problems)
-        for i, c in enumerate(spec.template.spec.init_containers):
-            init = _container_request(c, f"{path}.initContainers[{i}]", problems)
-            total = Resources({k: max(total[k], init[k]) for k in set(total) | set(init)})
-        return total
-
-    def _sku_sources(self) -> list[tuple[str, str]]:
-        """``(field path, SKU)`` of every place that names the GPU type."""
-        sources: list[tuple[str, str]] = []
-        annotated = self.metadata.annotations.get(GPU_TYPE_ANNOTATION)
-        if annotated is not None:
-            sources.append((f"metadata.annotations.{GPU_TYPE_ANNOTATION}", annotated))
-        for role, spec in self.replica_groups():
-            sku = spec.template.spec.node_selector.get(GPU_PRODUCT_LABEL)
-            if sku is not None:
-                path = f"spec.pytorchReplicaSpecs.{role}.template.spec.nodeSelector"
-                sources.append((f"{path}.{GPU_PRODUCT_LABEL}", sku))
-        return sources
-
-    def gpu_sku_path(self) -> str | None:
-        """The field path of the (first) place that names the GPU type, if any."""
-        sources = self._sku_sources()
-        return sources[0][0] if sources else None
-
-    def gpu_sku(self, problems: list[Problem]) -> str | None:
-        """The SKU named by the annotation and/or the templates; they must agree."""
-        sources = self._sku_sources()
-        if not sources:
-            return None
-        first_path, first = sources[0]
-        for path, sku in sources[1:]:
-            if sku != first:
-                msg = f"GPU type {quote(sku)} differs from {quote(first)} given at {first_path}"
-                problems.append((path, msg))
-        if not first:
-            problems.append((first_path, "GPU type must not be empty"))
-        return first
-
-    @property
-    def simulated_duration(self) -> float | None:
-        """Seconds the simulated backend runs this job, if the annotation says."""
-        text = self.metadata.annotations.get(SIM_DURATION_ANNOTATION)
-        return None if text is None else parse_duration(text)
-
-    @property
-    def simulated_outcome(self) -> str | None:
-        return self.metadata.annotations.get(SIM_OUTCOME_ANNOTATION)
-
-    def problems(self) -> list[Problem]:
-        problems: list[Problem] = []
-        specs = self.spec.pytorch_replica_specs
-        for extra in sorted(specs.model_extra or {}):
-            problems.append(
-                (
-                    f"spec.pytorchReplicaSpecs.{extra}",
-                    f"replica type {quote(extra)} is not supported; Fleet runs Master and Worker",
-                )
-            )
-        groups = self.replica_groups()
-        if not groups:
-            problems.append(("spec.pytorchReplicaSpecs", "needs a Master or a Worker replica spec"))
-        if specs.master is not None and specs.master.replicas != 1:
-            problems.append(
-                ("spec.pytorchReplicaSpecs.Master.replicas", "a PyTorchJob has exactly 1 Master")
-            )
-        for role, spec in groups:
-            self.per_pod(role, spec, problems)
-        self.gpu_sku(problems)
-        total = sum(spec.replicas for _, spec in groups)
-        sp = self.scheduling_policy
-        if sp.min_available is not None and groups and sp.min_available > total:
-            problems.append(
-                (
-                    "spec.runPolicy.schedulingPolicy.minAvailable",
-                    f"{sp.min_available} is more than the job's {total} replicas",
-                )
-            )
-        problems.extend(self._elastic_problems())
-        problems.extend(self._annotation_problems())
-        problems.extend(_placement_problems(self))
-        return problems
-
-    def _elastic_problems(self) -> list[Problem]:
-        ep = self.spec.elastic_policy
-        if ep is None:
-            return []
-        worker = self.spec.pytorch_replica_specs.worker
-        if worker is None:
-            return [("spec.elasticPolicy", "an elastic job needs a Worker replica spec")]
-        out: list[Problem] = []
-        lo, hi = ep.min_replicas, ep.max_replicas
-        if lo is not None and hi is not None and lo > hi:
-            return [("spec.elasticPolicy.minReplicas", f"{lo} is more than maxReplicas {hi}")]
-        if lo is not None and worker.replicas < lo:
-            out.append(
-                (
-                    "spec.pytorchReplicaSpecs.Worker.replicas",
-                    f"{worker.replicas} is below elasticPolicy.minReplicas {lo}",
-                )
-            )
-        if hi is not None and worker.replicas > hi:
-            out.append(
-                (
-                    "spec.pytorchReplicaSpecs.Worker.replicas",
-                    f"{worker.replicas} is above elasticPolicy.maxReplicas {hi}",
-                )
-            )
-        return out
-
-    def _annotation_problems(self) -> list[Problem]:
-        out: list[Problem] = []
-        ann = self.metadata.annotations
-        base = "metadata.annotations"
-        pre = ann.get(PREEMPTIBLE_ANNOTATION)
-        if pre is not None and pre not in ("true", "false"):
-            out.append(
-                (f"{base}.{PREEMPTIBLE_ANNOTATION}", f'must be "true" or "false", not {quote(pre)}')
-            )
-        dur = ann.get(SIM_DURATION_ANNOTATION)
-        if dur is not None:
-            try:
-                if parse_duration(dur) <= 0:
-                    out.append((f"{base}.{SIM_DURATION_ANNOTATION}", "must be positive"))
-            except ValueError as e:
-                out.append((f"{base}.{SIM_DURATION_ANNOTATION}", str(e)))
-        outcome = ann.get(SIM_OUTCOME_ANNOTATION)
-        if outcome is not None and outcome not in SIM_OUTCOMES:
-            out.append(
-                (
-                    f"{base}.{SIM_OUTCOME_ANNOTATION}",
-                    f"must be Succeeded or Failed, not {quote(outcome)}",
-                )
-            )
-        return out
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _written_key_problems(metadata: Mapping[str, Any], path: str) -> list[Problem]:
-    """The labels and annotations under ``metadata`` (at ``path``) that Fleet writes itself."""
-    out: list[Problem] = []
-    for field in ("labels", "annotations"):
-        for key in _mapping(metadata.get(field)):
-            if key in FLEET_WRITTEN_KEYS:
-                out.append(
-                    (
-                        f"{path}.{field}.{key}",
-                        f"{quote(key)} is written by Fleet itself on what it creates; remove it",
-                    )
-                )
-    return out
-
-
-def _placement_problems(job: PyTorchJobModel) -> list[Problem]:
-    """What would let a submission place its own pods or pass for Fleet's own writing.
-
-    Only Fleet places pods: a pod template may not name its node (``nodeName``
-    skips every scheduler) or its scheduler (``schedulerName``: Fleet names
-    its own), and neither the job nor a pod template may carry a label or
-    annotation of :data:`FLEET_WRITTEN_KEYS`.  The ``fleet.io/`` annotations
-    users give (GPU type, preemptible, pinned cell, durations) stay allowed, and
-    so do ``nodeSelector`` and ``affinity``: they are constraints, not a
-    placement (Fleet adds its planned node to the affinity, and the kubelet
-    refuses a pod whose node does not meet them); ``nvidia.com/gpu.product``
-    in ``nodeSelector`` is how a job names its GPU type.
-    """
-    meta = job.metadata
-    out = _written_key_problems(
-        {"labels": meta.labels, "annotations": meta.annotations}, "metadata"
-    )
-    for role, spec in job.replica_groups():
-        base = f"spec.pytorchReplicaSpecs.{role}.template"
-        template_meta = _mapping((spec.template.model_extra or {}).get("metadata"))
-        out.extend(_written_key_problems(template_meta, f"{base}.metadata"))
-        pod = spec.template.spec.model_extra or {}
-        for field, message in FLEET_PLACES.items():
-            if pod.get(field) not in (None, ""):
-                out.append((f"{base}.spec.{field}", message))
-    return out
-
-
 # MemberCluster ------------------------------------------------------------------------
 
 
@@ -749,10 +461,25 @@ class KubeconfigRef(_Owned):
     context: StrictStr | None = None
 
 
+class KindRef(_Owned):
+    """One workload kind a member runs, as a document names it."""
+
+    api_version: Annotated[StrictStr, Field(min_length=1)]
+    kind: Annotated[StrictStr, Field(min_length=1)]
+
+
+#: The kind a real member runs when its MemberCluster lists none.
+DEFAULT_MEMBER_KIND: Final = ("kubeflow.org/v1", "PyTorchJob")
+
+
 class MemberClusterSpec(_Owned):
     simulated: StrictBool = False
     kubeconfig: KubeconfigRef | None = None
     cells: dict[str, Any]
+    #: The workload kinds the member runs (their CRDs and controllers are
+    #: installed there).  None: every kind on a simulated member, PyTorchJob
+    #: alone on a real one.
+    kinds: list[KindRef] | None = None
 
     @model_validator(mode="after")
     def _one_backend(self) -> MemberClusterSpec:
@@ -787,6 +514,13 @@ class MemberClusterModel(_Owned):
         if self._cell_config is None:
             self._cell_config = _cells.load(self.spec.cells)
         return self._cell_config
+
+    def runs(self, api_version: str, kind: str) -> bool:
+        """Whether the member runs jobs of this kind (:attr:`MemberClusterSpec.kinds`)."""
+        listed = self.spec.kinds
+        if listed is None:
+            return self.spec.simulated or (api_version, kind) == DEFAULT_MEMBER_KIND
+        return any(k.api_version == api_version and k.kind == kind for k in listed)
 
     def problems(self) -> list[Problem]:
         return _cells.problems(self.spec.cells)

@@ -52,6 +52,7 @@ from fleet.core.placement import Placer
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
 from fleet.manifests import placers as placer_builder
+from fleet.manifests.kinds import registry
 from fleet.manifests.models import MemberClusterModel
 from fleet.service import admin
 from fleet.service.intake import Intake
@@ -157,7 +158,10 @@ def member_backend(
     if ref is None:
         return SimulatedCluster(cluster.name, clock)
     nodes = sorted(cluster.cell_config().nodes())
-    return KubeCluster(cluster.name, clock, Path(ref.path), ref.context, nodes, policy=policy)
+    kinds = [k for k in registry.KINDS if cluster.runs(k.api_version, k.kind)]
+    return KubeCluster(
+        cluster.name, clock, Path(ref.path), ref.context, nodes, policy=policy, kinds=kinds
+    )
 
 
 async def check_kubeconfig(cluster: MemberClusterModel, policy: KubeconfigPolicy) -> None:

@@ -293,7 +293,11 @@ def test_malformed_yaml_is_a_field_error() -> None:
 @pytest.mark.parametrize(
     ("doc", "path", "start"),
     [
-        ({**make_job(), "kind": "TFJob"}, "kind", "unknown kind 'TFJob'"),
+        (
+            {**make_job(), "apiVersion": "apps/v1", "kind": "Deployment"},
+            "kind",
+            "unknown kind 'Deployment'",
+        ),
         ({**make_job(), "apiVersion": "kubeflow.org/v2"}, "apiVersion", "PyTorchJob must have"),
     ],
 )

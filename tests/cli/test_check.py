@@ -105,7 +105,7 @@ def test_empty_job_file_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     f = write(tmp_path, "jobs.yaml", "")
     rc, out, err = check(capsys, "jobs", f)
     assert rc == 0 and out.startswith(f"OK: {f}: 0 PyTorchJobs")
-    assert err == f"warning: {f}: document 0: the file holds no PyTorchJob\n"
+    assert err == f"warning: {f}: document 0: the file holds no job\n"
 
 
 # Sizes that would exhaust memory ----------------------------------------------------
@@ -268,7 +268,7 @@ def test_policy_selecting_nothing_warns(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 0
     assert err == (
         f"warning: {f}: document 0 (PropagationPolicy default/unused): "
-        "spec.resourceSelectors: selects no PyTorchJob of this file\n"
+        "spec.resourceSelectors: selects no job of this file\n"
     )
 
 

@@ -25,6 +25,9 @@ from fleet.core.failover import FailoverBook, Rule, rule_of
 from fleet.core.placement import PodPlacement
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import SchedulerState
+from fleet.manifests.kinds import pytorchjob
+from fleet.manifests.kinds.base import Phase
+from fleet.manifests.kinds.kubeflow import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from fleet.service.inbox import member_report
 
 
@@ -80,7 +83,7 @@ PODS = (
 
 
 def test_the_pytorchjob_has_the_deterministic_name_fleet_labels_and_placement() -> None:
-    obj = objects.pytorchjob(dispatched(MANIFEST, PODS))
+    obj = objects.member_object(dispatched(MANIFEST, PODS))
     meta = obj["metadata"]
     assert meta["name"] == dispatched(MANIFEST, PODS).object_name
     assert meta["namespace"] == "team-a"
@@ -102,7 +105,7 @@ def test_the_pytorchjob_has_the_deterministic_name_fleet_labels_and_placement() 
 
 
 def test_replicas_are_the_placed_pods_and_affinity_adds_the_planned_nodes_to_every_term() -> None:
-    spec = objects.pytorchjob(dispatched(MANIFEST, PODS))["spec"]["pytorchReplicaSpecs"]
+    spec = objects.member_object(dispatched(MANIFEST, PODS))["spec"]["pytorchReplicaSpecs"]
     assert spec["Master"]["replicas"] == 1
     assert spec["Worker"]["replicas"] == 2  # placed: 2 of the 4 asked (minAvailable)
     worker = spec["Worker"]["template"]
@@ -126,13 +129,13 @@ def test_replicas_are_the_placed_pods_and_affinity_adds_the_planned_nodes_to_eve
 
 
 def test_a_replica_type_with_no_placed_pod_is_left_out() -> None:
-    spec = objects.pytorchjob(dispatched(MANIFEST, PODS[:1]))["spec"]["pytorchReplicaSpecs"]
+    spec = objects.member_object(dispatched(MANIFEST, PODS[:1]))["spec"]["pytorchReplicaSpecs"]
     assert list(spec) == ["Master"]
 
 
 def test_a_queue_name_that_is_no_label_value_is_left_out_of_the_labels() -> None:
     job = DispatchedJob("team-a/train", "uid-1", "alpha", "q" * 64, PODS, MANIFEST)
-    assert "fleet.io/queue" not in objects.pytorchjob(job)["metadata"]["labels"]
+    assert "fleet.io/queue" not in objects.member_object(job)["metadata"]["labels"]
 
 
 def condition(kind: str, status: str = "True", message: str = "") -> dict[str, str]:
@@ -143,22 +146,27 @@ def condition(kind: str, status: str = "True", message: str = "") -> dict[str, s
     ("conditions", "expected"),
     [
         ([], None),
-        ([condition("Created")], objects.Phase.CREATED),
-        ([condition("Created"), condition("Running")], objects.Phase.RUNNING),
+        ([condition("Created")], Phase.CREATED),
+        ([condition("Created"), condition("Running")], Phase.RUNNING),
         (
             [condition("Created"), condition("Running", "False"), condition("Restarting")],
-            objects.Phase.RESTARTING,
+            Phase.RESTARTING,
         ),
-        ([condition("Running"), condition("Succeeded")], objects.Phase.SUCCEEDED),
-        ([condition("Failed", message="OOM"), condition("Running")], objects.Phase.FAILED),
+        ([condition("Running"), condition("Succeeded")], Phase.SUCCEEDED),
+        ([condition("Failed", message="OOM"), condition("Running")], Phase.FAILED),
         ([condition("Suspended")], None),
     ],
     ids=["none", "created", "running", "restarting", "succeeded", "failed-wins", "unknown"],
 )
 def test_the_phase_of_a_pytorchjob_comes_from_its_true_conditions(
-    conditions: list[dict[str, str]], expected: objects.Phase | None
+    conditions: list[dict[str, str]], expected: Phase | None
 ) -> None:
-    assert objects.phase({"status": {"conditions": conditions}})[0] is expected
+    obj = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "status": {"conditions": conditions},
+    }
+    assert objects.phase(obj)[0] is expected
 
 
 @pytest.mark.parametrize(
@@ -193,20 +201,20 @@ def test_node_health(node: dict[str, Any], healthy: bool, why: str) -> None:
 @pytest.mark.parametrize(
     ("labels", "replica"),
     [
-        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "3"}, "Worker-3"),
-        ({objects.REPLICA_TYPE_LABEL: "Master", objects.REPLICA_INDEX_LABEL: "0"}, "Master-0"),
-        ({objects.REPLICA_TYPE_LABEL: "worker"}, None),
-        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "x"}, None),
-        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "²"}, None),
-        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "١"}, None),
-        ({objects.REPLICA_TYPE_LABEL: "worker", objects.REPLICA_INDEX_LABEL: "9" * 5000}, None),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "3"}, ("worker", 3)),
+        ({REPLICA_TYPE_LABEL: "Master", REPLICA_INDEX_LABEL: "0"}, ("Master", 0)),
+        ({REPLICA_TYPE_LABEL: "worker"}, None),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "x"}, None),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "²"}, None),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "١"}, None),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "9" * 5000}, None),
     ],
     ids=["worker", "master", "no-index", "word", "superscript", "arabic-indic", "5000-digits"],
 )
 def test_a_pod_is_matched_to_its_replica_by_the_operators_labels(
-    labels: dict[str, str], replica: str | None
+    labels: dict[str, str], replica: tuple[str, int] | None
 ) -> None:
-    assert objects.replica_name({"metadata": {"labels": labels}}) == replica
+    assert pytorchjob.KIND.replica({"metadata": {"labels": labels}}) == replica
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import pytest
 
 from fleet.manifests import documents, models
 from fleet.manifests.errors import SpecError, SpecIssue
+from fleet.manifests.kinds.pytorchjob import PyTorchJobModel
 from tests.manifests.factories import (
     dump,
     make_cluster,
@@ -288,11 +289,11 @@ def test_policy_rejects_unknown_scheduling_types() -> None:
 # PyTorchJob ------------------------------------------------------------------------
 
 
-def job_model(doc: dict[str, Any]) -> models.PyTorchJobModel:
+def job_model(doc: dict[str, Any]) -> PyTorchJobModel:
     docs, issues = documents.parse_documents(dump(doc))
     assert issues == []
     model = docs[0].model
-    assert isinstance(model, models.PyTorchJobModel)
+    assert isinstance(model, PyTorchJobModel)
     return model
 
 
@@ -470,8 +471,8 @@ def test_per_pod_requests_fall_back_to_limits_and_sum_containers() -> None:
         initContainers=[{"name": "init", "resources": {"requests": {"cpu": 4}}}],
     )
     job = job_model(make_job(replica_specs={"Worker": spec}))
-    ((role, rs),) = job.replica_groups()
-    per_pod = job.per_pod(role, rs, [])
+    ((pod_set),) = job.pod_sets([])
+    per_pod = pod_set.per_pod
     assert dict(per_pod) == {
         "cpu": 4000,  # the init container's 4 cores exceed 0.5 core
         "memory": 2**30,

@@ -7,6 +7,7 @@ import pytest
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError, SpecIssue
+from fleet.manifests.kinds import registry
 from fleet.manifests.yaml_stream import YamlLimits
 from tests.manifests.factories import dump, make_job, make_policy, make_tree
 
@@ -73,12 +74,15 @@ def test_a_policy_that_selects_nothing_is_an_error(tree: QuotaTree) -> None:
         "default/other",
         "spec.resourceSelectors",
     )
-    assert issue.message == "selects no PyTorchJob of the submission"
+    assert issue.message == "selects no job of the submission"
 
 
 def test_a_submission_without_a_job_is_an_error(tree: QuotaTree) -> None:
     (issue,) = issues_of(dump(make_policy()), tree)
-    assert (issue.document, issue.message) == (0, "the submission holds no PyTorchJob")
+    assert (issue.document, issue.message) == (
+        0,
+        f"the submission holds no job (Fleet runs {registry.names()})",
+    )
 
 
 def test_policies_are_not_required_when_told(tree: QuotaTree) -> None:

@@ -1,39 +1,43 @@
-"""A real member cluster: PyTorchJobs, their pods and the Nodes of one Kubernetes cluster.
+"""A real member cluster: Fleet's jobs of every kind, their pods and the Nodes.
 
 Theory of operation: :class:`KubeCluster` implements
 :class:`~fleet.clusters.base.MemberCluster` over one :class:`KubeClient`
 (from the member's own kubeconfig).  It keeps what Fleet wants there — the
-jobs dispatched to it, by key, each with its uid and placement — and three
-watches (:mod:`.watches`) of what is there: Fleet's PyTorchJobs (by the uid
-label), the pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
-(:mod:`.nodes`).
+jobs dispatched to it, by key, each with its uid, kind and placement — and
+watches (:mod:`.watches`) of what is there: Fleet's objects of each workload
+kind the member runs (:mod:`fleet.manifests.kinds`, by the uid label), the
+pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
+(:mod:`.nodes`).  A job's name is unique in its namespace across kinds, so
+one object name in a member is one job.
 
-* **Create** looks the PyTorchJob up by its deterministic name: absent, it
-  is created (:func:`.objects.pytorchjob`); present with the job's uid label,
+* **Create** looks the object up by its deterministic name: absent, it
+  is created (:func:`.objects.member_object`); present with the job's uid label,
   nothing is done (a restart after "decided" finds it); present with another
   uid label, :class:`~fleet.clusters.base.ClusterConflict`, and the object is
   left alone, unless it is an ended (Succeeded or Failed) or deleted copy of an
   earlier run of the same name: that one is deleted and the creation retried,
-  since Fleet frees a name once its job ended.  A member that does not answer
-  does not fail the job: the creation is retried with backoff, and the
-  member's readiness (below) drives the failover clock.
+  since Fleet frees a name once its job ended.  A job of a kind the member
+  does not run is :class:`~fleet.clusters.base.ClusterRejected`.  A member that
+  does not answer does not fail the job: the creation is retried with
+  backoff, and the member's readiness (below) drives the failover clock.
 * **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
-  dispatched here is matched to its planned replica
-  (``training.kubeflow.org/replica-type`` and ``-index``) and bound to the
-  planned node with its GPU indices.  A pod that names Fleet's scheduler but
+  dispatched here is matched to its planned replica (its kind reads the
+  pod's role and index from the controller's labels; a pod without an index
+  takes its role's first free planned pod) and bound to the planned node
+  with its GPU indices.  A pod that names Fleet's scheduler but
   belongs to no such job stays pending, with a Warning Event saying why.
-* **Status.**  The PyTorchJob's conditions give
+* **Status.**  The object's phase, as its kind reads it, gives
   :class:`~fleet.clusters.base.JobStarted` (Running),
   :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
   :class:`~fleet.clusters.base.JobFinished` (Succeeded or Failed).
-* **Delete** removes the PyTorchJob and its pods (gracefully: the kubelets
+* **Delete** removes the object and its pods (gracefully: the kubelets
   and the garbage collector finish it); :class:`~fleet.clusters.base.JobStopped`
   is reported once neither the object nor any pod of that uid is left.
   Deletions that fail are retried with backoff.
 * **Health.**  The member is *ready* when its kubeconfig passes the
   checks of :mod:`.kubeconfig` (else it stays not ready with a fixed
   message, its file never loaded), it answers, accepts Fleet's
-  credentials, serves the PyTorchJob CRD, and every watch works; a change
+  credentials, serves the CRD of every kind it runs, and every watch works; a change
   is reported as :class:`~fleet.clusters.base.MemberReadiness` (the core
   then admits nothing new there).  A node of the cell config is healthy
   when its Node exists, is Ready and is not cordoned; a change is reported
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,6 +89,8 @@ from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
 from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
+from fleet.manifests.kinds import registry
+from fleet.manifests.kinds.base import Kind, Phase
 
 log = logging.getLogger("fleet.clusters.kube")
 
@@ -91,7 +98,6 @@ log = logging.getLogger("fleet.clusters.kube")
 PROBE_INTERVAL: Final = 2.0
 #: Seconds :meth:`KubeCluster.start` waits for the first lists of a ready member.
 SYNC_TIMEOUT: Final = 10.0
-GROUP_PATH: Final = "/apis/kubeflow.org/v1"
 
 JSON = dict[str, Any]
 
@@ -102,6 +108,7 @@ class _Wanted:
 
     key: str
     uid: str | None
+    kind: Kind | None  # None: only deleted here, its kind not known yet (every kind's goes)
     job: DispatchedJob | None = None  # None: only deleted here, not dispatched by this process
     places: dict[str, PodPlacement] = field(default_factory=dict)  # replica -> placement
     created: bool = False
@@ -125,6 +132,7 @@ class KubeCluster:
         *,
         policy: KubeconfigPolicy,
         scheduler: str = objects.SCHEDULER_NAME,
+        kinds: Sequence[Kind] = registry.KINDS,
         probe_interval: float = PROBE_INTERVAL,
         backoff: tuple[float, float] = (0.2, 5.0),
     ) -> None:
@@ -134,6 +142,7 @@ class KubeCluster:
         self._context = context
         self._policy = policy
         self._scheduler = scheduler
+        self._kinds = tuple(kinds)
         self._probe_interval = probe_interval
         self._backoff = backoff
         self._client: KubeClient | None = None
@@ -141,8 +150,8 @@ class KubeCluster:
         self._wanted: dict[str, _Wanted] = {}
         self._by_uid: dict[str, str] = {}  # uid -> key
         self._by_ident: dict[Ident, str] = {}  # (namespace, object name) -> key
-        self._jobs: dict[Ident, JSON] = {}  # Fleet's PyTorchJobs in the member
-        self._jobs_listed = False
+        self._jobs: dict[Ident, JSON] = {}  # Fleet's objects in the member, of every kind
+        self._listed: set[str] = set()  # the kinds whose objects were listed
         self._pods = PodIndex()
         self._nodes = NodeTracker(nodes)
         self._teller = binder.Teller()
@@ -174,12 +183,15 @@ class KubeCluster:
         client = self._client
         watches: list[tuple[str, str, list[tuple[str, str]], Any, Any]] = [
             (
-                "pytorchjobs",
-                f"{GROUP_PATH}/{objects.PLURAL}",
+                kind.name,
+                f"{kind.api_path}/{kind.plural}",
                 [("labelSelector", objects.UID_LABEL)],
-                self._sync_jobs,
-                self._job_event,
-            ),
+                functools.partial(self._sync_jobs, kind),
+                functools.partial(self._job_event, kind),
+            )
+            for kind in self._kinds
+        ]
+        watches += [
             (
                 "pods",
                 "/api/v1/pods",
@@ -245,9 +257,12 @@ class KubeCluster:
     # Create and delete ---------------------------------------------------------------
 
     async def create(self, job: DispatchedJob) -> None:
-        """Create ``job``'s PyTorchJob; see the module docstring."""
+        """Create ``job``'s object; see the module docstring."""
         if job.cluster != self._name:
             raise ValueError(f"job {job.key} is dispatched to {job.cluster}, not to {self._name}")
+        kind = registry.of(job.manifest)
+        if kind not in self._kinds:
+            raise ClusterRejected(self._name, f"the member does not run {kind.name} jobs")
         wanted = self._wanted.get(job.key)
         if wanted is not None and wanted.uid != job.uid and wanted.ended and not wanted.deleting:
             self._forget(job.key)  # an ended earlier run of the name: replaced below
@@ -257,7 +272,7 @@ class KubeCluster:
                 self._name, f"job {job.key} is here with uid {wanted.uid}, not {job.uid}"
             )
         if wanted is None:
-            wanted = _Wanted(job.key, job.uid, job, {p.pod: p for p in job.pods})
+            wanted = _Wanted(job.key, job.uid, kind, job, {p.pod: p for p in job.pods})
             self._remember(wanted)
         if wanted.created:
             return
@@ -273,7 +288,7 @@ class KubeCluster:
         await self._bind_pods(job.uid)
 
     async def resize(self, job: DispatchedJob) -> None:
-        """Give ``job``'s PyTorchJob its new pods (replicas, node affinity, placement)."""
+        """Give ``job``'s object its new pods (counts, node affinity, placement)."""
         wanted = self._wanted.get(job.key)
         if wanted is None or wanted.uid != job.uid or wanted.deleting or wanted.ended:
             return
@@ -291,15 +306,17 @@ class KubeCluster:
         await self._bind_pods(job.uid)
 
     async def delete(self, key: str) -> bool:
-        """Delete job ``key``'s PyTorchJob and its pods; see the module docstring."""
+        """Delete job ``key``'s object and its pods; see the module docstring."""
         split_key(key)
         wanted = self._wanted.get(key)
         if wanted is None:
             # Not dispatched by this process (a restart, a purge): delete what is there.
             here = self._jobs.get(self._where(key))
-            if here is None and self._jobs_listed:
+            if here is None and len(self._listed) == len(self._kinds):
                 return False
-            wanted = _Wanted(key, uid_of(here) if here is not None else None, created=True)
+            uid = uid_of(here) if here is not None else None
+            kind = _kind_of(here) if here is not None else None
+            wanted = _Wanted(key, uid, kind, created=True)
             self._remember(wanted)
         if wanted.deleting:
             return True
@@ -330,6 +347,9 @@ class KubeCluster:
         if wanted.uid is not None and self._by_uid.get(wanted.uid) == key:
             del self._by_uid[wanted.uid]
 
+    def _path(self, kind: Kind, namespace: str) -> str:
+        return f"{kind.api_path}/namespaces/{namespace}/{kind.plural}"
+
     def _client_or_raise(self) -> KubeClient:
         if self._client is None:
             raise Refused(self._name, self._probe_error or "no client")
@@ -338,19 +358,21 @@ class KubeCluster:
     async def _create(self, wanted: _Wanted, job: DispatchedJob) -> None:
         client = self._client_or_raise()
         namespace, name = self._where(job.key)
-        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}"
+        kind = registry.of(job.manifest)
+        path = self._path(kind, namespace)
         try:
             found = await client.request("GET", f"{path}/{name}")
         except NotFound:
-            body = objects.pytorchjob(job, self._scheduler)
+            body = objects.member_object(job, self._scheduler)
             try:
                 found = await client.request("POST", path, body=body)
             except AlreadyExists:
                 found = await client.request("GET", f"{path}/{name}")
             else:
                 log.info(
-                    "%s: created PyTorchJob %s/%s for %s", self._name, namespace, name, job.key
+                    "%s: created %s %s/%s for %s", self._name, kind.kind, namespace, name, job.key
                 )
+        found = _stamped(found, kind)
         uid = uid_of(found)
         if uid is not None and uid != job.uid and _replaceable(found):
             # An earlier run of this name that ended (or is going): delete it, then
@@ -364,19 +386,20 @@ class KubeCluster:
                 with contextlib.suppress(NotFound):
                     await client.request("DELETE", f"{path}/{name}", body=body)
                 log.info(
-                    "%s: deleted the ended PyTorchJob %s/%s of an earlier run of %s",
+                    "%s: deleted the ended %s %s/%s of an earlier run of %s",
                     self._name,
+                    kind.kind,
                     namespace,
                     name,
                     job.key,
                 )
             raise ClusterUnavailable(
-                self._name, f"PyTorchJob {namespace}/{name} of an earlier run is being deleted"
+                self._name, f"{kind.kind} {namespace}/{name} of an earlier run is being deleted"
             )
         if uid != job.uid:
             raise ClusterConflict(
                 self._name,
-                f"PyTorchJob {namespace}/{name} exists with uid label {uid!r}, not {job.uid}; "
+                f"{kind.kind} {namespace}/{name} exists with uid label {uid!r}, not {job.uid}; "
                 "it is left as it is",
             )
         wanted.created = True
@@ -388,11 +411,12 @@ class KubeCluster:
             await self._update(wanted, job)
 
     async def _update(self, wanted: _Wanted, job: DispatchedJob) -> None:
-        """Patch the PyTorchJob to ``job``'s pods: replicas, templates, placement."""
+        """Patch the object to ``job``'s pods: counts, templates, placement."""
         client = self._client_or_raise()
         namespace, name = self._where(job.key)
-        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}/{name}"
-        body = objects.pytorchjob(job, self._scheduler)
+        kind = registry.of(job.manifest)
+        path = f"{self._path(kind, namespace)}/{name}"
+        body = objects.member_object(job, self._scheduler)
         patch = {
             "metadata": {
                 "annotations": {
@@ -401,14 +425,16 @@ class KubeCluster:
                     ]
                 }
             },
-            "spec": {"pytorchReplicaSpecs": body["spec"]["pytorchReplicaSpecs"]},
+            **kind.resize_patch(body["spec"]),
         }
         found = await client.request(
             "PATCH", path, body=patch, content_type="application/merge-patch+json"
         )
         wanted.out_of_date = False
-        self._jobs[(namespace, name)] = found
-        log.info("%s: PyTorchJob %s/%s now has %d pods", self._name, namespace, name, len(job.pods))
+        self._jobs[(namespace, name)] = _stamped(found, kind)
+        log.info(
+            "%s: %s %s/%s now has %d pods", self._name, kind.kind, namespace, name, len(job.pods)
+        )
 
     async def _try_delete(self, wanted: _Wanted) -> None:
         try:
@@ -420,10 +446,11 @@ class KubeCluster:
     async def _delete(self, wanted: _Wanted) -> None:
         client = self._client_or_raise()
         namespace, name = self._where(wanted.key)
-        path = f"{GROUP_PATH}/namespaces/{namespace}/{objects.PLURAL}/{name}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        with contextlib.suppress(NotFound):
-            await client.request("DELETE", path, body=body)
+        for kind in self._kinds if wanted.kind is None else (wanted.kind,):
+            with contextlib.suppress(NotFound):
+                path = f"{self._path(kind, namespace)}/{name}"
+                await client.request("DELETE", path, body=body)
         for (ns, pod), obj in self._pods.of_uid(wanted.uid) if wanted.uid else ():
             if objects.meta(obj).get("deletionTimestamp"):
                 continue
@@ -481,18 +508,22 @@ class KubeCluster:
             else:
                 delay = self._backoff[0]
 
-    # Internals: PyTorchJobs ----------------------------------------------------------
+    # Internals: Fleet's objects ------------------------------------------------------
 
-    async def _sync_jobs(self, items: list[JSON]) -> None:
-        old = set(self._jobs)
-        self._jobs = {ident(o): o for o in items}
-        self._jobs_listed = True
-        for obj in items:
+    async def _sync_jobs(self, kind: Kind, items: list[JSON]) -> None:
+        old = {where for where, obj in self._jobs.items() if _kind_of(obj) is kind}
+        for where in old:
+            del self._jobs[where]
+        listed = [_stamped(o, kind) for o in items]
+        self._jobs.update((ident(o), o) for o in listed)
+        self._listed.add(kind.name)
+        for obj in listed:
             self._job_changed(obj)
-        for gone in sorted(old - set(self._jobs)):
+        for gone in sorted(old - {ident(o) for o in listed}):
             await self._job_gone(gone)
 
-    async def _job_event(self, kind: str, obj: JSON) -> None:
+    async def _job_event(self, of: Kind, kind: str, obj: JSON) -> None:
+        obj = _stamped(obj, of)
         where = ident(obj)
         if kind == "DELETED":
             self._jobs.pop(where, None)
@@ -510,17 +541,17 @@ class KubeCluster:
         now = self._clock.now()
         uid = wanted.uid or ""
         found, message = objects.phase(obj)
-        if found in (objects.Phase.RUNNING, objects.Phase.RESTARTING) and not wanted.started:
+        if found in (Phase.RUNNING, Phase.RESTARTING) and not wanted.started:
             wanted.started = True
             self._emit(JobStarted(self._name, wanted.key, uid, now))
-        restarting = found is objects.Phase.RESTARTING
+        restarting = found is Phase.RESTARTING
         if restarting != wanted.restarting:
             wanted.restarting = restarting
             self._emit(JobRestarting(self._name, wanted.key, uid, now, restarting, message))
-        if found in (objects.Phase.SUCCEEDED, objects.Phase.FAILED):
+        if found in (Phase.SUCCEEDED, Phase.FAILED):
             wanted.ended = True
-            succeeded = found is objects.Phase.SUCCEEDED
-            reason = "" if succeeded else f"PyTorchJob failed: {message}".rstrip(": ")
+            succeeded = found is Phase.SUCCEEDED
+            reason = "" if succeeded else f"{_kind_of(obj).kind} failed: {message}".rstrip(": ")
             self._emit(JobFinished(self._name, wanted.key, uid, now, succeeded, reason))
 
     async def _job_gone(self, where: Ident) -> None:
@@ -532,7 +563,8 @@ class KubeCluster:
             await self._check_stopped(key)
         elif wanted.created and not wanted.ended:
             wanted.ended = True
-            reason = "the PyTorchJob was deleted in the member"
+            kind = wanted.kind.kind if wanted.kind is not None else "object"
+            reason = f"the {kind} was deleted in the member"
             now = self._clock.now()
             self._emit(JobFinished(self._name, key, wanted.uid or "", now, False, reason))
 
@@ -584,7 +616,7 @@ class KubeCluster:
             why = "the pod belongs to no job that Fleet admitted to this cluster"
             await self._teller.tell(client, pod, why)
             return
-        replica = objects.replica_name(pod)
+        replica = self._replica(wanted, pod)
         place = wanted.places.get(replica or "")
         if place is None:
             why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
@@ -606,6 +638,34 @@ class KubeCluster:
         except ClusterError as e:
             where = "/".join(ident(pod))
             log.warning("%s: binding pod %s failed: %s", self._name, where, e)
+
+    def _replica(self, wanted: _Wanted, pod: JSON) -> str | None:
+        """The planned pod (``Worker-3``) that a member pod of ``wanted`` is.
+
+        The kind reads the pod's role and index; roles match without regard to
+        case (the training operator lowercases them).  A pod without an index
+        (a non-indexed batch Job's) takes the first planned pod of its role
+        that no other pod of the job holds.
+        """
+        if wanted.job is None:
+            return None
+        found = registry.of(wanted.job.manifest).replica(pod)
+        if found is None:
+            return None
+        role, index = found
+        roles = {p.rsplit("-", 1)[0].lower(): p.rsplit("-", 1)[0] for p in wanted.places}
+        planned = roles.get(role.lower())
+        if planned is None:
+            return f"{role}-{index}" if index is not None else role
+        if index is not None:
+            return f"{planned}-{index}"
+        held = {
+            objects.annotations_of(other).get(objects.REPLICA_ANNOTATION)
+            for _, other in self._pods.of_uid(wanted.uid or "")
+            if other is not pod and objects.node_of(other)
+        }
+        free = [p for p in wanted.places if p.rsplit("-", 1)[0] == planned and p not in held]
+        return min(free, key=_pod_order) if free else None
 
     # Internals: nodes and readiness ----------------------------------------------------
 
@@ -653,20 +713,29 @@ class KubeCluster:
         self._readiness()
 
     async def _probe(self) -> None:
-        """Check that the member answers, takes Fleet's credentials and serves the CRD."""
+        """Check that the member answers, takes Fleet's credentials and serves every kind."""
         client = self._client
         if client is None:
             return
+        kind = self._kinds[0]
         try:
-            group = await client.request("GET", GROUP_PATH)
-            plurals = {r.get("name") for r in group.get("resources") or [] if isinstance(r, dict)}
-            if objects.PLURAL not in plurals:
-                raise NotFound(self._name, f"GET {GROUP_PATH}: no {objects.PLURAL} resource", 404)
-            await client.request("GET", f"{GROUP_PATH}/{objects.PLURAL}", query=[("limit", "1")])
+            for kind in self._kinds:
+                group = await client.request("GET", kind.api_path)
+                resources = group.get("resources") or []
+                plurals = {r.get("name") for r in resources if isinstance(r, dict)}
+                if kind.plural not in plurals:
+                    raise NotFound(
+                        self._name, f"GET {kind.api_path}: no {kind.plural} resource", 404
+                    )
+                list_path = f"{kind.api_path}/{kind.plural}"
+                await client.request("GET", list_path, query=[("limit", "1")])
         except NotFound as e:
+            group_name, _, version = kind.api_version.rpartition("/")
+            crd = f"{kind.plural}.{group_name}" if group_name else kind.plural
             self._probe_error = (
-                "the PyTorchJob CRD (pytorchjobs.kubeflow.org, version v1) "
-                f"is not installed ({e.message})"
+                f"the {kind.kind} CRD ({crd}, version {version}) is not installed "
+                f"({e.message}); install it, or leave {kind.kind} out of the member's "
+                "spec.kinds"
             )
         except Refused as e:
             self._probe_error = f"the member refuses Fleet's credentials or rights: {e.message}"
@@ -687,8 +756,25 @@ if TYPE_CHECKING:
     _MEMBER: type[MemberCluster] = KubeCluster
 
 
+def _stamped(obj: JSON, kind: Kind) -> JSON:
+    """``obj`` with its kind's ``apiVersion`` and ``kind`` (lists leave them out of items)."""
+    if obj.get("apiVersion") == kind.api_version and obj.get("kind") == kind.kind:
+        return obj
+    return {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+
+
+def _kind_of(obj: JSON) -> Kind:
+    """The kind of an object :func:`_stamped` marked."""
+    return registry.of(obj)
+
+
+def _pod_order(pod: str) -> tuple[str, int]:
+    role, _, index = pod.rpartition("-")
+    return role, int(index)
+
+
 def _replaceable(found: JSON) -> bool:
     """Whether Fleet's object ``found`` (of another run) may make way for a new run of
     its name: it ended (Succeeded or Failed) or is being deleted."""
-    done = objects.phase(found)[0] in (objects.Phase.SUCCEEDED, objects.Phase.FAILED)
+    done = objects.phase(found)[0] in (Phase.SUCCEEDED, Phase.FAILED)
     return done or bool(objects.meta(found).get("deletionTimestamp"))

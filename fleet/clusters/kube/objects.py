@@ -1,16 +1,16 @@
 """The Kubernetes objects Fleet writes and reads, as plain JSON data.
 
-Theory of operation: pure functions, no I/O.  :func:`pytorchjob` turns a
-:class:`~fleet.clusters.base.DispatchedJob` into the ``kubeflow.org/v1``
-PyTorchJob created in the member: the deterministic name
+Theory of operation: pure functions, no I/O.  :func:`member_object` turns a
+:class:`~fleet.clusters.base.DispatchedJob` into the object of its kind
+(:mod:`fleet.manifests.kinds`) created in the member: the deterministic name
 (:func:`~fleet.clusters.base.member_object_name`), Fleet's labels (job uid,
 queue, cluster) and annotations (the job's key and its placement), and pod
 templates that name Fleet as their scheduler, carry the job's uid label, and
 may only run on the nodes planned for their replica type (node affinity on
-``metadata.name``: every term the user gave, once per planned node).  The other functions
-read what the member says: a PyTorchJob's phase from its conditions, a
-Node's health, which planned replica a pod is, and the Binding and Event
-objects the pod binder posts.
+``metadata.name``: every term the user gave, once per planned node); the
+kind writes each role's pod count and where its templates are.  The other
+functions read what the member says: an object's phase (its kind reads it), a
+Node's health, and the Binding and Event objects the pod binder posts.
 """
 
 from __future__ import annotations
@@ -18,16 +18,14 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
 from typing import Any, Final
 
 from fleet.clusters.base import DispatchedJob
 from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
+from fleet.manifests.kinds import registry
+from fleet.manifests.kinds.base import Phase
 
-API_VERSION: Final = "kubeflow.org/v1"
-KIND: Final = "PyTorchJob"
-PLURAL: Final = "pytorchjobs"
 #: The pods' ``schedulerName``: Fleet binds the pods that name it.
 SCHEDULER_NAME: Final = "fleet-scheduler"
 
@@ -43,10 +41,6 @@ PLACEMENT_ANNOTATION: Final = "fleet.io/placement"
 GPU_ANNOTATION: Final = "fleet.io/gpu-indices"
 #: On a bound pod: which planned replica it is (``Worker-1``).
 REPLICA_ANNOTATION: Final = "fleet.io/replica"
-
-#: The training operator's pod labels.
-REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
-REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
 
 _LABEL_VALUE_MAX: Final = 63
 _SERVER_FIELDS: Final = (
@@ -83,8 +77,9 @@ def placement_text(pods: Sequence[PodPlacement]) -> str:
     )
 
 
-def pytorchjob(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
-    """The PyTorchJob object for ``job`` in its member; see the module docstring."""
+def member_object(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
+    """The object of ``job``'s kind in its member; see the module docstring."""
+    kind = registry.of(job.manifest)
     manifest: JSON = copy.deepcopy(dict(job.manifest))
     metadata = dict(manifest.get("metadata") or {})
     for name in _SERVER_FIELDS:
@@ -104,23 +99,17 @@ def pytorchjob(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
         labels={k: v for k, v in labels.items() if v},
         annotations=annotations,
     )
-    spec = dict(manifest.get("spec") or {})
-    replicas = dict(spec.get("pytorchReplicaSpecs") or {})
     by_role: dict[str, list[PodPlacement]] = {}
     for pod in job.pods:
         by_role.setdefault(pod.pod.rsplit("-", 1)[0], []).append(pod)
-    for role, replica in list(replicas.items()):
-        planned = by_role.get(role, [])
-        if not planned:
-            del replicas[role]
-            continue
-        replica = dict(replica)
-        replica["replicas"] = len(planned)
-        nodes = sorted({p.node for p in planned})
-        replica["template"] = _template(replica.get("template") or {}, job.uid, scheduler, nodes)
-        replicas[role] = replica
-    spec["pytorchReplicaSpecs"] = replicas
-    manifest.update(apiVersion=API_VERSION, kind=KIND, metadata=metadata, spec=spec)
+
+    def decorate(role: str, template: Mapping[str, Any]) -> JSON:
+        nodes = sorted({p.node for p in by_role.get(role, [])})
+        return _template(template, job.uid, scheduler, nodes)
+
+    counts = {role: len(planned) for role, planned in by_role.items()}
+    spec = kind.member_spec(dict(manifest.get("spec") or {}), counts, decorate)
+    manifest.update(apiVersion=kind.api_version, kind=kind.kind, metadata=metadata, spec=spec)
     manifest.pop("status", None)
     return manifest
 
@@ -154,41 +143,10 @@ def _template(template: Mapping[str, Any], uid: str, scheduler: str, nodes: list
 # Reading what the member says --------------------------------------------------------
 
 
-class Phase(StrEnum):
-    """A PyTorchJob's phase, from its conditions (Kubeflow's ``JobConditionType``)."""
-
-    CREATED = "Created"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-_PHASES: Final = {p.value: p for p in Phase}
-
-
 def phase(obj: Mapping[str, Any]) -> tuple[Phase | None, str]:
-    """The phase of a PyTorchJob and the message of that condition.
-
-    Succeeded or Failed (true) wins over anything else; else the last true
-    condition among Created, Running and Restarting, as the operator appends
-    them; None when none is true yet.
-    """
-    status = obj.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    found: Phase | None = None
-    message = ""
-    for c in conditions if isinstance(conditions, list) else []:
-        if not isinstance(c, Mapping) or c.get("status") != "True":
-            continue
-        p = _PHASES.get(str(c.get("type")))
-        if p is None:
-            continue
-        text = str(c.get("message") or c.get("reason") or "")
-        if p in (Phase.SUCCEEDED, Phase.FAILED):
-            return p, text
-        found, message = p, text
-    return found, message
+    """The phase of a member object of any kind Fleet runs, and its message."""
+    kind = registry.find(obj.get("apiVersion"), obj.get("kind"))
+    return (None, "") if kind is None else kind.phase(obj)
 
 
 def node_health(node: Mapping[str, Any]) -> tuple[bool, str]:
@@ -219,17 +177,6 @@ def labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     m = meta(obj).get("annotations")
     return m if isinstance(m, Mapping) else {}
-
-
-def replica_name(pod: Mapping[str, Any]) -> str | None:
-    """Which replica a pod is, in Fleet's naming (``Master-0``, ``Worker-3``), if labelled."""
-    found = labels(pod)
-    kind = found.get(REPLICA_TYPE_LABEL)
-    index = found.get(REPLICA_INDEX_LABEL)
-    number = parse_digits(index) if isinstance(index, str) else None
-    if not isinstance(kind, str) or not kind or number is None:
-        return None
-    return f"{kind[:1].upper()}{kind[1:].lower()}-{number}"
 
 
 def pending(pod: Mapping[str, Any]) -> bool:
