@@ -4,7 +4,9 @@ Theory of operation: a throwaway PostgreSQL server (``scripts/postgres-test-serv
 or the server of ``--database-url``) holds a fresh database per phase; ``fleet serve``
 replicas run as separate processes on free ports with short leases (``--lease``,
 ``--renew``), one simulated member cluster and a one-leaf tree large enough to admit
-every job (the files of ``bench_api.py``).
+every job (the files of ``bench_api.py``).  The replicas share
+``fleet.testing.servers.REPLICA_ENV``'s replica secret: without one a follower
+forwards none of the leader's routes (it answers 421 naming the leader).
 
 * **Submissions/s.**  32 aiohttp clients submit N one-GPU jobs (one request each),
   first to a single replica (the baseline), then round robin through three.  Printed:
@@ -64,6 +66,7 @@ class Replica:
             self.port,
             self.log,
             extra=[*files, "--log-level", "WARNING", *lease_args],
+            env=servers.REPLICA_ENV,
             schedule_interval=1,
         )
 
@@ -195,12 +198,7 @@ async def failover(server: str, work: Path, args: argparse.Namespace) -> None:
                 follower = (
                     running[0] if await running[0].role(session) == "follower" else running[1]
                 )
-                while True:
-                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                        async with session.get(follower.url + "/api/v1/queues") as resp:
-                            if resp.status == 200:
-                                break
-                    await asyncio.sleep(0.02)
+                await wait_for_queues(session, follower, 60.0)
                 serving.append(time.monotonic() - killed)
                 print(
                     f"kill {kill}: another replica leads after {leading[-1]:5.2f} s, "
@@ -226,6 +224,20 @@ async def wait_for_leader(
                 return replica
         await asyncio.sleep(0.02)
     raise RuntimeError(f"no replica led within {within} s")
+
+
+async def wait_for_queues(session: aiohttp.ClientSession, follower: Replica, within: float) -> None:
+    """Return once ``GET /api/v1/queues`` answers 200 through ``follower``."""
+    deadline = time.monotonic() + within
+    last = "no answer"
+    while time.monotonic() < deadline:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(follower.url + "/api/v1/queues") as resp:
+                if resp.status == 200:
+                    return
+                last = f"{resp.status}: {(await resp.text())[:300]}"
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"queues did not answer through a follower within {within} s ({last})")
 
 
 @contextlib.contextmanager
