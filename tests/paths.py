@@ -2,6 +2,8 @@
 
 Every file a test reads is part of the checkout, so a plain clone runs the
 whole suite; ``SOURCE.md`` beside each set names its upstream and licence.
+The workload kinds' upstream examples sit beside their tests, in
+``tests/kinds/examples``.
 """
 
 from __future__ import annotations
@@ -14,3 +16,5 @@ DATA = ROOT / "tests" / "data"
 HIVED = DATA / "hived"
 #: Kubeflow's PyTorchJob examples (kubeflow/training-operator, Apache-2.0).
 KUBEFLOW = DATA / "kubeflow"
+#: Upstream examples of the workload kinds beyond PyTorchJob (Volcano, Kubeflow, JobSet, Trainer).
+KIND_EXAMPLES = ROOT / "tests" / "kinds" / "examples"

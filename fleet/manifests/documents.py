@@ -13,7 +13,9 @@ line and ends the stream (the parser cannot resynchronise); so does a value
 the loader cannot build (a date that does not exist, an integer of thousands
 of digits) and a bound that is passed (an alias bomb, a 10,000-deep list).
 Each document is dispatched on ``(apiVersion, kind)`` to its
-pydantic model; pydantic's errors
+pydantic model (a job of a workload kind is first checked strictly against
+its kind's CRD schema, :mod:`fleet.manifests.kinds.schema`, and goes no
+further with a problem there); pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  In an
 ElasticQuotaTree every issue inside a node names it (``node 'team-a': ...``,
@@ -28,7 +30,6 @@ value.
 
 from __future__ import annotations
 
-import difflib
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +40,10 @@ import yaml
 
 from fleet.core.quota_rules import node_message
 from fleet.manifests import models
-from fleet.manifests.errors import MAX_QUOTED, SpecError, SpecIssue, quote, shorten
-from fleet.manifests.kinds import registry
+from fleet.manifests.errors import SpecError, SpecIssue, quote, shorten
+from fleet.manifests.kinds import registry, schema
 from fleet.manifests.kinds.base import WorkloadModel
+from fleet.manifests.wording import did_you_mean, loc_to_path, wrong_type, yaml_type
 from fleet.manifests.yaml_resolver import cached_resolver
 from fleet.manifests.yaml_stream import (
     DEFAULT_LIMITS,
@@ -105,34 +107,6 @@ class Document:
         return SpecIssue(self.index, self.kind, self.name, path, message)
 
 
-def loc_to_path(loc: Sequence[int | str]) -> str:
-    """Pydantic's error location as a dotted path with ``[i]`` for list indices."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out = f"{out}.{part}" if out else str(part)
-    return out
-
-
-def yaml_type(value: object) -> str:
-    """What a YAML value is, in words a YAML author uses."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, str):
-        return f"the string {quote(value)}"
-    if isinstance(value, int | float):
-        return f"the number {quote(value)}"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
-
-
 #: Karmada fields Fleet knows and refuses (docs/decisions/0003), and why.
 UNSUPPORTED_FIELDS: Final[Mapping[str, str]] = {
     "clusterAffinities": "Fleet takes one clusterAffinity (clusterNames, exclude, labelSelector)",
@@ -163,13 +137,8 @@ def _message(error: Mapping[str, Any]) -> str:
     ctx = error.get("ctx") or {}
     expected = _EXPECTED.get(kind)
     if expected is not None:
-        msg = f"expected {expected}, not {yaml_type(value)}"
-        if isinstance(value, str) and (
-            (kind in ("int_type", "int_parsing") and value.strip().lstrip("-").isdigit())
-            or (kind == "bool_type" and value.strip().lower() in ("true", "false"))
-        ):
-            msg += " (remove the quotes)"
-        return msg
+        scalar = {"int_type": "integer", "int_parsing": "integer", "bool_type": "boolean"}
+        return wrong_type(expected, value, scalar.get(kind, ""))
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
@@ -229,12 +198,9 @@ def _model_in(annotation: object) -> type[pydantic.BaseModel] | None:
 def _issue_message(model: type[pydantic.BaseModel], error: Mapping[str, Any]) -> str:
     msg = _message(error)
     if error.get("type") == "extra_forbidden" and error["loc"] and msg == "unknown field":
-        wrong = str(error["loc"][-1])
-        if len(wrong) > MAX_QUOTED:  # no field name is this long: nothing to suggest
-            return msg
-        close = difflib.get_close_matches(wrong, _field_names(model, error["loc"]), n=1)
-        if close:
-            msg += f" (did you mean {close[0]!r}?)"
+        close = did_you_mean(str(error["loc"][-1]), _field_names(model, error["loc"]))
+        if close is not None:
+            msg += f" (did you mean {close!r}?)"
     return msg
 
 
@@ -288,6 +254,11 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
             msg = f"{kind} must have apiVersion {expected}, not {quote(api)}"
         return None, [SpecIssue(index, kind, name, "apiVersion", msg)]
     model_type = versions[api]
+    if issubclass(model_type, WorkloadModel):
+        # Someone else's kind: its CRD schema first, strictly (unknown fields are typos).
+        found = schema.problems(api, kind, raw)
+        if found:
+            return None, [SpecIssue(index, kind, name, p, m) for p, m in found]
     try:
         model = model_type.model_validate(raw)
     except pydantic.ValidationError as e:

@@ -15,9 +15,10 @@ list indices; map keys are written as they are (``max.nvidia.com/gpu``).
 
 Messages quote at most :data:`MAX_QUOTED` characters of an offending value
 (then ``…``), so a 50 MB name costs a line, not 100 MB of output.
-:func:`shorten` is the one place that cuts; :func:`quote` is how a message
-quotes a value; :func:`shorten_quoted` cuts a value out of a message built
-elsewhere (the core's errors).  A :class:`SpecIssue` shortens its name, each
+:func:`shorten` is the one place that cuts and :func:`quote` is how a message
+quotes a value (both in :mod:`fleet.manifests.wording`, shared with the workload
+kinds' schema checks); :func:`shorten_quoted` cuts a value out of a message
+built elsewhere (the core's errors).  A :class:`SpecIssue` shortens its name, each
 part of its path, and, as a last resort, its whole message
 (:data:`MAX_MESSAGE`).
 """
@@ -28,29 +29,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from fleet.manifests.wording import ELLIPSIS, MAX_QUOTED, quote, shorten
+
+__all__ = [
+    "ELLIPSIS",
+    "MAX_MESSAGE",
+    "MAX_QUOTED",
+    "Problem",
+    "SpecError",
+    "SpecIssue",
+    "quote",
+    "shorten",
+    "shorten_quoted",
+]
+
 #: (field path, message): a problem found inside one document, before it gets its index.
 Problem = tuple[str, str]
 
-#: Characters of an offending value (a name, a key, a quantity, ...) that a message quotes.
-MAX_QUOTED: Final = 60
 #: Characters of one issue's message kept when a message is longer (a safety net).
 MAX_MESSAGE: Final = 1000
-#: What replaces the cut end of a value.
-ELLIPSIS: Final = "…"
-
-
-def shorten(text: str, limit: int = MAX_QUOTED) -> str:
-    """``text`` if it has at most ``limit`` characters, else its first ``limit`` and ``…``."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + ELLIPSIS
-
-
-def quote(value: object) -> str:
-    """A value as a message quotes it: ``repr`` of at most :data:`MAX_QUOTED` characters."""
-    if isinstance(value, str):
-        return repr(shorten(value))
-    return shorten(repr(value))
 
 
 def shorten_quoted(message: str, value: str) -> str:

@@ -175,10 +175,10 @@ def test_absurd_cell_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
         pytest.param(
             lambda j: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][
                 0
-            ]["resources"].update(limits={"nvidia.com/gpu": 0.5}),
+            ]["resources"].update(limits={"nvidia.com/gpu": "0.5"}),
             "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits."
             "nvidia.com/gpu",
-            "quantity 0.5 must be a whole number",
+            "quantity '0.5' must be a whole number",
             id="half-gpu",
         ),
         pytest.param(

@@ -148,7 +148,6 @@ def test_every_refused_field_is_named_at_once() -> None:
             with_template("Worker", "metadata.labels", {"app": "train", "fleet.io/team": "a"}),
             id="template-labels",
         ),
-        pytest.param(with_template("Worker", "metadata", "not a mapping"), id="odd-metadata"),
     ],
 )
 def test_what_users_may_give_stays_allowed(doc: dict[str, Any]) -> None:
