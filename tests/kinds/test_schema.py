@@ -435,7 +435,7 @@ def test_a_schema_node_gets_its_validator_once(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_import_tool_reproduces_the_pytorchjob_schema_from_the_members_crd() -> None:
-    member_crd = paths.ROOT / "deploy" / "member" / "kubeflow.org_pytorchjobs.yaml"
+    member_crd = paths.ROOT / "deploy" / "member" / "crds" / "kubeflow.org_pytorchjobs.yaml"
     crd = yaml.load(member_crd.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
     ((name, written),) = import_crds.schemas(crd).items()
     assert name == schema.SCHEMAS[PYTORCH]

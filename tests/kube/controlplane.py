@@ -300,22 +300,29 @@ class ControlPlane:
 
     # Member set-up -------------------------------------------------------------------
 
-    def install_crd(self) -> None:
-        self.admin.apply_file(DEPLOY / "kubeflow.org_pytorchjobs.yaml")
+    def install_crd(self, *files: str) -> None:
+        """Install CRDs of ``deploy/member/crds/`` (default: PyTorchJob's) and wait for them."""
+        for name in files or ("kubeflow.org_pytorchjobs.yaml",):
+            path = DEPLOY / "crds" / name
+            crd = yaml.safe_load(path.read_text())
+            self.admin.apply_file(path)
+            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+            version = next(v["name"] for v in crd["spec"]["versions"] if v.get("served"))
+            self._wait_established(f"{plural}.{group}", f"/apis/{group}/{version}/{plural}")
+
+    def _wait_established(self, name: str, path: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            crd = self.admin.get(
-                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/pytorchjobs.kubeflow.org"
-            )
+            crd = self.admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
             conditions = (crd.get("status") or {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 try:
-                    self.admin.get("/apis/kubeflow.org/v1/pytorchjobs")
+                    self.admin.get(path)
                     return
                 except ApiError:
                     pass
             time.sleep(0.2)
-        raise AssertionError("the PyTorchJob CRD was not established")
+        raise AssertionError(f"the CRD {name} was not established")
 
     def install_rbac(self) -> None:
         self.admin.apply_file(DEPLOY / "rbac.yaml")
