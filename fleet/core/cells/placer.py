@@ -45,7 +45,6 @@ the cells as any other (:mod:`.fitting`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from fleet.core import checks, resources
@@ -239,7 +238,7 @@ class CellPlacer(Placer):
         assert isinstance(cells, CellFit)
         placed = sorted(cells.pods + on_cpu.pods, key=lambda pp: order[pp.pod])
         more = tuple(v for v in on_cpu.victims if v not in cells.victims)
-        return dataclasses.replace(cells, pods=tuple(placed), victims=cells.victims + more)
+        return _with(cells, tuple(placed), cells.victims + more)
 
     def _fit_cells(
         self,
@@ -272,13 +271,14 @@ class CellPlacer(Placer):
             if not isinstance(refit, CellFit) or refit.pods != fit.pods:
                 raise BindError(f"{job.key}: stale fit for {self.cluster}; ask fit() again")
             fit = refit
+        assert isinstance(fit, CellFit)
         cpu = self.cpu
         on_cells, on_cpu = self._split(fit.pods) if cpu is not None else (fit.pods, ())
         j = self.state.j
         j.begin()
         try:
             if on_cells:
-                binding.commit(self.state, job, charge, dataclasses.replace(fit, pods=on_cells))
+                binding.commit(self.state, job, charge, _with(fit, on_cells, fit.victims))
             if on_cpu:
                 assert cpu is not None
                 for victim in fit.victims:
@@ -337,3 +337,8 @@ class CellPlacer(Placer):
         invariants.check(self.state)
         if self.cpu is not None:
             self.cpu.check_invariants()
+
+
+def _with(fit: CellFit, pods: tuple[PodPlacement, ...], victims: tuple[str, ...]) -> CellFit:
+    """``fit`` with other pods and victims (the same plan)."""
+    return CellFit(fit.cluster, pods, fit.level, fit.fragmentation, victims, fit.kind, fit.bindings)
