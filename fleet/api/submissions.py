@@ -34,8 +34,10 @@ cheapest first:
    cluster's total capacity, is refused now rather than left queued for
    ever.  Capacities come from each cluster's cell config
    (:meth:`~fleet.core.cells.spec.CellConfig.nodes`); a node limits only the
-   resources it names, as in the placers.  This is a necessary condition:
-   a job that passes may still wait, one that fails could never run.
+   resources it names and its GPUs (none named: none), and a pod asking for
+   no GPU may use only the CPU-only nodes of a cluster that has some
+   (:func:`~fleet.core.capacity_nodes.pool_takes`), as in the placers.  This
+   is a necessary condition: a job that passes may still wait, one that fails could never run.
 
 A :class:`Submitted` carries the core job, the documents as plain dicts, a
 canonical spec hash (SHA-256 of the JSON of both documents with sorted keys
@@ -66,6 +68,7 @@ from fleet.api.problems import (
     too_large,
 )
 from fleet.core import resources
+from fleet.core.capacity_nodes import pool_takes
 from fleet.core.jobs import Job
 from fleet.core.quota import QuotaTree
 from fleet.core.resources import Resources
@@ -393,8 +396,12 @@ _SHOWN: Final = (resources.GPU, resources.CPU, resources.MEMORY)
 
 
 def _fits(request: resources.Amounts, capacity: resources.Amounts) -> bool:
-    """Whether ``request`` fits ``capacity``; a resource the capacity does not name is free."""
-    return all(capacity.get(name, amount) >= amount for name, amount in request.items())
+    """Whether ``request`` fits ``capacity``; a resource the capacity does not name is
+    free, but GPUs: a node without them has none."""
+    return all(
+        capacity.get(name, 0 if name == resources.GPU else amount) >= amount
+        for name, amount in request.items()
+    )
 
 
 def _describe(amounts: resources.Amounts, names: Sequence[str] = _SHOWN) -> str:
@@ -417,15 +424,18 @@ class _ClusterSize:
     name: str
     nodes: tuple[tuple[str, Resources], ...]  # the first node of each size, in node order
     total: Resources
+    cpu_nodes: bool  # it has CPU-only nodes: the pods asking no GPU go there alone
 
 
 def _cluster_size(cluster: MemberClusterModel) -> _ClusterSize:
     firsts: dict[Resources, str] = {}
     total = Resources()
-    for node, capacity in cluster.cell_config().nodes().items():
+    config = cluster.cell_config()
+    for node, capacity in config.nodes().items():
         firsts.setdefault(capacity, node)
         total = total + capacity
-    return _ClusterSize(cluster.name, tuple((n, c) for c, n in firsts.items()), total)
+    nodes = tuple((n, c) for c, n in firsts.items())
+    return _ClusterSize(cluster.name, nodes, total, bool(config.cpu_cells))
 
 
 #: Cluster sizes of the cluster lists seen last (by the list's identity; the list is
@@ -458,14 +468,23 @@ class _Capacity:
         if not usable:  # no clusters known, or the affinity allows none (reported already)
             return []
         names = ", ".join(c.name for c in usable)
-        nodes = [(c.name, node, cap) for c in usable for node, cap in c.nodes]
         out: list[tuple[str, str]] = []
         model = sj.document.model
         assert isinstance(model, WorkloadModel)
         paths = {s.role: s.path for s in model.pod_sets([])}
         for group in job.groups:
+            # The nodes its pods may use: a pod asking no GPU, the CPU-only nodes
+            # of a cluster that has some (the placers' rule).
+            nodes = [
+                (c.name, node, cap)
+                for c in usable
+                for node, cap in c.nodes
+                if pool_takes(group.gpus, cap.get(resources.GPU), c.cpu_nodes)
+            ]
             if any(_fits(group.per_pod, cap) for _, _, cap in nodes):
                 continue
+            if not nodes:
+                nodes = [(c.name, node, cap) for c in usable for node, cap in c.nodes]
             cluster, node, cap = max(nodes, key=lambda n: _size(n[2]))  # first of equals
             out.append(
                 (

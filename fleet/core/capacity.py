@@ -11,7 +11,10 @@ Theory of operation:
 * Nodes are indexed by their number of free GPUs (one ordered bucket per
   count), so a pod asking for ``g`` GPUs looks at the fullest nodes that still
   have ``g`` free first (best fit), and only walks a bucket when cpu or memory
-  rule a node out.  A pod without GPUs goes to the first node with room.
+  rule a node out.  A pod without GPUs goes to the cluster's CPU-only nodes
+  when it has any (first fit by cpu and memory, the gang's nodes first),
+  otherwise to the first node with room
+  (:func:`~fleet.core.capacity_nodes.may_use`).
   The nodes, what they have free and the buckets are
   :class:`~fleet.core.capacity_nodes.FreeNodes`; the held units and the
   counts over them that bound a preemption are
@@ -34,7 +37,8 @@ Theory of operation:
   slots cannot hold is refused before any victim is looked at
   (:meth:`~fleet.core.capacity_held.HeldUnits.may_free`).
 * A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
-  SKU); a job without one lands anywhere.
+  SKU); a job without one lands anywhere.  The pods of a job that ask for no
+  GPU go to the CPU-only nodes whatever the SKU, when the cluster has any.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from fleet.core import checks, placement, resources
 from fleet.core.capacity_held import HeldUnits
-from fleet.core.capacity_nodes import FreeNodes, Overlay, fits, scratch, sku_ok
+from fleet.core.capacity_nodes import FreeNodes, Overlay, fits, may_use, scratch
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement, RestoreError
@@ -183,9 +187,10 @@ class CapacityPlacer(Placer):
         best: tuple[tuple[int, tuple[int, int, int]], list[str]] | None = None
         nodes = self._free.nodes
         held_units = self._units.held
+        cpu_only = not pod.gpus and bool(self._free.cpu_ranks)
         for node_name, infos in on_node.items():
             node = nodes[node_name]
-            if not sku_ok(job, node):
+            if not may_use(job, pod, node, cpu_only):
                 continue
             free = dict(overlay[node_name][0] if node_name in overlay else node.free)
             add: list[Charge] = []
@@ -228,6 +233,14 @@ class CapacityPlacer(Placer):
 
     def _why(self, job: Job, pods: Sequence[Pod]) -> str:
         gpus = _gpus(pods)
+        if not gpus and any(p.request.amounts for p in pods):
+            total = sum((p.request for p in pods), Resources())
+            asked = total.only((resources.CPU, resources.MEMORY))
+            where = "the CPU-only nodes" if self._free.cpu_ranks else "the nodes"
+            return (
+                f"{len(pods)} pod(s) asking no GPU ({_quantities(asked)} in all) do not fit "
+                f"the cpu and memory free on {where}"
+            )
         free = self._free.free_of(job)
         sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
         return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
@@ -432,3 +445,8 @@ def _gpus(pods: Sequence[Pod]) -> int:
     for pod in pods:
         total += pod.request.amounts.get(resources.GPU, 0)
     return total
+
+
+def _quantities(amounts: Resources) -> str:
+    """``cpu 4, memory 8Gi``: a vector as a person reads it."""
+    return ", ".join(f"{k} {v}" for k, v in amounts.to_quantities().items()) or "nothing"

@@ -16,6 +16,13 @@ of the jobs on them.
 * :meth:`FreeNodes.take` and :meth:`FreeNodes.give` are the only changes to
   free resources; each moves the node between buckets and bumps ``version``,
   as a change of health does (:meth:`FreeNodes.set_health`).
+* Nodes without GPUs are *CPU-only* (a cell config's CPU-only node pools).
+  When a cluster has any, a pod that asks for no GPU goes only to them, the
+  nodes its gang already touched first, then in node order (first fit by cpu
+  and memory), whatever GPU type the job names; without any, it goes to the
+  first node with room, as every pod did before (:func:`may_use` is the rule,
+  :attr:`FreeNodes.cpu_ranks` its index).  A node's GPU count always limits,
+  even where its capacity names none.
 * A question is answered on a scratch *overlay* (:data:`Overlay`): per node
   touched, a copy of its free resources and free GPU indices, made on first
   use (:func:`scratch`); asking never changes the nodes.
@@ -58,6 +65,8 @@ class FreeNodes:
         #: order; ranks, not names, so that keeping a bucket sorted compares plain ints
         self.buckets: dict[int, list[int]] = {}
         self.by_rank: list[Node] = []
+        #: the ranks of the CPU-only nodes (no GPUs), in node order
+        self.cpu_ranks: list[int] = []
         self.bad: set[str] = set()
         self.capacity = Resources()
         self._allocated: dict[str, int] = {}
@@ -69,8 +78,13 @@ class FreeNodes:
             gpus = cap[resources.GPU]
             rank = len(self.by_rank)
             sku = (skus or {}).get(name)
-            node = Node(name, cap, gpus, dict(cap), list(range(gpus)), sku, rank)
+            free = dict(cap.amounts)
+            # The GPU count limits even where the capacity names none (zero is dropped).
+            free[resources.GPU] = gpus
+            node = Node(name, cap, gpus, free, list(range(gpus)), sku, rank)
             self.nodes[name] = node
+            if not gpus:
+                self.cpu_ranks.append(rank)
             self.buckets.setdefault(gpus, []).append(rank)
             self.by_rank.append(node)
             self.capacity = self.capacity + cap
@@ -135,11 +149,19 @@ class FreeNodes:
         node up; None when none has room."""
         nodes = self.nodes
         bad = self.bad
+        cpu_only = not pod.gpus and bool(self.cpu_ranks)
         for name, (free, _) in overlay.items():
             node = nodes[name]
-            if name not in bad and sku_ok(job, node) and fits(pod.request, free):
+            if name not in bad and may_use(job, pod, node, cpu_only) and fits(pod.request, free):
                 return node
         by_rank = self.by_rank
+        if cpu_only:
+            for rank in self.cpu_ranks:
+                node = by_rank[rank]
+                name = node.name
+                if name not in overlay and name not in bad and fits(pod.request, node.free):
+                    return node
+            return None
         buckets = self.buckets
         for count in range(pod.gpus, self.max_gpus + 1):
             bucket = buckets.get(count)
@@ -286,6 +308,25 @@ class FreeNodes:
                 raise InvariantError(
                     f"{name}: not in the bucket of nodes with {len(node.free_gpus)} free GPUs"
                 )
+
+
+def may_use(job: Job, pod: Pod, node: Node, cpu_only: bool) -> bool:
+    """Whether ``pod`` of ``job`` may land on ``node``: with ``cpu_only`` (it asks for
+    no GPU and the cluster has CPU-only nodes) a CPU-only node, else a node of the
+    job's GPU type (:func:`sku_ok`)."""
+    if cpu_only:
+        return not node.gpus
+    return sku_ok(job, node)
+
+
+def pool_takes(pod_gpus: int, node_gpus: int, cpu_nodes: bool) -> bool:
+    """The rule of :func:`may_use` by counts, for those who know no :class:`Node`
+    (the submission's fit test): whether a node of ``node_gpus`` GPUs, in a cluster
+    that has CPU-only nodes or not (``cpu_nodes``), is one a pod asking
+    ``pod_gpus`` GPUs may use (its GPU type and room aside)."""
+    if not pod_gpus and cpu_nodes:
+        return not node_gpus
+    return True
 
 
 def sku_ok(job: Job, node: Node) -> bool:

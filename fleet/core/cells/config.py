@@ -24,6 +24,12 @@ Theory of operation: the input is the plain mapping HiveD and OpenPAI write
    config that could not honour every VC's cells ("illegal initial VC
    assignment: insufficient physical cells") is rejected up front.
 
+A leaf skuType without a GPU (``gpu`` absent or 0, as OpenPAI writes a
+``CPU`` skuType) makes a *CPU-only node pool*: the top-level physical cells of
+its chains are kept apart (``CellConfig.cpu_cells``), their nodes' cpu and
+memory take the pods that ask for no GPU, and a virtual cluster may not own
+their cells (a queue's cpu and memory are guaranteed by the quota tree).
+
 The result is a :class:`fleet.core.cells.spec.CellConfig`.  Every error is a
 :class:`CellConfigError` whose ``path`` is the dotted field path under ``path``
 (default ``spec.cells``).
@@ -85,19 +91,32 @@ def load_cell_config(data: Mapping[str, Any], path: str = "spec.cells") -> CellC
     cell_types, leaf_order = _parse_cell_types(
         pc.get("cellTypes"), _join(pc_path, "cellTypes"), skus
     )
+    cpu_leaves = [leaf for leaf in leaf_order if leaf in skus and skus[leaf].gpu == 0]
     tops, chains = _parse_physical(
         pc.get("physicalCells"), _join(pc_path, "physicalCells"), cell_types
     )
+    # CPU-only node pools: top-level cells whose leaf skuType has no GPU.
+    cpu_tops = [t for t in tops if cell_types[t.cell_type].leaf_type in cpu_leaves]
+    gpu_tops = [t for t in tops if cell_types[t.cell_type].leaf_type not in cpu_leaves]
+    cpu_chains = [c for c in chains if cell_types[c].leaf_type in cpu_leaves]
+    chains = [c for c in chains if c not in cpu_chains]
     vcs = _parse_vcs(
-        data.get("virtualClusters"), _join(path, "virtualClusters"), cell_types, chains, tops
+        data.get("virtualClusters"),
+        _join(path, "virtualClusters"),
+        cell_types,
+        chains,
+        gpu_tops,
+        cpu_chains,
     )
     config = CellConfig(
         sku_types=skus,
         cell_types=cell_types,
-        physical_cells=tuple(tops),
+        physical_cells=tuple(gpu_tops),
         vcs=vcs,
-        leaf_types=tuple(leaf_order),
+        leaf_types=tuple(leaf for leaf in leaf_order if leaf not in cpu_leaves),
         chains=tuple(chains),
+        cpu_cells=tuple(cpu_tops),
+        cpu_leaf_types=tuple(cpu_leaves),
     )
     _check_assignment(config, _join(path, "virtualClusters"))
     return config
@@ -359,6 +378,7 @@ def _parse_vcs(
     cell_types: Mapping[str, CellType],
     chains: Sequence[str],
     tops: Sequence[PhysicalCellSpec],
+    cpu_chains: Sequence[str] = (),
 ) -> dict[str, VirtualClusterSpec]:
     if raw is None:
         return {}
@@ -394,6 +414,13 @@ def _parse_vcs(
             if chain not in cell_types:
                 raise CellConfigError(
                     _join(cpath, "cellType"), f"VC {vc}: unknown cell type {chain}"
+                )
+            if chain in cpu_chains:
+                raise CellConfigError(
+                    _join(cpath, "cellType"),
+                    f"VC {vc}: {chain} is a CPU-only node pool (its skuType has no GPU); "
+                    "virtual clusters own GPU cells, and a queue's cpu and memory are "
+                    "guaranteed by the quota tree's min",
                 )
             if chain not in chains:
                 raise CellConfigError(

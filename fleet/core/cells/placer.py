@@ -29,13 +29,26 @@ held again where it was recorded, after a restart) and ``set_node_health``
 :class:`~fleet.core.cells.state.PlacerState`, opens and closes transactions and
 answers the cheap questions of :class:`fleet.core.placement.Placer` from
 incremental totals; :mod:`.invariants` recounts them for tests.
+
+*CPU-only node pools.*  When the config has CPU-only nodes (cells whose leaf
+skuType has no GPU, :attr:`~fleet.core.cells.spec.CellConfig.cpu_cells`), the
+pods that ask for no GPU go there, placed by cpu and memory by a
+:class:`~fleet.core.capacity.CapacityPlacer` over those nodes alone (``cpu``:
+first fit, the gang's nodes first, preemption by its rules), and the pods that
+ask for GPUs go through the cells exactly as before.  A gang with both (a GPU
+master and CPU-only workers) is answered cells first, then the CPU-only pods
+with the cells' victims counted as gone; its answer is one :class:`CellFit`,
+and ``bind``, ``restore``, ``release`` and node health split it by node.
+Without CPU-only nodes nothing changes: a pod asking for no GPU is placed by
+the cells as any other (:mod:`.fitting`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.core import checks
+from fleet.core import checks, resources
+from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells import (
     binding,
     demands,
@@ -84,6 +97,10 @@ class CellPlacer(Placer):
         self.topo: Topology = self.state.topo
         self.j: Journal = self.state.j
         self.alloc: Allocator = self.state.alloc
+        cpu_nodes = config.cpu_nodes()
+        #: the CPU-only nodes' placer (None: the config has none)
+        self.cpu: CapacityPlacer | None = CapacityPlacer(cluster, cpu_nodes) if cpu_nodes else None
+        self._cpu_nodes: frozenset[str] = frozenset(cpu_nodes)
         checks.built(self)
 
     # -- Placer methods -------------------------------------------------------------------
@@ -111,25 +128,36 @@ class CellPlacer(Placer):
             self.state.pins[key] = pinned_cell_id
 
     def holds(self, key: str) -> bool:
-        return key in self.state.held
+        cpu = self.cpu
+        return key in self.state.held or (cpu is not None and cpu.holds(key))
 
     def may_have_victims(self, job: Job, mode: Mode) -> bool:
-        return victims.any_allowed(self.state, job, mode)
+        cpu = self.cpu
+        return victims.any_allowed(self.state, job, mode) or (
+            cpu is not None and cpu.may_have_victims(job, mode)
+        )
 
     def running(self) -> list[Charge]:
-        return [h.info for h in self.state.held.values()]
+        out = {key: h.info for key, h in self.state.held.items()}
+        if self.cpu is not None:
+            for info in self.cpu.running():
+                out.setdefault(info.key, info)
+        return list(out.values())
 
     def placement_of(self, key: str) -> tuple[PodPlacement, ...]:
         held = self.state.held.get(key)
-        return tuple(held.pods.values()) if held else ()
+        cells = tuple(held.pods.values()) if held else ()
+        return cells + self.cpu.placement_of(key) if self.cpu is not None else cells
 
     def capacity(self) -> Resources:
         """Resources of the healthy nodes (kept incrementally)."""
-        return self.state.capacity
+        cpu = self.cpu
+        return self.state.capacity if cpu is None else self.state.capacity + cpu.capacity()
 
     def allocated(self) -> Resources:
         """Sum of the placed pods' requests (kept incrementally)."""
-        return self.state.allocated
+        cpu = self.cpu
+        return self.state.allocated if cpu is None else self.state.allocated + cpu.allocated()
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
         """A guaranteed job of a queue with no VC (and no pinned cell) here, that holds
@@ -140,6 +168,8 @@ class CellPlacer(Placer):
 
     def lowest_level(self, job: Job, pods: Sequence[Pod]) -> int:
         """A lower bound on the ``Fit.level`` this gang can get here (cheap, no search)."""
+        if self.cpu is not None:
+            pods = [p for p in pods if p.request.amounts.get(resources.GPU, 0)]
         return demands.lowest_level(self.state, job, pods)
 
     def fragmentation(self) -> float:
@@ -185,11 +215,52 @@ class CellPlacer(Placer):
         preempt: bool = False,
         released: frozenset[str] = frozenset(),
     ) -> Fit | NoFit:
+        cpu = self.cpu
+        if cpu is None:
+            return self._fit_cells(job, pods, mode, preempt, released)
+        gpu_pods = [p for p in pods if p.request.amounts.get(resources.GPU, 0)]
+        if len(gpu_pods) == len(pods):
+            return self._fit_cells(job, pods, mode, preempt, released)
+        cpu_pods = [p for p in pods if not p.request.amounts.get(resources.GPU, 0)]
+        cells: Fit | None = None
+        if gpu_pods:
+            answer = self._fit_cells(job, gpu_pods, mode, preempt, released)
+            if isinstance(answer, NoFit):
+                return answer
+            cells = answer
+        gone = released | frozenset(cells.victims) if cells is not None else released
+        on_cpu = cpu.fit(job, cpu_pods, mode, preempt=preempt, released=gone)
+        if isinstance(on_cpu, NoFit):
+            return on_cpu
+        order = {p.name: i for i, p in enumerate(pods)}
+        if cells is None:
+            return CellFit(self.cluster, on_cpu.pods, victims=on_cpu.victims)
+        assert isinstance(cells, CellFit)
+        placed = sorted(cells.pods + on_cpu.pods, key=lambda pp: order[pp.pod])
+        more = tuple(v for v in on_cpu.victims if v not in cells.victims)
+        return _with(cells, tuple(placed), cells.victims + more)
+
+    def _fit_cells(
+        self,
+        job: Job,
+        pods: Sequence[Pod],
+        mode: Mode,
+        preempt: bool,
+        released: frozenset[str],
+    ) -> Fit | NoFit:
         self.state.j.begin()
         try:
             return fitting.fit(self.state, job, pods, mode, preempt, released)
         finally:
             self.state.j.rollback()
+
+    def _split(self, pods: Sequence[PodPlacement]) -> tuple[tuple[PodPlacement, ...], ...]:
+        """``pods`` on the cells' nodes, and on the CPU-only nodes."""
+        on_cpu = self._cpu_nodes
+        return (
+            tuple(pp for pp in pods if pp.node not in on_cpu),
+            tuple(pp for pp in pods if pp.node in on_cpu),
+        )
 
     def bind(self, job: Job, charge: Charge, fit: Fit) -> None:
         """Commit ``fit``; its victims must already have been released."""
@@ -200,16 +271,28 @@ class CellPlacer(Placer):
             if not isinstance(refit, CellFit) or refit.pods != fit.pods:
                 raise BindError(f"{job.key}: stale fit for {self.cluster}; ask fit() again")
             fit = refit
+        assert isinstance(fit, CellFit)
+        cpu = self.cpu
+        on_cells, on_cpu = self._split(fit.pods) if cpu is not None else (fit.pods, ())
         j = self.state.j
         j.begin()
         try:
-            binding.commit(self.state, job, charge, fit)
+            if on_cells:
+                binding.commit(self.state, job, charge, _with(fit, on_cells, fit.victims))
+            if on_cpu:
+                assert cpu is not None
+                for victim in fit.victims:
+                    if cpu.holds(victim):
+                        raise BindError(f"{job.key}: victim {victim} has not been released")
+                cpu.bind(job, charge, Fit(self.cluster, on_cpu))
         except BaseException:
             j.rollback()
             raise
         j.commit()
 
     def release(self, key: str) -> None:
+        if self.cpu is not None:
+            self.cpu.release(key)
         if key not in self.state.held:
             return
         j = self.state.j
@@ -227,10 +310,16 @@ class CellPlacer(Placer):
         Restore every running job before marking nodes bad: a record on a bad
         node is refused like one on an unknown node.
         """
+        cpu = self.cpu
+        on_cells, on_cpu = self._split(pods) if cpu is not None else (tuple(pods), ())
         j = self.state.j
         j.begin()
         try:
-            restoring.restore(self.state, job, charge, pods)
+            if on_cells or not on_cpu:
+                restoring.restore(self.state, job, charge, on_cells)
+            if on_cpu:
+                assert cpu is not None
+                cpu.restore(job, charge, on_cpu)
         except BaseException:
             j.rollback()
             raise
@@ -238,9 +327,18 @@ class CellPlacer(Placer):
 
     def set_node_health(self, node: str, healthy: bool) -> list[str]:
         """Mark ``node`` bad or healthy; returns keys of jobs with pods on a node gone bad."""
+        if self.cpu is not None and node in self._cpu_nodes:
+            return self.cpu.set_node_health(node, healthy)
         return health.set_node_health(self.state, node, healthy)
 
     def check_invariants(self) -> None:
         """Raise :class:`~fleet.core.checks.InvariantError` when an index or counter
         disagrees with a recount (see :mod:`.invariants`)."""
         invariants.check(self.state)
+        if self.cpu is not None:
+            self.cpu.check_invariants()
+
+
+def _with(fit: CellFit, pods: tuple[PodPlacement, ...], victims: tuple[str, ...]) -> CellFit:
+    """``fit`` with other pods and victims (the same plan)."""
+    return CellFit(fit.cluster, pods, fit.level, fit.fragmentation, victims, fit.kind, fit.bindings)

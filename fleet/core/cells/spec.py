@@ -8,6 +8,14 @@ allocator while the allocator reads the config.  Physical cells are already expa
 every cell has its full list of children, its full address (HiveD style,
 parent address + ``/`` + own address), the node name it belongs to (for node
 level and below) and, for leaves, the GPU index on that node.
+
+CPU-only node pools: a leaf cell type whose skuType declares no GPU (``gpu``
+absent or 0) is a *CPU leaf type*, and the physical cells of its chains are
+the cluster's CPU-only nodes (:attr:`CellConfig.cpu_cells`).  They are not
+cells the allocator hands out: their nodes' cpu and memory (the skuType's
+amounts times the node's leaves) take the pods that ask for no GPU, placed by
+cpu and memory (:meth:`CellConfig.cpu_nodes`).  Everything else
+(``physical_cells``, ``leaf_types``, ``chains``) is the GPU cells alone.
 """
 
 from __future__ import annotations
@@ -88,33 +96,54 @@ class CellConfig:
     cell_types: Mapping[str, CellType]  # includes leaf types
     physical_cells: tuple[PhysicalCellSpec, ...]
     vcs: Mapping[str, VirtualClusterSpec]
-    leaf_types: tuple[str, ...]  # in order of first appearance in cellTypes
-    chains: tuple[str, ...]  # top-level cell types, in order of first use
+    leaf_types: tuple[str, ...]  # GPU leaf types, in order of first appearance in cellTypes
+    chains: tuple[str, ...]  # top-level GPU cell types, in order of first use
+    #: the CPU-only node pools: top-level cells of CPU leaf types, fully expanded
+    cpu_cells: tuple[PhysicalCellSpec, ...] = ()
+    #: leaf types whose skuType has no GPU, in order of first appearance in cellTypes
+    cpu_leaf_types: tuple[str, ...] = ()
     _nodes: dict[str, Resources] = field(default_factory=dict, compare=False, repr=False)
+    _cpu_nodes: dict[str, Resources] = field(default_factory=dict, compare=False, repr=False)
 
     def virtual_clusters(self) -> list[str]:
         """Names of the configured virtual clusters (queues with a guarantee here)."""
         return list(self.vcs)
 
     def nodes(self) -> dict[str, Resources]:
-        """Node name -> capacity (``nvidia.com/gpu`` per leaf, cpu/memory from skuTypes)."""
+        """Node name -> capacity of every node, the GPU cells' and then the CPU-only ones'."""
+        return {**self.cell_nodes(), **self.cpu_nodes()}
+
+    def cell_nodes(self) -> dict[str, Resources]:
+        """The GPU cells' nodes -> capacity (``nvidia.com/gpu`` per leaf, cpu/memory
+        from skuTypes)."""
         if not self._nodes:
-            for top in self.physical_cells:
-                for leaf in _leaves(top):
-                    assert leaf.node is not None
-                    sku = self.sku_types.get(self.cell_types[leaf.cell_type].leaf_type)
-                    if sku is None:
-                        add = Resources({resources.GPU: 1})
-                    else:
-                        add = Resources(
-                            {
-                                resources.GPU: sku.gpu,
-                                resources.CPU: sku.cpu,
-                                resources.MEMORY: sku.memory,
-                            }
-                        )
-                    self._nodes[leaf.node] = self._nodes.get(leaf.node, Resources()) + add
+            self._nodes.update(self._capacities(self.physical_cells))
         return dict(self._nodes)
+
+    def cpu_nodes(self) -> dict[str, Resources]:
+        """The CPU-only nodes -> capacity (their leaves' skuType cpu and memory)."""
+        if not self._cpu_nodes and self.cpu_cells:
+            self._cpu_nodes.update(self._capacities(self.cpu_cells))
+        return dict(self._cpu_nodes)
+
+    def _capacities(self, tops: tuple[PhysicalCellSpec, ...]) -> dict[str, Resources]:
+        out: dict[str, Resources] = {}
+        for top in tops:
+            for leaf in _leaves(top):
+                assert leaf.node is not None
+                sku = self.sku_types.get(self.cell_types[leaf.cell_type].leaf_type)
+                if sku is None:
+                    add = Resources({resources.GPU: 1})
+                else:
+                    add = Resources(
+                        {
+                            resources.GPU: sku.gpu,
+                            resources.CPU: sku.cpu,
+                            resources.MEMORY: sku.memory,
+                        }
+                    )
+                out[leaf.node] = out.get(leaf.node, Resources()) + add
+        return out
 
     def chain_levels(self, chain: str) -> list[CellType]:
         """The cell types of ``chain`` from the leaf (index 0, level 1) to the top."""

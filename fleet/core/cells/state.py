@@ -221,7 +221,7 @@ class PlacerState:
         }
         self.victims_by_queue: dict[str, dict[str, None]] = {}
         self.pins: dict[str, str] = {}  # job key -> pinned cell id
-        self.node_caps = config.nodes()
+        self.node_caps = config.cell_nodes()
         self.bad: set[str] = set()
         # Incremental totals behind capacity() and allocated() (O(1) for the cycle).
         self.capacity = Resources()
