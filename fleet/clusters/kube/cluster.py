@@ -23,7 +23,7 @@ one object name in a member is one job.
 * **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
   dispatched here is matched to its planned replica (its kind reads the
   pod's role and index from the controller's labels; a pod without an index
-  takes its role's first free planned pod) and bound to the planned node
+  takes its role's first planned pod that no live pod holds) and bound to the planned node
   with its GPU indices.  A pod that names Fleet's scheduler but
   belongs to no such job stays pending, with a Warning Event saying why.
 * **Status.**  The object's phase, as its kind reads it, gives
@@ -645,7 +645,8 @@ class KubeCluster:
         The kind reads the pod's role and index; roles match without regard to
         case (the training operator lowercases them).  A pod without an index
         (a non-indexed batch Job's) takes the first planned pod of its role
-        that no other pod of the job holds.
+        that no other live pod of the job holds (a pod that ended holds none: a
+        Job's next pod, or the one that replaces a failed pod, takes its place).
         """
         if wanted.job is None:
             return None
@@ -662,7 +663,7 @@ class KubeCluster:
         held = {
             objects.annotations_of(other).get(objects.REPLICA_ANNOTATION)
             for _, other in self._pods.of_uid(wanted.uid or "")
-            if other is not pod and objects.node_of(other)
+            if other is not pod and objects.node_of(other) and not objects.ended(other)
         }
         free = [p for p in wanted.places if p.rsplit("-", 1)[0] == planned and p not in held]
         return min(free, key=_pod_order) if free else None
