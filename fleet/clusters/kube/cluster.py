@@ -23,9 +23,9 @@ one object name in a member is one job.
 * **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
   dispatched here is matched to its planned replica (its kind reads the
   pod's role and index from the controller's labels; a pod without an index
-  takes its role's first free planned pod) and bound to the planned node
-  with its GPU indices.  A pod that names Fleet's scheduler but
-  belongs to no such job stays pending, with a Warning Event saying why.
+  claims its role's first planned pod that no live pod holds) and bound to
+  the planned node with its GPU indices.  A pod that names Fleet's scheduler
+  but belongs to no such job stays pending, with a Warning Event saying why.
 * **Status.**  The object's phase, as its kind reads it, gives
   :class:`~fleet.clusters.base.JobStarted` (Running),
   :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
@@ -117,6 +117,7 @@ class _Wanted:
     restarting: bool = False
     deleting: bool = False
     out_of_date: bool = False  # the member's object does not have ``job``'s pods yet
+    claims: dict[str, str] = field(default_factory=dict)  # pod uid -> replica (no index)
 
 
 class KubeCluster:
@@ -644,8 +645,12 @@ class KubeCluster:
 
         The kind reads the pod's role and index; roles match without regard to
         case (the training operator lowercases them).  A pod without an index
-        (a non-indexed batch Job's) takes the first planned pod of its role
-        that no other pod of the job holds.
+        (a non-indexed batch Job's) claims the first planned pod of its role
+        that no other live pod of the job holds or claimed, and keeps it: a pod
+        holds the replica Fleet annotated it with, and Fleet's claim counts at
+        once, before the member's answer to the binding comes back as an event.
+        A pod that ended holds none: a Job's next pod, or the one that replaces
+        a failed pod, takes its place.
         """
         if wanted.job is None:
             return None
@@ -659,13 +664,26 @@ class KubeCluster:
             return f"{role}-{index}" if index is not None else role
         if index is not None:
             return f"{planned}-{index}"
+
+        def held_by(one: JSON) -> object:
+            claimed = wanted.claims.get(str(objects.meta(one).get("uid")))
+            return claimed or objects.annotations_of(one).get(objects.REPLICA_ANNOTATION)
+
+        mine = held_by(pod)
+        if isinstance(mine, str) and mine in wanted.places and mine.startswith(f"{planned}-"):
+            return mine
+        me = objects.meta(pod).get("uid")
         held = {
-            objects.annotations_of(other).get(objects.REPLICA_ANNOTATION)
+            held_by(other)
             for _, other in self._pods.of_uid(wanted.uid or "")
-            if other is not pod and objects.node_of(other)
+            if objects.meta(other).get("uid") != me and not objects.ended(other)
         }
         free = [p for p in wanted.places if p.rsplit("-", 1)[0] == planned and p not in held]
-        return min(free, key=_pod_order) if free else None
+        if not free:
+            return None
+        chosen = min(free, key=_pod_order)
+        wanted.claims[str(me)] = chosen
+        return chosen
 
     # Internals: nodes and readiness ----------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""Stand-ins for member controllers that cannot be built here, for the member tests."""
