@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -10,12 +11,15 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from fleet.api import keys, schemas
+from fleet.api import keys, routes, schemas
 from fleet.api.app import create_app
 from fleet.api.routes import unschedulable
 from fleet.clock import VirtualClock
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.resources import Resources
+from fleet.manifests.errors import Problem
+from fleet.manifests.kinds.base import PodSet
+from fleet.manifests.kinds.tfjob import TFJobModel
 from fleet.testing import running
 from fleet.testing.documents import pytorchjob
 from fleet.testing.running import settings
@@ -138,3 +142,19 @@ def test_a_sets_own_minimum_is_named_in_the_gangs_condition() -> None:
         "4/4 pods in gang unschedulable (mpimaster 1 (at least 1), mpiworker 3 (at least 2); "
         "3 must start together): NotEnoughResources"
     )
+
+
+def test_a_sets_own_minimum_is_read_by_its_kinds_model_from_the_stored_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (document,) = [d for d in yaml.safe_load_all(tfjob("tf")) if d["kind"] == "TFJob"]
+    assert routes._set_minimums(document) == {}  # a TFJob sets none per set
+    original = TFJobModel.pod_sets
+
+    def with_minimum(self: TFJobModel, problems: list[Problem]) -> list[PodSet]:
+        return [dataclasses.replace(s, minimum=s.count) for s in original(self, problems)]
+
+    monkeypatch.setattr(TFJobModel, "pod_sets", with_minimum)
+    assert routes._set_minimums(document) == {"PS": 1, "Worker": 2}
+    assert routes._set_minimums({**document, "spec": "unreadable"}) == {}
+    assert routes._set_minimums({"apiVersion": "apps/v1", "kind": "Deployment"}) == {}
