@@ -11,15 +11,24 @@ whole (:func:`fleet.api.submissions.parse_submission`), stored
 the commit).
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
-no handler ever touches the core's state.  Every error is a
+no handler ever touches the core's state.  A job's ``apiVersion`` and
+``kind`` are its stored document's (the core sees pod sets, never a kind):
+the job list and detail read them from the row they load anyway, a queue's
+pending jobs with one query of the leaf's live rows (JSON paths of the
+stored documents).  The detail shows the core job's pod sets, with each
+set's own minimum where the job's kind sets one (its model reads the stored
+document again) and, for a waiting job, its gang's condition worded as
+Volcano's PodGroup words it (:func:`unschedulable`).  Every error is a
 :class:`~fleet.api.problems.ProblemError`.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+import pydantic
 from aiohttp import web
 
 from fleet.api import admin_routes, auth, keys, live, openapi, params, routing, schemas
@@ -49,11 +58,12 @@ from fleet.api.routing import (
 )
 from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_submission
 from fleet.core import snapshot
-from fleet.core.jobs import Mode
+from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.view import QueueView
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
+from fleet.manifests.kinds import registry
 from fleet.manifests.models import ElasticQuotaTreeModel
 from fleet.service import intake, wiring
 from fleet.service.wiring import Service
@@ -157,10 +167,18 @@ async def submit_jobs(request: web.Request) -> web.Response:
 # Jobs ---------------------------------------------------------------------------------
 
 
+def _kind(document: Mapping[str, Any]) -> tuple[str, str]:
+    """A stored job document's (apiVersion, kind): the kind lives in the document."""
+    return str(document.get("apiVersion") or ""), str(document.get("kind") or "")
+
+
 def _summary(row: JobRow) -> schemas.JobSummary:
+    api_version, kind = _kind(row.manifest)
     return schemas.JobSummary(
         namespace=row.namespace,
         name=row.name,
+        api_version=api_version,
+        kind=kind,
         uid=row.uid,
         queue=row.queue,
         state=JobState(row.state),
@@ -178,6 +196,56 @@ def _placement(row: JobRow) -> list[schemas.ReplicaPlacement]:
         for unit in row.units
         for pod, node, gpus in unit["pods"]
     ]
+
+
+def _set_minimums(document: Mapping[str, Any]) -> dict[str, int]:
+    """Role -> the gang's minimum of that pod set, where the job's kind sets one per set,
+    read by the kind's model from the stored document (empty when the kind has none,
+    or the document no longer reads)."""
+    found = registry.find(document.get("apiVersion"), document.get("kind"))
+    if found is None:
+        return {}
+    try:
+        model = found.model.model_validate(document)
+    except pydantic.ValidationError:
+        return {}
+    return {s.role: s.minimum for s in model.pod_sets([]) if s.minimum}
+
+
+def _pod_sets(row: JobRow, job: Job) -> list[schemas.PodSetDetail]:
+    """The core job's pod sets with the kind's minimum per set and the pods placed now."""
+    role_of = {p.name: p.role for p in job.pods}
+    placed: dict[str, int] = {}
+    for unit in row.units:
+        for pod, _, _ in unit["pods"]:
+            role = role_of.get(pod)
+            if role is not None:
+                placed[role] = placed.get(role, 0) + 1
+    minimums = _set_minimums(row.manifest)
+    return [
+        schemas.PodSetDetail(
+            role=g.role,
+            count=g.count,
+            per_pod=schemas.quantities(g.per_pod),
+            minimum=minimums.get(g.role),
+            placed=placed.get(g.role, 0),
+        )
+        for g in job.groups
+    ]
+
+
+def unschedulable(job: Job, sets: Sequence[schemas.PodSetDetail], reason: str) -> str:
+    """A waiting gang's condition, worded as Volcano's PodGroup words it:
+    ``4/4 pods in gang unschedulable (mpimaster 1, mpiworker 3; 4 must start
+    together): <reason>``, a set's own minimum named where its kind sets one."""
+    waiting = job.size - sum(s.placed for s in sets)
+    shown = ", ".join(
+        f"{s.role} {s.count}" + (f" (at least {s.minimum})" if s.minimum else "") for s in sets
+    )
+    together = (
+        "pods may start one at a time" if not job.gang else f"{job.gang_size} must start together"
+    )
+    return f"{waiting}/{job.size} pods in gang unschedulable ({shown}; {together}): {reason}"
 
 
 def _event(event: JobEventRow) -> schemas.JobEvent:
@@ -299,12 +367,18 @@ async def get_job(
     async with svc.db.read() as session:
         events = await job_rows.events_of(session, row.id)
     job = snapshot.job_from_plain(row.record, seq=row.id)
+    sets = _pod_sets(row, job)
+    reason = _reason(svc, row)
+    waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
     detail = schemas.JobDetail(
         **_summary(row).model_dump(),
         preemptible=job.preemptible,
         request=schemas.quantities(job.request),
         placement=_placement(row),
-        reason=_reason(svc, row),
+        pod_sets=sets,
+        gang_minimum=job.gang_size,
+        reason=reason,
+        unschedulable=unschedulable(job, sets, reason) if waiting and reason else None,
         suspended=row.suspended,
         estimated_start=(
             _estimate(request, f"{row.namespace}/{row.name}")
@@ -394,21 +468,29 @@ async def list_queues(request: web.Request) -> web.Response:
     ),
 )
 async def get_queue(request: web.Request, *, name: str) -> web.Response:
-    view = _svc(request).loop.view
+    svc = _svc(request)
+    view = svc.loop.view
     found = next((q for q in view.queues if q.name == name), None)
     if found is None:
         raise ProblemError(not_found(f"no queue {name[:60]!r}"))
+    waiting = view.pending.get(name, ())
+    kinds: dict[str, tuple[str, str]] = {}
+    if waiting:
+        async with svc.db.read() as session:
+            kinds = await job_rows.kinds_in_queue(session, name)
     pending = [
         schemas.PendingJob(
             position=i + 1,
             job=p.job,
+            api_version=kinds[p.job][0] if p.job in kinds else None,
+            kind=kinds[p.job][1] if p.job in kinds else None,
             priority=p.priority,
             priority_class=p.priority_class,
             request=dict(p.request),
             reason=p.reason,
             estimated_start=_estimate(request, p.job),
         )
-        for i, p in enumerate(view.pending.get(name, ()))
+        for i, p in enumerate(waiting)
     ]
     return schemas.json_response(schemas.QueueDetail(**_queue_fields(found), pending=pending))
 

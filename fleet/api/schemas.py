@@ -72,8 +72,8 @@ def json_response(body: Schema, *, status: int = 200) -> web.Response:
 class SubmittedJob(Schema):
     """One job of an accepted submission."""
 
-    namespace: str = Field(description="The PyTorchJob's namespace.")
-    name: str = Field(description="The PyTorchJob's name.")
+    namespace: str = Field(description="The job's namespace.")
+    name: str = Field(description="The job's name.")
     uid: str = Field(
         description="Fleet's identifier of this run of the job: the same when the same spec "
         "is submitted again, a new one when the name starts a new run."
@@ -90,7 +90,7 @@ class SubmittedJob(Schema):
 class SubmissionResult(Schema):
     """What a submission created (201), or found already there with the same spec (200)."""
 
-    jobs: list[SubmittedJob] = Field(description="One entry per PyTorchJob, in document order.")
+    jobs: list[SubmittedJob] = Field(description="One entry per job, in document order.")
 
 
 # Jobs ---------------------------------------------------------------------------------
@@ -116,8 +116,12 @@ class JobEvent(Schema):
 class JobSummary(Schema):
     """A job as the job list shows it."""
 
-    namespace: str = Field(description="The PyTorchJob's namespace.")
-    name: str = Field(description="The PyTorchJob's name.")
+    namespace: str = Field(description="The job's namespace.")
+    name: str = Field(description="The job's name.")
+    api_version: str = Field(
+        description="The job document's apiVersion (e.g. kubeflow.org/v1, batch/v1)."
+    )
+    kind: str = Field(description="The job document's kind (e.g. PyTorchJob, TFJob, Job).")
     uid: str = Field(description="Fleet's identifier of the job.")
     queue: str = Field(description="The leaf queue the job belongs to.")
     state: JobState = Field(description="The job's state.")
@@ -134,11 +138,31 @@ class JobSummary(Schema):
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
 
 
+class PodSetDetail(Schema):
+    """One pod set of a job: pods of one role with the same request."""
+
+    role: str = Field(
+        description="The role as the job's kind names it (e.g. Worker, ps, mpiworker)."
+    )
+    count: Count = Field(description="How many pods the set has (at most, for an elastic job).")
+    per_pod: Quantities = Field(description="What each pod of the set requests.")
+    minimum: Count | None = Field(
+        default=None,
+        description="Pods of this set the gang needs, where the kind sets a minimum per set "
+        "(a Volcano task's minAvailable); null when it has none of its own.",
+    )
+    placed: Count = Field(default=0, description="Pods of this set placed now.")
+
+
 class JobDetail(Schema):
     """Everything Fleet knows about one job."""
 
-    namespace: str = Field(description="The PyTorchJob's namespace.")
-    name: str = Field(description="The PyTorchJob's name.")
+    namespace: str = Field(description="The job's namespace.")
+    name: str = Field(description="The job's name.")
+    api_version: str = Field(
+        description="The job document's apiVersion (e.g. kubeflow.org/v1, batch/v1)."
+    )
+    kind: str = Field(description="The job document's kind (e.g. PyTorchJob, TFJob, Job).")
     uid: str = Field(description="Fleet's identifier of the job.")
     queue: str = Field(description="The leaf queue the job belongs to.")
     state: JobState = Field(description="The job's state.")
@@ -156,10 +180,24 @@ class JobDetail(Schema):
     placement: list[ReplicaPlacement] = Field(
         default_factory=list, description="Node and GPUs of every placed replica."
     )
+    pod_sets: list[PodSetDetail] = Field(
+        default_factory=list, description="The job's pod sets, in placement order."
+    )
+    gang_minimum: Count = Field(
+        default=0,
+        description="Pods that must start together (the gang's minimum in total; 1 for a "
+        "job whose pods may start one at a time).",
+    )
     reason: str | None = Field(
         default=None,
         description="Why the job waits (e.g. 'queue team-a at max nvidia.com/gpu 16/16'); "
         "null when it does not.",
+    )
+    unschedulable: str | None = Field(
+        default=None,
+        description="For a waiting job, its gang's condition as Volcano's PodGroup words it: "
+        "'4/4 pods in gang unschedulable (mpimaster 1, mpiworker 3; 4 must start together): "
+        "<reason>'; null when it does not wait.",
     )
     suspended: bool = Field(
         default=False, description="Its PropagationPolicy holds it in the queue."
@@ -279,6 +317,10 @@ class PendingJob(Schema):
         description="1 for the head of the queue, in admission order."
     )
     job: str = Field(description="namespace/name of the job.")
+    api_version: str | None = Field(
+        default=None, description="The job document's apiVersion (null: not read)."
+    )
+    kind: str | None = Field(default=None, description="The job document's kind (null: not read).")
     priority: int = Field(description="The job's priority value.")
     priority_class: str = Field(description="The job's priority class.")
     request: Quantities = Field(description="What admitting it would charge the queue.")

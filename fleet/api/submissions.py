@@ -29,15 +29,13 @@ cheapest first:
    numbers; a YAML timestamp becomes its ISO 8601 text, ``!!binary`` its
    base64 text, non-string keys their YAML text); a value JSON cannot
    hold (NaN, a ``!!set``) is a field error;
-5. size against the clusters: a pod that no node of any cluster the job may
-   use could hold, or a gang (``Job.gang_request``) larger than every such
-   cluster's total capacity, is refused now rather than left queued for
-   ever.  Capacities come from each cluster's cell config
-   (:meth:`~fleet.core.cells.spec.CellConfig.nodes`); a node limits only the
-   resources it names and its GPUs (none named: none), and a pod asking for
-   no GPU may use only the CPU-only nodes of a cluster that has some
-   (:func:`~fleet.core.capacity_nodes.pool_takes`), as in the placers.  This
-   is a necessary condition: a job that passes may still wait, one that fails could never run.
+5. the fit test against the clusters (:mod:`fleet.manifests.fit`, which
+   ``fleet check jobs --clusters`` runs too): an extended resource that no
+   node of any cluster the job may use offers, a pod that no such node could
+   hold, or a gang (``Job.gang_request``) larger than every such cluster's
+   total capacity, is refused now rather than left queued for ever.  This
+   is a necessary condition: a job that passes may still wait, one that
+   fails could never run.
 
 A :class:`Submitted` carries the core job, the documents as plain dicts, a
 canonical spec hash (SHA-256 of the JSON of both documents with sorted keys
@@ -67,12 +65,9 @@ from fleet.api.problems import (
     invalid,
     too_large,
 )
-from fleet.core import resources
-from fleet.core.capacity_nodes import pool_takes
 from fleet.core.jobs import Job
 from fleet.core.quota import QuotaTree
-from fleet.core.resources import Resources
-from fleet.manifests import convert
+from fleet.manifests import convert, fit
 from fleet.manifests.convert import SubmittedJob
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import SpecError, quote
@@ -181,7 +176,7 @@ def _finish(
         )
         if isinstance(data, dict):
             plain[doc.index] = data
-    capacity = _Capacity(clusters)
+    capacity = fit.Capacity(clusters)
     for sj in found:
         model = sj.document.model
         assert isinstance(model, WorkloadModel)
@@ -201,7 +196,7 @@ def _finish(
             field_error(
                 m, document=sj.document.index, kind=sj.document.kind, name=sj.job.key, path=p
             )
-            for p, m in capacity.problems(sj)
+            for p, m in capacity.problems(sj.job, model)
         )
     if errors:
         raise ProblemError(invalid(errors))
@@ -388,130 +383,3 @@ def spec_hash(document: Mapping[str, Any], policy: Mapping[str, Any] | None) -> 
     """Hex SHA-256 of the canonical JSON of a job's document and its policy's."""
     text = canonical_json({"job": document, "policy": policy})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# Capacity -----------------------------------------------------------------------------
-
-_SHOWN: Final = (resources.GPU, resources.CPU, resources.MEMORY)
-
-
-def _fits(request: resources.Amounts, capacity: resources.Amounts) -> bool:
-    """Whether ``request`` fits ``capacity``; a resource the capacity does not name is
-    free, but GPUs: a node without them has none."""
-    return all(
-        capacity.get(name, 0 if name == resources.GPU else amount) >= amount
-        for name, amount in request.items()
-    )
-
-
-def _describe(amounts: resources.Amounts, names: Sequence[str] = _SHOWN) -> str:
-    parts = [
-        f"{name} {resources.format_quantity(name, amounts[name])}"
-        for name in names
-        if name in amounts
-    ]
-    return ", ".join(parts) or "nothing"
-
-
-def _size(amounts: resources.Amounts) -> tuple[int, ...]:
-    return tuple(amounts.get(name, 0) for name in _SHOWN)
-
-
-@dataclass(frozen=True, slots=True)
-class _ClusterSize:
-    """What a member cluster can ever hold: one node of each node size, and its total."""
-
-    name: str
-    nodes: tuple[tuple[str, Resources], ...]  # the first node of each size, in node order
-    total: Resources
-    cpu_nodes: bool  # it has CPU-only nodes: the pods asking no GPU go there alone
-
-
-def _cluster_size(cluster: MemberClusterModel) -> _ClusterSize:
-    firsts: dict[Resources, str] = {}
-    total = Resources()
-    config = cluster.cell_config()
-    for node, capacity in config.nodes().items():
-        firsts.setdefault(capacity, node)
-        total = total + capacity
-    nodes = tuple((n, c) for c, n in firsts.items())
-    return _ClusterSize(cluster.name, nodes, total, bool(config.cpu_cells))
-
-
-#: Cluster sizes of the cluster lists seen last (by the list's identity; the list is
-#: kept, so that its id is not reused): the service checks every submission
-#: against the same list until its clusters change.
-_SIZES: dict[int, tuple[Sequence[MemberClusterModel], list[_ClusterSize]]] = {}
-_SIZES_KEPT: Final = 4
-
-
-def _sizes(clusters: Sequence[MemberClusterModel]) -> list[_ClusterSize]:
-    known = _SIZES.get(id(clusters))
-    if known is not None and known[0] is clusters:
-        return known[1]
-    sizes = [_cluster_size(c) for c in clusters]
-    if len(_SIZES) >= _SIZES_KEPT:
-        del _SIZES[next(iter(_SIZES))]
-    _SIZES[id(clusters)] = (clusters, sizes)
-    return sizes
-
-
-class _Capacity:
-    """Node and total capacities of the member clusters (computed once per cluster list)."""
-
-    def __init__(self, clusters: Sequence[MemberClusterModel]) -> None:
-        self._sizes = _sizes(clusters)
-
-    def problems(self, sj: SubmittedJob) -> list[tuple[str, str]]:
-        job = sj.job
-        usable = [c for c in self._sizes if job.clusters is None or c.name in job.clusters]
-        if not usable:  # no clusters known, or the affinity allows none (reported already)
-            return []
-        names = ", ".join(c.name for c in usable)
-        out: list[tuple[str, str]] = []
-        model = sj.document.model
-        assert isinstance(model, WorkloadModel)
-        paths = {s.role: s.path for s in model.pod_sets([])}
-        for group in job.groups:
-            # The nodes its pods may use: a pod asking no GPU, the CPU-only nodes
-            # of a cluster that has some (the placers' rule).
-            nodes = [
-                (c.name, node, cap)
-                for c in usable
-                for node, cap in c.nodes
-                if pool_takes(group.gpus, cap.get(resources.GPU), c.cpu_nodes)
-            ]
-            if any(_fits(group.per_pod, cap) for _, _, cap in nodes):
-                continue
-            if not nodes:
-                nodes = [(c.name, node, cap) for c in usable for node, cap in c.nodes]
-            cluster, node, cap = max(nodes, key=lambda n: _size(n[2]))  # first of equals
-            out.append(
-                (
-                    paths.get(group.role, model.pods_path()),
-                    f"job {job.key}: a {group.role} pod asks for {_describe(group.per_pod)}, "
-                    f"more than any node of the member clusters it may use ({names}) has; "
-                    f"the largest node, {node} of {cluster}, has {_describe(cap)}",
-                ),
-            )
-        if out:
-            return out
-        need = job.gang_request
-        if any(_fits(need, c.total) for c in usable):
-            return []
-        biggest = max(usable, key=lambda c: _size(c.total))  # first of equals
-        pods = job.gang_size
-        return [
-            (
-                _gang_path(model),
-                f"job {job.key}: its {pods} pods that must start together ask for "
-                f"{_describe(need)}, more than any member cluster it may use ({names}) has "
-                f"in all; the largest, {biggest.name}, has {_describe(biggest.total)}",
-            )
-        ]
-
-
-def _gang_path(model: WorkloadModel) -> str:
-    """The field that sets the gang's size."""
-    minimum, path = model.gang_minimum()
-    return path if minimum else model.pods_path()

@@ -8,8 +8,10 @@ never calls ``sys.exit`` itself, so tests call ``main([...])`` directly.
 server uses (:mod:`fleet.manifests`), prints every error (document index and field
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
-``check jobs`` routes jobs with ``--quota`` and checks cluster affinity and
-GPU types with ``--clusters``.  Input files are read by
+``check jobs`` routes jobs with ``--quota`` and, with ``--clusters``, checks
+cluster affinity, the kinds each member runs, GPU types and the server's fit
+test (:mod:`fleet.manifests.fit`: a resource no node offers, a pod no node
+holds, a gang no cluster holds), all through the server's own functions.  Input files are read by
 :mod:`fleet.cli.inputs`: a file that cannot be used (missing, a directory,
 larger than ``--max-input-size``, not UTF-8) is one plain error line naming
 it, for ``plan`` too, and a file above the size limit is never parsed.
@@ -209,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument(
         "--clusters",
         metavar="CLUSTERS",
-        help="MemberCluster file: check cluster affinity and GPU types against these clusters",
+        help="MemberCluster file: check cluster affinity, kinds, GPU types and that every "
+        "job fits (resources its nodes offer, pod and gang sizes) against these clusters",
     )
     j.set_defaults(handler=_check_jobs)
     c = what.add_parser("clusters", help="a MemberCluster file", parents=[inputs])

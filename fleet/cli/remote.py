@@ -334,6 +334,7 @@ def _print_jobs(server: Server, args: argparse.Namespace) -> None:
     rows = [
         (
             f"{j['namespace']}/{j['name']}",
+            j["kind"],
             j["queue"],
             j["state"],
             j["priorityClass"],
@@ -344,7 +345,17 @@ def _print_jobs(server: Server, args: argparse.Namespace) -> None:
         )
         for j in items
     ]
-    headers = ("JOB", "QUEUE", "STATE", "PRIORITY-CLASS", "PRIORITY", "MODE", "CLUSTER", "AGE")
+    headers = (
+        "JOB",
+        "KIND",
+        "QUEUE",
+        "STATE",
+        "PRIORITY-CLASS",
+        "PRIORITY",
+        "MODE",
+        "CLUSTER",
+        "AGE",
+    )
     print(table(headers, rows))
 
 
@@ -363,6 +374,8 @@ def _describe(args: argparse.Namespace) -> int:
     for label, key in (
         ("Name", "name"),
         ("Namespace", "namespace"),
+        ("Kind", "kind"),
+        ("API version", "apiVersion"),
         ("UID", "uid"),
         ("Queue", "queue"),
         ("State", "state"),
@@ -377,6 +390,21 @@ def _describe(args: argparse.Namespace) -> int:
     if estimate:
         when = estimate.get("time") or "not within the forecast"
         print(f"{'Estimated start:':17}{when} (assumes: {estimate.get('assumes', '')})")
+    print(f"{'Gang minimum:':16}{job.get('gangMinimum', '-')} pods start together")
+    if job.get("unschedulable"):
+        print(f"{'Unschedulable:':16}{job['unschedulable']}")
+    print("Pod sets:")
+    sets = [
+        (
+            s["role"],
+            s["count"],
+            "-" if s.get("minimum") is None else s["minimum"],
+            s.get("placed", 0),
+            _quantities(s["perPod"]),
+        )
+        for s in job.get("podSets", [])
+    ]
+    print("  " + table(("ROLE", "PODS", "MIN", "PLACED", "PER-POD"), sets).replace("\n", "\n  "))
     print("Placement:")
     placement = [(p["replica"], p["node"], ",".join(map(str, p["gpus"]))) for p in job["placement"]]
     print("  " + table(("REPLICA", "NODE", "GPUS"), placement).replace("\n", "\n  "))

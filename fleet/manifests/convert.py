@@ -29,6 +29,8 @@ the job's apiVersion and kind (and name/namespace/labels when given); among
 several, the highest ``spec.priority``, then the most specific selector
 (name > labelSelector > kind only), then the policy name.
 
+:func:`check_submission` is ``fleet check jobs``: the same checks, and with
+member clusters the server's fit test (:mod:`fleet.manifests.fit`).
 :func:`load_submission` returns the jobs; :func:`load_submitted_jobs` (what a
 server accepts) also returns each job's document and governing policy
 (:class:`SubmittedJob`), reads the stream within YAML bounds
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 
 from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
-from fleet.manifests import documents, models
+from fleet.manifests import documents, fit, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.kinds import registry
@@ -482,8 +484,19 @@ def check_submission(
     clusters: Sequence[MemberClusterModel] = (),
     priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
 ) -> tuple[int, int, list[SpecIssue]]:
-    """(jobs, policies, issues) of a submission; without a tree, queues are not routed."""
+    """(jobs, policies, issues) of a submission; without a tree, queues are not routed.
+
+    With clusters, the jobs that pass are put to the server's fit test
+    (:class:`fleet.manifests.fit.Capacity`).
+    """
     found, issues = _submission(text, tree, clusters, 0, priority_classes)
+    if clusters:
+        capacity = fit.Capacity(clusters)
+        for sj in found:
+            assert isinstance(sj.document.model, WorkloadModel)
+            problems = capacity.problems(sj.job, sj.document.model)
+            issues.extend(sj.document.issue(p, m) for p, m in problems)
+        issues.sort(key=lambda i: i.document)
     docs, _ = documents.parse_documents(text)
     policies = sum(1 for d in docs if d.kind == "PropagationPolicy")
     return len(found), policies, issues

@@ -13,9 +13,11 @@ line and ends the stream (the parser cannot resynchronise); so does a value
 the loader cannot build (a date that does not exist, an integer of thousands
 of digits) and a bound that is passed (an alias bomb, a 10,000-deep list).
 Each document is dispatched on ``(apiVersion, kind)`` to its
-pydantic model (a job of a workload kind is first checked strictly against
-its kind's CRD schema, :mod:`fleet.manifests.kinds.schema`, and goes no
-further with a problem there); pydantic's errors
+pydantic model (a kind Fleet does not read, such as a Deployment, is told
+the workload kinds it runs with their apiVersions, and Fleet's own kinds;
+a job of a workload kind is first checked strictly against its kind's CRD
+schema, :mod:`fleet.manifests.kinds.schema`, and goes no further with a
+problem there); pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  In an
 ElasticQuotaTree every issue inside a node names it (``node 'team-a': ...``,
@@ -90,6 +92,12 @@ def _kinds() -> dict[str, dict[str, type[AnyModel]]]:
 #: kind -> {apiVersion: model}: Fleet's own objects and every workload kind.
 KINDS: Final[Mapping[str, Mapping[str, type[AnyModel]]]] = _kinds()
 _NAMESPACED: Final = frozenset({"PropagationPolicy", *(k.kind for k in registry.KINDS)})
+#: What a document of an unknown kind is told Fleet reads: the workload kinds it
+#: runs with their apiVersions, then its own objects.
+_KNOWN: Final = (
+    f"jobs of the kinds it runs: {registry.names()}; and its own "
+    f"{', '.join(sorted(k for k in KINDS if k not in {r.kind for r in registry.KINDS}))}"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +244,12 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
     kind = raw.get("kind")
     api = raw.get("apiVersion")
     if not isinstance(kind, str) or kind not in KINDS:
-        known = ", ".join(sorted(KINDS))
         if kind is None:
-            msg = f"kind is missing; Fleet reads {known}"
+            msg = f"kind is missing; Fleet reads {_KNOWN}"
         else:
             msg = f"unknown kind {quote(kind)}"
             same = [k for k in KINDS if isinstance(kind, str) and k.lower() == kind.lower()]
-            msg += f" (did you mean {same[0]}?)" if same else f"; Fleet reads {known}"
+            msg += f" (did you mean {same[0]}?)" if same else f"; Fleet reads {_KNOWN}"
         return None, [SpecIssue(index, "", "", "kind", msg)]
     name = display_name(kind, raw)
     versions = KINDS[kind]

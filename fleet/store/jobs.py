@@ -13,6 +13,11 @@ spec), the old row is superseded (:func:`supersede`) and a new one takes the
 name.  Reads by name and lists see current runs only; a run's uid finds it
 whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
 
+**Kinds.**  A job's ``apiVersion`` and ``kind`` are its stored document's
+(``manifest``), never copied to a column: :func:`kinds_in_queue` reads them
+for a queue's live jobs by JSON path, the same statement on SQLite and
+PostgreSQL.
+
 **Failover's clocks.**  Since when a running job has been unhealthy in its
 member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
 :func:`forget_unhealthy`), so that a restart keeps the clock
@@ -44,6 +49,8 @@ from fleet.store.models import IntentRow, JobEventRow, JobRow, UnhealthyJobRow
 
 #: Job states in which a job holds quota and cells in its member cluster.
 HOLDING_STATES = tuple(sorted(s.value for s in lifecycle.HOLDING))
+#: Job states of a job that has not ended.
+_LIVE_STATES = tuple(sorted(s.value for s in lifecycle.JobState if s not in lifecycle.TERMINAL))
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +343,25 @@ async def page(
     if len(rows) > limit:
         return rows[:limit], encode_continue(rows[limit - 1].id)
     return rows, None
+
+
+async def kinds_in_queue(session: AsyncSession, queue: str) -> dict[str, tuple[str, str]]:
+    """``namespace/name`` -> the document's (apiVersion, kind) of the current runs of
+    leaf ``queue`` that have not ended, read from the stored documents (JSON paths,
+    on SQLite and PostgreSQL alike; the documents themselves are not loaded)."""
+    manifest = _JOBS.c.manifest
+    query = select(
+        _JOBS.c.namespace,
+        _JOBS.c.name,
+        manifest["apiVersion"].as_string(),
+        manifest["kind"].as_string(),
+    ).where(
+        _JOBS.c.queue == queue,
+        _JOBS.c.state.in_(_LIVE_STATES),
+        _JOBS.c.superseded == 0,
+    )
+    rows = await session.execute(query)
+    return {f"{ns}/{name}": (api or "", kind or "") for ns, name, api, kind in rows}
 
 
 async def in_states(session: AsyncSession, states: Sequence[str]) -> list[JobRow]:

@@ -29,6 +29,8 @@ def detail() -> schemas.JobDetail:
     return schemas.JobDetail(
         namespace="team-a",
         name="train",
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
         uid="u-1",
         queue="team-a",
         state=JobState.RUNNING,
@@ -85,12 +87,16 @@ def test_a_job_detail_is_camel_case_with_placement_and_events() -> None:
     ]
     assert data["submittedAt"] == "2025-01-02T03:04:05Z"
     assert data["reason"] is None
+    assert (data["apiVersion"], data["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert data["podSets"] == [] and data["unschedulable"] is None
 
 
 def test_the_job_list_continues_with_a_token() -> None:
     summary = schemas.JobSummary(
         namespace="a",
         name="b",
+        api_version="batch/v1",
+        kind="Job",
         uid="u",
         queue="q",
         state=JobState.QUEUED,
@@ -111,6 +117,8 @@ def test_the_job_list_continues_with_a_token() -> None:
         "mode",
         "cluster",
         "submittedAt",
+        "apiVersion",
+        "kind",
     }
     by_alias = schemas.JobList.model_validate({"items": [], "continue": "x"})
     assert by_alias.continue_ == "x"
@@ -143,6 +151,8 @@ def test_queues_list_and_detail() -> None:
         {
             "position": 1,
             "job": "team-a/train",
+            "apiVersion": None,
+            "kind": None,
             "priority": 10,
             "priorityClass": "test",
             "request": {"nvidia.com/gpu": "8"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import yaml
@@ -21,6 +21,7 @@ from fleet.api.submissions import (
 )
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
+from fleet.manifests.kinds import registry
 from fleet.manifests.models import MemberClusterModel
 from tests.manifests.factories import dump, make_cluster, make_job, make_policy, make_tree
 
@@ -328,6 +329,57 @@ def test_a_job_that_no_policy_selects_is_a_field_error() -> None:
     assert "no PropagationPolicy of the submission selects" in error["message"]
 
 
+def _tfjob(name: str = "tf") -> dict[str, Any]:
+    """A TFJob of one PS and two Workers of one GPU, in namespace default."""
+    job = make_job(name)
+    specs = job["spec"].pop("pytorchReplicaSpecs")
+    job["kind"] = "TFJob"
+    job["spec"]["tfReplicaSpecs"] = {"PS": specs["Master"], "Worker": specs["Worker"]}
+    return job
+
+
+TFJOBS: Final = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]
+
+
+def test_a_policy_selects_by_apiversion_and_kind() -> None:
+    (found,) = parse(make_policy(selectors=TFJOBS), _tfjob())
+    assert found.document["kind"] == "TFJob"
+    assert found.policy is not None and found.policy["spec"]["resourceSelectors"] == TFJOBS
+    # The same policy does not select a PyTorchJob: the job is refused, naming what a
+    # policy must name, and the policy, which selects nothing now, is refused too.
+    data = problem(make_policy(selectors=TFJOBS), make_job())
+    by_document = {e["document"]: e for e in data["errors"]}
+    assert set(by_document) == {0, 1}
+    job = by_document[1]
+    assert (job["kind"], job["name"], job["path"]) == ("PyTorchJob", "default/train", "")
+    assert job["message"] == (
+        "no PropagationPolicy of the submission selects this PyTorchJob; add one in namespace "
+        "'default' whose resourceSelectors name apiVersion kubeflow.org/v1, kind PyTorchJob"
+    )
+    assert by_document[0]["message"] == "selects no job of the submission"
+
+
+def test_a_policy_that_names_another_apiversion_of_the_kind_selects_nothing() -> None:
+    other = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "PyTorchJob"}]
+    data = problem(make_policy(selectors=other), make_job())
+    assert {e["document"] for e in data["errors"]} == {0, 1}
+
+
+def test_a_kind_fleet_does_not_run_is_a_field_error_listing_the_kinds_it_runs() -> None:
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 1},
+    }
+    error = only_error(make_policy(), make_job(), deployment)
+    assert (error["document"], error["path"]) == (2, "kind")
+    assert error["message"].startswith("unknown kind 'Deployment'; Fleet reads jobs of the kinds")
+    assert registry.names() in error["message"]
+    for kind in registry.KINDS:
+        assert f"{kind.kind} ({kind.api_version})" in error["message"]
+
+
 def test_a_namespace_owned_by_no_queue_is_a_field_error() -> None:
     error = only_error(make_policy(namespace="nobody"), make_job(namespace="nobody"))
     assert error["path"] == "metadata.namespace"
@@ -434,6 +486,27 @@ def test_a_gang_minimum_that_fits_is_accepted_and_one_that_does_not_names_its_fi
 
 def test_an_incremental_job_needs_only_its_pods_to_fit() -> None:
     assert parse(make_policy(gang=False), make_job(workers=40))
+
+
+def test_a_resource_no_member_offers_is_a_field_error_at_its_request() -> None:
+    job = make_job(workers=None)
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"]["example.com/fpga"] = 1
+    error = only_error(make_policy(), job)
+    assert error["path"] == (
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests."
+        "example.com/fpga"
+    )
+    assert error["message"] == (
+        "resource 'example.com/fpga' is offered by no node of the member clusters the job "
+        "may use (big, small); their nodes offer cpu, memory, nvidia.com/gpu"
+    )
+    # Kubernetes' own resources are on every node, whether the cell config names them or not.
+    container["resources"]["requests"].pop("example.com/fpga")
+    container["resources"]["requests"]["ephemeral-storage"] = "10Gi"
+    container["resources"]["limits"]["hugepages-2Mi"] = "1Gi"
+    container["resources"]["requests"]["hugepages-2Mi"] = "1Gi"
+    assert parse(make_policy(), job)
 
 
 def test_without_clusters_no_capacity_is_checked() -> None:

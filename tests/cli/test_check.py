@@ -353,6 +353,47 @@ def test_sku_no_cluster_has_is_an_error(
     assert "GPU type 'H100-NODE' is not a leaf cell type" in capsys.readouterr().err
 
 
+# The fit test, the server's own --------------------------------------------------------
+
+
+def test_check_jobs_with_clusters_runs_the_servers_fit_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fleet.api.problems import ProblemError
+    from fleet.api.submissions import SubmissionLimits, parse_submission
+    from fleet.manifests import convert
+
+    fpga = make_job("fpga", workers=None)
+    master = fpga["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    master["containers"][0]["resources"]["requests"]["example.com/fpga"] = 1
+    text = dump(make_policy(), make_job("huge", gpu=9), fpga)
+    clusters_text = dump(make_cluster("c1"))
+    jobs = write(tmp_path, "jobs.yaml", text)
+    clusters = write(tmp_path, "clusters.yaml", clusters_text)
+    rc, out, err = check(capsys, "jobs", jobs, "--clusters", clusters)
+    assert (rc, out) == (1, "")
+    # Word for word what the server answers to the same submission.
+    with pytest.raises(ProblemError) as refused:
+        parse_submission(
+            text.encode(),
+            tree=convert.load_quota(dump(make_tree()))[0],
+            clusters=convert.load_clusters(clusters_text),
+            first_seq=1,
+            limits=SubmissionLimits(),
+        )
+    served = refused.value.problem.errors
+    assert len(served) == 3
+    assert err == "".join(
+        f"error: {jobs}: document {e.document} ({e.kind} {e.name}): {e.path}: {e.message}\n"
+        for e in served
+    )
+    assert "resources.requests.example.com/fpga: resource 'example.com/fpga' is offered" in err
+    assert "a Master pod asks for nvidia.com/gpu 9, cpu 1, more than any node" in err
+    # Without --clusters there is nothing to fit.
+    rc, out, _ = check(capsys, "jobs", jobs)
+    assert rc == 0 and out.startswith(f"OK: {jobs}: 2 PyTorchJobs")
+
+
 # The seed objects ----------------------------------------------------------------------
 
 SEED_TREE = """\

@@ -126,6 +126,7 @@ def test_get_jobs_table(server: str, capsys: pytest.CaptureFixture[str], tmp_pat
     lines = out.splitlines()
     assert lines[0].split() == [
         "JOB",
+        "KIND",
         "QUEUE",
         "STATE",
         "PRIORITY-CLASS",
@@ -135,7 +136,8 @@ def test_get_jobs_table(server: str, capsys: pytest.CaptureFixture[str], tmp_pat
         "AGE",
     ]
     row = next(line for line in lines if line.startswith("team-a/get-table "))
-    assert row.split()[1] == "team-a"
+    assert row.split()[1] == "PyTorchJob"
+    assert row.split()[2] == "team-a"
     assert row.split()[-1].endswith(("s", "m"))
 
 
@@ -249,6 +251,14 @@ def test_describe_job(server: str, capsys: pytest.CaptureFixture[str], tmp_path:
     assert "Placement:" in out
     assert "Events:" in out
     assert "REPLICA" in out
+    assert fields["Kind"].strip() == "PyTorchJob"
+    assert fields["API version"].strip() == "kubeflow.org/v1"
+    assert fields["Gang minimum"].strip() == "1 pods start together"
+    pod_sets = out.split("Pod sets:\n", 1)[1].splitlines()
+    assert pod_sets[0].split() == ["ROLE", "PODS", "MIN", "PLACED", "PER-POD"]
+    role, pods, minimum, placed, per_pod = pod_sets[1].split()
+    assert (role, pods, minimum, per_pod) == ("Worker", "1", "-", "gpu=2")
+    assert placed in ("0", "1")  # placed once the server's loop has admitted it
 
 
 def test_describe_job_json(server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

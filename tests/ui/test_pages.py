@@ -24,6 +24,7 @@ from fleet.ui import app as ui_app
 from fleet.ui import views
 from fleet.ui.client import COOKIE
 from tests.admin.conftest import YAML, Api, Client
+from tests.api.test_job_kinds import tfjob
 from tests.databases import sqlite_url
 from tests.sim.test_forecast import T0, job
 
@@ -292,3 +293,34 @@ async def test_the_session_cookie_is_secure_when_clients_use_tls_in_front_of_a_p
     cookie = resp.headers["Set-Cookie"]
     assert cookie.startswith(f"{COOKIE}=")
     assert ("Secure" in cookie.split("; ")) is secure, cookie
+
+
+async def test_the_jobs_table_names_each_jobs_kind_and_the_job_page_its_pod_sets(
+    api: Api,
+) -> None:
+    # team-a's max is 32 GPUs: the TFJob's 2 and pt0's 16 leave too few for pt's 16.
+    for text in (
+        tfjob("tf", workers=2),
+        pytorchjob("pt0", workers=2, gpus=8, duration="1h"),
+        pytorchjob("pt", workers=2, gpus=8, duration="1h"),
+    ):
+        await api.call("POST", "/api/v1/submissions", "admin", status=201, data=text, headers=YAML)
+    await api.settle()
+    await login(api, "team-a")
+    page = await (await api.client.get("/ui/jobs")).text()
+    kinds = dict(
+        re.findall(
+            r'<tr data-job="team-a/(\w+)">.*?<td class="kind"><abbr title="[^"]*">(\w+)</abbr>',
+            page,
+            re.S,
+        )
+    )
+    assert kinds == {"tf": "TFJob", "pt0": "PyTorchJob", "pt": "PyTorchJob"}
+    page = await (await api.client.get("/ui/jobs/team-a/tf")).text()
+    assert "TFJob (kubeflow.org/v1)" in page
+    sets = re.findall(r'<tr><th scope="row">(\w+)</th><td class="num">(\d+)</td>', page)
+    assert sets == [("PS", "1"), ("Worker", "2")]
+    assert "3 of its pods must start together" in page
+    # A gang that waits says so per set.
+    page = await (await api.client.get("/ui/jobs/team-a/pt")).text()
+    assert 'id="job-gang"' in page and "2/2 pods in gang unschedulable (Worker 2;" in page
