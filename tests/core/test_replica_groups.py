@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 
+from fleet import compiled_core
 from fleet.core import snapshot
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.resources import Resources
@@ -52,6 +53,7 @@ def test_a_group_starting_at_zero_hashes_as_before_and_first_tells_groups_apart(
 
 def test_first_survives_pickling_and_the_record_which_writes_it_only_when_set() -> None:
     job = split_job()
+    compiled_core.picklable()
     again = pickle.loads(pickle.dumps(job))
     assert again == job and [g.first for g in again.groups] == [0, 0, 1, 2]
     plain = snapshot.job_to_plain(job)

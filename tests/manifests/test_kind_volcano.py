@@ -11,11 +11,13 @@ the member's status and pods follow Volcano's controller.
 from __future__ import annotations
 
 import copy
+import pickle
 from typing import Any
 
 import pytest
 import yaml
 
+from fleet import compiled_core
 from fleet.core import snapshot
 from fleet.core.jobs import Job
 from fleet.core.resources import Resources
@@ -169,12 +171,11 @@ def test_a_task_minimum_below_its_replicas_is_placed_before_every_tasks_rest() -
 
 
 def test_a_job_with_split_tasks_survives_its_record_and_pickling() -> None:
-    import pickle
-
     (job,) = load(vcjob(task("m", 2, minAvailable=1), task("w", 2, minAvailable=1)))
     again = snapshot.job_from_plain(snapshot.job_to_plain(job))
     assert again == job and hash(again) == hash(job)
     assert [p.name for p in again.pods] == [p.name for p in job.pods]
+    compiled_core.picklable()
     assert pickle.loads(pickle.dumps(job)) == job
 
 
