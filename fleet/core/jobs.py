@@ -3,9 +3,12 @@
 Theory of operation: a submitted PyTorchJob is turned (outside the core, in
 ``fleet.manifests``) into one frozen :class:`Job`.  The core never looks at YAML.
 A job is a list of replica groups (``Master``, ``Worker``); each replica is a
-pod with the same per-pod :class:`~fleet.core.resources.Resources`.  Its
-*gang size* (``min_members``) is how many pods must be placed at the same time
-for it to start; a gang job starts with all its pods when they fit and with at
+pod with the same per-pod :class:`~fleet.core.resources.Resources`, named
+``<role>-<index>``.  A role may be two groups, the second's indices going on
+from the first's (``first``), when the gang needs some of its pods before
+those of other roles.  Its *gang size* (``min_members``) is how many pods, the
+first ones in placement order, must be placed at the same time for it to
+start; a gang job starts with all its pods when they fit and with at
 least ``min_members`` otherwise.  A non-gang (incremental) job may start with
 one pod and grow later.
 
@@ -44,17 +47,26 @@ class Mode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaGroup:
-    """``count`` identical pods of one role (``Master`` or ``Worker``)."""
+    """``count`` identical pods of one role (``Master`` or ``Worker``).
+
+    ``first`` is the index of the group's first pod: a role may be split into
+    two groups placed apart (a Volcano task's ``minAvailable`` pods, then its
+    other pods after every task's minimum), the second going on from the
+    first's last index, so that a role's pods are still ``role-0`` up.
+    """
 
     role: str
     count: int
     per_pod: Resources
+    first: int = 0
     #: the hash, computed once: a job's shape, hashed by every memory of the
     #: cycle, holds its groups
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         h = hash(self.role) ^ (self.count * 1_000_003) ^ hash(self.per_pod)
+        if self.first:  # the hash of a group that starts at 0 is what it always was
+            h ^= self.first * 998_244_353
         object.__setattr__(self, "_hash", h)
 
     def __hash__(self) -> int:
@@ -65,7 +77,7 @@ class ReplicaGroup:
     def __reduce__(self) -> tuple[object, ...]:
         # Pickled by its fields, and hashed afresh where it is unpickled (a
         # string's hash differs from one interpreter to the next).
-        return (ReplicaGroup, (self.role, self.count, self.per_pod))
+        return (ReplicaGroup, (self.role, self.count, self.per_pod, self.first))
 
     @property
     def gpus(self) -> int:
@@ -216,7 +228,7 @@ def _expand(groups: tuple[ReplicaGroup, ...]) -> tuple[Pod, ...]:
     """The pods of some replica groups; identical jobs share one tuple (memory)."""
     pods: list[Pod] = []
     for group in groups:
-        for i in range(group.count):
+        for i in range(group.first, group.first + group.count):
             pods.append(Pod(f"{group.role}-{i}", group.role, i, group.per_pod))
     return tuple(pods)
 

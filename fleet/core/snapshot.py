@@ -126,7 +126,14 @@ def job_to_plain(job: Job) -> dict[str, Any]:
         "queue": job.queue,
         "priority": job.priority,
         "seq": job.seq,
-        "groups": [[g.role, g.count, dict(g.per_pod)] for g in job.groups],
+        # a group's first index is written only when it is not 0 (records
+        # written before groups had one read the same)
+        "groups": [
+            [g.role, g.count, dict(g.per_pod), g.first]
+            if g.first
+            else [g.role, g.count, dict(g.per_pod)]
+            for g in job.groups
+        ],
         "min_members": job.min_members,
         "gang": job.gang,
         "preemptible": job.preemptible,
@@ -146,7 +153,7 @@ def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
         queue=d["queue"],
         priority=d["priority"],
         seq=d["seq"] if seq is None else seq,
-        groups=tuple(ReplicaGroup(r, c, Resources(p)) for r, c, p in d["groups"]),
+        groups=tuple(ReplicaGroup(g[0], g[1], Resources(g[2]), *g[3:4]) for g in d["groups"]),
         min_members=d["min_members"],
         gang=d["gang"],
         preemptible=d["preemptible"],

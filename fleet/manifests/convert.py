@@ -17,6 +17,10 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
   ``test``); preemptible from the ``fleet.io/preemptible`` annotation, else
   every class but ``crit``;
 * replica groups: the kind's pod sets in its order, with exact per-pod requests;
+  a set with a minimum of its own (a Volcano task's ``minAvailable``) below
+  its count is two groups, its minimum in the set's place and its other pods
+  after every set's minimum (:func:`replica_groups`), so that the gang, the
+  first pods in placement order, holds every set's minimum;
 * gang size and elastic start: what the kind says (0: every pod);
 * gang unless a PropagationPolicy selects the job without
   ``customSchedulingType: Gang`` (then it is incremental), and always for a
@@ -51,7 +55,7 @@ from fleet.manifests import documents, fit, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import WorkloadModel
+from fleet.manifests.kinds.base import PodSet, WorkloadModel
 from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel
 from fleet.manifests.yaml_stream import DEFAULT_LIMITS, YamlLimits
 
@@ -266,6 +270,25 @@ def _pin_problems(
     return [(path, msg)]
 
 
+def replica_groups(sets: Sequence[PodSet]) -> tuple[ReplicaGroup, ...]:
+    """The core's groups of some pod sets: every set's minimum first, then the rest.
+
+    A set without a minimum of its own (0), or whose minimum is its count, is
+    one group in its place; one with ``0 < minimum < count`` is its first
+    ``minimum`` pods there and its other pods (``first`` = ``minimum``) after
+    every set's minimum, in the sets' order.
+    """
+    head: list[ReplicaGroup] = []
+    tail: list[ReplicaGroup] = []
+    for s in sets:
+        if 0 < s.minimum < s.count:
+            head.append(ReplicaGroup(s.role, s.minimum, s.per_pod))
+            tail.append(ReplicaGroup(s.role, s.count - s.minimum, s.per_pod, s.minimum))
+        else:
+            head.append(ReplicaGroup(s.role, s.count, s.per_pod))
+    return (*head, *tail)
+
+
 def _build(
     job_doc: WorkloadModel,
     *,
@@ -301,7 +324,7 @@ def _build(
         problems.append((path, f"an opportunistic job (class {pclass}) is always preemptible"))
 
     scratch: list[Problem] = []  # the pod sets' problems were reported by problems() above
-    groups = tuple(ReplicaGroup(s.role, s.count, s.per_pod) for s in job_doc.pod_sets(scratch))
+    groups = replica_groups(job_doc.pod_sets(scratch))
     min_members = job_doc.gang_minimum()[0]
     target = job_doc.start_pods()
 

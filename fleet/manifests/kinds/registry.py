@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fleet.manifests.kinds import batchjob, mpijob_v1, mpijob_v2, pytorchjob, tfjob
+from fleet.manifests.kinds import batchjob, mpijob_v1, mpijob_v2, pytorchjob, tfjob, volcano
 from fleet.manifests.kinds.base import Kind
 
 KINDS: Final[tuple[Kind, ...]] = (
@@ -20,6 +20,7 @@ KINDS: Final[tuple[Kind, ...]] = (
     tfjob.KIND,
     mpijob_v1.KIND,
     mpijob_v2.KIND,
+    volcano.KIND,
     batchjob.KIND,
 )
 _BY_TYPE: Final = {(k.api_version, k.kind): k for k in KINDS}
