@@ -175,12 +175,12 @@ def main() -> int:
                 for name in names:
                     plane.add_node(name, GPUS)
                     kwok_node(plane, name)
-                controllers.append(
-                    MemberControllers(
-                        plane, controllers_dir, plane.dir / "controllers",
-                        threads=args.operator_threads,
-                    ).start()
+                member_controllers = MemberControllers(
+                    plane, controllers_dir, plane.dir / "controllers",
+                    threads=args.operator_threads,
                 )  # fmt: skip
+                controllers.append(member_controllers)  # stopped below, even if it fails
+                member_controllers.start()
                 seen[member] = Seen(plane).start()
                 doc = member_document(member, plane.kubeconfig(), member)
                 pool = doc["spec"]["cells"]["physicalCluster"]
