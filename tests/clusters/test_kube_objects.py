@@ -25,7 +25,7 @@ from fleet.core.failover import FailoverBook, Rule, rule_of
 from fleet.core.placement import PodPlacement
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import SchedulerState
-from fleet.manifests.kinds import pytorchjob
+from fleet.manifests.kinds import mpijob_v1, pytorchjob
 from fleet.manifests.kinds.base import Phase
 from fleet.manifests.kinds.kubeflow import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from fleet.service.inbox import member_report
@@ -215,6 +215,22 @@ def test_a_pod_is_matched_to_its_replica_by_the_operators_labels(
     labels: dict[str, str], replica: tuple[str, int] | None
 ) -> None:
     assert pytorchjob.KIND.replica({"metadata": {"labels": labels}}) == replica
+
+
+@pytest.mark.parametrize(
+    ("labels", "replica"),
+    [
+        ({REPLICA_TYPE_LABEL: "launcher"}, ("launcher", 0)),
+        ({REPLICA_TYPE_LABEL: "worker", REPLICA_INDEX_LABEL: "1"}, ("worker", 1)),
+        ({REPLICA_TYPE_LABEL: "worker"}, None),
+    ],
+    ids=["launcher", "worker", "worker-without-index"],
+)
+def test_the_mpijob_launcher_without_an_index_label_is_launcher_0(
+    labels: dict[str, str], replica: tuple[str, int] | None
+) -> None:
+    """The training operator v1 labels an MPIJob's launcher pod with its type alone."""
+    assert mpijob_v1.KIND.replica({"metadata": {"labels": labels}}) == replica
 
 
 @pytest.mark.parametrize(

@@ -1,20 +1,30 @@
-"""Fixtures: two real member control planes, their stand-in operators, and ``fleet serve``.
+"""Fixtures: two real member control planes, their controllers, and ``fleet serve``.
 
 Theory of operation: ``members`` (once per session) starts two independent
 control planes, ``alpha`` and ``beta`` (etcd and kube-apiserver each, on
-free loopback ports, token authentication, RBAC on), installs the
-PyTorchJob CRD and ``deploy/member/rbac.yaml`` (Fleet's only rights), makes
-the ``team-a`` namespace and two Nodes of 4 GPUs each, named as in the
-member's cell config (:data:`NODES`).  Before each test ``clean_members``
-removes every PyTorchJob and pod left over and makes every Node Ready and
-schedulable again, and each member's stand-in operator (:mod:`.operator`)
-runs for the test.  :class:`Fleet` runs ``fleet serve`` on a fresh SQLite
-database with the two members from kubeconfig files (its ``--kubeconfig-dir``
-the directory that holds the members' own), and reads its HTTP API.
+free loopback ports, token authentication, RBAC on), installs the CRDs of
+the training operator's kinds (:data:`CRDS`: PyTorchJob, TFJob, MPIJob v1)
+and ``deploy/member/rbac.yaml`` (Fleet's only rights), makes the ``team-a``
+namespace and two Nodes of 4 GPUs each, named as in the member's cell config
+(:data:`NODES`) and given to KWOK.  ``member_controllers`` (once per
+session, each start costs seconds) runs each member's real controllers
+(:mod:`.real_operator`): the Kubeflow training operator v1, KWOK as the
+Nodes' kubelets, and the garbage collector.  Before each test
+``clean_members`` removes every training job, pod and object the operator
+made that is left over, makes every Node Ready, schedulable and KWOK's
+again, and restarts the controllers when one died or the API server was
+restarted.  A test asks for ``operators`` (the real controllers, resumed)
+or, where it needs what the real operator cannot do on demand, for
+``standin_operators``: the real ones paused (``SIGSTOP``) while the stand-in
+of :mod:`.operator` plays the operator and the kubelets; such a test's
+docstring says "stand-in:" and why.  :class:`Fleet` runs ``fleet serve`` on
+a fresh SQLite database with the two members from kubeconfig files (its
+``--kubeconfig-dir`` the directory that holds the members' own), and reads
+its HTTP API.
 
-When the binaries are missing (``scripts/kube-binaries`` builds them, and
-``make test`` runs it) these tests fail under ``CI=true`` and are skipped
-elsewhere.
+When the binaries are missing (``scripts/kube-binaries`` and
+``scripts/controller-binaries`` build them, and ``make test`` runs them)
+these tests fail under ``CI=true`` and are skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -38,11 +48,24 @@ from fleet.testing import servers
 from tests.databases import in_ci
 from tests.kube.controlplane import ApiError, ControlPlane, binaries, wait_for
 from tests.kube.operator import Operator
+from tests.kube.real_operator import MemberControllers, controller_binaries, kwok_node
 
 NAMES = ("alpha", "beta")
 NODES = {name: (f"{name}-node-0", f"{name}-node-1") for name in NAMES}
 GPUS_PER_NODE = 4
 NAMESPACE = "team-a"
+#: The CRDs every member has: the kinds the training operator v1 runs.
+CRDS = ("kubeflow.org_pytorchjobs.yaml", "kubeflow.org_tfjobs.yaml", "kubeflow.org_mpijobs.yaml")
+#: The training jobs' collections, cleaned before each test.
+TRAINING_JOBS = ("pytorchjobs", "tfjobs", "mpijobs")
+#: What the training operator makes beside pods (owned by a job), cleaned before each test.
+OWNED = (
+    "/api/v1/namespaces/{ns}/services",
+    "/api/v1/namespaces/{ns}/configmaps",
+    "/api/v1/namespaces/{ns}/serviceaccounts",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+)
 
 QUOTA = """\
 apiVersion: scheduling.sigs.k8s.io/v1beta1
@@ -107,8 +130,13 @@ def submission(
     clusters: list[str] | None = None,
     toleration: int | None = None,
     purge_mode: str | None = None,
+    restart_policy: str = "OnFailure",
 ) -> str:
-    """A PropagationPolicy and the PyTorchJob it selects (Master-less, ``workers`` pods)."""
+    """A PropagationPolicy and the PyTorchJob it selects (Master-less, ``workers`` pods).
+
+    A job meant to fail has ``restart_policy="Never"`` (with ``OnFailure`` the
+    operator restarts a pod that failed).
+    """
     placement: dict[str, Any] = {
         "replicaScheduling": {"replicaSchedulingType": "Divided", "customSchedulingType": "Gang"}
     }
@@ -148,7 +176,7 @@ def submission(
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": workers,
-                    "restartPolicy": "OnFailure",
+                    "restartPolicy": restart_policy,
                     "template": {"spec": {"containers": [container]}},
                 }
             },
@@ -181,41 +209,124 @@ def members(
         for plane in planes.values():
             plane.start()
         for name, plane in planes.items():
-            plane.install_crd()
+            plane.install_crd(*CRDS)
             plane.install_rbac()
             plane.namespace(NAMESPACE)
             for node in NODES[name]:
                 plane.add_node(node, GPUS_PER_NODE)
+                kwok_node(plane, node)
         yield planes
     finally:
         for plane in planes.values():
             plane.stop()
 
 
+@pytest.fixture(scope="session")
+def controllers_bin() -> Path:
+    found = controller_binaries()
+    if found is None:
+        message = (
+            "the member controllers are not built: run scripts/controller-binaries "
+            "(.ci/run and scripts/run-tests do), or set FLEET_CONTROLLERS_BIN"
+        )
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture(scope="session")
+def member_controllers(
+    members: dict[str, ControlPlane], controllers_bin: Path
+) -> Iterator[dict[str, MemberControllers]]:
+    """Each member's training operator and KWOK, for the whole session."""
+    found: dict[str, MemberControllers] = {}
+    try:
+        for name, plane in members.items():
+            found[name] = MemberControllers(plane, controllers_bin, plane.dir / "controllers")
+            found[name].start()
+        yield found
+    finally:
+        for controllers in found.values():
+            controllers.stop()
+
+
 @pytest.fixture
-def operators(members: dict[str, ControlPlane]) -> Iterator[dict[str, Operator]]:
-    """Each member's stand-in operator, after every leftover of earlier tests is gone."""
+def clean_members(
+    members: dict[str, ControlPlane], member_controllers: dict[str, MemberControllers]
+) -> dict[str, ControlPlane]:
+    """The members, without anything an earlier test left, their controllers alive."""
     for name, plane in members.items():
         if plane.apiserver is not None and plane.apiserver.poll() is not None:
             plane.stop_apiserver()  # it died (an earlier test killed it, or it crashed)
         if plane.apiserver is None:
             plane.start_apiserver()
+        controllers = member_controllers[name]
+        if not controllers.alive() or controllers.stale():
+            controllers.stop()
+            controllers.start()
         clean(plane, NODES[name])
-    ops = {name: Operator(plane.admin).start() for name, plane in members.items()}
+    return members
+
+
+@pytest.fixture
+def operators(
+    clean_members: dict[str, ControlPlane], member_controllers: dict[str, MemberControllers]
+) -> dict[str, MemberControllers]:
+    """Each member's real training operator and KWOK, running."""
+    for controllers in member_controllers.values():
+        controllers.pause(False)
+    return member_controllers
+
+
+@pytest.fixture
+def standin_operators(
+    clean_members: dict[str, ControlPlane], member_controllers: dict[str, MemberControllers]
+) -> Iterator[dict[str, Operator]]:
+    """Each member's stand-in operator (:mod:`.operator`), the real controllers paused."""
+    for controllers in member_controllers.values():
+        controllers.pause()
+    ops = {name: Operator(plane.admin).start() for name, plane in clean_members.items()}
     yield ops
     for op in ops.values():
         op.stop()
+    for plane in clean_members.values():
+        clean(plane, NODES[plane.name])  # the real operator must not find the stand-in's jobs
+    for controllers in member_controllers.values():
+        controllers.pause(False)
 
 
 def clean(plane: ControlPlane, nodes: tuple[str, ...]) -> None:
     admin = plane.admin
-    for job in admin.items("/apis/kubeflow.org/v1/pytorchjobs"):
-        meta = job["metadata"]
-        with contextlib.suppress(ApiError):
-            admin.request(
-                "DELETE",
-                f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/pytorchjobs/{meta['name']}",
-            )
+    for plural in TRAINING_JOBS:
+        for job in admin.items(f"/apis/kubeflow.org/v1/{plural}"):
+            meta = job["metadata"]
+            with contextlib.suppress(ApiError):
+                admin.request(
+                    "DELETE",
+                    f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
+                )
+    # An operator that had not seen a job's deletion yet may make a pod again: twice.
+    delete_pods(admin)
+    time.sleep(0.2)
+    delete_pods(admin)
+    for collection in OWNED:
+        path = collection.format(ns=NAMESPACE)
+        for obj in admin.items(path):
+            if obj["metadata"].get("ownerReferences"):
+                with contextlib.suppress(ApiError):
+                    admin.request("DELETE", f"{path}/{obj['metadata']['name']}")
+    for node in nodes:
+        try:
+            admin.get(f"/api/v1/nodes/{node}")
+        except ApiError:
+            plane.add_node(node, GPUS_PER_NODE)
+        plane.cordon(node, False)
+        kwok_node(plane, node)
+        plane.set_node_ready(node, True)
+
+
+def delete_pods(admin: Any) -> None:
     for pod in admin.items("/api/v1/pods"):
         meta = pod["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
@@ -233,13 +344,6 @@ def clean(plane: ControlPlane, nodes: tuple[str, ...]) -> None:
                 path,
                 {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
             )
-    for node in nodes:
-        try:
-            admin.get(f"/api/v1/nodes/{node}")
-        except ApiError:
-            plane.add_node(node, GPUS_PER_NODE)
-        plane.cordon(node, False)
-        plane.set_node_ready(node, True)
 
 
 class Fleet:
@@ -348,13 +452,12 @@ def kubeconfigs_holder(documents: list[dict[str, Any]]) -> Path:
 
 
 @pytest.fixture
-def fleet_factory(
-    members: dict[str, ControlPlane], operators: dict[str, Operator], tmp_path: Path
-) -> Iterator[Any]:
+def fleet_factory(clean_members: dict[str, ControlPlane], tmp_path: Path) -> Iterator[Any]:
     """Start ``fleet serve`` with member documents (default: both members, Fleet's token).
 
     Its kubeconfig directory holds every member's directory (members added later too).
     """
+    members = clean_members
     started: list[Fleet] = []
     holder = Path(os.path.commonpath([str(plane.dir) for plane in members.values()]))
 

@@ -1,7 +1,8 @@
 """Fleet drives real members: dispatch, binding, status, completion, preemption, node health.
 
 Every test runs ``fleet serve`` against the two control planes of the
-``members`` fixture and speaks to it through its HTTP API only; what happens
+``members`` fixture, with the real training operator and KWOK in each
+(``operators``), and speaks to it through its HTTP API only; what happens
 in the members is read from their API servers.
 """
 
@@ -26,7 +27,7 @@ from tests.kube.conftest import (
     submission,
 )
 from tests.kube.controlplane import ApiError, ControlPlane, wait_for
-from tests.kube.operator import Operator
+from tests.kube.real_operator import MemberControllers, lose_node
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def bound_pods(plane: ControlPlane, uid: str, count: int) -> list[dict[str, Any]
 
 
 def test_a_job_runs_in_its_member_on_the_planned_nodes_and_gpus_and_releases_them(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("train", workers=2, gpus=2))
@@ -99,10 +100,10 @@ def test_a_job_runs_in_its_member_on_the_planned_nodes_and_gpus_and_releases_the
 
 
 def test_a_failed_pytorchjob_fails_the_job_with_the_members_reason(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
-    fleet.submit(submission("crash", workers=1, gpus=1))
+    fleet.submit(submission("crash", workers=1, gpus=1, restart_policy="Never"))
     job = fleet.wait_state("crash", "Running")
     operators[job["cluster"]].finish(
         NAMESPACE, member_object_name(f"{NAMESPACE}/crash"), succeeded=False
@@ -113,11 +114,11 @@ def test_a_failed_pytorchjob_fails_the_job_with_the_members_reason(
 
 
 def test_a_new_run_of_an_ended_jobs_name_replaces_its_pytorchjob_in_the_member(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     """A name comes back once its job ended: the ended copy makes way for the new run's."""
     fleet: Fleet = fleet_factory()
-    fleet.submit(submission("again", workers=1, gpus=1, clusters=["alpha"]))
+    fleet.submit(submission("again", workers=1, gpus=1, clusters=["alpha"], restart_policy="Never"))
     first = fleet.wait_state("again", "Running")
     object_name = member_object_name(f"{NAMESPACE}/again")
     operators["alpha"].finish(NAMESPACE, object_name, succeeded=False)
@@ -136,7 +137,7 @@ def test_a_new_run_of_an_ended_jobs_name_replaces_its_pytorchjob_in_the_member(
 
 
 def test_priority_preemption_deletes_the_victim_in_its_member_before_the_preemptor_runs(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("low", workers=2, gpus=4, priority_class="test"))
@@ -157,7 +158,7 @@ def test_priority_preemption_deletes_the_victim_in_its_member_before_the_preempt
 
 
 def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are_gone(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("slow-low", workers=2, gpus=4, priority_class="test"))
@@ -216,7 +217,7 @@ def test_a_preemptor_is_bound_to_the_victims_gpus_only_once_the_victims_pods_are
 
 
 def test_an_incremental_job_that_grows_gets_its_new_pods_in_its_member(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("blocker", workers=1, gpus=4, clusters=["alpha"]))
@@ -258,11 +259,12 @@ def test_an_incremental_job_that_grows_gets_its_new_pods_in_its_member(
 
 
 def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
-    # alpha loses one of its two nodes: a gang of two 4-GPU pods fits only in beta.
-    members["alpha"].set_node_ready(NODES["alpha"][0], False)
+    # alpha loses one of its two nodes (its kubelet is gone): a gang of two
+    # 4-GPU pods fits only in beta.
+    lose_node(members["alpha"], NODES["alpha"][0])
     members["beta"].cordon(NODES["beta"][1])  # and beta loses one until it is uncordoned
 
     def both_bad() -> bool:
@@ -280,7 +282,7 @@ def test_a_node_made_not_ready_takes_its_cells_out_of_allocation(
 
 
 def test_a_pod_of_no_admitted_job_stays_pending_with_an_event_saying_why(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     wait_for(lambda: fleet.clusters_view()["alpha"]["health"] == "Healthy", "alpha ready")
@@ -312,7 +314,7 @@ def test_a_pod_of_no_admitted_job_stays_pending_with_an_event_saying_why(
 def test_a_member_without_the_crd_or_with_refused_credentials_is_not_ready_and_gets_nothing(
     fleet_factory: Any,
     members: dict[str, ControlPlane],
-    operators: dict[str, Operator],
+    operators: dict[str, MemberControllers],
     tmp_path: Any,
 ) -> None:
     alpha = members["alpha"]

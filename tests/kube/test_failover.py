@@ -16,7 +16,7 @@ import pytest
 from fleet.clusters.base import member_object_name
 from tests.kube.conftest import NAMESPACE, Fleet, pytorchjobs, submission
 from tests.kube.controlplane import ControlPlane, wait_for
-from tests.kube.operator import Operator
+from tests.kube.real_operator import MemberControllers
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def fail_over(
 
 
 def test_directly_purges_the_old_copy_as_soon_as_its_member_is_back(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     first, old, new = fail_over(fleet, members, "direct", "Directly")
@@ -66,7 +66,7 @@ def test_directly_purges_the_old_copy_as_soon_as_its_member_is_back(
 
 
 def test_gracefully_purges_the_old_copy_only_once_the_new_copy_runs(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     # The new copy will not run until its member's operator works again.
@@ -92,7 +92,7 @@ def test_gracefully_purges_the_old_copy_only_once_the_new_copy_runs(
 
 
 def test_never_leaves_the_old_copy_and_its_news_do_not_reach_the_job(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     fleet: Fleet = fleet_factory()
     first, old, new = fail_over(fleet, members, "never", "Never")
@@ -110,7 +110,7 @@ def test_never_leaves_the_old_copy_and_its_news_do_not_reach_the_job(
 
 
 def test_a_restart_of_fleet_does_not_reset_the_failover_clock(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     toleration = 8
     fleet: Fleet = fleet_factory()

@@ -15,7 +15,7 @@ from fleet.clusters.base import member_object_name
 from tests.databases import fresh_postgres_database
 from tests.kube.conftest import NAMESPACE, Fleet, member_document, pytorchjobs, submission
 from tests.kube.controlplane import ControlPlane, wait_for
-from tests.kube.operator import Operator
+from tests.kube.real_operator import MemberControllers
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
 
@@ -73,7 +73,7 @@ def copies(members: dict[str, ControlPlane], name: str) -> list[tuple[str, str]]
 
 async def test_a_killed_leader_leaves_one_pytorchjob_per_job(
     members: dict[str, ControlPlane],
-    operators: dict[str, Operator],
+    operators: dict[str, MemberControllers],
     database: str,
     tmp_path: Path,
 ) -> None:

@@ -4,7 +4,8 @@
 started again leaves exactly one PyTorchJob per job; an object in the way
 (same name, another uid) is reported on the job and never overwritten; a
 job that keeps restarting, or whose node goes bad, fails over after its
-``tolerationSeconds``.
+``tolerationSeconds``.  The members run the real training operator and
+KWOK, except in the two tests whose docstrings say "stand-in:" and why.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fleet.clusters.base import member_object_name
 from tests.kube.conftest import NAMESPACE, NODES, Fleet, pods_of, pytorchjobs, submission
 from tests.kube.controlplane import ControlPlane, wait_for
 from tests.kube.operator import Operator
+from tests.kube.real_operator import MemberControllers
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +38,7 @@ def copies(members: dict[str, ControlPlane], name: str) -> list[tuple[str, str]]
 def test_fleet_killed_mid_dispatch_and_restarted_leaves_exactly_one_pytorchjob(
     fleet_factory: Any,
     members: dict[str, ControlPlane],
-    operators: dict[str, Operator],
+    operators: dict[str, MemberControllers],
     delay: float,
 ) -> None:
     fleet: Fleet = fleet_factory()
@@ -64,7 +66,7 @@ def test_fleet_killed_mid_dispatch_and_restarted_leaves_exactly_one_pytorchjob(
 
 
 def test_an_object_of_another_uid_in_the_way_is_a_conflict_and_is_left_alone(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
 ) -> None:
     name = "taken"
     object_name = member_object_name(f"{NAMESPACE}/{name}")
@@ -106,8 +108,11 @@ def test_an_object_of_another_uid_in_the_way_is_a_conflict_and_is_left_alone(
 
 
 def test_a_job_that_keeps_restarting_fails_over_to_the_other_member(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], standin_operators: dict[str, Operator]
 ) -> None:
+    """stand-in: the job must stay Restarting for longer than its toleration; the real
+    operator restarts a failed pod at once, and the job runs again within a second."""
+    operators = standin_operators
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("flaky", workers=1, gpus=1, toleration=2, purge_mode="Directly"))
     first = fleet.wait_state("flaky", "Running")
@@ -128,8 +133,11 @@ def test_a_job_that_keeps_restarting_fails_over_to_the_other_member(
 
 
 def test_a_job_on_a_node_gone_bad_is_preempted_and_runs_again_on_healthy_nodes(
-    fleet_factory: Any, members: dict[str, ControlPlane], operators: dict[str, Operator]
+    fleet_factory: Any, members: dict[str, ControlPlane], standin_operators: dict[str, Operator]
 ) -> None:
+    """stand-in: the pods of a node made NotReady must go once Fleet deletes them; KWOK
+    makes a Node it plays Ready again at once, and a Node whose kubelet is gone keeps its
+    deleted pods Terminating (only a kubelet or a force deletion ends them)."""
     fleet: Fleet = fleet_factory()
     fleet.submit(submission("stranded", workers=1, gpus=4))
     first = fleet.wait_state("stranded", "Running")

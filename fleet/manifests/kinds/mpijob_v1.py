@@ -4,16 +4,18 @@ Theory of operation: a Launcher and its Workers, placed in that order; the
 gang is ``minAvailable`` pods, else every pod (the launcher cannot start
 ``mpirun`` before every worker runs).  The rest is the training operator's
 v1 family (:mod:`.kubeflow`).  An MPIJob is not resized in place: it is
-admitted whole.
+admitted whole.  The operator labels its one launcher pod with the replica
+type alone (no index, unlike the workers): that pod is ``Launcher-0``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from fleet.manifests.kinds import kubeflow
+from fleet.manifests.kinds import base, kubeflow
 from fleet.manifests.kinds.kubeflow import ReplicaSpec
 
 
@@ -34,6 +36,14 @@ class MPIJobKind(kubeflow.TrainingKind):
     plural = "mpijobs"
     model = MPIJobModel
     replica_field = "mpiReplicaSpecs"
+
+    def replica(self, pod: Mapping[str, Any]) -> tuple[str, int | None] | None:
+        found = super().replica(pod)
+        labels = base.labels(pod)
+        unindexed = found is None and kubeflow.REPLICA_INDEX_LABEL not in labels
+        if unindexed and labels.get(kubeflow.REPLICA_TYPE_LABEL) == "launcher":
+            return "launcher", 0
+        return found
 
 
 KIND = MPIJobKind()
