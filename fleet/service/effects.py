@@ -11,8 +11,11 @@ without touching the core's state: the loop hands the outcomes to the inbox
 in a member (the same uid is a no-op), so a restart does it again safely; a
 delete that fails keeps its intent open and is done again at the next start;
 a resize that fails is logged (the job is created again with its pods at the
-next start).  Between long runs of calls the event loop gets a turn, so the
-API keeps answering.
+next start).  The calls run concurrently, up to :data:`CONCURRENT_ACTIONS`
+at once (a member call is a round trip to its API server; one after the
+other, they bounded dispatch at one job per round trip), but the actions
+of one job run in order, and what happened comes back in the order of the
+actions, so the core sees the same events whichever call ends first.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from fleet.store import jobs as job_rows
 
 log = logging.getLogger("fleet.service.effects")
 
-#: Member actions taken between two turns of the event loop.
-ACTIONS_PER_TURN = 64
+#: Member calls in flight at once (each waits on a member's API server).
+CONCURRENT_ACTIONS = 32
 
 #: A span of the loop's tracer: name and attributes -> context manager.
 Span = Callable[..., contextlib.AbstractContextManager[Any]]
@@ -130,45 +133,95 @@ async def act(
     members: Mapping[str, MemberCluster],
     span: Span,
 ) -> Acted:
-    """Carry out ``actions`` on the members, where the core's state places the jobs."""
+    """Carry out ``actions`` on the members, where the core's state places the jobs.
+
+    Up to :data:`CONCURRENT_ACTIONS` calls are in flight at once; the actions
+    of one job run one after the other, in order.  What happened is returned
+    in the order of ``actions``, whatever order the calls ended in.
+    """
+    limit = asyncio.Semaphore(CONCURRENT_ACTIONS)
+    last: dict[str, asyncio.Task[_Done]] = {}  # job key -> its latest action's task
+    tasks: list[asyncio.Task[_Done]] = []
+    for action in actions:
+        key = key_of(action.head) if not isinstance(action, Delete) else action.key
+        task = asyncio.create_task(
+            _act_one(action, state, members, span, limit, last.get(key)), name=f"act {key}"
+        )
+        last[key] = task
+        tasks.append(task)
     acted = Acted()
-    for number, action in enumerate(actions, 1):
-        if number % ACTIONS_PER_TURN == 0:
-            await asyncio.sleep(0)  # let the API answer between long runs of actions
-        if isinstance(action, Create):
-            key = key_of(action.head)
-            run = state.running.get(key)
-            member = None if run is None else members.get(run.cluster)
-            if run is not None and member is not None:
-                try:
-                    with span("dispatch", job=key, cluster=run.cluster):
-                        job = dispatched(action.head, action.manifest, run, action.started)
-                        with span("member create", job=key, cluster=run.cluster):
-                            await member.create(job)
-                except ClusterConflict as e:
-                    acted.outcomes.append(Conflicted(key, run.cluster, e.message))
-                except ClusterError as e:
-                    acted.outcomes.append(NotCreated(key, run.cluster, str(e)))
-                else:
-                    acted.outcomes.append(Created(key, run.cluster))
-        elif isinstance(action, Resize):
-            key = key_of(action.head)
-            run = state.running.get(key)
-            member = None if run is None else members.get(run.cluster)
-            if run is not None and member is not None:
-                try:
-                    await member.resize(dispatched(action.head, action.manifest, run, None))
-                except ClusterError as e:  # created again with its pods at the next start
-                    log.warning("could not resize %s in %s: %s", key, run.cluster, e)
-        else:
-            member = members.get(action.cluster)
-            if member is not None:
-                try:
-                    with span("member delete", job=action.key, cluster=action.cluster):
-                        await member.delete(action.key)
-                except ClusterError as e:
-                    log.warning("could not delete %s in %s: %s", action.key, action.cluster, e)
-                    continue  # the intent stays open and is redone at start
-        if action.intent is not None:
-            acted.done.append(action.intent)
+    try:
+        for task in tasks:  # in the actions' order
+            outcome, done = await task
+            if outcome is not None:
+                acted.outcomes.append(outcome)
+            if done is not None:
+                acted.done.append(done)
+    except BaseException:
+        for task in tasks:  # nothing goes on behind a loop that stops
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return acted
+
+
+#: What one action did: its create's outcome, and the intent it carried out.
+_Done = tuple[Outcome | None, int | None]
+
+
+async def _act_one(
+    action: Action,
+    state: SchedulerState,
+    members: Mapping[str, MemberCluster],
+    span: Span,
+    limit: asyncio.Semaphore,
+    before: asyncio.Task[_Done] | None,
+) -> _Done:
+    if before is not None:
+        await asyncio.wait([before])  # the job's earlier action first (its result is not ours)
+    async with limit:
+        return await _call(action, state, members, span)
+
+
+async def _call(
+    action: Action,
+    state: SchedulerState,
+    members: Mapping[str, MemberCluster],
+    span: Span,
+) -> _Done:
+    outcome: Outcome | None = None
+    if isinstance(action, Create):
+        key = key_of(action.head)
+        run = state.running.get(key)
+        member = None if run is None else members.get(run.cluster)
+        if run is not None and member is not None:
+            try:
+                with span("dispatch", job=key, cluster=run.cluster):
+                    job = dispatched(action.head, action.manifest, run, action.started)
+                    with span("member create", job=key, cluster=run.cluster):
+                        await member.create(job)
+            except ClusterConflict as e:
+                outcome = Conflicted(key, run.cluster, e.message)
+            except ClusterError as e:
+                outcome = NotCreated(key, run.cluster, str(e))
+            else:
+                outcome = Created(key, run.cluster)
+    elif isinstance(action, Resize):
+        key = key_of(action.head)
+        run = state.running.get(key)
+        member = None if run is None else members.get(run.cluster)
+        if run is not None and member is not None:
+            try:
+                await member.resize(dispatched(action.head, action.manifest, run, None))
+            except ClusterError as e:  # created again with its pods at the next start
+                log.warning("could not resize %s in %s: %s", key, run.cluster, e)
+    else:
+        member = members.get(action.cluster)
+        if member is not None:
+            try:
+                with span("member delete", job=action.key, cluster=action.cluster):
+                    await member.delete(action.key)
+            except ClusterError as e:
+                log.warning("could not delete %s in %s: %s", action.key, action.cluster, e)
+                return None, None  # the intent stays open and is redone at start
+    return outcome, action.intent

@@ -10,9 +10,10 @@ pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
 (:mod:`.nodes`).  A job's name is unique in its namespace across kinds, so
 one object name in a member is one job.
 
-* **Create** looks the object up by its deterministic name: absent, it
-  is created (:func:`.objects.member_object`); present with the job's uid label,
-  nothing is done (a restart after "decided" finds it); present with another
+* **Create** creates the object under its deterministic name
+  (:func:`.objects.member_object`); when the name is taken, the object there
+  is read: with the job's uid label,
+  nothing is done (a restart after "decided" finds it); with another
   uid label, :class:`~fleet.clusters.base.ClusterConflict`, and the object is
   left alone, unless it is an ended (Succeeded or Failed) or deleted copy of an
   earlier run of the same name: that one is deleted and the creation retried,
@@ -361,18 +362,17 @@ class KubeCluster:
         namespace, name = self._where(job.key)
         kind = registry.of(job.manifest)
         path = self._path(kind, namespace)
+        # Create first (one round trip when the name is free, as it nearly always
+        # is); a name taken is read and judged below.
+        body = objects.member_object(job, self._scheduler)
         try:
+            found = await client.request("POST", path, body=body)
+        except AlreadyExists:
             found = await client.request("GET", f"{path}/{name}")
-        except NotFound:
-            body = objects.member_object(job, self._scheduler)
-            try:
-                found = await client.request("POST", path, body=body)
-            except AlreadyExists:
-                found = await client.request("GET", f"{path}/{name}")
-            else:
-                log.info(
-                    "%s: created %s %s/%s for %s", self._name, kind.kind, namespace, name, job.key
-                )
+        else:
+            log.info(
+                "%s: created %s %s/%s for %s", self._name, kind.kind, namespace, name, job.key
+            )
         found = _stamped(found, kind)
         uid = uid_of(found)
         if uid is not None and uid != job.uid and _replaceable(found):
