@@ -23,6 +23,7 @@ from typing import Any, Final
 from fleet.clusters.base import DispatchedJob
 from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
+from fleet.manifests import models
 from fleet.manifests.kinds import registry
 from fleet.manifests.kinds.base import Phase
 
@@ -41,6 +42,8 @@ PLACEMENT_ANNOTATION: Final = "fleet.io/placement"
 GPU_ANNOTATION: Final = "fleet.io/gpu-indices"
 #: On a bound pod: which planned replica it is (``Worker-1``).
 REPLICA_ANNOTATION: Final = "fleet.io/replica"
+#: On a JobSet's pod templates: the pods one of its Jobs runs at once (its kind writes it).
+PODS_PER_JOB_ANNOTATION: Final = models.PODS_PER_JOB_ANNOTATION
 
 _LABEL_VALUE_MAX: Final = 63
 _SERVER_FIELDS: Final = (

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fleet.manifests.kinds import mpijob_v1, pytorchjob, tfjob
+from fleet.manifests.kinds import jobset, mpijob_v1, pytorchjob, tfjob
 from fleet.manifests.kinds.base import Kind
 
-KINDS: Final[tuple[Kind, ...]] = (pytorchjob.KIND, tfjob.KIND, mpijob_v1.KIND)
+KINDS: Final[tuple[Kind, ...]] = (pytorchjob.KIND, tfjob.KIND, mpijob_v1.KIND, jobset.KIND)
 _BY_TYPE: Final = {(k.api_version, k.kind): k for k in KINDS}
 
 
