@@ -44,6 +44,8 @@ GPU_ANNOTATION: Final = "fleet.io/gpu-indices"
 REPLICA_ANNOTATION: Final = "fleet.io/replica"
 #: On a JobSet's pod templates: the pods one of its Jobs runs at once (its kind writes it).
 PODS_PER_JOB_ANNOTATION: Final = models.PODS_PER_JOB_ANNOTATION
+#: On a stored TrainJob: its effective runtime (the member's runtime is made from it).
+TRAINING_RUNTIME_ANNOTATION: Final = models.TRAINING_RUNTIME_ANNOTATION
 
 _LABEL_VALUE_MAX: Final = 63
 _SERVER_FIELDS: Final = (

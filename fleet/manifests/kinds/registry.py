@@ -12,10 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fleet.manifests.kinds import jobset, mpijob_v1, pytorchjob, tfjob
+from fleet.manifests.kinds import jobset, mpijob_v1, pytorchjob, tfjob, trainjob
 from fleet.manifests.kinds.base import Kind
 
-KINDS: Final[tuple[Kind, ...]] = (pytorchjob.KIND, tfjob.KIND, mpijob_v1.KIND, jobset.KIND)
+KINDS: Final[tuple[Kind, ...]] = (
+    pytorchjob.KIND,
+    tfjob.KIND,
+    mpijob_v1.KIND,
+    jobset.KIND,
+    trainjob.KIND,
+)
 _BY_TYPE: Final = {(k.api_version, k.kind): k for k in KINDS}
 
 
