@@ -90,7 +90,12 @@ class SubmittedJob(Schema):
 class SubmissionResult(Schema):
     """What a submission created (201), or found already there with the same spec (200)."""
 
-    jobs: list[SubmittedJob] = Field(description="One entry per PyTorchJob, in document order.")
+    jobs: list[SubmittedJob] = Field(description="One entry per job, in document order.")
+    runtimes: list[str] = Field(
+        default_factory=list,
+        description="The training runtimes the submission registered (an administrator's): "
+        "ClusterTrainingRuntime/name or TrainingRuntime/namespace/name.",
+    )
 
 
 # Jobs ---------------------------------------------------------------------------------
