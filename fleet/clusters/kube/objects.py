@@ -8,7 +8,10 @@ queue, cluster) and annotations (the job's key and its placement), and pod
 templates that name Fleet as their scheduler, carry the job's uid label, and
 may only run on the nodes planned for their replica type (node affinity on
 ``metadata.name``: every term the user gave, once per planned node); the
-kind writes each role's pod count and where its templates are.  The other
+kind writes each role's pod count and where its templates are.  A kind may
+need other objects in the member first (a TrainJob its runtime):
+:func:`member_objects` returns them with the object, which then refers to
+them (:meth:`~fleet.manifests.kinds.base.Kind.dependencies`).  The other
 functions read what the member says: an object's phase (its kind reads it), a
 Node's health, and the Binding and Event objects the pod binder posts.
 """
@@ -25,7 +28,7 @@ from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
 from fleet.manifests import models
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import Phase
+from fleet.manifests.kinds.base import Dependency, Phase
 
 #: The pods' ``schedulerName``: Fleet binds the pods that name it.
 SCHEDULER_NAME: Final = "fleet-scheduler"
@@ -84,6 +87,13 @@ def placement_text(pods: Sequence[PodPlacement]) -> str:
 
 def member_object(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
     """The object of ``job``'s kind in its member; see the module docstring."""
+    return member_objects(job, scheduler)[0]
+
+
+def member_objects(
+    job: DispatchedJob, scheduler: str = SCHEDULER_NAME
+) -> tuple[JSON, list[Dependency]]:
+    """:func:`member_object` and the objects it needs in the member first (its kind's)."""
     kind = registry.of(job.manifest)
     manifest: JSON = copy.deepcopy(dict(job.manifest))
     metadata = dict(manifest.get("metadata") or {})
@@ -116,7 +126,7 @@ def member_object(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
     spec = kind.member_spec(dict(manifest.get("spec") or {}), counts, decorate)
     manifest.update(apiVersion=kind.api_version, kind=kind.kind, metadata=metadata, spec=spec)
     manifest.pop("status", None)
-    return manifest
+    return kind.dependencies(manifest, decorate)
 
 
 def _template(template: Mapping[str, Any], uid: str, scheduler: str, nodes: list[str]) -> JSON:
