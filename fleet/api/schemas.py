@@ -93,8 +93,9 @@ class SubmissionResult(Schema):
     jobs: list[SubmittedJob] = Field(description="One entry per job, in document order.")
     runtimes: list[str] = Field(
         default_factory=list,
+        exclude_if=lambda v: not v,
         description="The training runtimes the submission registered (an administrator's): "
-        "ClusterTrainingRuntime/name or TrainingRuntime/namespace/name.",
+        "ClusterTrainingRuntime/name or TrainingRuntime/namespace/name; absent when none.",
     )
 
 

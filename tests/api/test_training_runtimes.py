@@ -88,7 +88,7 @@ async def test_an_admin_registers_a_runtime_and_a_trainjob_naming_it_is_accepted
     status, body = await submit(client, trainjob(), "team-a")
     assert status == 201, body
     assert [(j["name"], j["state"]) for j in body["jobs"]] == [("tj", "Queued")]
-    assert body["runtimes"] == []
+    assert "runtimes" not in body
 
 
 async def test_a_team_token_cannot_register_a_runtime(client: Client) -> None:
