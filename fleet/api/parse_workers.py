@@ -13,9 +13,10 @@ process keeps only the database writes and the response.
   together, one task per event-loop turn, so a task's fixed cost (two pipe
   writes, two thread hand-offs) is shared by every request in it.
 * **The same answer.** A worker runs the same :func:`parse_submission` with
-  the tree and clusters the service holds at that moment: they are pickled
-  once per change (the objects the service replaces when an administrator
-  changes them) and a worker that has an older pair asks for the new one.
+  the tree, clusters and registered training runtimes the service holds at
+  that moment: they are pickled once per change (the objects the service
+  replaces when an administrator changes them) and a worker that has older
+  ones asks for the new ones.
   A body is answered with its jobs or its problem, exactly as in the serving
   process.
 * **A worker that dies** (killed, out of memory, or one that cannot start)
@@ -41,6 +42,7 @@ from fleet import compiled_core
 from fleet.api.problems import Problem, ProblemError
 from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
 from fleet.core.quota import QuotaTree
+from fleet.manifests.kinds.base import Runtimes
 from fleet.manifests.models import MemberClusterModel
 from fleet.service.workers import WorkerProcesses
 
@@ -64,11 +66,14 @@ class _Stale:
     """A worker's answer when it holds an older tree and clusters than the task's."""
 
 
+#: The runtimes of a parse that was given none.
+_NO_RUNTIMES: Runtimes = {}
+
 #: What a worker answers for one body: its jobs, or the problem to answer with.
 Answer = list[Submitted] | Problem
 
 # In a worker process: the tree and clusters of the latest generation it was sent.
-_held: dict[str, Any] = {"generation": -1, "tree": None, "clusters": None}
+_held: dict[str, Any] = {"generation": -1, "tree": None, "clusters": None, "runtimes": None}
 
 
 def _parse_batch(
@@ -80,19 +85,26 @@ def _parse_batch(
     if _held["generation"] != generation:
         if config is None:
             return _Stale()
-        _held["tree"], _held["clusters"] = pickle.loads(config)
+        _held["tree"], _held["clusters"], _held["runtimes"] = pickle.loads(config)
         _held["generation"] = generation
     tree: QuotaTree = _held["tree"]
     clusters: list[MemberClusterModel] = _held["clusters"]
-    return [_answer(body, tree, clusters, limits) for body, limits in bodies]
+    runtimes: Runtimes = _held["runtimes"]
+    return [_answer(body, tree, clusters, runtimes, limits) for body, limits in bodies]
 
 
 def _answer(
-    body: bytes, tree: QuotaTree, clusters: list[MemberClusterModel], limits: SubmissionLimits
+    body: bytes,
+    tree: QuotaTree,
+    clusters: list[MemberClusterModel],
+    runtimes: Runtimes,
+    limits: SubmissionLimits,
 ) -> Answer:
     """What :func:`parse_submission` answers for ``body``: its jobs, or its problem."""
     try:
-        return parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
+        return parse_submission(
+            body, tree=tree, clusters=clusters, first_seq=0, limits=limits, runtimes=runtimes
+        )
     except ProblemError as e:  # sent as its problem (the exception's args do not pickle back)
         return e.problem
 
@@ -103,6 +115,7 @@ class _Waiting:
     limits: SubmissionLimits
     tree: QuotaTree
     clusters: list[MemberClusterModel]
+    runtimes: Runtimes
     answer: asyncio.Future[Answer]
 
 
@@ -115,7 +128,7 @@ class ParseWorkers:
         self._flushing = False
         self._sending: set[asyncio.Task[None]] = set()
         self._generations = itertools.count()
-        self._config: tuple[QuotaTree, list[MemberClusterModel], _Config] | None = None
+        self._config: tuple[QuotaTree, list[MemberClusterModel], Runtimes, _Config] | None = None
         #: until when (time.monotonic()) bodies are read here: a worker died
         self._paused_until = float("-inf")
         #: tasks sent to the workers
@@ -128,13 +141,17 @@ class ParseWorkers:
         tree: QuotaTree,
         clusters: list[MemberClusterModel],
         limits: SubmissionLimits,
+        runtimes: Runtimes | None = None,
     ) -> list[Submitted]:
         """What :func:`parse_submission` answers for ``body`` (raises ProblemError likewise)."""
+        runtimes = _NO_RUNTIMES if runtimes is None else runtimes
         if len(body) > limits.max_bytes or time.monotonic() < self._paused_until:
-            return parse_submission(body, tree=tree, clusters=clusters, first_seq=0, limits=limits)
+            return parse_submission(
+                body, tree=tree, clusters=clusters, first_seq=0, limits=limits, runtimes=runtimes
+            )
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Answer] = loop.create_future()
-        self._waiting.append(_Waiting(body, limits, tree, clusters, answer))
+        self._waiting.append(_Waiting(body, limits, tree, clusters, runtimes, answer))
         if not self._flushing:
             self._flushing = True
             loop.call_soon(self._flush)
@@ -154,22 +171,31 @@ class ParseWorkers:
                 or i - start >= BATCH
                 or waiting[i].tree is not waiting[start].tree
                 or waiting[i].clusters is not waiting[start].clusters
+                or waiting[i].runtimes is not waiting[start].runtimes
             ):
                 task = asyncio.ensure_future(self._send(waiting[start:i]))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
                 start = i
 
-    def _config_of(self, tree: QuotaTree, clusters: list[MemberClusterModel]) -> _Config:
+    def _config_of(
+        self, tree: QuotaTree, clusters: list[MemberClusterModel], runtimes: Runtimes
+    ) -> _Config:
         held = self._config
-        if held is None or held[0] is not tree or held[1] is not clusters:
+        if (
+            held is None
+            or held[0] is not tree
+            or held[1] is not clusters
+            or held[2] is not runtimes
+        ):
             compiled_core.picklable()
-            config = _Config(next(self._generations), pickle.dumps((tree, clusters)))
-            held = self._config = (tree, clusters, config)
-        return held[2]
+            pickled = pickle.dumps((tree, clusters, dict(runtimes)))
+            config = _Config(next(self._generations), pickled)
+            held = self._config = (tree, clusters, runtimes, config)
+        return held[3]
 
     async def _send(self, batch: list[_Waiting]) -> None:
-        config = self._config_of(batch[0].tree, batch[0].clusters)
+        config = self._config_of(batch[0].tree, batch[0].clusters, batch[0].runtimes)
         bodies = [(w.body, w.limits) for w in batch]
         try:
             answers = await self._call(config.generation, None, bodies)
@@ -182,7 +208,7 @@ class ParseWorkers:
                 "a submission parser process died; submissions are read here for %.0f s", PAUSE
             )
             self._paused_until = time.monotonic() + PAUSE
-            answers = [_answer(w.body, w.tree, w.clusters, w.limits) for w in batch]
+            answers = [_answer(w.body, w.tree, w.clusters, w.runtimes, w.limits) for w in batch]
         except asyncio.CancelledError:
             for w in batch:
                 w.answer.cancel()

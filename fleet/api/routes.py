@@ -56,7 +56,12 @@ from fleet.api.routing import (
     problem,
     query,
 )
-from fleet.api.submissions import YAML_MEDIA_TYPES, SubmissionLimits, parse_submission
+from fleet.api.submissions import (
+    YAML_MEDIA_TYPES,
+    Registering,
+    SubmissionLimits,
+    parse_registering,
+)
 from fleet.core import snapshot
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
@@ -75,6 +80,9 @@ from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow
 
 TABLE: Final = RouteTable()
+#: Bytes only a body with a training runtime holds (``ClusterTrainingRuntime``,
+#: ``TrainingRuntime``): such a body is read in the serving process.
+_RUNTIME_KIND: Final = b"TrainingRuntime"
 
 
 def _svc(request: web.Request) -> Service:
@@ -104,9 +112,11 @@ def _time(seconds: float) -> datetime.datetime:
     ),
     description="All or nothing: every problem of every document is listed in one 422 "
     "answer and nothing is stored. Submitting the same jobs again with the same specs "
-    "changes nothing and answers 200.",
+    "changes nothing and answers 200. An administrator's submission may also register "
+    "Trainer v2's training runtimes (ClusterTrainingRuntime, TrainingRuntime documents), "
+    "which TrainJobs then name; a team token that sends one is refused (403).",
     replies=(
-        Reply(201, "The jobs were queued.", schemas.SubmissionResult),
+        Reply(201, "The jobs were queued (or runtimes registered).", schemas.SubmissionResult),
         Reply(200, "Every job was already submitted with the same spec.", schemas.SubmissionResult),
         problem(400, "The body is not UTF-8 text."),
         UNAUTHORIZED,
@@ -133,13 +143,31 @@ async def submit_jobs(request: web.Request) -> web.Response:
         max_string=settings.max_string_length,
     )
     workers = request.app.get(keys.PARSE_WORKERS)
-    if workers is None:
-        submitted = parse_submission(
-            body, tree=svc.tree, clusters=svc.clusters, first_seq=0, limits=limits
+    registering: list[Registering] = []
+    if workers is None or _RUNTIME_KIND in body:
+        # A body that may register training runtimes is read here (they are rare).
+        submitted, registering = parse_registering(
+            body,
+            tree=svc.tree,
+            clusters=svc.clusters,
+            first_seq=0,
+            limits=limits,
+            runtimes=svc.runtimes,
         )
     else:
-        submitted = await workers.parse(body, tree=svc.tree, clusters=svc.clusters, limits=limits)
+        submitted = await workers.parse(
+            body, tree=svc.tree, clusters=svc.clusters, limits=limits, runtimes=svc.runtimes
+        )
+    if registering and not auth.caller(request).admin:
+        names = ", ".join(r.key for r in registering)
+        raise auth.forbidden(
+            f"only an administrator registers training runtimes ({names}); "
+            "submit TrainJobs that name a registered one"
+        )
     auth.require_namespaces(request, svc.tree, [(s.job.key, s.job.namespace) for s in submitted])
+    await wiring.register_runtimes(
+        svc, [(r.key, r.document) for r in registering], auth.caller(request).name
+    )
     new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
     audit = auth.audit_values(request)
     try:
@@ -149,6 +177,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
         raise ProblemError(conflict(str(e))) from None
     request[keys.AUDITED_KEY] = audit is not None
     result = schemas.SubmissionResult(
+        runtimes=[r.key for r in registering],
         jobs=[
             schemas.SubmittedJob(
                 namespace=a.head.namespace,
@@ -159,9 +188,10 @@ async def submit_jobs(request: web.Request) -> web.Response:
                 created=a.created,
             )
             for a in accepted
-        ]
+        ],
     )
-    return schemas.json_response(result, status=intake.answer_status(accepted))
+    status = 201 if registering else intake.answer_status(accepted)
+    return schemas.json_response(result, status=status)
 
 
 # Jobs ---------------------------------------------------------------------------------

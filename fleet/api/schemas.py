@@ -91,6 +91,12 @@ class SubmissionResult(Schema):
     """What a submission created (201), or found already there with the same spec (200)."""
 
     jobs: list[SubmittedJob] = Field(description="One entry per job, in document order.")
+    runtimes: list[str] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="The training runtimes the submission registered (an administrator's): "
+        "ClusterTrainingRuntime/name or TrainingRuntime/namespace/name; absent when none.",
+    )
 
 
 # Jobs ---------------------------------------------------------------------------------

@@ -37,6 +37,12 @@ cheapest first:
    is a necessary condition: a job that passes may still wait, one that
    fails could never run.
 
+A submission may also hold Trainer v2's training runtimes
+(``ClusterTrainingRuntime``, ``TrainingRuntime``): :func:`parse_registering`
+returns them (:class:`Registering`) beside the jobs, and a TrainJob of the
+same submission may use them; the route lets only an administrator register
+them.
+
 A :class:`Submitted` carries the core job, the documents as plain dicts, a
 canonical spec hash (SHA-256 of the JSON of both documents with sorted keys
 and no whitespace, so comments, layout and key order do not change it; the
@@ -71,7 +77,8 @@ from fleet.manifests import convert, fit
 from fleet.manifests.convert import SubmittedJob
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import SpecError, quote
-from fleet.manifests.kinds.base import WorkloadModel
+from fleet.manifests.kinds.base import Runtimes, WorkloadModel
+from fleet.manifests.kinds.trainjob import TrainingRuntimeModel
 from fleet.manifests.models import (
     ApplicationFailover,
     MemberClusterModel,
@@ -129,6 +136,15 @@ class Submitted:
     policy_index: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Registering:
+    """A training runtime the submission registers (only an administrator may)."""
+
+    key: str
+    #: Its document as plain JSON data.
+    document: dict[str, Any]
+
+
 def parse_submission(
     body: bytes,
     *,
@@ -136,8 +152,27 @@ def parse_submission(
     clusters: Sequence[MemberClusterModel],
     first_seq: int,
     limits: SubmissionLimits,
+    runtimes: Runtimes | None = None,
 ) -> list[Submitted]:
-    """Every job of a submission (seq from ``first_seq``), or a ProblemError."""
+    """Every job of a submission (seq from ``first_seq``), or a ProblemError.
+
+    A TrainJob's runtime is looked up among the registered ``runtimes`` and
+    those of the submission (see :func:`parse_registering`)."""
+    return parse_registering(
+        body, tree=tree, clusters=clusters, first_seq=first_seq, limits=limits, runtimes=runtimes
+    )[0]
+
+
+def parse_registering(
+    body: bytes,
+    *,
+    tree: QuotaTree,
+    clusters: Sequence[MemberClusterModel],
+    first_seq: int,
+    limits: SubmissionLimits,
+    runtimes: Runtimes | None = None,
+) -> tuple[list[Submitted], list[Registering]]:
+    """:func:`parse_submission` with the training runtimes the submission registers."""
     if len(body) > limits.max_bytes:
         msg = (
             f"the request body has {len(body):,} bytes, more than the limit of "
@@ -155,10 +190,25 @@ def parse_submission(
         max_alias_nodes=limits.max_alias_nodes,
     )
     try:
-        found = convert.load_submitted_jobs(text, tree, clusters, first_seq, limits=yaml_limits)
+        found = convert.load_submitted(
+            text, tree, clusters, first_seq, limits=yaml_limits, runtimes=runtimes
+        )
     except SpecError as e:
         raise ProblemError(from_spec_error(e)) from None
-    return _finish(found, clusters, limits)
+    registering: list[Registering] = []
+    errors: list[FieldError] = []
+    for doc in found.runtimes:
+        assert isinstance(doc.model, TrainingRuntimeModel)
+        data, problems = plain_data(doc.raw, max_string=limits.max_string)
+        errors.extend(
+            field_error(m, document=doc.index, kind=doc.kind, name=doc.name, path=p)
+            for p, m in problems
+        )
+        if isinstance(data, dict):
+            registering.append(Registering(doc.model.key, data))
+    if errors:
+        raise ProblemError(invalid(errors))
+    return _finish(found.jobs, clusters, limits), registering
 
 
 def _finish(

@@ -26,7 +26,12 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
   ``customSchedulingType: Gang`` (then it is incremental), and always for a
   kind that cannot be resized in place;
 * allowed clusters from the policy's ``clusterAffinity`` resolved against the
-  known MemberClusters.
+  known MemberClusters;
+* what the document refers to, resolved first (:meth:`WorkloadModel.resolve`):
+  a TrainJob's training runtime, among the registered runtimes and those the
+  same submission registers (:func:`load_submitted` returns them); the
+  document is stored as its kind says (:meth:`WorkloadModel.stored`: a
+  TrainJob with its effective runtime).
 
 The matching policy is chosen like Karmada: same namespace, a selector with
 the job's apiVersion and kind (and name/namespace/labels when given); among
@@ -47,7 +52,7 @@ a job that no policy selects.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
@@ -55,7 +60,8 @@ from fleet.manifests import documents, fit, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import PodSet, WorkloadModel
+from fleet.manifests.kinds.base import PodSet, Runtimes, WorkloadModel
+from fleet.manifests.kinds.trainjob import TrainingRuntimeModel
 from fleet.manifests.models import MemberClusterModel, PropagationPolicyModel
 from fleet.manifests.yaml_stream import DEFAULT_LIMITS, YamlLimits
 
@@ -442,6 +448,14 @@ def _selection_issues(
     return issues
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What a submission holds: its jobs and the training runtimes it registers."""
+
+    jobs: list[SubmittedJob]
+    runtimes: list[Document] = field(default_factory=list)
+
+
 def _submission(
     text: str,
     tree: quota.QuotaTree | None,
@@ -451,18 +465,21 @@ def _submission(
     *,
     require_policies: bool = False,
     limits: YamlLimits = DEFAULT_LIMITS,
-) -> tuple[list[SubmittedJob], list[SpecIssue]]:
+    runtimes: Runtimes | None = None,
+) -> tuple[Submission, list[SpecIssue]]:
     docs, issues = documents.parse_documents(text, limits)
     bad = {i.document for i in issues}
     unread = bad - {d.index for d in docs}  # documents that are not even valid models
     policies: list[Document] = []
     job_docs: list[Document] = []
+    runtime_docs: list[Document] = []
     seen: dict[tuple[str, str], int] = {}
     for doc in docs:
-        if not isinstance(doc.model, WorkloadModel | PropagationPolicyModel):
+        if not isinstance(doc.model, WorkloadModel | PropagationPolicyModel | TrainingRuntimeModel):
             msg = (
                 f"{doc.kind} does not belong in a submission; expected PropagationPolicy "
-                f"and jobs of the kinds Fleet runs: {registry.names()}"
+                f"and jobs of the kinds Fleet runs: {registry.names()} (and, from an "
+                "administrator, ClusterTrainingRuntime and TrainingRuntime)"
             )
             issues.append(doc.issue("kind", msg))
             continue
@@ -473,11 +490,19 @@ def _submission(
         seen[doc.kind, doc.name] = doc.index
         if isinstance(doc.model, PropagationPolicyModel):
             policies.append(doc)
+        elif isinstance(doc.model, TrainingRuntimeModel):
+            runtime_docs.append(doc)
         else:
             job_docs.append(doc)
-    if require_policies and not unread:
+    if require_policies and not unread and (job_docs or not runtime_docs):
         # With an unreadable document, a policy or a job may be missing only in appearance.
         issues.extend(_selection_issues(job_docs, policies))
+    # The registered runtimes, and those this submission registers (which replace them).
+    known = dict(runtimes or {})
+    for doc in runtime_docs:
+        assert isinstance(doc.model, TrainingRuntimeModel)
+        if doc.index not in bad:
+            known[doc.model.key] = doc.raw
     out: list[SubmittedJob] = []
     leaf_types = cluster_leaf_types(clusters)
     policy_models = [p.model for p in policies if isinstance(p.model, PropagationPolicyModel)]
@@ -486,8 +511,13 @@ def _submission(
     for seq, doc in enumerate(buildable, start=first_seq):
         assert isinstance(doc.model, WorkloadModel)
         policy = match_policy(doc.model, policy_models)
+        resolved, problems = doc.model.resolve(known)
+        if problems:
+            issues.extend(doc.issue(p, m) for p, m in problems)
+            continue
+        doc = replace(doc, model=resolved, raw=resolved.stored(doc.raw))
         job, problems = _build(
-            doc.model,
+            resolved,
             policy=policy,
             tree=tree,
             seq=seq,
@@ -498,7 +528,7 @@ def _submission(
         issues.extend(doc.issue(p, m) for p, m in problems)
         if job is not None:
             out.append(SubmittedJob(job, doc, policy_docs[id(policy)] if policy else None))
-    return out, sorted(issues, key=lambda i: i.document)
+    return Submission(out, runtime_docs), sorted(issues, key=lambda i: i.document)
 
 
 def check_submission(
@@ -506,23 +536,25 @@ def check_submission(
     tree: quota.QuotaTree | None = None,
     clusters: Sequence[MemberClusterModel] = (),
     priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+    runtimes: Runtimes | None = None,
 ) -> tuple[int, int, list[SpecIssue]]:
     """(jobs, policies, issues) of a submission; without a tree, queues are not routed.
 
     With clusters, the jobs that pass are put to the server's fit test
-    (:class:`fleet.manifests.fit.Capacity`).
+    (:class:`fleet.manifests.fit.Capacity`).  A TrainJob's runtime is looked
+    up among ``runtimes`` and the runtimes of the file.
     """
-    found, issues = _submission(text, tree, clusters, 0, priority_classes)
+    found, issues = _submission(text, tree, clusters, 0, priority_classes, runtimes=runtimes)
     if clusters:
         capacity = fit.Capacity(clusters)
-        for sj in found:
+        for sj in found.jobs:
             assert isinstance(sj.document.model, WorkloadModel)
             problems = capacity.problems(sj.job, sj.document.model)
             issues.extend(sj.document.issue(p, m) for p, m in problems)
         issues.sort(key=lambda i: i.document)
     docs, _ = documents.parse_documents(text)
     policies = sum(1 for d in docs if d.kind == "PropagationPolicy")
-    return len(found), policies, issues
+    return len(found.jobs), policies, issues
 
 
 def submission_warnings(text: str) -> list[SpecIssue]:
@@ -571,7 +603,7 @@ def load_submission(
     out, issues = _submission(text, tree, clusters, first_seq, priority_classes)
     if issues:
         raise SpecError(issues)
-    return [s.job for s in out]
+    return [s.job for s in out.jobs]
 
 
 def load_submitted_jobs(
@@ -583,6 +615,7 @@ def load_submitted_jobs(
     *,
     require_policies: bool = True,
     limits: YamlLimits = DEFAULT_LIMITS,
+    runtimes: Runtimes | None = None,
 ) -> list[SubmittedJob]:
     """Every job of a submission with its documents, or one SpecError: all or nothing.
 
@@ -590,6 +623,35 @@ def load_submitted_jobs(
     ``require_policies`` a submission is PropagationPolicies and the jobs they
     select: a file without a job, a job that no policy selects and a policy
     that selects no job of the file are errors.
+    """
+    return load_submitted(
+        text,
+        tree,
+        clusters,
+        first_seq,
+        priority_classes,
+        require_policies=require_policies,
+        limits=limits,
+        runtimes=runtimes,
+    ).jobs
+
+
+def load_submitted(
+    text: str,
+    tree: quota.QuotaTree,
+    clusters: Sequence[MemberClusterModel] = (),
+    first_seq: int = 0,
+    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
+    *,
+    require_policies: bool = True,
+    limits: YamlLimits = DEFAULT_LIMITS,
+    runtimes: Runtimes | None = None,
+) -> Submission:
+    """:func:`load_submitted_jobs` with the training runtimes the submission registers.
+
+    A TrainJob's runtime is looked up among ``runtimes`` (the registered ones)
+    and those of the submission, which replace a registered one of the same
+    key.  A submission of runtimes alone needs no job or policy.
     """
     out, issues = _submission(
         text,
@@ -599,6 +661,7 @@ def load_submitted_jobs(
         priority_classes,
         require_policies=require_policies,
         limits=limits,
+        runtimes=runtimes,
     )
     if issues:
         raise SpecError(issues)

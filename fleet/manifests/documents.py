@@ -15,9 +15,9 @@ of digits) and a bound that is passed (an alias bomb, a 10,000-deep list).
 Each document is dispatched on ``(apiVersion, kind)`` to its
 pydantic model (a kind Fleet does not read, such as a Deployment, is told
 the workload kinds it runs with their apiVersions, and Fleet's own kinds;
-a job of a workload kind is first checked strictly against its kind's CRD
-schema, :mod:`fleet.manifests.kinds.schema`, and goes no further with a
-problem there); pydantic's errors
+a job of a workload kind, or a training runtime, is first checked strictly
+against its kind's CRD schema, :mod:`fleet.manifests.kinds.schema`, and goes
+no further with a problem there); pydantic's errors
 become issues with dotted paths, and a valid model's own ``problems()`` (the
 checks that need map keys or several fields) are added.  In an
 ElasticQuotaTree every issue inside a node names it (``node 'team-a': ...``,
@@ -43,8 +43,9 @@ import yaml
 from fleet.core.quota_rules import node_message
 from fleet.manifests import models
 from fleet.manifests.errors import SpecError, SpecIssue, quote, shorten
-from fleet.manifests.kinds import registry, schema
+from fleet.manifests.kinds import registry, schema, trainjob
 from fleet.manifests.kinds.base import WorkloadModel
+from fleet.manifests.kinds.trainjob import TrainingRuntimeModel
 from fleet.manifests.wording import did_you_mean, loc_to_path, wrong_type, yaml_type
 from fleet.manifests.yaml_resolver import cached_resolver
 from fleet.manifests.yaml_stream import (
@@ -72,6 +73,7 @@ AnyModel = (
     | models.PropagationPolicyModel
     | WorkloadModel
     | models.MemberClusterModel
+    | TrainingRuntimeModel
 )
 
 
@@ -86,12 +88,16 @@ def _kinds() -> dict[str, dict[str, type[AnyModel]]]:
     }
     for kind in registry.KINDS:
         out.setdefault(kind.kind, {})[kind.api_version] = kind.model
+    for runtime in trainjob.RUNTIME_KINDS:
+        out[runtime] = {trainjob.API_VERSION: TrainingRuntimeModel}
     return out
 
 
 #: kind -> {apiVersion: model}: Fleet's own objects and every workload kind.
 KINDS: Final[Mapping[str, Mapping[str, type[AnyModel]]]] = _kinds()
-_NAMESPACED: Final = frozenset({"PropagationPolicy", *(k.kind for k in registry.KINDS)})
+_NAMESPACED: Final = frozenset(
+    {"PropagationPolicy", trainjob.RUNTIME, *(k.kind for k in registry.KINDS)}
+)
 #: What a document of an unknown kind is told Fleet reads: the workload kinds it
 #: runs with their apiVersions, then its own objects.
 _KNOWN: Final = (
@@ -261,7 +267,7 @@ def _load_one(index: int, raw: object) -> tuple[Document | None, list[SpecIssue]
             msg = f"{kind} must have apiVersion {expected}, not {quote(api)}"
         return None, [SpecIssue(index, kind, name, "apiVersion", msg)]
     model_type = versions[api]
-    if issubclass(model_type, WorkloadModel):
+    if schema.known(api, kind):
         # Someone else's kind: its CRD schema first, strictly (unknown fields are typos).
         found = schema.problems(api, kind, raw)
         if found:

@@ -62,6 +62,12 @@ PREEMPTIBLE_ANNOTATION: Final = "fleet.io/preemptible"
 SIM_DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 SIM_OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
 SIM_OUTCOMES: Final = ("Succeeded", "Failed")
+#: On the pod templates of a JobSet (and of a TrainJob's runtime) in a member: the pods
+#: one Job of its replicated job runs at once (:mod:`fleet.manifests.kinds.jobset`).
+PODS_PER_JOB_ANNOTATION: Final = "fleet.io/pods-per-job"
+#: On a stored TrainJob: the effective runtime it was planned with
+#: (:mod:`fleet.manifests.kinds.trainjob`); the member's runtime is made from it.
+TRAINING_RUNTIME_ANNOTATION: Final = "fleet.io/training-runtime"
 #: The labels and annotations Fleet itself writes on the jobs it creates in a
 #: member and on their pods (:mod:`fleet.clusters.kube.objects`, the pod binder), and
 #: reads back: a submission that carries one is refused
@@ -75,6 +81,8 @@ FLEET_WRITTEN_KEYS: Final = frozenset(
         "fleet.io/placement",
         "fleet.io/gpu-indices",
         "fleet.io/replica",
+        PODS_PER_JOB_ANNOTATION,
+        TRAINING_RUNTIME_ANNOTATION,
     }
 )
 #: Pod fields that say where or by whom a pod is placed: Fleet's to set alone.

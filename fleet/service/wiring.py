@@ -22,15 +22,19 @@ the members and the loop from the configuration the database holds *then*,
 restores the state exactly as a restart does, and starts the loop (whose
 writes are fenced by its term) and the :class:`~fleet.service.leadership.JobFeed`;
 losing the lease stops them again.  Followers read the tree and the
-clusters again after every election round, so they check submissions
-against what the leader uses.  On SQLite there is one replica: the loop
-starts at once, without election or fencing, as it always did.
+clusters (and the registered training runtimes) again after every election
+round, so they check submissions against what the leader uses.  Training
+runtimes (:func:`register_runtimes`, from an administrator's submission) are
+stored and taken by the replica that registered them at once.  On SQLite
+there is one replica: the loop starts at once, without election or fencing,
+as it always did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import socket
@@ -38,6 +42,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -92,6 +97,9 @@ class Service:
     stored_clusters: str = ""
     #: a leader's loop has been restored and runs (PostgreSQL)
     loop_runs: bool = False
+    #: the registered training runtimes (a TrainJob's pod sets come from one), by key;
+    #: replaced, never changed in place, when runtimes are registered
+    runtimes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def role(self) -> str:
@@ -229,7 +237,31 @@ async def start(settings: Settings, clock: Clock) -> Service:
             await member.close()
         await db.close()
         raise
-    return Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
+    svc = Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
+    svc.runtimes = await stored_runtimes(db)
+    return svc
+
+
+async def stored_runtimes(db: Database) -> dict[str, dict[str, Any]]:
+    """The registered training runtimes, by key."""
+    async with db.read() as session:
+        rows = await configuration.training_runtimes(session)
+    return {row.key: dict(json.loads(row.document)) for row in rows}
+
+
+async def register_runtimes(
+    svc: Service, runtimes: Sequence[tuple[str, dict[str, Any]]], author: str = ""
+) -> None:
+    """Store training runtimes ``(key, document)`` (replacing those of the same key), then
+    check submissions with them."""
+    if not runtimes:
+        return
+    async with svc.db.write() as session:
+        for key, document in runtimes:
+            text = json.dumps(document, separators=(",", ":"), sort_keys=True)
+            await configuration.put_training_runtime(session, key, text, svc.clock.now(), author)
+    svc.runtimes = {**svc.runtimes, **{key: document for key, document in runtimes}}
+    log.info("training runtimes registered: %s", ", ".join(key for key, _ in runtimes))
 
 
 async def _start_loop(
@@ -316,6 +348,7 @@ async def _start_replica(db: Database, settings: Settings, clock: Clock) -> Serv
     intake = Intake(db, clock, tell_loop, also=inbox)
     svc = Service(settings, clock, db, tree, tree_text, clusters, idle, intake)
     svc.stored_clusters = clusters_text
+    svc.runtimes = await stored_runtimes(db)
     holder.append(svc)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     svc.leadership = leadership = Leadership(
@@ -388,7 +421,8 @@ async def _stored_configuration(session: Session) -> tuple[str, str]:
 
 
 async def refresh_configuration(svc: Service) -> None:
-    """A follower: take the tree and clusters the leader stored, to check submissions with."""
+    """A follower: take the tree, clusters and training runtimes stored, to check
+    submissions with."""
     async with svc.db.read() as session:
         tree_text, clusters_text = await _stored_configuration(session)
     if tree_text != svc.tree_document:
@@ -397,6 +431,9 @@ async def refresh_configuration(svc: Service) -> None:
     if clusters_text != svc.stored_clusters:
         svc.clusters = convert.load_clusters(clusters_text)
         svc.stored_clusters = clusters_text
+    runtimes = await stored_runtimes(svc.db)
+    if runtimes != svc.runtimes:
+        svc.runtimes = runtimes
 
 
 async def cancel(svc: Service, job_id: int, key: str) -> None:

@@ -1,9 +1,13 @@
-"""Reading and writing the quota tree (versioned) and the member clusters.
+"""Reading and writing the quota tree (versioned), the member clusters and the training runtimes.
 
 Theory of operation: the quota tree is kept as the YAML document it was
 given in, one row per version; the highest version is the tree in force, and
 older versions are the history.  Member clusters are kept as their
-``MemberCluster`` documents, one row per name.  On PostgreSQL, replicas that
+``MemberCluster`` documents, one row per name.  Training runtimes (Trainer
+v2's ``ClusterTrainingRuntime`` and ``TrainingRuntime``, registered by an
+administrator) are kept as their JSON documents, one row per key
+(:func:`fleet.manifests.kinds.trainjob.runtime_key`); registering a key again
+replaces its document.  On PostgreSQL, replicas that
 start together store the shipped configuration once: the transaction that
 looks for it first takes the migration lock (:func:`lock_first_start`).
 """
@@ -14,7 +18,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.database import MIGRATION_LOCK
-from fleet.store.models import ClusterRow, QuotaTreeRow
+from fleet.store.models import ClusterRow, QuotaTreeRow, TrainingRuntimeRow
 
 
 async def lock_first_start(session: AsyncSession) -> None:
@@ -76,3 +80,26 @@ async def set_draining(session: AsyncSession, name: str) -> bool:
         return False
     row.draining = True
     return True
+
+
+async def training_runtimes(session: AsyncSession) -> list[TrainingRuntimeRow]:
+    """Every registered training runtime, by key."""
+    rows = await session.execute(select(TrainingRuntimeRow).order_by(TrainingRuntimeRow.key))
+    return list(rows.scalars())
+
+
+async def put_training_runtime(
+    session: AsyncSession, key: str, document: str, time: float, author: str = ""
+) -> None:
+    """Register training runtime ``key`` (its JSON ``document``), replacing an earlier one."""
+    row = await session.get(TrainingRuntimeRow, key)
+    if row is None:
+        session.add(
+            TrainingRuntimeRow(
+                key=key, document=document, created_at=time, updated_at=time, author=author
+            )
+        )
+    else:
+        row.document = document
+        row.updated_at = time
+        row.author = author

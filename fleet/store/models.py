@@ -127,6 +127,19 @@ class ClusterRow(Base):
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class TrainingRuntimeRow(Base):
+    """A registered training runtime (Trainer v2): its document by key, the latest one."""
+
+    __tablename__ = "training_runtimes"
+
+    #: ``ClusterTrainingRuntime/name`` or ``TrainingRuntime/namespace/name``
+    key: Mapped[str] = mapped_column(String(600), primary_key=True)
+    document: Mapped[str] = mapped_column(Text)  # the runtime as JSON
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    author: Mapped[str] = mapped_column(String(253), default="")
+
+
 class IntentRow(Base):
     __tablename__ = "intents"
 

@@ -19,6 +19,7 @@ TABLES = {
     "node_health",
     "quota_cuts",
     "quota_trees",
+    "training_runtimes",
     "unhealthy_jobs",
 }
 

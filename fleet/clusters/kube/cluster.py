@@ -11,8 +11,11 @@ pods that name Fleet's scheduler (:mod:`.pods`), and the Nodes
 one object name in a member is one job.
 
 * **Create** creates the object under its deterministic name
-  (:func:`.objects.member_object`); when the name is taken, the object there
-  is read: with the job's uid label,
+  (:func:`.objects.member_objects`), after the objects its kind needs first
+  (a TrainJob's runtime: each created, or patched to the wanted content when
+  there, only while the object is not there yet), which are then made owned
+  by it, so that the member's garbage collector deletes them with it; when
+  the name is taken, the object there is read: with the job's uid label,
   nothing is done (a restart after "decided" finds it); with another
   uid label, :class:`~fleet.clusters.base.ClusterConflict`, and the object is
   left alone, unless it is an ended (Succeeded or Failed) or deleted copy of an
@@ -91,7 +94,7 @@ from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
 from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import Kind, Phase
+from fleet.manifests.kinds.base import Dependency, Kind, Phase
 
 log = logging.getLogger("fleet.clusters.kube")
 
@@ -362,17 +365,25 @@ class KubeCluster:
         namespace, name = self._where(job.key)
         kind = registry.of(job.manifest)
         path = self._path(kind, namespace)
-        # Create first (one round trip when the name is free, as it nearly always
-        # is); a name taken is read and judged below.
-        body = objects.member_object(job, self._scheduler)
-        try:
-            found = await client.request("POST", path, body=body)
-        except AlreadyExists:
-            found = await client.request("GET", f"{path}/{name}")
-        else:
-            log.info(
-                "%s: created %s %s/%s for %s", self._name, kind.kind, namespace, name, job.key
-            )
+        body, dependencies = objects.member_objects(job, self._scheduler)
+        found: JSON | None = None
+        if dependencies:  # they go first, and only for an object not there yet
+            with contextlib.suppress(NotFound):
+                found = await client.request("GET", f"{path}/{name}")
+            if found is None:
+                for dependency in dependencies:
+                    await self._ensure(client, dependency)
+        if found is None:
+            # Create first (one round trip when the name is free, as it nearly always
+            # is); a name taken is read and judged below.
+            try:
+                found = await client.request("POST", path, body=body)
+            except AlreadyExists:
+                found = await client.request("GET", f"{path}/{name}")
+            else:
+                log.info(
+                    "%s: created %s %s/%s for %s", self._name, kind.kind, namespace, name, job.key
+                )
         found = _stamped(found, kind)
         uid = uid_of(found)
         if uid is not None and uid != job.uid and _replaceable(found):
@@ -403,6 +414,8 @@ class KubeCluster:
                 f"{kind.kind} {namespace}/{name} exists with uid label {uid!r}, not {job.uid}; "
                 "it is left as it is",
             )
+        for dependency in dependencies:
+            await self._own(client, dependency, found)
         wanted.created = True
         self._jobs[(namespace, name)] = found
         self._job_changed(found)
@@ -410,6 +423,38 @@ class KubeCluster:
         if placed != objects.placement_text(job.pods):  # it grew or shrank meanwhile
             wanted.out_of_date = True
             await self._update(wanted, job)
+
+    async def _ensure(self, client: KubeClient, dependency: Dependency) -> None:
+        """Create a job's dependency, or patch an existing one to the wanted content."""
+        try:
+            await client.request("POST", dependency.path, body=dependency.body)
+        except AlreadyExists:
+            name = dependency.body["metadata"]["name"]
+            await client.request(
+                "PATCH",
+                f"{dependency.path}/{name}",
+                body=dependency.body,
+                content_type="application/merge-patch+json",
+            )
+
+    async def _own(self, client: KubeClient, dependency: Dependency, owner: JSON) -> None:
+        """Make the job's object ``owner`` the owner of its dependency (it goes with it)."""
+        meta = objects.meta(owner)
+        reference = {
+            "apiVersion": owner.get("apiVersion"),
+            "kind": owner.get("kind"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+        }
+        name = dependency.body["metadata"]["name"]
+        patch = {"metadata": {"ownerReferences": [reference]}}
+        with contextlib.suppress(NotFound):
+            await client.request(
+                "PATCH",
+                f"{dependency.path}/{name}",
+                body=patch,
+                content_type="application/merge-patch+json",
+            )
 
     async def _update(self, wanted: _Wanted, job: DispatchedJob) -> None:
         """Patch the object to ``job``'s pods: counts, templates, placement."""

@@ -8,7 +8,10 @@ queue, cluster) and annotations (the job's key and its placement), and pod
 templates that name Fleet as their scheduler, carry the job's uid label, and
 may only run on the nodes planned for their replica type (node affinity on
 ``metadata.name``: every term the user gave, once per planned node); the
-kind writes each role's pod count and where its templates are.  The other
+kind writes each role's pod count and where its templates are.  A kind may
+need other objects in the member first (a TrainJob its runtime):
+:func:`member_objects` returns them with the object, which then refers to
+them (:meth:`~fleet.manifests.kinds.base.Kind.dependencies`).  The other
 functions read what the member says: an object's phase (its kind reads it), a
 Node's health, and the Binding and Event objects the pod binder posts.
 """
@@ -23,8 +26,9 @@ from typing import Any, Final
 from fleet.clusters.base import DispatchedJob
 from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
+from fleet.manifests import models
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import Phase
+from fleet.manifests.kinds.base import Dependency, Phase
 
 #: The pods' ``schedulerName``: Fleet binds the pods that name it.
 SCHEDULER_NAME: Final = "fleet-scheduler"
@@ -41,6 +45,10 @@ PLACEMENT_ANNOTATION: Final = "fleet.io/placement"
 GPU_ANNOTATION: Final = "fleet.io/gpu-indices"
 #: On a bound pod: which planned replica it is (``Worker-1``).
 REPLICA_ANNOTATION: Final = "fleet.io/replica"
+#: On a JobSet's pod templates: the pods one of its Jobs runs at once (its kind writes it).
+PODS_PER_JOB_ANNOTATION: Final = models.PODS_PER_JOB_ANNOTATION
+#: On a stored TrainJob: its effective runtime (the member's runtime is made from it).
+TRAINING_RUNTIME_ANNOTATION: Final = models.TRAINING_RUNTIME_ANNOTATION
 
 _LABEL_VALUE_MAX: Final = 63
 _SERVER_FIELDS: Final = (
@@ -79,6 +87,13 @@ def placement_text(pods: Sequence[PodPlacement]) -> str:
 
 def member_object(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
     """The object of ``job``'s kind in its member; see the module docstring."""
+    return member_objects(job, scheduler)[0]
+
+
+def member_objects(
+    job: DispatchedJob, scheduler: str = SCHEDULER_NAME
+) -> tuple[JSON, list[Dependency]]:
+    """:func:`member_object` and the objects it needs in the member first (its kind's)."""
     kind = registry.of(job.manifest)
     manifest: JSON = copy.deepcopy(dict(job.manifest))
     metadata = dict(manifest.get("metadata") or {})
@@ -111,7 +126,7 @@ def member_object(job: DispatchedJob, scheduler: str = SCHEDULER_NAME) -> JSON:
     spec = kind.member_spec(dict(manifest.get("spec") or {}), counts, decorate)
     manifest.update(apiVersion=kind.api_version, kind=kind.kind, metadata=metadata, spec=spec)
     manifest.pop("status", None)
-    return manifest
+    return kind.dependencies(manifest, decorate)
 
 
 def _template(template: Mapping[str, Any], uid: str, scheduler: str, nodes: list[str]) -> JSON:

@@ -23,6 +23,9 @@ from fleet.manifests.kinds import pods
 from fleet.manifests.models import ObjectMeta, parse_duration
 
 JSON = dict[str, Any]
+#: Registered objects a workload may refer to (Trainer's runtimes), their plain
+#: documents by key (:func:`fleet.manifests.kinds.trainjob.runtime_key`).
+Runtimes = Mapping[str, Mapping[str, Any]]
 #: Decorates one pod template of a member object (Fleet's labels, scheduler,
 #: planned nodes): ``(role, template) -> template``.
 Decorate = Callable[[str, Mapping[str, Any]], JSON]
@@ -43,6 +46,14 @@ class PodSet:
     per_pod: Resources
     template: str
     minimum: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """An object a member must hold before a job's object: ``body`` in collection ``path``."""
+
+    path: str
+    body: JSON
 
 
 class Phase(StrEnum):
@@ -109,6 +120,15 @@ class WorkloadModel(models._Foreign):
     def kind_problems(self) -> list[Problem]:
         """The kind's own checks (roles, counts, minimums) beyond its schema."""
         return []
+
+    def resolve(self, runtimes: Runtimes) -> tuple[WorkloadModel, list[Problem]]:
+        """The document with what it refers to found among the registered ``runtimes``
+        (a TrainJob's runtime), or the problems; most kinds refer to nothing."""
+        return self, []
+
+    def stored(self, raw: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The document as Fleet stores (and later creates) it, from what was submitted."""
+        return raw
 
     # Shared by every kind -------------------------------------------------------------
 
@@ -238,6 +258,17 @@ class Kind(ABC):
     def resize_patch(self, spec: Mapping[str, Any]) -> JSON:
         """The merge patch of ``spec`` that writes a resize (only when :attr:`resizable`)."""
         raise NotImplementedError(f"{self.kind} cannot be resized in place")
+
+    def dependencies(
+        self, obj: Mapping[str, Any], decorate: Decorate
+    ) -> tuple[JSON, list[Dependency]]:
+        """The member object as it refers to the objects it needs, and those objects.
+
+        A member creates (or patches to this content) each dependency before
+        the object, and then makes the object their owner, so that they go
+        with it.  Most kinds need nothing: ``obj`` as it is.
+        """
+        return dict(obj), []
 
     @abstractmethod
     def phase(self, obj: Mapping[str, Any]) -> tuple[Phase | None, str]:

@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fleet.manifests.kinds import batchjob, mpijob_v1, mpijob_v2, pytorchjob, tfjob, volcano
+from fleet.manifests.kinds import (
+    batchjob,
+    jobset,
+    mpijob_v1,
+    mpijob_v2,
+    pytorchjob,
+    tfjob,
+    trainjob,
+    volcano,
+)
 from fleet.manifests.kinds.base import Kind
 
 KINDS: Final[tuple[Kind, ...]] = (
@@ -21,6 +30,8 @@ KINDS: Final[tuple[Kind, ...]] = (
     mpijob_v1.KIND,
     mpijob_v2.KIND,
     volcano.KIND,
+    jobset.KIND,
+    trainjob.KIND,
     batchjob.KIND,
 )
 _BY_TYPE: Final = {(k.api_version, k.kind): k for k in KINDS}

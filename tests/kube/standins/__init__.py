@@ -1,1 +1,1 @@
-"""Stand-ins for member controllers that cannot be built here, for the member tests."""
+"""Stand-in controllers for the workload kinds whose real controllers cannot be built here."""
