@@ -143,6 +143,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--clients", type=int, default=8, help="submitting threads")
+    parser.add_argument("--nodes", type=int, default=NODES, help="fake Nodes per member")
+    parser.add_argument(
+        "--per-submission", type=int, default=1, help="jobs in one submission (one request)"
+    )
     parser.add_argument("--operator-threads", type=int, default=1, help="-controller-threads")
     parser.add_argument("--keep", type=Path, help="work (and leave the logs) in this directory")
     args = parser.parse_args()
@@ -153,7 +157,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    capacity = len(MEMBERS) * NODES * GPUS // 2
+    capacity = len(MEMBERS) * args.nodes * GPUS // 2
     if args.jobs > capacity:
         print(f"--jobs: at most {capacity} (two 1-GPU pods each)", file=sys.stderr)
         return 1
@@ -171,7 +175,7 @@ def main() -> int:
                 plane.install_crd(*CRDS)
                 plane.install_rbac()
                 plane.namespace("team-a")
-                names = [f"{member}-node-{i}" for i in range(NODES)]
+                names = [f"{member}-node-{i}" for i in range(args.nodes)]
                 for name in names:
                     plane.add_node(name, GPUS)
                     kwok_node(plane, name)
@@ -185,7 +189,7 @@ def main() -> int:
                 doc = member_document(member, plane.kubeconfig(), member)
                 pool = doc["spec"]["cells"]["physicalCluster"]
                 pool["cellTypes"]["GPU-NODE"]["childCellNumber"] = GPUS
-                pool["cellTypes"]["GPU-POOL"]["childCellNumber"] = NODES
+                pool["cellTypes"]["GPU-POOL"]["childCellNumber"] = args.nodes
                 pool["physicalCells"][0]["cellChildren"] = [{"cellAddress": n} for n in names]
                 documents.append(doc)
             (root / "fleet").mkdir()
@@ -204,14 +208,19 @@ def main() -> int:
             accepted: dict[str, float] = {}
             texts = {job: submission(job, workers=2, gpus=1) for job in jobs}
 
-            def submit(job: str) -> None:
-                fleet.submit(texts[job])  # type: ignore[union-attr]
-                accepted[job] = time.time()
+            size = max(1, args.per_submission)
+            batches = [jobs[i : i + size] for i in range(0, len(jobs), size)]
+
+            def submit(batch: list[str]) -> None:
+                fleet.submit("\n---\n".join(texts[job] for job in batch))  # type: ignore[union-attr]
+                now = time.time()
+                for job in batch:
+                    accepted[job] = now
 
             first = time.time()
             wall = time.monotonic()
             with ThreadPoolExecutor(args.clients) as pool_:
-                list(pool_.map(submit, jobs))
+                list(pool_.map(submit, batches))
             submitted = time.monotonic() - wall
 
             def object_name(job: str) -> str:
@@ -261,9 +270,9 @@ def main() -> int:
             o50, o99 = quantiles(operator_part) if operator_part else (0.0, 0.0)
             print(
                 f"bench_kube: {args.jobs} PyTorchJobs x 2 pods to two real members "
-                f"({NODES} x {GPUS} GPUs each), training operator v1.8.1 "
+                f"({args.nodes} x {GPUS} GPUs each), training operator v1.8.1 "
                 f"(-controller-threads={args.operator_threads}) + KWOK, "
-                f"{args.clients} submitting clients"
+                f"{args.clients} submitting clients, {args.per_submission} jobs per submission"
             )
             print(f"  submissions/s                          {args.jobs / submitted:8.1f}")
             print(f"  jobs/s dispatched (to {spread})  {dispatch_rate:8.1f}")
