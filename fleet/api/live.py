@@ -21,7 +21,7 @@ Theory of operation:
   each, read from the jobs the database records as holding cells there, and
   the nodes marked bad.  Nodes are paged (``limit``, ``continue``).
 * ``GET /api/v1/jobs/{namespace}/{name}/submitted`` answers the
-  PropagationPolicy and the PyTorchJob as they were submitted (YAML); a team
+  PropagationPolicy and the job as they were submitted (YAML); a team
   token sees those of its own queues only, like the job's events.
 
 Each handler carries its route's one declaration (:mod:`fleet.api.routing`):
@@ -307,7 +307,7 @@ async def cluster_cells(
     "GET",
     "/api/v1/jobs/{namespace}/{name}/submitted",
     "getSubmittedJob",
-    "The PropagationPolicy and the PyTorchJob as submitted, as YAML",
+    "The PropagationPolicy and the job as submitted, as YAML",
     "jobs",
     access="team",
     description="A team token reads those of its own queues' jobs only (like the events of a job).",

@@ -40,7 +40,7 @@ BEARER: Final = "bearer"
 ACCESS_CONTROL: Final = True
 
 TAGS: Final = {
-    "jobs": "Submitting, listing, describing and cancelling PyTorchJobs.",
+    "jobs": "Submitting, listing, describing and cancelling jobs of every kind Fleet runs.",
     "queues": "The quota tree and its queues.",
     "clusters": "Member clusters.",
     "service": "Health and this document.",

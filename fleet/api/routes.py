@@ -100,14 +100,14 @@ def _time(seconds: float) -> datetime.datetime:
     "POST",
     "/api/v1/submissions",
     "submitJobs",
-    "Submit PropagationPolicies and the PyTorchJobs they select",
+    "Submit PropagationPolicies and the jobs they select",
     "jobs",
     access="team",
     audit="submission",
     body=RequestBody(
         YAML_MEDIA_TYPES,
-        "A multi-document YAML stream: PropagationPolicy and PyTorchJob documents. "
-        "Every PyTorchJob must be selected by a PropagationPolicy of the stream and every "
+        "A multi-document YAML stream: PropagationPolicy documents and jobs of the kinds Fleet runs. "
+        "Every job must be selected by a PropagationPolicy of the stream and every "
         "policy must select one of its jobs.",
     ),
     description="All or nothing: every problem of every document is listed in one 422 "
@@ -128,7 +128,7 @@ def _time(seconds: float) -> datetime.datetime:
     ),
 )
 async def submit_jobs(request: web.Request) -> web.Response:
-    """``POST /api/v1/submissions``: a PropagationPolicy and the PyTorchJobs it selects."""
+    """``POST /api/v1/submissions``: a PropagationPolicy and the jobs it selects."""
     svc = _svc(request)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))

@@ -342,6 +342,6 @@ DRY_RUN: Final = query(
 LIMIT: Final = query("limit", "Items per page.", int, default=100, low=1, high=1000)
 CONTINUE: Final = query("continue", "The continue token of the previous page.")
 JOB_PATH: Final = (
-    path("namespace", "The PyTorchJob's namespace."),
-    path("name", "The PyTorchJob's name."),
+    path("namespace", "The job's namespace."),
+    path("name", "The job's name."),
 )

@@ -132,7 +132,7 @@ def _check_jobs(args: argparse.Namespace) -> int:
     _warn(args.file, [str(w) for w in convert.submission_warnings(text)])
     routed = "queues routed" if tree is not None else "queues not routed (no --quota)"
     print(
-        f"OK: {args.file}: {_plural(n_jobs, 'PyTorchJob')}, "
+        f"OK: {args.file}: {_plural(n_jobs, 'job')}, "
         f"{_plural(n_policies, 'PropagationPolicy')}; {routed}"
     )
     return 0
@@ -200,9 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("file", metavar="FILE", help="YAML file with exactly one ElasticQuotaTree")
     q.set_defaults(handler=_check_quota)
     j = what.add_parser(
-        "jobs", help="PyTorchJobs and PropagationPolicies (a submission)", parents=[inputs]
+        "jobs", help="jobs and PropagationPolicies (a submission)", parents=[inputs]
     )
-    j.add_argument("file", metavar="FILE", help="YAML file of PyTorchJobs and PropagationPolicies")
+    j.add_argument("file", metavar="FILE", help="YAML file of jobs and PropagationPolicies")
     j.add_argument(
         "--quota",
         metavar="TREE",
@@ -246,12 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         metavar="JOBS",
         required=True,
-        help="PyTorchJobs and PropagationPolicies to submit, in document order",
+        help="jobs and PropagationPolicies to submit, in document order",
     )
     p.add_argument(
         "--running",
         metavar="RUNNING",
-        help="PyTorchJobs (and PropagationPolicies) that are already running, in the same "
+        help="jobs (and PropagationPolicies) that are already running, in the same "
         "format as --jobs: they are scheduled first, in document order, and the jobs of "
         "--jobs may preempt them; a job may not be in both files; their placements are "
         "computed, not read",

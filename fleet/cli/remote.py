@@ -455,7 +455,7 @@ def add_parsers(sub: Any) -> None:
     )
 
     a = sub.add_parser(
-        "apply", help="submit PyTorchJobs with their PropagationPolicy", parents=[server]
+        "apply", help="submit jobs with their PropagationPolicy", parents=[server]
     )
     a.add_argument(
         "-f",

@@ -54,7 +54,7 @@ def plan_files(tmp_path: Path, jobs: str, **files: str) -> list[str]:
 def test_policy_count_is_plural_english(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "jobs.yaml", dump(make_job()))
     rc, out, _ = check(capsys, "jobs", f)
-    assert rc == 0 and "1 PyTorchJob, 0 PropagationPolicies;" in out
+    assert rc == 0 and "1 job, 0 PropagationPolicies;" in out
     f = write(tmp_path, "two.yaml", dump(make_policy("p1"), make_policy("p2", priority=1)))
     rc, out, _ = check(capsys, "jobs", f)
     assert rc == 0 and "2 PropagationPolicies;" in out
@@ -104,7 +104,7 @@ def test_empty_cluster_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
 def test_empty_job_file_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = write(tmp_path, "jobs.yaml", "")
     rc, out, err = check(capsys, "jobs", f)
-    assert rc == 0 and out.startswith(f"OK: {f}: 0 PyTorchJobs")
+    assert rc == 0 and out.startswith(f"OK: {f}: 0 jobs")
     assert err == f"warning: {f}: document 0: the file holds no job\n"
 
 
@@ -391,7 +391,7 @@ def test_check_jobs_with_clusters_runs_the_servers_fit_test(
     assert "a Master pod asks for nvidia.com/gpu 9, cpu 1, more than any node" in err
     # Without --clusters there is nothing to fit.
     rc, out, _ = check(capsys, "jobs", jobs)
-    assert rc == 0 and out.startswith(f"OK: {jobs}: 2 PyTorchJobs")
+    assert rc == 0 and out.startswith(f"OK: {jobs}: 2 jobs")
 
 
 # The seed objects ----------------------------------------------------------------------
@@ -468,10 +468,10 @@ def test_seed_tree_policy_and_kubeflow_examples_load(
         assert rc == 0, err
         # Only the tree's own warning (root min != max); nothing about the jobs.
         assert all(line.startswith(f"warning: {tree}: root node") for line in err.splitlines())
-        assert "1 PyTorchJob, 1 PropagationPolicy;" in out
+        assert "1 job, 1 PropagationPolicy;" in out
     rc, out, err = check(capsys, "jobs", str(KUBEFLOW / "example-pytorchjob-simple.yaml"))
     assert (rc, err) == (0, "")
-    assert "1 PyTorchJob, 0 PropagationPolicies; queues not routed" in out
+    assert "1 job, 0 PropagationPolicies; queues not routed" in out
 
 
 def test_check_quota_lists_every_broken_rule(

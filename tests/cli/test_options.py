@@ -96,7 +96,7 @@ def test_plan_help_says_what_running_expects(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "--running RUNNING PyTorchJobs (and PropagationPolicies) that are already running" in out
+    assert "--running RUNNING jobs (and PropagationPolicies) that are already running" in out
     assert "same format as --jobs" in out
     assert "--max-input-size SIZE" in out and "(default: 8MiB)" in out
 

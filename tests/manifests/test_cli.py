@@ -57,7 +57,7 @@ def test_job_examples_pass(quota: str | None, capsys: pytest.CaptureFixture[str]
         argv += ["--quota", str(POLICIES / "quota" / quota)]
     assert cli.main(argv) == 0
     out, err = capsys.readouterr()
-    assert "4 PyTorchJobs, 4 PropagationPolicies" in out
+    assert "4 jobs, 4 PropagationPolicies" in out
     assert ("queues routed" if quota else "queues not routed") in out
     assert err == ""
 
