@@ -107,8 +107,8 @@ def _time(seconds: float) -> datetime.datetime:
     body=RequestBody(
         YAML_MEDIA_TYPES,
         "A multi-document YAML stream: PropagationPolicy documents and jobs of the "
-        "kinds Fleet runs. Every job must be selected by a PropagationPolicy of the stream and every "
-        "policy must select one of its jobs.",
+        "kinds Fleet runs. Every job must be selected by a PropagationPolicy of the "
+        "stream and every policy must select one of its jobs.",
     ),
     description="All or nothing: every problem of every document is listed in one 422 "
     "answer and nothing is stored. Submitting the same jobs again with the same specs "
