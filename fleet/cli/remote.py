@@ -454,9 +454,7 @@ def add_parsers(sub: Any) -> None:
         help="table (default), json or yaml",
     )
 
-    a = sub.add_parser(
-        "apply", help="submit jobs with their PropagationPolicy", parents=[server]
-    )
+    a = sub.add_parser("apply", help="submit jobs with their PropagationPolicy", parents=[server])
     a.add_argument(
         "-f",
         "--file",
