@@ -3,7 +3,8 @@
 Theory of operation: the benchmark starts two member control planes (etcd
 and kube-apiserver from ``scripts/kube-binaries``), each with the CRDs
 the training operator serves, Fleet's RBAC and 8 Nodes of 8 GPUs, and in each the controllers of
-``tests/kube/real_operator.py`` (from ``scripts/controller-binaries``): the
+``tests/kube/real_operator.py`` (from ``scripts/controller-binaries``, started by
+``tests/kube/controllers.py``): the
 Kubeflow training operator v1.8.1, KWOK playing the Nodes' kubelets, and the
 garbage collector; then ``fleet serve`` on a SQLite file with both members.
 It watches each member's PyTorchJobs and pods (the time each PyTorchJob is
@@ -48,13 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.kube.conftest import CRDS, Fleet, member_document, submission
+from tests.kube.controllers import controller_binaries
 from tests.kube.controlplane import ControlPlane, binaries
-from tests.kube.real_operator import (
-    JOB_NAME_LABEL,
-    MemberControllers,
-    controller_binaries,
-    kwok_node,
-)
+from tests.kube.real_operator import JOB_NAME_LABEL, MemberControllers, kwok_node
 
 MEMBERS = ("alpha", "beta")
 NODES = 8
@@ -200,7 +197,7 @@ def main() -> int:
             for plane in planes.values():
                 pids += [p.pid for p in (plane.apiserver, plane.etcd) if p is not None]
             for c in controllers:
-                pids += [p.pid for p in c.procs.values()]
+                pids += c.procs.pids()
             cpu_before = {pid: cpu_seconds(pid) for pid in pids}
             own_before = sum(os.times()[:2])
 

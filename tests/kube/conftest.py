@@ -3,24 +3,31 @@
 Theory of operation: ``members`` (once per session) starts two independent
 control planes, ``alpha`` and ``beta`` (etcd and kube-apiserver each, on
 free loopback ports, token authentication, RBAC on), installs the CRDs of
-the training operator's kinds (:data:`CRDS`: PyTorchJob, TFJob, MPIJob v1)
-and ``deploy/member/rbac.yaml`` (Fleet's only rights), makes the ``team-a``
+every kind the session's tests run there (:data:`CRDS`: the training
+operator's PyTorchJob, TFJob and MPIJob v1, Volcano's Job and PodGroup) and
+``deploy/member/rbac.yaml`` (Fleet's only rights), makes the ``team-a``
 namespace and two Nodes of 4 GPUs each, named as in the member's cell config
 (:data:`NODES`) and given to KWOK.  ``member_controllers`` (once per
 session, each start costs seconds) runs each member's real controllers
-(:mod:`.real_operator`): the Kubeflow training operator v1, KWOK as the
-Nodes' kubelets, and the garbage collector.  Before each test
-``clean_members`` removes every training job, pod and object the operator
-made that is left over, makes every Node Ready, schedulable and KWOK's
-again, and restarts the controllers when one died or the API server was
-restarted.  A test asks for ``operators`` (the real controllers, resumed)
-or, where it needs what the real operator cannot do on demand, for
-``standin_operators``: the real ones paused (``SIGSTOP``) while the stand-in
-of :mod:`.operator` plays the operator and the kubelets; such a test's
-docstring says "stand-in:" and why.  :class:`Fleet` runs ``fleet serve`` on
-a fresh SQLite database with the two members from kubeconfig files (its
-``--kubeconfig-dir`` the directory that holds the members' own), and reads
-its HTTP API.
+(:mod:`.real_operator`, started by :mod:`.controllers`): the Kubeflow
+training operator v1, KWOK as the Nodes' kubelets, and the garbage
+collector.  Before each test ``clean_members`` starts an API server that
+died or was stopped, restarts the controllers when one died or the API
+server was restarted, and removes what an earlier test left (:func:`clean`):
+every workload of every kind (:data:`WORKLOADS`), every pod, and what the
+controllers made beside them; it makes every Node Ready, schedulable and
+KWOK's again.  A test asks for ``operators`` (the real controllers,
+resumed), with a stand-in of :mod:`.standins` beside them for a kind whose
+controller cannot be built here (it plays that controller alone), or, where
+it needs what the real operator cannot do on demand, for
+``standin_operators``: KWOK and the real operator paused (``SIGSTOP``) while
+the stand-in of :mod:`.operator` plays the operator and the kubelets; such a
+test's docstring says "stand-in:" and why.  Tests that need controllers the
+session's members do not run (the Job controller, KWOK's ``pod-complete``)
+or a member without the CRDs start control planes of their own.
+:class:`Fleet` runs ``fleet serve`` on a fresh SQLite database with the
+members given from kubeconfig files (its ``--kubeconfig-dir`` the directory
+that holds the members' own), and reads its HTTP API.
 
 When the binaries are missing (``scripts/kube-binaries`` and
 ``scripts/controller-binaries`` build them, and ``make test`` runs them)
@@ -46,25 +53,40 @@ import yaml
 
 from fleet.testing import servers
 from tests.databases import in_ci
+from tests.kube.controllers import require_controllers
 from tests.kube.controlplane import ApiError, ControlPlane, binaries, wait_for
 from tests.kube.operator import Operator
-from tests.kube.real_operator import MemberControllers, controller_binaries, kwok_node
+from tests.kube.real_operator import MemberControllers, kwok_node
 
 NAMES = ("alpha", "beta")
 NODES = {name: (f"{name}-node-0", f"{name}-node-1") for name in NAMES}
 GPUS_PER_NODE = 4
 NAMESPACE = "team-a"
-#: The CRDs every member has: the kinds the training operator v1 runs.
-CRDS = ("kubeflow.org_pytorchjobs.yaml", "kubeflow.org_tfjobs.yaml", "kubeflow.org_mpijobs.yaml")
-#: The training jobs' collections, cleaned before each test.
-TRAINING_JOBS = ("pytorchjobs", "tfjobs", "mpijobs")
-#: What the training operator makes beside pods (owned by a job), cleaned before each test.
+#: The CRDs every member has: the training operator v1's kinds and Volcano's.
+CRDS = (
+    "kubeflow.org_pytorchjobs.yaml",
+    "kubeflow.org_tfjobs.yaml",
+    "kubeflow.org_mpijobs.yaml",
+    "batch.volcano.sh_jobs.yaml",
+    "scheduling.volcano.sh_podgroups.yaml",
+)
+#: Every kind's workloads and what their controllers make of them, by API
+#: prefix and plural: deleted in every namespace before each test.
+WORKLOADS = (
+    ("/apis/kubeflow.org/v1", "pytorchjobs"),
+    ("/apis/kubeflow.org/v1", "tfjobs"),
+    ("/apis/kubeflow.org/v1", "mpijobs"),
+    ("/apis/batch.volcano.sh/v1alpha1", "jobs"),
+    ("/apis/scheduling.volcano.sh/v1beta1", "podgroups"),
+)
+#: What the controllers make beside pods (owned by a workload), deleted in every
+#: namespace before each test when it has an owner.
 OWNED = (
-    "/api/v1/namespaces/{ns}/services",
-    "/api/v1/namespaces/{ns}/configmaps",
-    "/api/v1/namespaces/{ns}/serviceaccounts",
-    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-    "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+    ("/api/v1", "services"),
+    ("/api/v1", "configmaps"),
+    ("/api/v1", "serviceaccounts"),
+    ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 )
 
 QUOTA = """\
@@ -223,16 +245,7 @@ def members(
 
 @pytest.fixture(scope="session")
 def controllers_bin() -> Path:
-    found = controller_binaries()
-    if found is None:
-        message = (
-            "the member controllers are not built: run scripts/controller-binaries "
-            "(.ci/run and scripts/run-tests do), or set FLEET_CONTROLLERS_BIN"
-        )
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return require_controllers()
 
 
 @pytest.fixture(scope="session")
@@ -297,25 +310,16 @@ def standin_operators(
 
 
 def clean(plane: ControlPlane, nodes: tuple[str, ...]) -> None:
+    """Remove every workload, pod and owned object; every Node Ready, schedulable, KWOK's."""
     admin = plane.admin
-    for plural in TRAINING_JOBS:
-        for job in admin.items(f"/apis/kubeflow.org/v1/{plural}"):
-            meta = job["metadata"]
-            with contextlib.suppress(ApiError):
-                admin.request(
-                    "DELETE",
-                    f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
-                )
-    # An operator that had not seen a job's deletion yet may make a pod again: twice.
+    for prefix, plural in WORKLOADS:
+        delete_all(admin, prefix, plural)
+    # A controller that had not seen a workload's deletion yet may make a pod again: twice.
     delete_pods(admin)
     time.sleep(0.2)
     delete_pods(admin)
-    for collection in OWNED:
-        path = collection.format(ns=NAMESPACE)
-        for obj in admin.items(path):
-            if obj["metadata"].get("ownerReferences"):
-                with contextlib.suppress(ApiError):
-                    admin.request("DELETE", f"{path}/{obj['metadata']['name']}")
+    for prefix, plural in OWNED:
+        delete_all(admin, prefix, plural, owned=True)
     for node in nodes:
         try:
             admin.get(f"/api/v1/nodes/{node}")
@@ -324,6 +328,24 @@ def clean(plane: ControlPlane, nodes: tuple[str, ...]) -> None:
         plane.cordon(node, False)
         kwok_node(plane, node)
         plane.set_node_ready(node, True)
+
+
+def delete_all(admin: Any, prefix: str, plural: str, *, owned: bool = False) -> None:
+    """Delete every ``plural`` of every namespace (``owned``: those with an owner only)."""
+    try:
+        found = admin.items(f"{prefix}/{plural}")
+    except ApiError as e:
+        if e.status == 404:  # a test took its CRD away
+            return
+        raise
+    for obj in found:
+        meta = obj["metadata"]
+        if owned and not meta.get("ownerReferences"):
+            continue
+        with contextlib.suppress(ApiError):
+            admin.request(
+                "DELETE", f"{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+            )
 
 
 def delete_pods(admin: Any) -> None:
@@ -453,7 +475,8 @@ def kubeconfigs_holder(documents: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture
 def fleet_factory(clean_members: dict[str, ControlPlane], tmp_path: Path) -> Iterator[Any]:
-    """Start ``fleet serve`` with member documents (default: both members, Fleet's token).
+    """Start ``fleet serve`` with member documents (default: both members, Fleet's token)
+    and a quota tree (default: :data:`QUOTA`).
 
     Its kubeconfig directory holds every member's directory (members added later too).
     """
@@ -461,12 +484,12 @@ def fleet_factory(clean_members: dict[str, ControlPlane], tmp_path: Path) -> Ite
     started: list[Fleet] = []
     holder = Path(os.path.commonpath([str(plane.dir) for plane in members.values()]))
 
-    def make(documents: list[dict[str, Any]] | None = None) -> Fleet:
+    def make(documents: list[dict[str, Any]] | None = None, quota: str = QUOTA) -> Fleet:
         if documents is None:
             documents = [
                 member_document(name, plane.kubeconfig(), name) for name, plane in members.items()
             ]
-        fleet = Fleet(tmp_path, documents, kubeconfig_dir=holder).start()
+        fleet = Fleet(tmp_path, documents, quota=quota, kubeconfig_dir=holder).start()
         started.append(fleet)
         return fleet
 

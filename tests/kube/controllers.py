@@ -1,38 +1,58 @@
 """The real member controllers, started out of cluster against a test control plane.
 
 Theory of operation: ``scripts/controller-binaries`` builds the Kubeflow
-training operator (v1.8.1), KWOK (v0.8.0) and kube-controller-manager from
-their Go modules; ``FLEET_CONTROLLERS_BIN`` names their directory (else the
-script is asked where its cache is).  :func:`require_controllers` returns it,
+training operator (v1.8.1), KWOK (v0.8.0) and kube-controller-manager
+(v1.34.4) from their Go modules; ``FLEET_CONTROLLERS_BIN`` names their
+directory (else the script is asked where its cache is):
+:func:`controller_binaries` finds it, :func:`require_controllers` returns it
 or fails the test under ``CI=true`` and skips it elsewhere when they are not
 built, as the control planes' own binaries do (:mod:`tests.kube.conftest`).
 
-:class:`Processes` holds the processes one test starts, each logging to a
-file of its own, and stops them all however the test ends.  The starters:
+This module is the one place that knows how each controller is started;
+its users decide which run where and for how long:
+:class:`~tests.kube.real_operator.MemberControllers` runs all three in each
+session member for the whole session, ``tests/kube/test_kind_batch.py`` runs
+KWOK and the Job controller in its own member for its module, and
+``tests/kube/test_real_controllers.py`` KWOK and the operator in a control
+plane of its own for one test.
+
+:class:`Processes` holds the processes started, each logging to a file of
+its own (appended to across restarts), and stops them all however the test
+ends; it also stops and resumes some of them (``SIGSTOP``/``SIGCONT``).
+The starters:
 
 * :func:`start_kwok`: KWOK with the admin's kubeconfig, managing one Node by
-  name or every Node, playing the stages of ``tests/kube/kwok/stages.yaml``
-  (or a file :func:`kwok_stages` composed from it): Nodes Ready, pods bound
-  to them Running, a batch Job's pods Succeeded at once;
-* :func:`start_controller_manager`: kube-controller-manager with the Job
-  controller and the garbage collector only (no leader election, no serving);
+  name, the Nodes with a label, or every Node, playing the stages of
+  ``tests/kube/kwok/stages.yaml`` (or a file :func:`kwok_stages` composed
+  from it): Nodes Ready, pods bound to them Running, a pod owned by a
+  ``Job`` (any group's) Succeeded at once unless that stage is left out;
+* :func:`start_controller_manager`: kube-controller-manager with the
+  controllers asked for (the Job controller and the garbage collector by
+  default), no leader election, no serving;
 * :func:`start_training_operator`: the training operator with ``-kubeconfig``,
   the schemes asked for, its webhook server on a free loopback port, metrics
   and probes off, and the Secret its certificate rotator insists on
-  (``training-operator-webhook-cert`` in ``kubeflow``) made first;
-  :func:`mount_operator_certs` then copies the serving certificate the
-  rotator writes there to where a pod would have it mounted
-  (``/tmp/k8s-webhook-server/serving-certs``, fixed in v1.8.1), as the
-  operator sets up its controllers only once it is there.
+  (``training-operator-webhook-cert`` in ``kubeflow``) made first (one made
+  earlier is kept); :func:`mount_operator_certs` then puts a serving
+  certificate where a pod would have the Secret mounted
+  (:data:`OPERATOR_CERT_DIR`, fixed in v1.8.1), as the operator sets up its
+  controllers only once ``tls.crt`` is there, and :func:`wait_operator_started`
+  waits until every controller's workers run.  That directory is shared by
+  every operator on the machine (other test sessions' too): no
+  ValidatingWebhookConfiguration is installed, so no webhook is ever called
+  and any valid pair will do.  A pair already there is kept, a missing one
+  is written under a lock, key then certificate, each by a rename, and
+  nothing ever removes it.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +61,22 @@ import yaml
 
 from fleet.testing.servers import free_port
 from tests.databases import in_ci
-from tests.kube.controlplane import ControlPlane, wait_for
+from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.paths import ROOT
 
 CONTROLLERS = ("training-operator.v1", "kwok", "kube-controller-manager")
 KWOK_DIR = Path(__file__).parent / "kwok"
 STAGES = KWOK_DIR / "stages.yaml"
+#: The training operator's kinds, as ``-enable-scheme`` names them, and the
+#: controllers (by their log name) whose workers must have started.
+SCHEMES = {
+    "pytorchjob": "pytorchjob-controller",
+    "tfjob": "tfjob-controller",
+    "mpijob": "mpijob-controller",
+}
 #: Where the operator's certificate rotator keeps its Secret (MY_POD_NAMESPACE).
 OPERATOR_NAMESPACE = "kubeflow"
+OPERATOR_SECRET = "training-operator-webhook-cert"
 #: Where the operator (v1.8.1, a constant) expects that Secret mounted, as a pod would.
 OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 
@@ -87,14 +115,18 @@ def require_controllers() -> Path:
 
 
 class Processes:
-    """Processes started for one test, each logging to a file; :meth:`stop` ends them all."""
+    """Processes started for a test or a session, each logging to a file; see the module."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: Where each process's log began at its last start.
+        self.log_starts: dict[str, int] = {}
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{name}.log").open("ab") as log:
+            self.log_starts[name] = log.tell()
             self.procs[name] = subprocess.Popen(
                 argv,
                 stdout=log,
@@ -102,11 +134,31 @@ class Processes:
                 env={**os.environ, **(env or {})},
             )
 
+    def alive(self) -> bool:
+        """Whether some were started and every one still runs."""
+        return bool(self.procs) and all(p.poll() is None for p in self.procs.values())
+
     def check(self) -> None:
         """AssertionError with its log when a process has exited."""
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 raise AssertionError(f"{name} exited ({proc.returncode}):\n{self.tail(name)}")
+
+    def signal(self, names: Iterable[str], signum: signal.Signals) -> None:
+        """Send ``signum`` to the running processes named."""
+        for name in names:
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signum)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def log(self, name: str) -> str:
+        """What the process has logged since its last start."""
+        with (self.log_dir / f"{name}.log").open("rb") as f:
+            f.seek(self.log_starts.get(name, 0))
+            return f.read().decode(errors="replace")
 
     def tail(self, name: str, lines: int = 40) -> str:
         f = self.log_dir / f"{name}.log"
@@ -117,8 +169,10 @@ class Processes:
         return "\n".join(f"--- {name}\n{self.tail(name)}" for name in self.procs)
 
     def stop(self) -> None:
+        """SIGTERM (after SIGCONT, for a stopped one) to each, SIGKILL after 20 s; forget them."""
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
         for proc in self.procs.values():
             try:
@@ -126,6 +180,7 @@ class Processes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.procs.clear()
 
 
 def kwok_stages(
@@ -149,14 +204,17 @@ def start_kwok(
     kubeconfig: Path,
     *,
     node: str | None = None,
+    label: tuple[str, str] | None = None,
     stages: Path = STAGES,
 ) -> None:
-    """KWOK managing Node ``node`` (None: every Node) with the stages of ``stages``."""
-    manage = (
-        ["--manage-all-nodes=false", f"--manage-single-node={node}"]
-        if node is not None
-        else ["--manage-all-nodes=true"]
-    )
+    """KWOK managing Node ``node``, or the Nodes labelled ``label``, or (neither) every Node."""
+    if node is not None:
+        manage = ["--manage-all-nodes=false", f"--manage-single-node={node}"]
+    elif label is not None:
+        selector = "=".join(label)
+        manage = ["--manage-all-nodes=false", f"--manage-nodes-with-label-selector={selector}"]
+    else:
+        manage = ["--manage-all-nodes=true"]
     procs.start(
         "kwok",
         [
@@ -198,27 +256,30 @@ def start_training_operator(
     bin_dir: Path,
     kubeconfig: Path,
     schemes: Sequence[str] = ("pytorchjob",),
+    *,
+    threads: int = 1,
 ) -> None:
     """The training operator for ``schemes``; then :func:`mount_operator_certs`."""
     # Its certificate rotator updates this Secret and fails at once without
     # it; without a ValidatingWebhookConfiguration it only logs, and no
     # admission webhook of the operator is called.
     plane.namespace(OPERATOR_NAMESPACE)
-    plane.admin.request(
-        "POST",
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "training-operator-webhook-cert"},
-        },
-    )
+    try:
+        plane.admin.request(
+            "POST",
+            f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets",
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": OPERATOR_SECRET}},
+        )
+    except ApiError as e:
+        if e.status != 409:  # 409: made by an earlier start, with its certificate
+            raise
     procs.start(
         "training-operator",
         [
             str(bin_dir / "training-operator.v1"),
             f"-kubeconfig={kubeconfig}",
             *(f"-enable-scheme={s}" for s in schemes),
+            f"-controller-threads={threads}",
             f"-webhook-server-port={free_port()}",
             "-metrics-bind-address=0",
             "-health-probe-bind-address=0",
@@ -229,29 +290,46 @@ def start_training_operator(
     )
 
 
-def mount_operator_certs(procs: Processes, plane: ControlPlane) -> list[Path]:
-    """Write the serving certificate the operator put in its Secret where it waits for it.
+def mount_operator_certs(procs: Processes, plane: ControlPlane, timeout: float = 60.0) -> None:
+    """Put a serving certificate where the operator waits for its Secret mounted.
 
-    In a cluster the kubelet mounts the Secret; the operator sets up its
-    controllers only once the files are there.  The files written, to remove.
+    In a cluster the kubelet mounts the Secret; here the pair the operator's
+    rotator wrote in it is copied unless a pair is there already (see the
+    module docstring).
     """
 
     def certificate() -> dict[str, str] | None:
         procs.check()
-        secret = plane.admin.get(
-            f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets/training-operator-webhook-cert"
-        )
+        path = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/secrets/{OPERATOR_SECRET}"
+        secret = plane.admin.get(path)
         data = secret.get("data") or {}
         return data if "tls.crt" in data and "tls.key" in data else None
 
-    data = wait_for(certificate, "the operator's serving certificate in its Secret", 60)
+    data = wait_for(certificate, "the operator's serving certificate in its Secret", timeout)
     OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in ("tls.crt", "tls.key"):
-        path = OPERATOR_CERT_DIR / name
-        path.write_bytes(base64.b64decode(data[name]))
-        written.append(path)
-    return written
+    with (OPERATOR_CERT_DIR.parent / "serving-certs.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (OPERATOR_CERT_DIR / "tls.crt").exists():
+            return
+        for name in ("tls.key", "tls.crt"):  # the rotator looks for tls.crt: last
+            path = OPERATOR_CERT_DIR / name
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(base64.b64decode(data[name]))
+            tmp.replace(path)
+
+
+def wait_operator_started(
+    procs: Processes, schemes: Sequence[str] = ("pytorchjob",), timeout: float = 60.0
+) -> None:
+    """Until the operator logs (since its start) that every scheme's controller runs workers."""
+
+    def started() -> bool:
+        procs.check()
+        lines = procs.log("training-operator").splitlines()
+        begun = [line for line in lines if "Starting workers" in line]
+        return all(any(f'"controller": "{SCHEMES[s]}"' in line for line in begun) for s in schemes)
+
+    wait_for(started, "the training operator's controllers", timeout, interval=0.2)
 
 
 def wait_node_ready(procs: Processes, plane: ControlPlane, node: str) -> dict[str, Any]:

@@ -14,6 +14,10 @@ run by the **stand-in** :class:`~tests.kube.standins.mpi_operator.MPIOperator`,
 which makes the launcher Job and the worker pods as the MPI operator names and
 labels them; the launcher's pod comes from the real Job controller.
 
+The member is not one of the session's (:mod:`tests.kube.conftest`): they
+have MPIJob v1's CRD, which has the same name as v2beta1's, and run neither
+the Job controller nor the ``pod-exit`` stage.
+
 One ``fleet serve`` for the module, whose MemberCluster lists the kinds the
 member runs (``spec.kinds``: batch/v1 Job and MPIJob v2beta1).  Each test
 submits its jobs, reads what happens through Fleet's HTTP API and the
@@ -35,7 +39,6 @@ from tests.kube.controllers import (
     KWOK_DIR,
     Processes,
     kwok_stages,
-    require_controllers,
     start_controller_manager,
     start_kwok,
     wait_node_ready,
@@ -67,8 +70,10 @@ class Member:
 
 
 @pytest.fixture(scope="module")
-def member(kube_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Member]:
-    bin_dir = require_controllers()
+def member(
+    kube_bin: Path, controllers_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Member]:
+    bin_dir = controllers_bin
     root = tmp_path_factory.mktemp("batch-member")
     plane = ControlPlane(MEMBER, kube_bin, root)
     procs = Processes(root)

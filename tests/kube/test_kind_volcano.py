@@ -1,31 +1,32 @@
 """Volcano Jobs on a real member: dispatched, bound to the planned nodes, run, ended, cancelled.
 
-The member is the ``alpha`` control plane of the ``members`` fixture with the
-real Volcano CRDs (``batch.volcano.sh`` Job, ``scheduling.volcano.sh``
-PodGroup) installed and, in place of Volcano's controller, which cannot be
-built here, the STAND-IN of :mod:`tests.kube.standins.volcano`: it makes the
-PodGroup and the pods as Volcano's job controller names and labels them,
-plays the kubelets (bound pods run) and reports ``status.state.phase``, the
-task and job policies included.  Fleet runs with its MemberCluster listing
-``batch.volcano.sh/v1alpha1`` ``Job`` and is given the Volcano document's
-jobs as written (``policies/jobs/volcano.yaml``, namespace ``default``).
+The member is the ``alpha`` control plane of the ``members`` fixture, which
+has the real Volcano CRDs (``batch.volcano.sh`` Job, ``scheduling.volcano.sh``
+PodGroup), cleaned before each test by ``clean_members`` and running the
+session's real controllers (``operators``: KWOK plays the kubelets, the
+garbage collector deletes what a deleted job owned).  In place of Volcano's
+controller, which cannot be built here, runs the STAND-IN of
+:mod:`tests.kube.standins.volcano`: it makes the PodGroup and the pods as
+Volcano's job controller names and labels them and reports
+``status.state.phase``, the task and job policies included.  Fleet runs
+with its MemberCluster listing ``batch.volcano.sh/v1alpha1`` ``Job`` and is
+given the Volcano document's jobs as written (``policies/jobs/volcano.yaml``,
+namespace ``default``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
 from fleet.clusters.base import member_object_name
 from fleet.service.settings import POLICIES
-from tests.kube.conftest import NODES, Fleet, clean, member_document
-from tests.kube.controlplane import ApiError, ControlPlane, wait_for
+from tests.kube.conftest import Fleet, member_document
+from tests.kube.controlplane import ControlPlane, wait_for
+from tests.kube.real_operator import MemberControllers
 from tests.kube.standins.volcano import VolcanoStandIn
 
 pytestmark = pytest.mark.slow
@@ -52,43 +53,25 @@ spec:
 
 
 @pytest.fixture
-def alpha(members: dict[str, ControlPlane]) -> Iterator[tuple[ControlPlane, VolcanoStandIn]]:
-    """The alpha member with the Volcano CRDs, cleaned, and the stand-in controller running."""
+def alpha(
+    members: dict[str, ControlPlane], operators: dict[str, MemberControllers]
+) -> Iterator[tuple[ControlPlane, VolcanoStandIn]]:
+    """The alpha member, cleaned, its controllers running, and the stand-in beside them."""
     plane = members["alpha"]
-    if plane.apiserver is not None and plane.apiserver.poll() is not None:
-        plane.stop_apiserver()
-    if plane.apiserver is None:
-        plane.start_apiserver()
-    plane.install_crd("batch.volcano.sh_jobs.yaml", "scheduling.volcano.sh_podgroups.yaml")
-    _clean_volcano(plane)
-    clean(plane, NODES["alpha"])
     standin = VolcanoStandIn(plane.admin).start()
     yield plane, standin
     standin.stop()
-    _clean_volcano(plane)
-
-
-def _clean_volcano(plane: ControlPlane) -> None:
-    for path in (JOBS, PODGROUPS):
-        for obj in plane.admin.items(path):
-            with contextlib.suppress(ApiError):
-                plane.admin.request("DELETE", f"{path}/{obj['metadata']['name']}")
 
 
 @pytest.fixture
-def fleet(
-    alpha: tuple[ControlPlane, VolcanoStandIn], members: dict[str, ControlPlane], tmp_path: Path
-) -> Iterator[Fleet]:
+def fleet(alpha: tuple[ControlPlane, VolcanoStandIn], fleet_factory: Any) -> Fleet:
     plane = alpha[0]
     document = member_document("alpha", plane.kubeconfig(), "alpha")
     document["spec"]["kinds"] = [
         {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"},
         {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job"},
     ]
-    holder = Path(os.path.commonpath([str(p.dir) for p in members.values()]))
-    started = Fleet(tmp_path, [document], quota=QUOTA, kubeconfig_dir=holder).start()
-    yield started
-    started.stop()
+    return cast(Fleet, fleet_factory([document], QUOTA))
 
 
 def seed(*names: str) -> str:

@@ -8,8 +8,9 @@ CRD of ``deploy/member/``; KWOK out of cluster with the admin's kubeconfig
 manages one fake Node of 8 GPUs, playing the stages of
 ``tests/kube/kwok/stages.yaml`` (the Node becomes Ready, pods bound to it
 Running); the training operator out of cluster with ``-kubeconfig``, with
-the Secret its certificate rotator insists on and the serving certificate
-where a pod would have it mounted.  A PyTorchJob of one master and one
+the Secret its certificate rotator insists on and a serving certificate
+where a pod would have it mounted (shared with every other operator, and
+kept: :func:`~tests.kube.controllers.mount_operator_certs`).  A PyTorchJob of one master and one
 worker, bound to the fake Node by ``nodeName`` as Fleet binds them, gets its
 pods from the operator, Running by KWOK, and a Running condition.  Every
 process is stopped at the end, however the test ends.
@@ -17,7 +18,6 @@ process is stopped at the end, however the test ends.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,6 @@ import pytest
 from tests.kube.controllers import (
     Processes,
     mount_operator_certs,
-    require_controllers,
     start_kwok,
     start_training_operator,
     wait_node_ready,
@@ -39,11 +38,6 @@ pytestmark = pytest.mark.slow
 NODE = "kwok-node-0"
 GPUS = 8
 NAMESPACE = "team-a"
-
-
-@pytest.fixture(scope="module")
-def controllers_bin() -> Path:
-    return require_controllers()
 
 
 @pytest.fixture
@@ -105,10 +99,9 @@ def test_training_operator_and_kwok_run_a_pytorchjob(
     )
     start_kwok(processes, controllers_bin, kubeconfig, node=NODE)
     start_training_operator(processes, plane, controllers_bin, kubeconfig)
-    certs: list[Path] = []
 
     try:
-        certs = mount_operator_certs(processes, plane)
+        mount_operator_certs(processes, plane)
         node = wait_node_ready(processes, plane, NODE)
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == str(GPUS)
 
@@ -146,7 +139,3 @@ def test_training_operator_and_kwok_run_a_pytorchjob(
         assert job["status"]["replicaStatuses"]["Worker"]["active"] == 1
     except AssertionError as e:
         raise AssertionError(f"{e}\n{processes.tails()}\n{plane.log_tail()}") from e
-    finally:
-        for path in certs:
-            with contextlib.suppress(OSError):
-                path.unlink()

@@ -1,4 +1,4 @@
-"""A stand-in for Volcano's job controller (and the kubelets) of a member, for tests.
+"""A stand-in for Volcano's job controller in a member, for tests.
 
 Theory of operation: Volcano's controllers cannot be built here (the Go
 module proxy refuses ``volcano.sh/volcano``), so :class:`VolcanoStandIn`
@@ -27,10 +27,12 @@ server as its admin.  What it does follows Volcano's job controller
   ``AbortJob`` and ``TerminateJob`` kill the running pods and end the job
   Completed, Aborted or Terminated; ``RestartJob`` kills every pod, says
   Restarting with ``retryCount`` + 1 (Failed past ``maxRetry``, default 3),
-  and Pending once the pods are gone, when it creates them again;
-* like a kubelet, a bound pod becomes Running, and a pod being deleted is
-  finished off; the PodGroup of a job that is gone is deleted (the garbage
-  collector's part).
+  and Pending once the pods are gone, when it creates them again.
+
+It plays neither the kubelets nor the garbage collector: the member's real
+KWOK runs the pods bound to its Nodes and finishes off those being deleted,
+and its real garbage collector deletes what a deleted job owned (its pods
+and PodGroup) (:mod:`tests.kube.real_operator`).
 
 Tests end pods with :meth:`VolcanoStandIn.finish` (their containers exit)
 and evict one with :meth:`VolcanoStandIn.evict`.
@@ -46,7 +48,6 @@ from typing import Any
 from tests.kube.controlplane import Admin, ApiError
 
 JOBS = "/apis/batch.volcano.sh/v1alpha1/jobs"
-PODGROUPS = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
 ENDED = ("Completed", "Aborted", "Terminated", "Failed")
 #: What a phase-ending action leaves the job in, through its "-ing" phase.
 ENDS = {"CompleteJob": "Completed", "AbortJob": "Aborted", "TerminateJob": "Terminated"}
@@ -61,7 +62,7 @@ def _now() -> str:
 
 
 class VolcanoStandIn:
-    """Plays Volcano's job controller and the kubelets of one member; see the module docstring."""
+    """Plays Volcano's job controller in one member; see the module docstring."""
 
     def __init__(self, admin: Admin, interval: float = 0.1) -> None:
         self.admin = admin
@@ -89,20 +90,7 @@ class VolcanoStandIn:
 
     def step(self) -> None:
         pods = self.admin.items("/api/v1/pods")
-        for pod in pods:
-            meta, spec = pod["metadata"], pod.get("spec") or {}
-            if meta.get("deletionTimestamp"):
-                self._delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
-            elif spec.get("nodeName") and (pod.get("status") or {}).get("phase") == "Pending":
-                self._pod_phase(pod, "Running")  # the kubelet starts its containers
-        jobs = self.admin.items(JOBS)
-        alive = {(j["metadata"]["namespace"], j["metadata"]["uid"]) for j in jobs}
-        for group in self.admin.items(PODGROUPS):
-            meta = group["metadata"]
-            owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
-            if not any((meta["namespace"], uid) in alive for uid in owners):
-                self._delete(f"{podgroups_in(meta['namespace'])}/{meta['name']}")
-        for job in jobs:
+        for job in self.admin.items(JOBS):
             if not job["metadata"].get("deletionTimestamp"):
                 self._operate(job, pods)
 
