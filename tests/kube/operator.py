@@ -2,7 +2,8 @@
 
 Theory of operation: the training operator is not part of Fleet, and no
 kubelet runs in the tests' control planes, so :class:`Operator` plays both,
-in a thread that polls the API server as its admin:
+in a thread that polls the API server as its admin
+(:class:`~tests.kube.standins.poller.Poller`):
 
 * for every PyTorchJob it creates the pods its replica specs ask for, named
   and labelled as Kubeflow's operator does (``<job>-<type>-<index>``,
@@ -20,74 +21,30 @@ Tests end jobs with :meth:`Operator.finish` and make them restart with
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import threading
 from typing import Any
 
-from tests.kube.controlplane import Admin, ApiError
+from tests.kube.standins.poller import (
+    Poller,
+    owner_ref,
+    pod_from,
+    training_condition,
+)
 
 JOBS = "/apis/kubeflow.org/v1/pytorchjobs"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(kind: str, reason: str) -> dict[str, str]:
-    now = _now()
-    return {
-        "type": kind,
-        "status": "True",
-        "reason": reason,
-        "message": f"{kind} (set by the test operator)",
-        "lastTransitionTime": now,
-        "lastUpdateTime": now,
-    }
+    return training_condition(kind, reason, f"{kind} (set by the test operator)")
 
 
-class Operator:
+class Operator(Poller):
     """Plays the training operator and the kubelets of one member; see the module docstring."""
-
-    def __init__(self, admin: Admin, interval: float = 0.1) -> None:
-        self.admin = admin
-        self.interval = interval
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._paused = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Operator:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def pause(self, paused: bool = True) -> None:
-        if paused:
-            self._paused.set()
-        else:
-            self._paused.clear()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            if self._paused.is_set():
-                continue
-            try:
-                self.step()
-            except (ApiError, OSError, ValueError) as e:
-                self.errors.append(str(e))  # the API server may be stopped on purpose
 
     # One pass ------------------------------------------------------------------------
 
     def step(self) -> None:
         pods = self.admin.items("/api/v1/pods")
-        for pod in pods:
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                self._delete_pod(meta["namespace"], meta["name"], grace=0)
+        self._finish_deletions(pods)
         by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
         for job in self.admin.items(JOBS):
             if job["metadata"].get("deletionTimestamp"):
@@ -119,55 +76,27 @@ class Operator:
 
     def _create_pod(
         self, job: dict[str, Any], role: str, index: int, name: str, template: dict[str, Any]
-    ) -> Any:
+    ) -> dict[str, Any]:
         meta = job["metadata"]
-        labels = dict((template.get("metadata") or {}).get("labels") or {})
-        labels.update(
-            {
-                "training.kubeflow.org/job-name": meta["name"],
-                "training.kubeflow.org/operator-name": "pytorchjob-controller",
-                "training.kubeflow.org/replica-type": role.lower(),
-                "training.kubeflow.org/replica-index": str(index),
-            }
-        )
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "kubeflow.org/v1",
-                        "kind": "PyTorchJob",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": template["spec"],
+        labels = {
+            "training.kubeflow.org/job-name": meta["name"],
+            "training.kubeflow.org/operator-name": "pytorchjob-controller",
+            "training.kubeflow.org/replica-type": role.lower(),
+            "training.kubeflow.org/replica-index": str(index),
         }
-        try:
-            return self.admin.request("POST", f"/api/v1/namespaces/{meta['namespace']}/pods", pod)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return self.admin.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{name}")
-
-    def _delete_pod(self, namespace: str, name: str, *, grace: int) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": grace}
-        with contextlib.suppress(ApiError):
-            self.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        body = pod_from(
+            template,
+            name,
+            meta["namespace"],
+            labels=labels,
+            owned_by=owner_ref(job, "kubeflow.org/v1", "PyTorchJob"),
+        )
+        return self._create(f"/api/v1/namespaces/{meta['namespace']}/pods", body)
 
     def _set_conditions(self, namespace: str, name: str, conditions: list[dict[str, str]]) -> None:
-        self.admin.request(
-            "PATCH",
+        self._merge_patch(
             f"/apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs/{name}/status",
             {"status": {"conditions": conditions}},
-            content_type="application/merge-patch+json",
         )
 
     def _add_condition(self, job: dict[str, Any], condition: dict[str, str]) -> None:
@@ -194,13 +123,7 @@ class Operator:
             labelSelector=f"training.kubeflow.org/job-name={name}",
         )
         for pod in pods:
-            with contextlib.suppress(ApiError):
-                self.admin.request(
-                    "PATCH",
-                    f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
-                    {"status": {"phase": kind}},
-                    content_type="application/merge-patch+json",
-                )
+            self._pod_status(pod, {"phase": kind})
         self._add_condition(self.job(namespace, name), _condition(kind, f"PyTorchJob{kind}"))
 
     def restart(self, namespace: str, name: str) -> None:

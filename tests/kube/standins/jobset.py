@@ -2,8 +2,8 @@
 
 Theory of operation: JobSet's controller cannot be built here (the Go module
 proxy refuses ``sigs.k8s.io/jobset``), so :class:`JobSetController` plays it
-in a thread that polls the API server as its admin, installed with JobSet's
-real CRD (``deploy/member/crds/jobset.x-k8s.io_jobsets.yaml``):
+in a thread that polls the API server as its admin (:class:`.poller.Poller`),
+installed with JobSet's real CRD (``deploy/member/crds/jobset.x-k8s.io_jobsets.yaml``):
 
 * for every JobSet it makes the pods its Jobs would have, directly (no batch
   Job objects): for replicated job ``r``, Job index ``j`` < ``replicas`` and
@@ -29,19 +29,12 @@ creates).
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import threading
 from typing import Any
 
-from tests.kube.controlplane import Admin, ApiError
+from tests.kube.standins.poller import Poller, now, owner_ref, pod_from
 
 API: str = "/apis/jobset.x-k8s.io/v1alpha2"
 JOBSETS: str = f"{API}/jobsets"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pods_per_job(job_spec: dict[str, Any]) -> int:
@@ -69,41 +62,19 @@ def jobset_pods(jobset: dict[str, Any]) -> list[tuple[str, dict[str, str], dict[
     return out
 
 
-class JobSetController:
+class JobSetController(Poller):
     """Plays JobSet's controller, the Job controller and the kubelets; see the module docstring."""
-
-    def __init__(self, admin: Admin, interval: float = 0.1) -> None:
-        self.admin = admin
-        self.interval = interval
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> JobSetController:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except (ApiError, OSError, ValueError, KeyError) as e:
-                self.errors.append(str(e))
 
     # One pass ------------------------------------------------------------------------
 
     def step(self) -> None:
         pods = self.admin.items("/api/v1/pods")
+        self._finish_deletions(pods)
         for pod in pods:
-            meta = pod["metadata"]
-            if meta.get("deletionTimestamp"):
-                self._delete_pod(meta["namespace"], meta["name"])
-            elif _bound(pod) and (pod.get("status") or {}).get("phase") not in _RUNNING_OR_DONE:
-                self._pod_status(pod, "Running", ready=True)
+            deleting = pod["metadata"].get("deletionTimestamp")
+            phase = (pod.get("status") or {}).get("phase")
+            if not deleting and _bound(pod) and phase not in _RUNNING_OR_DONE:
+                self._pod_phase(pod, "Running", ready=True)
         by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
         for jobset in self.admin.items(JOBSETS):
             if jobset["metadata"].get("deletionTimestamp"):
@@ -141,67 +112,29 @@ class JobSetController:
 
     def _create_pod(
         self, jobset: dict[str, Any], name: str, labels: dict[str, str], template: dict[str, Any]
-    ) -> Any:
+    ) -> dict[str, Any]:
         meta = jobset["metadata"]
-        template_meta = template.get("metadata") or {}
-        annotations = dict(template_meta.get("annotations") or {})
-        annotations["batch.kubernetes.io/job-completion-index"] = labels[
-            "batch.kubernetes.io/job-completion-index"
-        ]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": {**dict(template_meta.get("labels") or {}), **labels},
-                "annotations": annotations,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                        "kind": "JobSet",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": template["spec"],
+        index = "batch.kubernetes.io/job-completion-index"
+        body = pod_from(
+            template,
+            name,
+            meta["namespace"],
+            labels=labels,
+            annotations={index: labels[index]},
+            owned_by=owner_ref(jobset, "jobset.x-k8s.io/v1alpha2", "JobSet"),
+        )
+        return self._create(f"/api/v1/namespaces/{meta['namespace']}/pods", body)
+
+    def _pod_phase(self, pod: dict[str, Any], phase: str, *, ready: bool) -> None:
+        ready_condition = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "lastTransitionTime": now(),
         }
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods"
-        try:
-            return self.admin.request("POST", path, pod)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return self.admin.get(f"{path}/{name}")
-
-    def _pod_status(self, pod: dict[str, Any], phase: str, *, ready: bool) -> None:
-        meta = pod["metadata"]
-        status: dict[str, Any] = {"phase": phase}
-        status["conditions"] = [
-            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}
-        ]
-        with contextlib.suppress(ApiError):
-            self.admin.request(
-                "PATCH",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                {"status": status},
-                content_type="application/merge-patch+json",
-            )
-
-    def _delete_pod(self, namespace: str, name: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-        with contextlib.suppress(ApiError):
-            self.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        self._pod_status(pod, {"phase": phase, "conditions": [ready_condition]})
 
     def _status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.admin.request(
-            "PATCH",
-            f"{API}/namespaces/{namespace}/jobsets/{name}/status",
-            {"status": status},
-            content_type="application/merge-patch+json",
-        )
+        self._merge_patch(f"{API}/namespaces/{namespace}/jobsets/{name}/status", {"status": status})
 
     # What tests do -----------------------------------------------------------------
 
@@ -216,7 +149,7 @@ class JobSetController:
             labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}",
         )
         for pod in pods:
-            self._pod_status(pod, phase, ready=False)
+            self._pod_phase(pod, phase, ready=False)
         jobset = self.jobset(namespace, name)
         kind = "Completed" if succeeded else "Failed"
         condition = {
@@ -224,7 +157,7 @@ class JobSetController:
             "status": "True",
             "reason": "AllJobsCompleted" if succeeded else "FailedJobs",
             "message": f"jobset {kind.lower()} (set by the stand-in JobSet controller)",
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": now(),
         }
         done = [
             {**s, "ready": 0, "active": 0, "succeeded" if succeeded else "failed": s.get("active")}

@@ -3,8 +3,9 @@
 Theory of operation: the MPI operator (``github.com/kubeflow/mpi-operator``)
 cannot be built here (the Go module proxy refuses its module), so
 :class:`MPIOperator` plays the part of it that Fleet sees, in a thread that
-polls the API server as its admin, with the real v2beta1 CRD installed and
-the real Job controller (kube-controller-manager) running the launcher:
+polls the API server as its admin (:class:`.poller.Poller`), with the real
+v2beta1 CRD installed and the real Job controller (kube-controller-manager)
+running the launcher:
 
 * for every MPIJob it makes the objects the MPI operator makes, named and
   labelled as it names and labels them (``pkg/controller/mpi_job_controller.go``
@@ -30,31 +31,22 @@ SSH Secret, the Service, ``replicaStatuses``, restarts.
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import threading
 from typing import Any
 
-from tests.kube.controlplane import Admin, ApiError
+from tests.kube.controlplane import ApiError
+from tests.kube.standins.poller import (
+    Poller,
+    owner_ref,
+    pod_from,
+    training_condition,
+)
 
 API = "/apis/kubeflow.org/v2beta1"
 OPERATOR = "mpi-operator"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(kind: str, reason: str, message: str = "") -> dict[str, str]:
-    now = _now()
-    return {
-        "type": kind,
-        "status": "True",
-        "reason": reason,
-        "message": message or f"{kind} (set by the stand-in MPI operator)",
-        "lastTransitionTime": now,
-        "lastUpdateTime": now,
-    }
+    return training_condition(kind, reason, message or f"{kind} (set by the stand-in MPI operator)")
 
 
 def _true(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,30 +58,8 @@ def _running(pod: dict[str, Any] | None) -> bool:
     return pod is not None and (pod.get("status") or {}).get("phase") == "Running"
 
 
-class MPIOperator:
+class MPIOperator(Poller):
     """Plays the MPI operator of one member; see the module docstring."""
-
-    def __init__(self, admin: Admin, interval: float = 0.1) -> None:
-        self.admin = admin
-        self.interval = interval
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> MPIOperator:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except (ApiError, OSError, ValueError, KeyError) as e:
-                self.errors.append(f"{type(e).__name__}: {e}")
 
     def step(self) -> None:
         for job in self.admin.items(f"{API}/mpijobs"):
@@ -126,7 +96,8 @@ class MPIOperator:
                 self._add_condition(job, _condition(outcome, f"MPIJob{outcome}", message))
                 if run_policy.get("cleanPodPolicy") in ("Running", "All"):
                     for w in workers:
-                        self._delete(f"/api/v1/namespaces/{namespace}/pods/{w['metadata']['name']}")
+                        pod = f"/api/v1/namespaces/{namespace}/pods/{w['metadata']['name']}"
+                        self._delete(pod, grace=None)
                 return
         launchers = self.admin.items(
             f"/api/v1/namespaces/{namespace}/pods",
@@ -136,27 +107,16 @@ class MPIOperator:
         if "Running" not in true and workers_run and any(_running(p) for p in launchers):
             self._add_condition(job, _condition("Running", "MPIJobRunning"))
 
-    def _labels(self, job: dict[str, Any], template: dict[str, Any], role: str) -> dict[str, str]:
-        labels = dict((template.get("metadata") or {}).get("labels") or {})
-        labels.update(
-            {
-                "training.kubeflow.org/operator-name": OPERATOR,
-                "training.kubeflow.org/job-name": job["metadata"]["name"],
-                "training.kubeflow.org/job-role": role,
-            }
-        )
-        return labels
+    def _labels(self, job: dict[str, Any], role: str) -> dict[str, str]:
+        """The operator's labels on the pods of ``job`` in ``role``."""
+        return {
+            "training.kubeflow.org/operator-name": OPERATOR,
+            "training.kubeflow.org/job-name": job["metadata"]["name"],
+            "training.kubeflow.org/job-role": role,
+        }
 
     def _owner(self, job: dict[str, Any]) -> dict[str, Any]:
-        meta = job["metadata"]
-        return {
-            "apiVersion": "kubeflow.org/v2beta1",
-            "kind": "MPIJob",
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        return owner_ref(job, "kubeflow.org/v2beta1", "MPIJob", block=True)
 
     def _worker(self, job: dict[str, Any], index: int, spec: dict[str, Any]) -> dict[str, Any]:
         meta = job["metadata"]
@@ -165,7 +125,7 @@ class MPIOperator:
         if found is not None:
             return found
         template = spec.get("template") or {}
-        labels = self._labels(job, template, "worker")
+        labels = self._labels(job, "worker")
         padded = bool(job["spec"].get("runLauncherAsWorker"))
         labels["training.kubeflow.org/replica-index"] = str(index + 1 if padded else index)
         pod_spec = {
@@ -174,19 +134,10 @@ class MPIOperator:
             "subdomain": meta["name"],
             "restartPolicy": spec.get("restartPolicy") or "Never",
         }
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": labels,
-                "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                "ownerReferences": [self._owner(job)],
-            },
-            "spec": pod_spec,
-        }
-        return dict(self._create(f"/api/v1/namespaces/{namespace}/pods", pod, name))
+        pod = pod_from(
+            template, name, namespace, labels=labels, owned_by=self._owner(job), spec=pod_spec
+        )
+        return self._create(f"/api/v1/namespaces/{namespace}/pods", pod)
 
     def _create_launcher(
         self, job: dict[str, Any], spec: dict[str, Any], run_policy: dict[str, Any]
@@ -197,7 +148,10 @@ class MPIOperator:
         launcher_template = {
             "metadata": {
                 **(template.get("metadata") or {}),
-                "labels": self._labels(job, template, "launcher"),
+                "labels": {
+                    **((template.get("metadata") or {}).get("labels") or {}),
+                    **self._labels(job, "launcher"),
+                },
             },
             "spec": {
                 **template["spec"],
@@ -221,7 +175,7 @@ class MPIOperator:
             },
             "spec": job_spec,
         }
-        return dict(self._create(f"/apis/batch/v1/namespaces/{namespace}/jobs", launcher, name))
+        return self._create(f"/apis/batch/v1/namespaces/{namespace}/jobs", launcher)
 
     # API calls -----------------------------------------------------------------------
 
@@ -233,18 +187,6 @@ class MPIOperator:
                 return None
             raise
 
-    def _create(self, collection: str, body: dict[str, Any], name: str) -> Any:
-        try:
-            return self.admin.request("POST", collection, body)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return self.admin.get(f"{collection}/{name}")
-
-    def _delete(self, path: str) -> None:
-        with contextlib.suppress(ApiError):
-            self.admin.request("DELETE", path)
-
     def _add_condition(self, job: dict[str, Any], condition: dict[str, str]) -> None:
         old = [
             {**c, "status": "False"} if c["type"] == "Running" else c
@@ -252,10 +194,8 @@ class MPIOperator:
             if c["type"] != condition["type"]
         ]
         meta = job["metadata"]
-        self.admin.request(
-            "PATCH",
+        self._merge_patch(
             f"{API}/namespaces/{meta['namespace']}/mpijobs/{meta['name']}/status",
             {"status": {"conditions": [*old, condition]}},
-            content_type="application/merge-patch+json",
         )
         job.setdefault("status", {})["conditions"] = [*old, condition]

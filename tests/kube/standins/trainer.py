@@ -2,8 +2,9 @@
 
 Theory of operation: Trainer v2 needs JobSet's module, which the Go module
 proxy refuses, so it cannot be built here; :class:`TrainerController` plays
-it in a thread that polls the API server as its admin, installed with
-Trainer's real CRDs (``deploy/member/crds/trainer.kubeflow.org_*.yaml``):
+it in a thread that polls the API server as its admin
+(:class:`.poller.Poller`), installed with Trainer's real CRDs
+(``deploy/member/crds/trainer.kubeflow.org_*.yaml``):
 
 * for every TrainJob it reads the runtime its ``runtimeRef`` names (a
   ``TrainingRuntime`` in its namespace or a ``ClusterTrainingRuntime``) and
@@ -25,19 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime
-import threading
 from typing import Any
 
-from tests.kube.controlplane import Admin, ApiError
+from tests.kube.controlplane import ApiError
 from tests.kube.standins.jobset import API as JOBSET_API
+from tests.kube.standins.poller import Poller, now, owner_ref
 
 API: str = "/apis/trainer.kubeflow.org/v1alpha1"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _trainer_job(jobs: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -73,44 +69,14 @@ def jobset_of(trainjob: dict[str, Any], runtime: dict[str, Any]) -> dict[str, An
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": labels,
-            "ownerReferences": [
-                {
-                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-                    "kind": "TrainJob",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                }
-            ],
+            "ownerReferences": [owner_ref(trainjob, "trainer.kubeflow.org/v1alpha1", "TrainJob")],
         },
         "spec": spec,
     }
 
 
-class TrainerController:
+class TrainerController(Poller):
     """Plays Trainer v2's controller and the garbage collector; see the module docstring."""
-
-    def __init__(self, admin: Admin, interval: float = 0.1) -> None:
-        self.admin = admin
-        self.interval = interval
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> TrainerController:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except (ApiError, OSError, ValueError, KeyError) as e:
-                self.errors.append(str(e))
 
     def step(self) -> None:
         trainjobs = {
@@ -167,20 +133,13 @@ class TrainerController:
                     "status": "True",
                     "reason": "JobSet" + terminal,
                     "message": f"the JobSet is {terminal} (set by the stand-in Trainer)",
-                    "lastTransitionTime": _now(),
+                    "lastTransitionTime": now(),
                 }
             ]
         if new.get("jobsStatus") == old.get("jobsStatus") and "conditions" not in new:
             return
         meta = trainjob["metadata"]
-        self.admin.request(
-            "PATCH",
+        self._merge_patch(
             f"{API}/namespaces/{meta['namespace']}/trainjobs/{meta['name']}/status",
             {"status": new},
-            content_type="application/merge-patch+json",
         )
-
-    def _delete(self, path: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-        with contextlib.suppress(ApiError):
-            self.admin.request("DELETE", path, body)

@@ -5,7 +5,7 @@ module proxy refuses ``volcano.sh/volcano``), so :class:`VolcanoStandIn`
 plays the part of them that Fleet meets, against the real Volcano CRDs
 (``deploy/member/crds/batch.volcano.sh_jobs.yaml`` and
 ``scheduling.volcano.sh_podgroups.yaml``), in a thread that polls the API
-server as its admin.  What it does follows Volcano's job controller
+server as its admin (:class:`.poller.Poller`).  What it does follows Volcano's job controller
 (``pkg/controllers/job``):
 
 * for every Volcano Job it creates the PodGroup ``<job>-<uid>``
@@ -40,51 +40,21 @@ and evict one with :meth:`VolcanoStandIn.evict`.
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import threading
 from typing import Any
 
-from tests.kube.controlplane import Admin, ApiError
+from tests.kube.standins.poller import Poller, now, owner_ref, pod_from
 
 JOBS = "/apis/batch.volcano.sh/v1alpha1/jobs"
 ENDED = ("Completed", "Aborted", "Terminated", "Failed")
 #: What a phase-ending action leaves the job in, through its "-ing" phase.
 ENDS = {"CompleteJob": "Completed", "AbortJob": "Aborted", "TerminateJob": "Terminated"}
 ENDING = {"CompleteJob": "Completing", "AbortJob": "Aborting", "TerminateJob": "Terminating"}
-MERGE = "application/merge-patch+json"
 TASK = "volcano.sh/task-spec"
 INDEX = "volcano.sh/task-index"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class VolcanoStandIn:
+class VolcanoStandIn(Poller):
     """Plays Volcano's job controller in one member; see the module docstring."""
-
-    def __init__(self, admin: Admin, interval: float = 0.1) -> None:
-        self.admin = admin
-        self.interval = interval
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> VolcanoStandIn:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except (ApiError, OSError, ValueError, KeyError) as e:
-                self.errors.append(str(e))
 
     # One pass ------------------------------------------------------------------------
 
@@ -195,17 +165,9 @@ class VolcanoStandIn:
             },
         }
         path = podgroups_in(meta["namespace"])
-        try:
-            self.admin.request("POST", path, group)
-        except ApiError as e:
-            if e.status != 409:  # made already
-                raise
-        self.admin.request(  # (the PodGroup CRD has no status subresource)
-            "PATCH",
-            f"{path}/{group['metadata']['name']}",
-            {"status": {"phase": "Inqueue"}},
-            content_type=MERGE,
-        )
+        self._create(path, group)
+        # (the PodGroup CRD has no status subresource)
+        self._merge_patch(f"{path}/{group['metadata']['name']}", {"status": {"phase": "Inqueue"}})
 
     def _create_pod(
         self, job: dict[str, Any], task: dict[str, Any], index: int, name: str
@@ -220,9 +182,7 @@ class VolcanoStandIn:
             "volcano.sh/job-namespace": meta["namespace"],
             "volcano.sh/queue-name": queue,
         }
-        labels = {**((template.get("metadata") or {}).get("labels") or {}), **ours}
         annotations = {
-            **((template.get("metadata") or {}).get("annotations") or {}),
             TASK: task["name"],
             INDEX: str(index),
             "scheduling.k8s.io/group-name": f"{meta['name']}-{meta['uid']}",
@@ -236,25 +196,16 @@ class VolcanoStandIn:
             pod_spec["schedulerName"] = spec["schedulerName"]
         if not pod_spec.get("priorityClassName") and spec.get("priorityClassName"):
             pod_spec["priorityClassName"] = spec["priorityClassName"]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": labels,
-                "annotations": annotations,
-                "ownerReferences": [_owner(job)],
-            },
-            "spec": pod_spec,
-        }
-        path = f"/api/v1/namespaces/{meta['namespace']}/pods"
-        try:
-            return dict(self.admin.request("POST", path, pod))
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return dict(self.admin.get(f"{path}/{name}"))
+        body = pod_from(
+            template,
+            name,
+            meta["namespace"],
+            labels=ours,
+            annotations=annotations,
+            owned_by=_owner(job),
+            spec=pod_spec,
+        )
+        return self._create(f"/api/v1/namespaces/{meta['namespace']}/pods", body)
 
     def _kill(self, pods: dict[str, dict[str, Any]], *, keep_ended: bool) -> bool:
         """Delete the pods (but the ended ones, with ``keep_ended``); True when none is left."""
@@ -269,33 +220,19 @@ class VolcanoStandIn:
 
     def _set_phase(self, job: dict[str, Any], phase: str, status: dict[str, Any]) -> None:
         meta = job["metadata"]
-        state = {"phase": phase, "lastTransitionTime": _now()}
+        state = {"phase": phase, "lastTransitionTime": now()}
         if phase == "Failed" and status.get("retryCount"):
             state["reason"] = "MaxRetryExceeded"
-        self.admin.request(
-            "PATCH",
+        self._merge_patch(
             f"/apis/batch.volcano.sh/v1alpha1/namespaces/{meta['namespace']}/jobs/{meta['name']}/status",
             {"status": {**status, "state": state, "minAvailable": job["spec"].get("minAvailable")}},
-            content_type=MERGE,
         )
 
     def _pod_phase(self, pod: dict[str, Any], phase: str, reason: str = "") -> None:
-        meta = pod["metadata"]
         status: dict[str, Any] = {"phase": phase}
         if reason:
             status["reason"] = reason
-        with contextlib.suppress(ApiError):
-            self.admin.request(
-                "PATCH",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                {"status": status},
-                content_type=MERGE,
-            )
-
-    def _delete(self, path: str) -> None:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
-        with contextlib.suppress(ApiError):
-            self.admin.request("DELETE", path, body)
+        self._pod_status(pod, status)
 
     # What tests do -----------------------------------------------------------------
 
@@ -326,12 +263,4 @@ def podgroups_in(namespace: str) -> str:
 
 
 def _owner(job: dict[str, Any]) -> dict[str, Any]:
-    meta = job["metadata"]
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owner_ref(job, "batch.volcano.sh/v1alpha1", "Job", block=True)
