@@ -11,7 +11,7 @@ cheapest first:
    before a byte of it is decoded or parsed;
 2. encoding: a body that is not UTF-8 is refused (400), naming the offset of
    the first bad byte;
-3. the documents, read by :func:`fleet.manifests.convert.load_submitted_jobs`,
+3. the documents, read by :func:`fleet.manifests.convert.load_submitted`,
    the same YAML loading path (libyaml's safe loader when PyYAML has it) and
    the same checks as ``fleet check jobs``: YAML syntax, kinds and
    apiVersions, every field, quantities, queue routing (a namespace that no

@@ -40,9 +40,10 @@ several, the highest ``spec.priority``, then the most specific selector
 
 :func:`check_submission` is ``fleet check jobs``: the same checks, and with
 member clusters the server's fit test (:mod:`fleet.manifests.fit`).
-:func:`load_submission` returns the jobs; :func:`load_submitted_jobs` (what a
+:func:`load_submission` returns the jobs; :func:`load_submitted` (what a
 server accepts) also returns each job's document and governing policy
-(:class:`SubmittedJob`), reads the stream within YAML bounds
+(:class:`SubmittedJob`) and the training runtimes the submission registers
+(:class:`Submission`), reads the stream within YAML bounds
 (:class:`~fleet.manifests.yaml_stream.YamlLimits`), and requires the file to
 be PropagationPolicies and the jobs they select: the situations that
 :func:`submission_warnings` only warns about become errors there, and so does
@@ -606,36 +607,6 @@ def load_submission(
     return [s.job for s in out.jobs]
 
 
-def load_submitted_jobs(
-    text: str,
-    tree: quota.QuotaTree,
-    clusters: Sequence[MemberClusterModel] = (),
-    first_seq: int = 0,
-    priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
-    *,
-    require_policies: bool = True,
-    limits: YamlLimits = DEFAULT_LIMITS,
-    runtimes: Runtimes | None = None,
-) -> list[SubmittedJob]:
-    """Every job of a submission with its documents, or one SpecError: all or nothing.
-
-    Like :func:`load_submission`, reading the stream within ``limits``.  With
-    ``require_policies`` a submission is PropagationPolicies and the jobs they
-    select: a file without a job, a job that no policy selects and a policy
-    that selects no job of the file are errors.
-    """
-    return load_submitted(
-        text,
-        tree,
-        clusters,
-        first_seq,
-        priority_classes,
-        require_policies=require_policies,
-        limits=limits,
-        runtimes=runtimes,
-    ).jobs
-
-
 def load_submitted(
     text: str,
     tree: quota.QuotaTree,
@@ -647,7 +618,13 @@ def load_submitted(
     limits: YamlLimits = DEFAULT_LIMITS,
     runtimes: Runtimes | None = None,
 ) -> Submission:
-    """:func:`load_submitted_jobs` with the training runtimes the submission registers.
+    """Every job of a submission with its documents, and the training runtimes it
+    registers, or one SpecError: all or nothing.
+
+    Like :func:`load_submission`, reading the stream within ``limits``.  With
+    ``require_policies`` a submission is PropagationPolicies and the jobs they
+    select: a file without a job, a job that no policy selects and a policy
+    that selects no job of the file are errors.
 
     A TrainJob's runtime is looked up among ``runtimes`` (the registered ones)
     and those of the submission, which replace a registered one of the same

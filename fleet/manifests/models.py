@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -185,6 +185,21 @@ class ObjectMeta(_Foreign):
     def key(self) -> str:
         """``namespace/name``, with Kubernetes' ``default`` namespace when none is set."""
         return f"{self.namespace_or_default}/{self.name}"
+
+
+class Namespaced:
+    """A document in a namespace: its ``metadata``'s namespace (``default`` if unset) and key."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace_or_default
+
+    @property
+    def key(self) -> str:
+        return self.metadata.key
 
 
 #: Resource names Kubernetes accepts without a domain prefix (plus ``hugepages-<size>``).
@@ -432,19 +447,11 @@ class PropagationPolicySpec(_Owned):
     dependent_overrides: list[StrictStr] = Field(default_factory=list)
 
 
-class PropagationPolicyModel(_Owned):
+class PropagationPolicyModel(Namespaced, _Owned):
     api_version: Literal["policy.one.alibabacloud.com/v1alpha1", "policy.karmada.io/v1alpha1"]
     kind: Literal["PropagationPolicy"]
     metadata: ObjectMeta
     spec: PropagationPolicySpec
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace_or_default
-
-    @property
-    def key(self) -> str:
-        return self.metadata.key
 
     @property
     def gang(self) -> bool:

@@ -353,7 +353,7 @@ def read_fleet(
 ) -> list[TraceJob]:
     """Fleet submissions with ``fleet.io/submit-time`` annotations (module docstring)."""
     try:
-        found = convert.load_submitted_jobs(text, tree, clusters)
+        found = convert.load_submitted(text, tree, clusters).jobs
     except SpecError as e:
         raise TraceError("\n".join(f"{where}: {issue}" for issue in e.issues)) from None
     out: list[TraceJob] = []

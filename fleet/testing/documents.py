@@ -2,7 +2,7 @@
 
 Theory of operation: :func:`pytorchjob` writes the two documents one
 submission holds, a PropagationPolicy that selects one PyTorchJob by name with
-gang scheduling, and the job (workers of one container each asking for GPUs,
+gang scheduling (:func:`gang_policy`), and the job (workers of one container each asking for GPUs,
 with the simulated members' annotations for duration and outcome and,
 optionally, a queue and priority class), as the text ``POST
 /api/v1/submissions`` takes.  :func:`read` reads a document file.
@@ -14,6 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+
+def gang_policy(name: str, namespace: str = "team-a") -> dict[str, Any]:
+    """The PropagationPolicy ``namespace/name`` selecting the PyTorchJob of that name as a gang."""
+    return {
+        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
+            ],
+            "placement": {
+                "replicaScheduling": {
+                    "replicaSchedulingType": "Divided",
+                    "customSchedulingType": "Gang",
+                }
+            },
+        },
+    }
 
 
 def pytorchjob(
@@ -43,22 +63,6 @@ def pytorchjob(
         "image": "example/train:1",
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
-    selecting = {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "resourceSelectors": [
-                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
-            ],
-            "placement": {
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "customSchedulingType": "Gang",
-                }
-            },
-        },
-    }
     doc = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -73,7 +77,7 @@ def pytorchjob(
             },
         },
     }
-    return yaml.safe_dump_all([selecting, doc])
+    return yaml.safe_dump_all([gang_policy(name, namespace), doc])
 
 
 def read(path: Path) -> str:

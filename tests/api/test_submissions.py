@@ -207,7 +207,7 @@ def test_a_body_over_the_size_limit_is_refused_before_it_is_parsed(
     def refuse(*args: object, **kw: object) -> object:
         raise AssertionError("an oversized body was parsed")
 
-    monkeypatch.setattr(convert, "load_submitted_jobs", refuse)
+    monkeypatch.setattr(convert, "load_submitted", refuse)
     body = b"\xff" + b"x" * 1000  # not even UTF-8: the size is checked first
     data = problem(body, limits=SubmissionLimits(max_bytes=1000))
     assert data["status"] == 413

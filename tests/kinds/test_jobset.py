@@ -65,7 +65,7 @@ def a_jobset(*jobs: tuple[str, int, int, int | None], gpus: int = 1, **meta: Any
 
 
 def load(tree: Any, *docs: dict[str, Any]) -> list[convert.SubmittedJob]:
-    return convert.load_submitted_jobs(dump(policy(), *docs), tree)
+    return convert.load_submitted(dump(policy(), *docs), tree).jobs
 
 
 def issues(tree: Any, *docs: dict[str, Any]) -> list[tuple[str, str]]:

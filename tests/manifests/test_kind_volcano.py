@@ -60,7 +60,7 @@ def seed_job(name: str) -> dict[str, Any]:
 def load(*jobs: dict[str, Any]) -> list[Job]:
     tree = convert.load_quota(TREE)[0]
     text = yaml.safe_dump_all([POLICY, *jobs])
-    return [s.job for s in convert.load_submitted_jobs(text, tree)]
+    return [s.job for s in convert.load_submitted(text, tree).jobs]
 
 
 def problems(job: dict[str, Any]) -> list[tuple[str, str]]:
@@ -118,7 +118,7 @@ def test_the_documents_mpi_job_is_master_and_three_workers_gang_of_four() -> Non
 
 def test_the_documents_file_is_accepted_whole_with_its_policies() -> None:
     tree = convert.load_quota(TREE)[0]
-    found = convert.load_submitted_jobs(SEED.read_text(encoding="utf-8"), tree)
+    found = convert.load_submitted(SEED.read_text(encoding="utf-8"), tree).jobs
     assert [s.job.key for s in found] == ["default/tensorflow-benchmark", "default/lm-mpi-job"]
     assert all(s.policy is not None for s in found)
 

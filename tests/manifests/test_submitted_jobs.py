@@ -1,4 +1,4 @@
-"""load_submitted_jobs: jobs with their documents, and policies and jobs that select each other."""
+"""load_submitted: jobs with their documents, and policies and jobs that select each other."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def tree() -> QuotaTree:
 
 def issues_of(text: str, tree: QuotaTree, **kw: object) -> list[SpecIssue]:
     with pytest.raises(SpecError) as e:
-        convert.load_submitted_jobs(text, tree, **kw)  # type: ignore[arg-type]
+        convert.load_submitted(text, tree, **kw)  # type: ignore[arg-type]
     return list(e.value.issues)
 
 
@@ -30,7 +30,7 @@ def test_each_job_comes_with_its_document_and_policy(tree: QuotaTree) -> None:
         make_job("two", namespace="b"),
         make_policy("pb", namespace="b"),
     )
-    out = convert.load_submitted_jobs(text, tree, first_seq=40)
+    out = convert.load_submitted(text, tree, first_seq=40).jobs
     assert [(s.job.key, s.job.seq, s.job.queue) for s in out] == [
         ("default/one", 40, "team-a"),
         ("b/two", 41, "team-b"),
@@ -45,7 +45,7 @@ def test_each_job_comes_with_its_document_and_policy(tree: QuotaTree) -> None:
 def test_the_policy_that_applies_is_the_one_karmada_would_choose(tree: QuotaTree) -> None:
     low = make_policy("low")
     high = make_policy("high", priority=5, gang=False)
-    (out,) = convert.load_submitted_jobs(dump(low, high, make_job()), tree)
+    (out,) = convert.load_submitted(dump(low, high, make_job()), tree).jobs
     assert out.policy is not None and out.policy.name == "default/high"
     assert out.job.gang is False
 
@@ -86,7 +86,7 @@ def test_a_submission_without_a_job_is_an_error(tree: QuotaTree) -> None:
 
 
 def test_policies_are_not_required_when_told(tree: QuotaTree) -> None:
-    (out,) = convert.load_submitted_jobs(dump(make_job()), tree, require_policies=False)
+    (out,) = convert.load_submitted(dump(make_job()), tree, require_policies=False).jobs
     assert out.policy is None and out.job.gang
 
 
@@ -114,7 +114,8 @@ def test_every_issue_is_reported_at_once(tree: QuotaTree) -> None:
 
 def test_the_yaml_limits_apply(tree: QuotaTree) -> None:
     text = dump(make_policy(), make_job("a"), make_job("b"))
-    assert len(convert.load_submitted_jobs(text, tree, limits=YamlLimits(max_documents=3))) == 2
+    found = convert.load_submitted(text, tree, limits=YamlLimits(max_documents=3))
+    assert len(found.jobs) == 2
     issues = issues_of(text, tree, limits=YamlLimits(max_documents=2))
     assert [(i.document, i.path) for i in issues] == [(2, "")]
     assert "more than 2 documents in one stream" in issues[0].message

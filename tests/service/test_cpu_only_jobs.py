@@ -15,6 +15,7 @@ from fleet.clock import VirtualClock
 from fleet.service.wiring import Service
 from fleet.store import jobs as job_rows
 from fleet.testing import running
+from fleet.testing.documents import gang_policy
 from fleet.testing.running import new_jobs, running_service, settings
 
 GPU = "nvidia.com/gpu"
@@ -95,22 +96,6 @@ def job(name: str, roles: dict[str, tuple[int, dict[str, Any]]]) -> str:
         }
         for role, (replicas, requests) in roles.items()
     }
-    policy = {
-        "apiVersion": "policy.one.alibabacloud.com/v1alpha1",
-        "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {
-            "resourceSelectors": [
-                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": name}
-            ],
-            "placement": {
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "customSchedulingType": "Gang",
-                }
-            },
-        },
-    }
     doc = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -121,7 +106,7 @@ def job(name: str, roles: dict[str, tuple[int, dict[str, Any]]]) -> str:
         },
         "spec": {"pytorchReplicaSpecs": specs},
     }
-    return yaml.safe_dump_all([policy, doc])
+    return yaml.safe_dump_all([gang_policy(name), doc])
 
 
 CPU_ONLY = job(

@@ -66,7 +66,7 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
-class WorkloadModel(models._Foreign):
+class WorkloadModel(models.Namespaced, models._Foreign):
     """A workload document of some kind (tolerant: unknown fields are the schema's to judge)."""
 
     #: The member half of this model's kind (set by each kind module).
@@ -74,14 +74,6 @@ class WorkloadModel(models._Foreign):
     api_version: str
     kind: str
     metadata: ObjectMeta
-
-    @property
-    def namespace(self) -> str:
-        return self.metadata.namespace_or_default
-
-    @property
-    def key(self) -> str:
-        return self.metadata.key
 
     # What each kind says --------------------------------------------------------------
 
