@@ -61,8 +61,7 @@ import yaml
 
 from fleet.testing.servers import free_port
 from tests.databases import in_ci
-from tests.kube.controlplane import ApiError, ControlPlane, wait_for
-from tests.paths import ROOT
+from tests.kube.controlplane import ApiError, ControlPlane, cached_binaries, wait_for
 
 CONTROLLERS = ("training-operator.v1", "kwok", "kube-controller-manager")
 KWOK_DIR = Path(__file__).parent / "kwok"
@@ -83,21 +82,7 @@ OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 
 def controller_binaries() -> Path | None:
     """The directory with the controllers, or None when they are not built."""
-    named = os.environ.get("FLEET_CONTROLLERS_BIN")
-    candidates = [Path(named)] if named else []
-    if not named:
-        out = subprocess.run(
-            [str(ROOT / "scripts" / "controller-binaries"), "--path"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            candidates.append(Path(out.stdout.strip()))
-    for d in candidates:
-        if all((d / name).is_file() for name in CONTROLLERS):
-            return d
-    return None
+    return cached_binaries("FLEET_CONTROLLERS_BIN", "controller-binaries", CONTROLLERS)
 
 
 def require_controllers() -> Path:

@@ -40,13 +40,14 @@ NOBODY_TOKEN = "nobody-token"
 FLEET_USER = "system:serviceaccount:fleet-system:fleet"
 
 
-def binaries() -> Path | None:
-    """The directory with ``etcd`` and ``kube-apiserver``, or None when they are not built."""
-    named = os.environ.get("FLEET_KUBE_BIN")
+def cached_binaries(variable: str, script: str, names: tuple[str, ...]) -> Path | None:
+    """The directory holding every one of ``names``: ``$variable``, else where ``script``
+    says its cache is (``--path``, building nothing); None when they are not built."""
+    named = os.environ.get(variable)
     candidates = [Path(named)] if named else []
     if not named:
         out = subprocess.run(
-            [str(REPO_ROOT / "scripts" / "kube-binaries"), "--path"],
+            [str(REPO_ROOT / "scripts" / script), "--path"],
             capture_output=True,
             text=True,
             check=False,
@@ -54,9 +55,14 @@ def binaries() -> Path | None:
         if out.returncode == 0 and out.stdout.strip():
             candidates.append(Path(out.stdout.strip()))
     for d in candidates:
-        if (d / "etcd").is_file() and (d / "kube-apiserver").is_file():
+        if all((d / name).is_file() for name in names):
             return d
     return None
+
+
+def binaries() -> Path | None:
+    """The directory with ``etcd`` and ``kube-apiserver``, or None when they are not built."""
+    return cached_binaries("FLEET_KUBE_BIN", "kube-binaries", ("etcd", "kube-apiserver"))
 
 
 class ApiError(Exception):

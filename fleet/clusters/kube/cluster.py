@@ -24,7 +24,7 @@ one object name in a member is one job.
   does not run is :class:`~fleet.clusters.base.ClusterRejected`.  A member that
   does not answer does not fail the job: the creation is retried with
   backoff, and the member's readiness (below) drives the failover clock.
-* **Binding** (:mod:`.binder`).  A pending pod with the uid label of a job
+* **Binding** (:class:`.binder.PodBinder`, which keeps the member's pods).  A pending pod with the uid label of a job
   dispatched here is matched to its planned replica (its kind reads the
   pod's role and index from the controller's labels; a pod without an index
   claims its role's first planned pod that no live pod holds) and bound to
@@ -80,7 +80,7 @@ from fleet.clusters.base import (
     member_object_name,
     split_key,
 )
-from fleet.clusters.kube import binder, objects
+from fleet.clusters.kube import binder, calls, objects
 from fleet.clusters.kube.client import (
     AlreadyExists,
     KubeClient,
@@ -90,11 +90,11 @@ from fleet.clusters.kube.client import (
 )
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.nodes import NodeTracker
-from fleet.clusters.kube.pods import Ident, PodIndex, ident, uid_of
+from fleet.clusters.kube.pods import Ident, ident, uid_of
 from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
 from fleet.manifests.kinds import registry
-from fleet.manifests.kinds.base import Dependency, Kind, Phase
+from fleet.manifests.kinds.base import Kind, Phase
 
 log = logging.getLogger("fleet.clusters.kube")
 
@@ -157,11 +157,8 @@ class KubeCluster:
         self._by_ident: dict[Ident, str] = {}  # (namespace, object name) -> key
         self._jobs: dict[Ident, JSON] = {}  # Fleet's objects in the member, of every kind
         self._listed: set[str] = set()  # the kinds whose objects were listed
-        self._pods = PodIndex()
+        self._binder = binder.PodBinder(name, self._bindable)
         self._nodes = NodeTracker(nodes)
-        self._teller = binder.Teller()
-        #: pods whose planned GPUs other pods still held when they were to be bound
-        self._deferred: set[Ident] = set()
         self._probe_error: str | None = "not contacted yet"
         self._watch_errors: dict[str, str] = {}
         self._ready: bool | None = None
@@ -290,7 +287,7 @@ class KubeCluster:
             log.warning("%s: creating %s failed, retrying: %s", self._name, job.key, e)
             self._retry.set()
             return
-        await self._bind_pods(job.uid)
+        await self._binder.bind_uid(self._client, job.uid)
 
     async def resize(self, job: DispatchedJob) -> None:
         """Give ``job``'s object its new pods (counts, node affinity, placement)."""
@@ -308,7 +305,7 @@ class KubeCluster:
             log.warning("%s: resizing %s failed, retrying: %s", self._name, job.key, e)
             self._retry.set()
             return
-        await self._bind_pods(job.uid)
+        await self._binder.bind_uid(self._client, job.uid)
 
     async def delete(self, key: str) -> bool:
         """Delete job ``key``'s object and its pods; see the module docstring."""
@@ -372,7 +369,7 @@ class KubeCluster:
                 found = await client.request("GET", f"{path}/{name}")
             if found is None:
                 for dependency in dependencies:
-                    await self._ensure(client, dependency)
+                    await calls.ensure(client, dependency)
         if found is None:
             # Create first (one round trip when the name is free, as it nearly always
             # is); a name taken is read and judged below.
@@ -415,7 +412,7 @@ class KubeCluster:
                 "it is left as it is",
             )
         for dependency in dependencies:
-            await self._own(client, dependency, found)
+            await calls.own(client, dependency, found)
         wanted.created = True
         self._jobs[(namespace, name)] = found
         self._job_changed(found)
@@ -423,38 +420,6 @@ class KubeCluster:
         if placed != objects.placement_text(job.pods):  # it grew or shrank meanwhile
             wanted.out_of_date = True
             await self._update(wanted, job)
-
-    async def _ensure(self, client: KubeClient, dependency: Dependency) -> None:
-        """Create a job's dependency, or patch an existing one to the wanted content."""
-        try:
-            await client.request("POST", dependency.path, body=dependency.body)
-        except AlreadyExists:
-            name = dependency.body["metadata"]["name"]
-            await client.request(
-                "PATCH",
-                f"{dependency.path}/{name}",
-                body=dependency.body,
-                content_type="application/merge-patch+json",
-            )
-
-    async def _own(self, client: KubeClient, dependency: Dependency, owner: JSON) -> None:
-        """Make the job's object ``owner`` the owner of its dependency (it goes with it)."""
-        meta = objects.meta(owner)
-        reference = {
-            "apiVersion": owner.get("apiVersion"),
-            "kind": owner.get("kind"),
-            "name": meta.get("name"),
-            "uid": meta.get("uid"),
-        }
-        name = dependency.body["metadata"]["name"]
-        patch = {"metadata": {"ownerReferences": [reference]}}
-        with contextlib.suppress(NotFound):
-            await client.request(
-                "PATCH",
-                f"{dependency.path}/{name}",
-                body=patch,
-                content_type="application/merge-patch+json",
-            )
 
     async def _update(self, wanted: _Wanted, job: DispatchedJob) -> None:
         """Patch the object to ``job``'s pods: counts, templates, placement."""
@@ -497,7 +462,7 @@ class KubeCluster:
             with contextlib.suppress(NotFound):
                 path = f"{self._path(kind, namespace)}/{name}"
                 await client.request("DELETE", path, body=body)
-        for (ns, pod), obj in self._pods.of_uid(wanted.uid) if wanted.uid else ():
+        for (ns, pod), obj in self._binder.pods.of_uid(wanted.uid) if wanted.uid else ():
             if objects.meta(obj).get("deletionTimestamp"):
                 continue
             with contextlib.suppress(NotFound):
@@ -509,7 +474,7 @@ class KubeCluster:
             return
         if self._where(key) in self._jobs:
             return
-        if wanted.uid is not None and self._pods.has_uid(wanted.uid):
+        if wanted.uid is not None and self._binder.pods.has_uid(wanted.uid):
             return
         self._forget(key)
         if not wanted.ended:
@@ -534,10 +499,10 @@ class KubeCluster:
                         await self._check_stopped(key)
                     elif not wanted.created and wanted.job is not None:
                         await self._create(wanted, wanted.job)
-                        await self._bind_pods(wanted.job.uid)
+                        await self._binder.bind_uid(self._client, wanted.job.uid)
                     elif wanted.out_of_date and wanted.job is not None:
                         await self._update(wanted, wanted.job)
-                        await self._bind_pods(wanted.job.uid)
+                        await self._binder.bind_uid(self._client, wanted.job.uid)
                 except (ClusterConflict, ClusterRejected) as e:
                     log.warning("%s: %s: %s", self._name, key, e)
                     if not wanted.deleting:
@@ -617,118 +582,27 @@ class KubeCluster:
     # Internals: pods -----------------------------------------------------------------
 
     async def _sync_pods(self, items: list[JSON]) -> None:
-        self._pods.replace(items)
-        for pod in self._pods.pending():
-            await self._bind(pod)
+        await self._binder.replace(self._client, items)
         for key in sorted(k for k, w in self._wanted.items() if w.deleting):
             await self._check_stopped(key)
 
     async def _pod_event(self, kind: str, obj: JSON) -> None:
         if kind == "DELETED":
-            self._pods.remove(ident(obj))
-            self._teller.forget(obj)
+            self._binder.remove(obj)
             key = self._by_uid.get(uid_of(obj) or "")
             if key is not None:
                 await self._check_stopped(key)
-            await self._bind_deferred()
+            await self._binder.bind_deferred(self._client)
             return
-        self._pods.put(obj)
-        if objects.pending(obj):
-            await self._bind(obj)
-        elif objects.ended(obj):
-            await self._bind_deferred()
+        await self._binder.put(self._client, obj)
 
-    async def _bind_deferred(self) -> None:
-        """Try again the pods that waited for GPUs other pods held (some may be free now)."""
-        deferred, self._deferred = self._deferred, set()
-        for key in sorted(deferred):
-            pod = self._pods.get(key)
-            if pod is not None and objects.pending(pod):
-                await self._bind(pod)
-
-    async def _bind_pods(self, uid: str) -> None:
-        """Bind the pods of job ``uid`` that wait (created before the job was known here)."""
-        for _, pod in self._pods.of_uid(uid):
-            if objects.pending(pod):
-                await self._bind(pod)
-
-    async def _bind(self, pod: JSON) -> None:
-        client = self._client
-        if client is None:
-            return
-        key = self._by_uid.get(uid_of(pod) or "")
+    def _bindable(self, uid: str) -> _Wanted | None:
+        """The job a pod of job uid ``uid`` is bound for (None: no job of this member's)."""
+        key = self._by_uid.get(uid)
         wanted = self._wanted.get(key) if key is not None else None
         if wanted is None or wanted.job is None or wanted.deleting or wanted.ended:
-            why = "the pod belongs to no job that Fleet admitted to this cluster"
-            await self._teller.tell(client, pod, why)
-            return
-        replica = self._replica(wanted, pod)
-        place = wanted.places.get(replica or "")
-        if place is None:
-            why = f"job {wanted.key} has no planned replica {replica or '(unlabelled)'}"
-            await self._teller.tell(client, pod, why)
-            return
-        holders = self._pods.holding(place.node, place.gpus, wanted.uid or "")
-        if holders:
-            # The cells are Fleet's again, but the GPUs are not free until the pods
-            # that held them are gone (a preempted or cancelled job's pods end first).
-            self._deferred.add(ident(pod))
-            held = ", ".join("/".join(k) for k in holders[:3])
-            why = f"waiting for GPUs {list(place.gpus)} of node {place.node}, still held by {held}"
-            await self._teller.tell(client, pod, why)
-            return
-        try:
-            await binder.bind(client, pod, place)
-        except (NotFound, AlreadyExists):
-            return  # gone, or bound meanwhile
-        except ClusterError as e:
-            where = "/".join(ident(pod))
-            log.warning("%s: binding pod %s failed: %s", self._name, where, e)
-
-    def _replica(self, wanted: _Wanted, pod: JSON) -> str | None:
-        """The planned pod (``Worker-3``) that a member pod of ``wanted`` is.
-
-        The kind reads the pod's role and index; roles match without regard to
-        case (the training operator lowercases them).  A pod without an index
-        (a non-indexed batch Job's) claims the first planned pod of its role
-        that no other live pod of the job holds or claimed, and keeps it: a pod
-        holds the replica Fleet annotated it with, and Fleet's claim counts at
-        once, before the member's answer to the binding comes back as an event.
-        A pod that ended holds none: a Job's next pod, or the one that replaces
-        a failed pod, takes its place.
-        """
-        if wanted.job is None:
             return None
-        found = registry.of(wanted.job.manifest).replica(pod)
-        if found is None:
-            return None
-        role, index = found
-        roles = {p.rsplit("-", 1)[0].lower(): p.rsplit("-", 1)[0] for p in wanted.places}
-        planned = roles.get(role.lower())
-        if planned is None:
-            return f"{role}-{index}" if index is not None else role
-        if index is not None:
-            return f"{planned}-{index}"
-
-        def held_by(one: JSON) -> object:
-            claimed = wanted.claims.get(str(objects.meta(one).get("uid")))
-            return claimed or objects.annotations_of(one).get(objects.REPLICA_ANNOTATION)
-
-        mine = held_by(pod)
-        if isinstance(mine, str) and mine in wanted.places and mine.startswith(f"{planned}-"):
-            return mine
-        me = objects.meta(pod).get("uid")
-        held = {
-            held_by(other)
-            for _, other in self._pods.of_uid(wanted.uid or "")
-            if objects.meta(other).get("uid") != me and not objects.ended(other)
-        }
-        free = [p for p in wanted.places if p.rsplit("-", 1)[0] == planned and p not in held]
-        if not free:
-            return None
-        chosen = min(free, key=_pod_order)
-        wanted.claims[str(me)] = chosen
-        return chosen
+        return wanted
 
     # Internals: nodes and readiness ----------------------------------------------------
 
@@ -780,32 +654,7 @@ class KubeCluster:
         client = self._client
         if client is None:
             return
-        kind = self._kinds[0]
-        try:
-            for kind in self._kinds:
-                group = await client.request("GET", kind.api_path)
-                resources = group.get("resources") or []
-                plurals = {r.get("name") for r in resources if isinstance(r, dict)}
-                if kind.plural not in plurals:
-                    raise NotFound(
-                        self._name, f"GET {kind.api_path}: no {kind.plural} resource", 404
-                    )
-                list_path = f"{kind.api_path}/{kind.plural}"
-                await client.request("GET", list_path, query=[("limit", "1")])
-        except NotFound as e:
-            group_name, _, version = kind.api_version.rpartition("/")
-            crd = f"{kind.plural}.{group_name}" if group_name else kind.plural
-            self._probe_error = (
-                f"the {kind.kind} CRD ({crd}, version {version}) is not installed "
-                f"({e.message}); install it, or leave {kind.kind} out of the member's "
-                "spec.kinds"
-            )
-        except Refused as e:
-            self._probe_error = f"the member refuses Fleet's credentials or rights: {e.message}"
-        except ClusterError as e:
-            self._probe_error = f"unreachable: {e.message}"
-        else:
-            self._probe_error = None
+        self._probe_error = await calls.probe(client, self._name, self._kinds)
         self._readiness()
 
     async def _probe_loop(self) -> None:
@@ -829,11 +678,6 @@ def _stamped(obj: JSON, kind: Kind) -> JSON:
 def _kind_of(obj: JSON) -> Kind:
     """The kind of an object :func:`_stamped` marked."""
     return registry.of(obj)
-
-
-def _pod_order(pod: str) -> tuple[str, int]:
-    role, _, index = pod.rpartition("-")
-    return role, int(index)
 
 
 def _replaceable(found: JSON) -> bool:
