@@ -26,10 +26,11 @@ one object name in a member is one job.
   backoff, and the member's readiness (below) drives the failover clock.
 * **Binding** (:class:`.binder.PodBinder`, which keeps the member's pods).
   A pending pod with the uid label of a job dispatched here is matched to
-  its planned replica (its kind reads the pod's role and index from the controller's labels; a pod without an index
-  claims its role's first planned pod that no live pod holds) and bound to
-  the planned node with its GPU indices.  A pod that names Fleet's scheduler
-  but belongs to no such job stays pending, with a Warning Event saying why.
+  its planned replica (its kind reads the pod's role and index from the
+  controller's labels; a pod without an index claims its role's first
+  planned pod that no live pod holds) and bound to the planned node with
+  its GPU indices.  A pod that names Fleet's scheduler but belongs to no
+  such job stays pending, with a Warning Event saying why.
 * **Status.**  The object's phase, as its kind reads it, gives
   :class:`~fleet.clusters.base.JobStarted` (Running),
   :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
