@@ -198,7 +198,8 @@ def main() -> None:
     for (api, kind), doc in SMALL.items():
         runs = first_use(api, kind, doc, args.runs)
         ms = [statistics.median(r[i] for r in runs) * 1e3 for i in range(6)]
-        size = (ROOT / "fleet" / "manifests" / "kinds" / "crds" / schema.SCHEMAS[(api, kind)]).stat().st_size
+        crds = ROOT / "fleet" / "manifests" / "kinds" / "crds"
+        size = (crds / schema.SCHEMAS[(api, kind)]).stat().st_size
         print(
             f"  {api + ' ' + kind:<54} import {ms[0]:5.1f} / {ms[1]:5.1f}   "
             f"jsonschema {ms[2]:5.1f} / {ms[3]:5.1f}   "

@@ -4,7 +4,8 @@ Theory of operation: :func:`probe` asks the member whether it answers, takes
 Fleet's credentials and serves every workload kind it runs (the group's
 resource list names the kind's plural, and the list of that resource
 answers); it returns why not, as the member's readiness says it, or None.
-:func:`ensure` creates an object a job's object needs first (a TrainJob's
+:func:`delete` deletes an object, its dependents in the background (as
+``kubectl delete`` does).  :func:`ensure` creates an object a job's object needs first (a TrainJob's
 runtime), or merge-patches an existing one to the wanted content;
 :func:`own` makes the job's object its owner, so that the member's garbage
 collector deletes it with the job.  :class:`~.cluster.KubeCluster` calls
@@ -50,6 +51,13 @@ async def probe(client: KubeClient, member: str, kinds: Sequence[Kind]) -> str |
     except ClusterError as e:
         return f"unreachable: {e.message}"
     return None
+
+
+async def delete(client: KubeClient, path: str) -> None:
+    """Delete the object at ``path``, its dependents in the background (gone already: fine)."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    with contextlib.suppress(NotFound):
+        await client.request("DELETE", path, body=body)
 
 
 async def ensure(client: KubeClient, dependency: Dependency) -> None:

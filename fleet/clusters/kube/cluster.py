@@ -388,13 +388,7 @@ class KubeCluster:
             # An earlier run of this name that ended (or is going): delete it, then
             # create this run when the retry finds the name free.
             if not objects.meta(found).get("deletionTimestamp"):
-                body = {
-                    "apiVersion": "v1",
-                    "kind": "DeleteOptions",
-                    "propagationPolicy": "Background",
-                }
-                with contextlib.suppress(NotFound):
-                    await client.request("DELETE", f"{path}/{name}", body=body)
+                await calls.delete(client, f"{path}/{name}")
                 log.info(
                     "%s: deleted the ended %s %s/%s of an earlier run of %s",
                     self._name,
@@ -458,11 +452,8 @@ class KubeCluster:
     async def _delete(self, wanted: _Wanted) -> None:
         client = self._client_or_raise()
         namespace, name = self._where(wanted.key)
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         for kind in self._kinds if wanted.kind is None else (wanted.kind,):
-            with contextlib.suppress(NotFound):
-                path = f"{self._path(kind, namespace)}/{name}"
-                await client.request("DELETE", path, body=body)
+            await calls.delete(client, f"{self._path(kind, namespace)}/{name}")
         for (ns, pod), obj in self._binder.pods.of_uid(wanted.uid) if wanted.uid else ():
             if objects.meta(obj).get("deletionTimestamp"):
                 continue
