@@ -65,7 +65,7 @@ from fleet.api.schemas import json_response
 from fleet.api.submissions import YAML_MEDIA_TYPES
 from fleet.clusters.kube.kubeconfig import KubeconfigError
 from fleet.clusters.sim import SimulatedCluster
-from fleet.core.quota import OVER_MAX, QuotaTree
+from fleet.core.quota import OVER_MAX
 from fleet.core.resources import format_quantity
 from fleet.manifests import convert
 from fleet.manifests.documents import YAML_LOADER
@@ -98,13 +98,6 @@ def _text(body: bytes) -> str:
         raise ProblemError(bad_request(msg)) from None
 
 
-def _load_tree(text: str) -> tuple[QuotaTree, list[str]]:
-    try:
-        return convert.load_quota(text)
-    except SpecError as e:
-        raise ProblemError(from_spec_error(e)) from None
-
-
 def _answer(svc: Service, result: admin.TreeChangeResult, warnings: list[str]) -> web.Response:
     effect = result.effect
     over = [
@@ -133,13 +126,12 @@ def _answer(svc: Service, result: admin.TreeChangeResult, warnings: list[str]) -
 async def _change(request: web.Request, document: str, *, dry_run: bool) -> web.Response:
     """Validate ``document`` in full, then apply it (or preview it with ``dry_run``)."""
     svc = _svc(request)
-    tree, warnings = _load_tree(document)
-    root = tree.to_spec()
-    who = auth.caller(request).name
-    result = await admin.change_tree(svc.loop, root, document, who, dry_run=dry_run)
-    if not dry_run:
-        svc.tree = tree
-        svc.tree_document = document
+    try:
+        result, warnings = await wiring.change_tree(
+            svc, document, auth.caller(request).name, dry_run=dry_run
+        )
+    except SpecError as e:
+        raise ProblemError(from_spec_error(e)) from None
     return _answer(svc, result, warnings)
 
 

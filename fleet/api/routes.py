@@ -59,7 +59,7 @@ from fleet.api.routing import (
 from fleet.api.submissions import (
     YAML_MEDIA_TYPES,
     Registering,
-    SubmissionLimits,
+    limits_of,
     parse_registering,
 )
 from fleet.core import snapshot
@@ -133,15 +133,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
     body = await request.read()
-    settings = svc.settings
-    limits = SubmissionLimits(
-        max_bytes=settings.max_body_bytes,
-        max_documents=settings.max_documents,
-        max_depth=settings.max_yaml_depth,
-        max_alias_nodes=settings.max_yaml_alias_nodes,
-        max_replicas=settings.max_replicas_per_job,
-        max_string=settings.max_string_length,
-    )
+    limits = limits_of(svc.settings)
     workers = request.app.get(keys.PARSE_WORKERS)
     registering: list[Registering] = []
     if workers is None or _RUNTIME_KIND in body:

@@ -85,6 +85,7 @@ from fleet.manifests.models import (
     PropagationPolicyModel,
 )
 from fleet.manifests.yaml_stream import DEFAULT_MAX_DEPTH, YamlLimits
+from fleet.service.settings import Settings
 
 #: Media types the submission route reads.
 YAML_MEDIA_TYPES: Final = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -104,6 +105,18 @@ class SubmissionLimits:
     max_replicas: int = 1000
     #: characters of any one string (a key or a value) in a document
     max_string: int = 32 * 1024
+
+
+def limits_of(settings: Settings) -> SubmissionLimits:
+    """The limits ``settings`` set on one submission."""
+    return SubmissionLimits(
+        max_bytes=settings.max_body_bytes,
+        max_documents=settings.max_documents,
+        max_depth=settings.max_yaml_depth,
+        max_alias_nodes=settings.max_yaml_alias_nodes,
+        max_replicas=settings.max_replicas_per_job,
+        max_string=settings.max_string_length,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,14 @@ def add_parser(sub: Any) -> None:
         "file inside it, a relative one is taken from it (default /etc/fleet/kubeconfigs)",
     )
     p.add_argument(
+        "--hub-kubeconfig",
+        metavar="FILE",
+        help="kubeconfig of a hub cluster: ElasticQuotaTree, PropagationPolicies and jobs "
+        "applied there with kubectl are Fleet's too, with Queue objects, statuses and Events "
+        "written back (deploy/hub/ has its CRDs and role)",
+    )
+    p.add_argument("--hub-context", metavar="NAME", help="the context of --hub-kubeconfig to use")
+    p.add_argument(
         "--allow-kubeconfig-exec",
         action="store_true",
         default=None,
@@ -142,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             "clusters",
             "quota",
             "kubeconfig_dir",
+            "hub_kubeconfig",
+            "hub_context",
             "allow_kubeconfig_exec",
             "schedule_interval",
             "estimate_interval",
@@ -200,9 +210,14 @@ def run(args: argparse.Namespace) -> int:
     from fleet.service.collector import FollowGrowth
 
     FollowGrowth().install()  # full collections' pauses follow the growth (fleet.service.collector)
+    app = create_app(settings)
+    if settings.hub_kubeconfig is not None:
+        from fleet.hub import controller
+
+        controller.setup(app, settings)
     try:
         web.run_app(
-            create_app(settings),
+            app,
             host=settings.host,
             port=settings.port,
             print=lambda text: log.info("%s", text.strip()),

@@ -315,6 +315,11 @@ class MemberCluster(Protocol):
         """The member's events in the order they happened; ends once the member is closed."""
         ...
 
+    def status_of(self, key: str) -> Mapping[str, Any] | None:
+        """The ``status`` of job ``key``'s object in the member as last seen (None: no
+        object, or a member without objects); the hub shows it under Fleet's."""
+        ...
+
     async def health(self) -> ClusterHealth:
         """Whether the member can be reached now."""
         ...

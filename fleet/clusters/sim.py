@@ -182,6 +182,10 @@ class SimulatedCluster:
         """The events of this member in the order they happened; ends after :meth:`close`."""
         return QueueWatch(self._events)
 
+    def status_of(self, key: str) -> None:
+        """A simulated member holds no objects: Fleet's own state is the whole status."""
+        return None
+
     async def health(self) -> ClusterHealth:
         if self._closed:
             return ClusterHealth(False, "closed")

@@ -59,6 +59,16 @@ class Settings(BaseSettings):
         "spec.kubeconfig.path must resolve (symbolic links followed) to a file inside it; "
         "a relative path is taken from it.",
     )
+    hub_kubeconfig: Path | None = Field(
+        None,
+        description="Kubeconfig of a hub cluster: Fleet then also takes ElasticQuotaTree, "
+        "PropagationPolicies and jobs applied there with kubectl, and writes Queue objects, "
+        "job statuses and Events there (fleet.hub). A relative path is taken from the "
+        "working directory.",
+    )
+    hub_context: str | None = Field(
+        None, description="The context of --hub-kubeconfig to use (default: its current one)."
+    )
     allow_kubeconfig_exec: bool = Field(
         False,
         description="Let member kubeconfigs get credentials from plugins (a user's exec or "

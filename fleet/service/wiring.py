@@ -436,6 +436,21 @@ async def refresh_configuration(svc: Service) -> None:
         svc.runtimes = runtimes
 
 
+async def change_tree(
+    svc: Service, document: str, author: str, *, dry_run: bool = False
+) -> tuple[admin.TreeChangeResult, list[str]]:
+    """Validate the ElasticQuotaTree ``document`` in full, then apply it (or preview
+    it with ``dry_run``): the change and the warnings.  Raises
+    :class:`~fleet.manifests.errors.SpecError` (nothing changes) when it is refused.
+    ``PUT /api/v1/quota-tree`` and the hub's ElasticQuotaTree both come here."""
+    tree, warnings = convert.load_quota(document)
+    result = await admin.change_tree(svc.loop, tree.to_spec(), document, author, dry_run=dry_run)
+    if not dry_run:
+        svc.tree = tree
+        svc.tree_document = document
+    return result, warnings
+
+
 async def cancel(svc: Service, job_id: int, key: str) -> None:
     """Store the request to cancel job ``key`` and hand it to the loop that runs.
 

@@ -18,6 +18,11 @@ whatever became of its name (:func:`by_uid`, ``JobFilter.uid``).
 for a queue's live jobs by JSON path, the same statement on SQLite and
 PostgreSQL.
 
+**The hub's reads.**  The hub controller (:mod:`fleet.hub`) follows many
+jobs by name: :func:`current_by_names` reads their current runs in one
+statement per namespace, and :func:`events_after` the event log from an id
+on, across jobs, with each event's job name and uid.
+
 **Failover's clocks.**  Since when a running job has been unhealthy in its
 member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
 :func:`forget_unhealthy`), so that a restart keeps the clock
@@ -197,6 +202,69 @@ async def heads_by_names(
         )
         found.update((f"{r.namespace}/{r.name}", JobHead(*r)) for r in rows)
     return found
+
+
+async def current_by_names(
+    session: AsyncSession, keys: Iterable[tuple[str, str]]
+) -> dict[str, JobRow]:
+    """Current runs of the given (namespace, name) pairs that exist, by ``namespace/name``."""
+    by_namespace: dict[str, list[str]] = {}
+    for namespace, name in dict.fromkeys(keys):
+        by_namespace.setdefault(namespace, []).append(name)
+    found: dict[str, JobRow] = {}
+    for namespace in sorted(by_namespace):
+        names = by_namespace[namespace]
+        for start in range(0, len(names), 500):
+            rows = await session.execute(
+                select(JobRow).where(
+                    JobRow.namespace == namespace,
+                    JobRow.name.in_(names[start : start + 500]),
+                    JobRow.superseded == 0,
+                )
+            )
+            found.update((f"{r.namespace}/{r.name}", r) for r in rows.scalars())
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """One entry of a job's event log, with the job's name and uid."""
+
+    id: int
+    namespace: str
+    name: str
+    job_uid: str
+    time: float
+    type: str
+    reason: str
+    message: str
+
+
+async def events_after(session: AsyncSession, after: int, limit: int) -> list[LoggedEvent]:
+    """At most ``limit`` logged events with an id above ``after``, oldest first."""
+    rows = await session.execute(
+        select(
+            _EVENTS.c.id,
+            _JOBS.c.namespace,
+            _JOBS.c.name,
+            _JOBS.c.uid,
+            _EVENTS.c.time,
+            _EVENTS.c.type,
+            _EVENTS.c.reason,
+            _EVENTS.c.message,
+        )
+        .join(_JOBS, _JOBS.c.id == _EVENTS.c.job_id)
+        .where(_EVENTS.c.id > after)
+        .order_by(_EVENTS.c.id)
+        .limit(limit)
+    )
+    return [LoggedEvent(*r) for r in rows]
+
+
+async def last_event_id(session: AsyncSession) -> int:
+    """The id of the newest logged event (0: none)."""
+    found = await session.execute(select(func.max(_EVENTS.c.id)))
+    return int(found.scalar() or 0)
 
 
 async def insert_jobs(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> list[int]:

@@ -64,6 +64,9 @@ class GatedMember:
     def watch(self) -> QueueWatch:
         raise NotImplementedError
 
+    def status_of(self, key: str) -> None:
+        return None
+
     async def health(self) -> ClusterHealth:
         return ClusterHealth(True)
 

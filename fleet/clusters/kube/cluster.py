@@ -56,7 +56,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -243,6 +243,15 @@ class KubeCluster:
 
     def watch(self) -> QueueWatch:
         return QueueWatch(self._events)
+
+    def status_of(self, key: str) -> Mapping[str, Any] | None:
+        """The status of job ``key``'s object as last watched (the watch keeps the objects)."""
+        try:
+            obj = self._jobs.get(self._where(key))
+        except ValueError:
+            return None
+        status = obj.get("status") if obj is not None else None
+        return status if isinstance(status, Mapping) else None
 
     async def health(self) -> ClusterHealth:
         if self._closed:
