@@ -18,3 +18,5 @@ HIVED = DATA / "hived"
 KUBEFLOW = DATA / "kubeflow"
 #: Upstream examples of the workload kinds beyond PyTorchJob (Volcano, Kubeflow, JobSet, Trainer).
 KIND_EXAMPLES = ROOT / "tests" / "kinds" / "examples"
+#: Objects the hub tests apply with kubectl (the ACK One walkthrough's policy and job).
+HUB = DATA / "hub"

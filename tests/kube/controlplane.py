@@ -2,15 +2,21 @@
 
 Theory of operation: :func:`binaries` finds the ``etcd`` and
 ``kube-apiserver`` that ``scripts/kube-binaries`` built (``FLEET_KUBE_BIN``
-names their directory; else the script is asked where its cache is).
-:class:`ControlPlane` starts both on free loopback ports in a directory of
-its own: a serving certificate and a service-account key pair made with
-``openssl``, a token file with an admin (``system:masters``), Fleet's
-service account (``system:serviceaccount:fleet-system:fleet``, whose rights
-come only from ``deploy/member/rbac.yaml``) and a user with no rights at all;
-RBAC authorization.  :class:`Admin` talks to it as the admin, for the
-fixtures and for the stand-in of the training operator (:mod:`.operator`).
-No kubelet, controller manager or scheduler runs: the tests play them.
+names their directory; else the script is asked where its cache is), and
+with ``kubectl=True`` the directory that also holds that script's
+``kubectl`` (the hub tests run it).  :class:`ControlPlane` starts both on
+free loopback ports in a directory of its own: a serving certificate and a
+service-account key pair made with ``openssl``, a token file with an admin
+(``system:masters``), Fleet's service account
+(``system:serviceaccount:fleet-system:fleet``, whose rights come only from
+the RBAC file the test installs: ``deploy/member/rbac.yaml`` in a member,
+``deploy/hub/rbac.yaml`` in the hub), a user with no rights at all, and the
+:class:`Token` users a test adds (the hub's teams); RBAC authorization.
+:meth:`ControlPlane.install_crd` installs CRDs of ``deploy/member/crds`` by
+name, or any CRD file by path.  :class:`Admin` talks to it as the admin, for
+the fixtures and for the stand-in of the training operator
+(:mod:`.operator`).  No kubelet, controller manager or scheduler runs: the
+tests play them.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,9 +67,25 @@ def cached_binaries(variable: str, script: str, names: tuple[str, ...]) -> Path 
     return None
 
 
-def binaries() -> Path | None:
-    """The directory with ``etcd`` and ``kube-apiserver``, or None when they are not built."""
-    return cached_binaries("FLEET_KUBE_BIN", "kube-binaries", ("etcd", "kube-apiserver"))
+def binaries(*, kubectl: bool = False) -> Path | None:
+    """The directory with ``etcd`` and ``kube-apiserver`` (and ``kubectl`` if asked), or None
+    when they are not built."""
+    names = ("etcd", "kube-apiserver", "kubectl") if kubectl else ("etcd", "kube-apiserver")
+    return cached_binaries("FLEET_KUBE_BIN", "kube-binaries", names)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A user of the token file: ``token``, ``user`` (also its uid) and its ``groups``."""
+
+    token: str
+    user: str
+    groups: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """The token file's line: ``token,user,uid[,"group,..."]``."""
+        groups = ",".join(self.groups)
+        return f"{self.token},{self.user},{self.user}" + (f',"{groups}"' if groups else "") + "\n"
 
 
 class ApiError(Exception):
@@ -138,6 +161,8 @@ def collection_path(document: dict[str, Any]) -> str:
         "ServiceAccount": "serviceaccounts",
         "ClusterRole": "clusterroles",
         "ClusterRoleBinding": "clusterrolebindings",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
         "CustomResourceDefinition": "customresourcedefinitions",
         "Node": "nodes",
         "Pod": "pods",
@@ -153,9 +178,12 @@ def _openssl(*args: str) -> None:
 class ControlPlane:
     """etcd and kube-apiserver of one member; see the module docstring."""
 
-    def __init__(self, name: str, bin_dir: Path, root: Path) -> None:
+    def __init__(
+        self, name: str, bin_dir: Path, root: Path, *, tokens: Sequence[Token] = ()
+    ) -> None:
         self.name = name
         self.bin_dir = bin_dir
+        self.tokens = tuple(tokens)
         self.dir = root / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.etcd_port = free_port()
@@ -180,7 +208,7 @@ class ControlPlane:
             f'{ADMIN_TOKEN},admin,admin,"system:masters"\n'
             f'{FLEET_TOKEN},{FLEET_USER},fleet,"system:serviceaccounts,'
             'system:serviceaccounts:fleet-system"\n'
-            f"{NOBODY_TOKEN},nobody,nobody\n"
+            f"{NOBODY_TOKEN},nobody,nobody\n" + "".join(t.line() for t in self.tokens)
         )
 
     def kubeconfig(self, token: str = FLEET_TOKEN, path: Path | None = None) -> Path:
@@ -306,15 +334,18 @@ class ControlPlane:
 
     # Member set-up -------------------------------------------------------------------
 
-    def install_crd(self, *files: str) -> None:
-        """Install CRDs of ``deploy/member/crds/`` (default: PyTorchJob's) and wait for them."""
-        for name in files or ("kubeflow.org_pytorchjobs.yaml",):
-            path = DEPLOY / "crds" / name
-            crd = yaml.safe_load(path.read_text())
+    def install_crd(self, *files: str | Path) -> None:
+        """Install CRDs and wait for them: a name is a file of ``deploy/member/crds/``
+        (default: PyTorchJob's), a :class:`Path` any CRD file."""
+        for file in files or ("kubeflow.org_pytorchjobs.yaml",):
+            path = file if isinstance(file, Path) else DEPLOY / "crds" / file
             self.admin.apply_file(path)
-            group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-            version = next(v["name"] for v in crd["spec"]["versions"] if v.get("served"))
-            self._wait_established(f"{plural}.{group}", f"/apis/{group}/{version}/{plural}")
+            for crd in yaml.safe_load_all(path.read_text()):
+                if not crd:
+                    continue
+                group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+                version = next(v["name"] for v in crd["spec"]["versions"] if v.get("served"))
+                self._wait_established(f"{plural}.{group}", f"/apis/{group}/{version}/{plural}")
 
     def _wait_established(self, name: str, path: str) -> None:
         deadline = time.monotonic() + 60
@@ -330,8 +361,9 @@ class ControlPlane:
             time.sleep(0.2)
         raise AssertionError(f"the CRD {name} was not established")
 
-    def install_rbac(self) -> None:
-        self.admin.apply_file(DEPLOY / "rbac.yaml")
+    def install_rbac(self, path: Path = DEPLOY / "rbac.yaml") -> None:
+        """Apply an RBAC file (default: ``deploy/member/rbac.yaml``, Fleet's role in a member)."""
+        self.admin.apply_file(path)
 
     def namespace(self, name: str) -> None:
         self.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
