@@ -45,7 +45,7 @@ from tests.databases import (
 )
 from tests.paths import ROOT
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.hub.cluster"]  # the hub fixtures: tests/hub and tests/kube
 
 #: Set on a test item when its setup or call failed (see pytest_runtest_makereport).
 _FAILED = pytest.StashKey[bool]()

@@ -22,7 +22,7 @@ import yaml
 
 from fleet.manifests.kinds.registry import KINDS
 from fleet.manifests.models import PropagationPolicyModel
-from tests.hub.conftest import HUB_DEPLOY, MEMBER_CRDS, Hub, Kubectl
+from tests.hub.cluster import HUB_DEPLOY, MEMBER_CRDS, Hub, Kubectl
 from tests.kube.controlplane import DEPLOY as MEMBER_DEPLOY
 from tests.paths import HUB as HUB_DATA
 from tests.paths import ROOT

@@ -1,5 +1,8 @@
 """Fixtures: a real hub cluster (etcd and kube-apiserver) set up from ``deploy/hub``, and kubectl.
 
+A plugin of the whole suite (``pytest_plugins`` in ``tests/conftest.py``), so the
+tests of ``tests/hub`` and ``tests/kube`` share one hub.
+
 Theory of operation: ``hub`` (once per session) starts a
 :class:`~tests.kube.controlplane.ControlPlane` named ``hub`` whose token file
 also holds one user per team (:data:`TEAMS`: the user ``<team>-user`` in the
