@@ -61,6 +61,8 @@ class NewJob:
     policy: dict[str, Any] | None
     spec_hash: str
     suspended: bool = False
+    #: where ``policy`` came from: ``submission`` or ``stored`` (None: no policy)
+    policy_source: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -328,6 +330,7 @@ def _row(item: NewJob, now: float) -> dict[str, Any]:
         "spec_hash": item.spec_hash,
         "manifest": item.manifest,
         "policy": item.policy,
+        "policy_source": item.policy_source,
         # ``seq`` is the row id, given when the job is read back (snapshot.job_from_plain)
         "record": snapshot.job_to_plain(replace(job, seq=0)),
         "queue": job.queue,
