@@ -1,4 +1,4 @@
-"""The HTTP routes of jobs, queues and clusters (administration: :mod:`.admin_routes`).
+"""The HTTP routes of jobs, policies, queues and clusters (administration: :mod:`.admin_routes`).
 
 Theory of operation: each handler carries its route's one declaration
 (:meth:`fleet.api.routing.RouteTable.route`: method, path, role, parameters,
@@ -6,9 +6,14 @@ replies), from which the router, the OpenAPI document, the role check and
 the reading of its parameters are derived; :data:`ROUTES` gathers the
 declarations of this module, :mod:`.admin_routes` and :mod:`.live`, and
 :func:`add_routes` serves them.  Handlers are thin.  A submission is parsed and checked
-whole (:func:`fleet.api.submissions.parse_submission`), stored
-(:class:`fleet.service.intake.Intake`, which hands new jobs to the scheduler loop after
-the commit).
+whole (:func:`fleet.api.submissions.read_submission`, with the stored
+PropagationPolicies that govern a job without one of its own), its jobs
+stored (:class:`fleet.service.intake.Intake`, which hands new jobs to the
+scheduler loop after the commit), then its policies
+(:func:`fleet.service.wiring.put_policies`: every policy of a submission is
+a standing one; those the replica holds with the same document are not
+written again).  The policy routes list, show and delete the stored
+policies, a team token's namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
 no handler ever touches the core's state.  A job's ``apiVersion`` and
@@ -203,10 +208,9 @@ async def submit_jobs(request: web.Request) -> web.Response:
         intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
         for s in submitted
     ]
-    # A submission that stores policies is audited once answered, with its status.
-    audit = None if changed else auth.audit_values(request)
+    audit = auth.audit_values(request)
     try:
-        accepted = await svc.intake.accept(new, audit)
+        accepted = await svc.intake.accept(new, audit, changes=bool(registering or changed))
     except intake.NameTaken as e:
         request[keys.AUDITED_KEY] = audit is not None  # stored with the decision
         raise ProblemError(conflict(str(e))) from None
