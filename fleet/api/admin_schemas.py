@@ -28,6 +28,7 @@ class AuditKind(StrEnum):
     QUOTA_TREE = "quota-tree"
     CLUSTER = "cluster"
     NODE_HEALTH = "node-health"
+    POLICY = "policy"
 
 
 class OverLimitNode(Schema):

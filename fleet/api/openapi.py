@@ -41,6 +41,7 @@ ACCESS_CONTROL: Final = True
 
 TAGS: Final = {
     "jobs": "Submitting, listing, describing and cancelling jobs of every kind Fleet runs.",
+    "policies": "Standing PropagationPolicies, which select the jobs of their namespaces.",
     "queues": "The quota tree and its queues.",
     "clusters": "Member clusters.",
     "service": "Health and this document.",

@@ -12,13 +12,13 @@ process keeps only the database writes and the response.
 * **Batches.** Bodies that arrive while the serving process is busy are sent
   together, one task per event-loop turn, so a task's fixed cost (two pipe
   writes, two thread hand-offs) is shared by every request in it.
-* **The same answer.** A worker runs the same :func:`parse_submission` with
-  the tree, clusters and registered training runtimes the service holds at
-  that moment: they are pickled once per change (the objects the service
-  replaces when an administrator changes them) and a worker that has older
-  ones asks for the new ones.
-  A body is answered with its jobs or its problem, exactly as in the serving
-  process.
+* **The same answer.** A worker runs the same :func:`read_submission` with
+  the tree, clusters, registered training runtimes and stored
+  PropagationPolicies the service holds at that moment: they are pickled
+  once per change (the objects the service replaces when an administrator
+  or a team changes them) and a worker that has older ones asks for the new
+  ones.  A body is answered with its jobs and the policies it stores, or its
+  problem, exactly as in the serving process.
 * **A worker that dies** (killed, out of memory, or one that cannot start)
   fails no request: its batch is parsed in the serving process, and so is
   everything for the next :data:`PAUSE` seconds; the first batch after that
@@ -40,7 +40,13 @@ from typing import Any, Final
 
 from fleet import compiled_core
 from fleet.api.problems import Problem, ProblemError
-from fleet.api.submissions import SubmissionLimits, Submitted, parse_submission
+from fleet.api.submissions import (
+    Parsed,
+    StoredPolicies,
+    SubmissionLimits,
+    Submitted,
+    read_submission,
+)
 from fleet.core.quota import QuotaTree
 from fleet.manifests.kinds.base import Runtimes
 from fleet.manifests.models import MemberClusterModel
@@ -66,14 +72,21 @@ class _Stale:
     """A worker's answer when it holds an older tree and clusters than the task's."""
 
 
-#: The runtimes of a parse that was given none.
+#: The runtimes and stored policies of a parse that was given none.
 _NO_RUNTIMES: Runtimes = {}
+_NO_POLICIES: StoredPolicies = {}
 
-#: What a worker answers for one body: its jobs, or the problem to answer with.
-Answer = list[Submitted] | Problem
+#: What a worker answers for one body: what it holds, or the problem to answer with.
+Answer = Parsed | Problem
 
-# In a worker process: the tree and clusters of the latest generation it was sent.
-_held: dict[str, Any] = {"generation": -1, "tree": None, "clusters": None, "runtimes": None}
+# In a worker process: what the latest generation it was sent checks against.
+_held: dict[str, Any] = {
+    "generation": -1,
+    "tree": None,
+    "clusters": None,
+    "runtimes": None,
+    "policies": None,
+}
 
 
 def _parse_batch(
@@ -85,12 +98,14 @@ def _parse_batch(
     if _held["generation"] != generation:
         if config is None:
             return _Stale()
-        _held["tree"], _held["clusters"], _held["runtimes"] = pickle.loads(config)
+        held = pickle.loads(config)
+        _held["tree"], _held["clusters"], _held["runtimes"], _held["policies"] = held
         _held["generation"] = generation
     tree: QuotaTree = _held["tree"]
     clusters: list[MemberClusterModel] = _held["clusters"]
     runtimes: Runtimes = _held["runtimes"]
-    return [_answer(body, tree, clusters, runtimes, limits) for body, limits in bodies]
+    policies: StoredPolicies = _held["policies"]
+    return [_answer(body, tree, clusters, runtimes, policies, limits) for body, limits in bodies]
 
 
 def _answer(
@@ -98,12 +113,19 @@ def _answer(
     tree: QuotaTree,
     clusters: list[MemberClusterModel],
     runtimes: Runtimes,
+    policies: StoredPolicies,
     limits: SubmissionLimits,
 ) -> Answer:
-    """What :func:`parse_submission` answers for ``body``: its jobs, or its problem."""
+    """What :func:`read_submission` answers for ``body``: what it holds, or its problem."""
     try:
-        return parse_submission(
-            body, tree=tree, clusters=clusters, first_seq=0, limits=limits, runtimes=runtimes
+        return read_submission(
+            body,
+            tree=tree,
+            clusters=clusters,
+            first_seq=0,
+            limits=limits,
+            runtimes=runtimes,
+            policies=policies,
         )
     except ProblemError as e:  # sent as its problem (the exception's args do not pickle back)
         return e.problem
@@ -116,6 +138,7 @@ class _Waiting:
     tree: QuotaTree
     clusters: list[MemberClusterModel]
     runtimes: Runtimes
+    policies: StoredPolicies
     answer: asyncio.Future[Answer]
 
 
@@ -128,7 +151,9 @@ class ParseWorkers:
         self._flushing = False
         self._sending: set[asyncio.Task[None]] = set()
         self._generations = itertools.count()
-        self._config: tuple[QuotaTree, list[MemberClusterModel], Runtimes, _Config] | None = None
+        self._config: (
+            tuple[QuotaTree, list[MemberClusterModel], Runtimes, StoredPolicies, _Config] | None
+        ) = None
         #: until when (time.monotonic()) bodies are read here: a worker died
         self._paused_until = float("-inf")
         #: tasks sent to the workers
@@ -142,16 +167,40 @@ class ParseWorkers:
         clusters: list[MemberClusterModel],
         limits: SubmissionLimits,
         runtimes: Runtimes | None = None,
+        policies: StoredPolicies | None = None,
     ) -> list[Submitted]:
-        """What :func:`parse_submission` answers for ``body`` (raises ProblemError likewise)."""
+        """The jobs :meth:`read` answers for ``body``."""
+        found = await self.read(
+            body, tree=tree, clusters=clusters, limits=limits, runtimes=runtimes, policies=policies
+        )
+        return found.jobs
+
+    async def read(
+        self,
+        body: bytes,
+        *,
+        tree: QuotaTree,
+        clusters: list[MemberClusterModel],
+        limits: SubmissionLimits,
+        runtimes: Runtimes | None = None,
+        policies: StoredPolicies | None = None,
+    ) -> Parsed:
+        """What :func:`read_submission` answers for ``body`` (raises ProblemError likewise)."""
         runtimes = _NO_RUNTIMES if runtimes is None else runtimes
+        policies = _NO_POLICIES if policies is None else policies
         if len(body) > limits.max_bytes or time.monotonic() < self._paused_until:
-            return parse_submission(
-                body, tree=tree, clusters=clusters, first_seq=0, limits=limits, runtimes=runtimes
+            return read_submission(
+                body,
+                tree=tree,
+                clusters=clusters,
+                first_seq=0,
+                limits=limits,
+                runtimes=runtimes,
+                policies=policies,
             )
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Answer] = loop.create_future()
-        self._waiting.append(_Waiting(body, limits, tree, clusters, runtimes, answer))
+        self._waiting.append(_Waiting(body, limits, tree, clusters, runtimes, policies, answer))
         if not self._flushing:
             self._flushing = True
             loop.call_soon(self._flush)
@@ -163,7 +212,7 @@ class ParseWorkers:
     def _flush(self) -> None:
         self._flushing = False
         waiting, self._waiting = self._waiting, []
-        # One task per tree and clusters (they change rarely), at most BATCH bodies each.
+        # One task per configuration (it changes rarely), at most BATCH bodies each.
         start = 0
         for i in range(1, len(waiting) + 1):
             if (
@@ -172,30 +221,38 @@ class ParseWorkers:
                 or waiting[i].tree is not waiting[start].tree
                 or waiting[i].clusters is not waiting[start].clusters
                 or waiting[i].runtimes is not waiting[start].runtimes
+                or waiting[i].policies is not waiting[start].policies
             ):
                 task = asyncio.ensure_future(self._send(waiting[start:i]))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
                 start = i
 
-    def _config_of(
-        self, tree: QuotaTree, clusters: list[MemberClusterModel], runtimes: Runtimes
-    ) -> _Config:
+    def _config_of(self, first: _Waiting) -> _Config:
         held = self._config
         if (
             held is None
-            or held[0] is not tree
-            or held[1] is not clusters
-            or held[2] is not runtimes
+            or held[0] is not first.tree
+            or held[1] is not first.clusters
+            or held[2] is not first.runtimes
+            or held[3] is not first.policies
         ):
             compiled_core.picklable()
-            pickled = pickle.dumps((tree, clusters, dict(runtimes)))
+            pickled = pickle.dumps(
+                (first.tree, first.clusters, dict(first.runtimes), dict(first.policies))
+            )
             config = _Config(next(self._generations), pickled)
-            held = self._config = (tree, clusters, runtimes, config)
-        return held[3]
+            held = self._config = (
+                first.tree,
+                first.clusters,
+                first.runtimes,
+                first.policies,
+                config,
+            )
+        return held[4]
 
     async def _send(self, batch: list[_Waiting]) -> None:
-        config = self._config_of(batch[0].tree, batch[0].clusters, batch[0].runtimes)
+        config = self._config_of(batch[0])
         bodies = [(w.body, w.limits) for w in batch]
         try:
             answers = await self._call(config.generation, None, bodies)
@@ -208,7 +265,9 @@ class ParseWorkers:
                 "a submission parser process died; submissions are read here for %.0f s", PAUSE
             )
             self._paused_until = time.monotonic() + PAUSE
-            answers = [_answer(w.body, w.tree, w.clusters, w.runtimes, w.limits) for w in batch]
+            answers = [
+                _answer(w.body, w.tree, w.clusters, w.runtimes, w.policies, w.limits) for w in batch
+            ]
         except asyncio.CancelledError:
             for w in batch:
                 w.answer.cancel()

@@ -1,4 +1,4 @@
-"""The HTTP routes of jobs, queues and clusters (administration: :mod:`.admin_routes`).
+"""The HTTP routes of jobs, policies, queues and clusters (administration: :mod:`.admin_routes`).
 
 Theory of operation: each handler carries its route's one declaration
 (:meth:`fleet.api.routing.RouteTable.route`: method, path, role, parameters,
@@ -6,9 +6,14 @@ replies), from which the router, the OpenAPI document, the role check and
 the reading of its parameters are derived; :data:`ROUTES` gathers the
 declarations of this module, :mod:`.admin_routes` and :mod:`.live`, and
 :func:`add_routes` serves them.  Handlers are thin.  A submission is parsed and checked
-whole (:func:`fleet.api.submissions.parse_submission`), stored
-(:class:`fleet.service.intake.Intake`, which hands new jobs to the scheduler loop after
-the commit).
+whole (:func:`fleet.api.submissions.read_submission`, with the stored
+PropagationPolicies that govern a job without one of its own), its jobs
+stored (:class:`fleet.service.intake.Intake`, which hands new jobs to the
+scheduler loop after the commit), then its policies
+(:func:`fleet.service.wiring.put_policies`: every policy of a submission is
+a standing one; those the replica holds with the same document are not
+written again).  The policy routes list, show and delete the stored
+policies, a team token's namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
 no handler ever touches the core's state.  A job's ``apiVersion`` and
@@ -25,6 +30,7 @@ Volcano's PodGroup words it (:func:`unschedulable`).  Every error is a
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -58,9 +64,9 @@ from fleet.api.routing import (
 )
 from fleet.api.submissions import (
     YAML_MEDIA_TYPES,
-    Registering,
+    Parsed,
     limits_of,
-    parse_registering,
+    read_submission,
 )
 from fleet.core import snapshot
 from fleet.core.jobs import Job, Mode
@@ -74,10 +80,10 @@ from fleet.service import intake, wiring
 from fleet.service.wiring import Service
 from fleet.sim import forecast
 from fleet.store import admin as admin_rows
+from fleet.store import configuration, paging
 from fleet.store import jobs as job_rows
-from fleet.store import paging
 from fleet.store.database import redact_url
-from fleet.store.models import JobEventRow, JobRow
+from fleet.store.models import JobEventRow, JobRow, PolicyRow
 
 TABLE: Final = RouteTable()
 #: Bytes only a body with a training runtime holds (``ClusterTrainingRuntime``,
@@ -100,24 +106,39 @@ def _time(seconds: float) -> datetime.datetime:
     "POST",
     "/api/v1/submissions",
     "submitJobs",
-    "Submit PropagationPolicies and the jobs they select",
+    "Submit jobs and PropagationPolicies (which are stored, and select later jobs too)",
     "jobs",
     access="team",
     audit="submission",
     body=RequestBody(
         YAML_MEDIA_TYPES,
         "A multi-document YAML stream: PropagationPolicy documents and jobs of the "
-        "kinds Fleet runs. Every job must be selected by a PropagationPolicy of the "
-        "stream and every policy must select one of its jobs.",
+        "kinds Fleet runs. Every policy is stored (replacing a stored one of its namespace "
+        "and name), whether it selects a job of the stream or not; every job must be "
+        "selected by a policy of the stream or by a stored policy of its namespace.",
     ),
     description="All or nothing: every problem of every document is listed in one 422 "
-    "answer and nothing is stored. Submitting the same jobs again with the same specs "
-    "changes nothing and answers 200. An administrator's submission may also register "
-    "Trainer v2's training runtimes (ClusterTrainingRuntime, TrainingRuntime documents), "
-    "which TrainJobs then name; a team token that sends one is refused (403).",
+    "answer and nothing is stored. A job is governed by the policies of its own "
+    "submission when one of them selects it, else by the stored policies of its "
+    "namespace (the highest spec.priority, then the most specific selector, applies). "
+    "Submitting the same jobs again with the same specs changes nothing and answers 200 "
+    "(a job governed by a stored policy is the same job after that policy was edited). "
+    "A team token stores policies in its own namespaces only. An administrator's "
+    "submission may also register Trainer v2's training runtimes "
+    "(ClusterTrainingRuntime, TrainingRuntime documents), which TrainJobs then name; a "
+    "team token that sends one is refused (403).",
     replies=(
-        Reply(201, "The jobs were queued (or runtimes registered).", schemas.SubmissionResult),
-        Reply(200, "Every job was already submitted with the same spec.", schemas.SubmissionResult),
+        Reply(
+            201,
+            "Jobs were queued, or policies stored or changed, or runtimes registered.",
+            schemas.SubmissionResult,
+        ),
+        Reply(
+            200,
+            "Every job was already submitted with the same spec, and every policy stored "
+            "with the same document.",
+            schemas.SubmissionResult,
+        ),
         problem(400, "The body is not UTF-8 text."),
         UNAUTHORIZED,
         FORBIDDEN,
@@ -128,48 +149,68 @@ def _time(seconds: float) -> datetime.datetime:
     ),
 )
 async def submit_jobs(request: web.Request) -> web.Response:
-    """``POST /api/v1/submissions``: a PropagationPolicy and the jobs it selects."""
+    """``POST /api/v1/submissions``: jobs and the policies to store."""
     svc = _svc(request)
     if request.content_type not in YAML_MEDIA_TYPES:
         raise ProblemError(unsupported_media_type(request.content_type, YAML_MEDIA_TYPES))
     body = await request.read()
     limits = limits_of(svc.settings)
     workers = request.app.get(keys.PARSE_WORKERS)
-    registering: list[Registering] = []
+    parsed: Parsed
     if workers is None or _RUNTIME_KIND in body:
         # A body that may register training runtimes is read here (they are rare).
-        submitted, registering = parse_registering(
+        parsed = read_submission(
             body,
             tree=svc.tree,
             clusters=svc.clusters,
             first_seq=0,
             limits=limits,
             runtimes=svc.runtimes,
+            policies=svc.policies,
         )
     else:
-        submitted = await workers.parse(
-            body, tree=svc.tree, clusters=svc.clusters, limits=limits, runtimes=svc.runtimes
+        parsed = await workers.read(
+            body,
+            tree=svc.tree,
+            clusters=svc.clusters,
+            limits=limits,
+            runtimes=svc.runtimes,
+            policies=svc.policies,
         )
+    submitted, registering = parsed.jobs, parsed.runtimes
     if registering and not auth.caller(request).admin:
         names = ", ".join(r.key for r in registering)
         raise auth.forbidden(
             f"only an administrator registers training runtimes ({names}); "
             "submit TrainJobs that name a registered one"
         )
-    auth.require_namespaces(request, svc.tree, [(s.job.key, s.job.namespace) for s in submitted])
+    auth.require_namespaces(
+        request,
+        svc.tree,
+        [(s.job.key, s.job.namespace) for s in submitted]
+        + [(f"PropagationPolicy {p.key}", p.namespace) for p in parsed.policies],
+    )
     await wiring.register_runtimes(
         svc, [(r.key, r.document) for r in registering], auth.caller(request).name
     )
-    new = [intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted]
+    # Policies stored already with the same document (as this replica read them) are
+    # not written again: most submissions send the policy they sent before.
+    changed = [p for p in parsed.policies if svc.policies.get(p.key) != p.document]
+    new = [
+        intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
+        for s in submitted
+    ]
     audit = auth.audit_values(request)
     try:
-        accepted = await svc.intake.accept(new, audit)
+        accepted = await svc.intake.accept(new, audit, changes=bool(registering or changed))
     except intake.NameTaken as e:
         request[keys.AUDITED_KEY] = audit is not None  # stored with the decision
         raise ProblemError(conflict(str(e))) from None
     request[keys.AUDITED_KEY] = audit is not None
+    await wiring.put_policies(svc, [p.document for p in changed], auth.caller(request).name)
     result = schemas.SubmissionResult(
         runtimes=[r.key for r in registering],
+        policies=[p.key for p in parsed.policies],
         jobs=[
             schemas.SubmittedJob(
                 namespace=a.head.namespace,
@@ -182,7 +223,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
             for a in accepted
         ],
     )
-    status = 201 if registering else intake.answer_status(accepted)
+    status = 201 if registering or changed else intake.answer_status(accepted)
     return schemas.json_response(result, status=status)
 
 
@@ -364,6 +405,20 @@ def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
     )
 
 
+def _policy_ref(row: JobRow) -> schemas.PolicyRef | None:
+    """The policy that governs the job and where it came from (None for a job stored
+    without a policy, or before the source was recorded)."""
+    source = row.policy_source
+    if row.policy is None or source not in ("submission", "stored"):
+        return None
+    metadata = row.policy.get("metadata") or {}
+    return schemas.PolicyRef(
+        namespace=str(metadata.get("namespace") or row.namespace),
+        name=str(metadata.get("name") or ""),
+        source=source,
+    )
+
+
 @TABLE.route(
     "GET",
     "/api/v1/jobs/{namespace}/{name}",
@@ -402,6 +457,7 @@ async def get_job(
         reason=reason,
         unschedulable=unschedulable(job, sets, reason) if waiting and reason else None,
         suspended=row.suspended,
+        policy=_policy_ref(row),
         estimated_start=(
             _estimate(request, f"{row.namespace}/{row.name}")
             if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
@@ -443,6 +499,127 @@ async def cancel_job(request: web.Request, *, namespace: str, name: str) -> web.
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
     await wiring.cancel(svc, row.id, f"{row.namespace}/{row.name}")
     return schemas.json_response(_summary(row), status=202)
+
+
+# Policies -----------------------------------------------------------------------------
+
+#: The path of one stored policy.
+POLICY_PATH: Final = (
+    path("namespace", "The policy's namespace."),
+    path("name", "The policy's name."),
+)
+
+
+def selector_text(selector: Mapping[str, Any]) -> str:
+    """One resourceSelector as ``Kind``, ``Kind/name`` or ``Kind{k=v,...}``."""
+    kind = str(selector.get("kind") or "")
+    if selector.get("name"):
+        return f"{kind}/{selector['name']}"
+    labels = selector.get("labelSelector") or {}
+    if labels:
+        shown = [f"{k}={v}" for k, v in sorted((labels.get("matchLabels") or {}).items())]
+        shown += [
+            f"{e.get('key')} {e.get('operator')} {','.join(map(str, e.get('values') or []))}"
+            for e in labels.get("matchExpressions") or []
+        ]
+        return f"{kind}{{{', '.join(s.strip() for s in shown)}}}"
+    return kind
+
+
+def _policy_summary(row: PolicyRow) -> schemas.PolicySummary:
+    document = json.loads(row.document)
+    spec = document.get("spec") or {}
+    priority = spec.get("priority")
+    return schemas.PolicySummary(
+        namespace=row.namespace,
+        name=row.name,
+        api_version=row.api_version,
+        priority=priority if isinstance(priority, int) else 0,
+        selects=[selector_text(s) for s in spec.get("resourceSelectors") or []],
+        created=_time(row.created_at),
+        updated=_time(row.updated_at),
+        author=row.author,
+    )
+
+
+async def _policy_row(request: web.Request, namespace: str, name: str) -> PolicyRow:
+    """The stored policy ``namespace/name`` (403 outside a team token's namespaces, 404
+    when none is stored)."""
+    svc = _svc(request)
+    what = f"PropagationPolicy {namespace}/{name}"
+    auth.require_namespaces(request, svc.tree, [(what, namespace)])
+    async with svc.db.read() as session:
+        row = await configuration.stored_policy(session, namespace, name)
+    if row is None:
+        raise ProblemError(not_found(f"no stored PropagationPolicy {namespace[:60]}/{name[:60]}"))
+    return row
+
+
+@TABLE.route(
+    "GET",
+    "/api/v1/policies",
+    "listPolicies",
+    "List the stored PropagationPolicies",
+    "policies",
+    description="A team token sees the policies of its own namespaces only.",
+    replies=(Reply(200, "The policies, by namespace and name.", schemas.PolicyList), UNAUTHORIZED),
+)
+async def list_policies(request: web.Request) -> web.Response:
+    """``GET /api/v1/policies``: the caller's namespaces' (every one for an admin)."""
+    svc = _svc(request)
+    who = auth.caller(request)
+    async with svc.db.read() as session:
+        rows = await configuration.stored_policies(session)
+    items = [_policy_summary(r) for r in rows if auth.may_act_in(who, svc.tree, r.namespace)]
+    return schemas.json_response(schemas.PolicyList(items=items))
+
+
+@TABLE.route(
+    "GET",
+    "/api/v1/policies/{namespace}/{name}",
+    "getPolicy",
+    "One stored PropagationPolicy, as stored",
+    "policies",
+    access="team",
+    parameters=POLICY_PATH,
+    description="A team token reads those of its own namespaces only.",
+    replies=(
+        Reply(200, "The policy's document.", dict[str, Any]),
+        UNAUTHORIZED,
+        problem(403, "A team token asks for a policy outside its namespaces."),
+        problem(404, "No such policy is stored."),
+    ),
+)
+async def get_policy(request: web.Request, *, namespace: str, name: str) -> web.Response:
+    """``GET /api/v1/policies/{namespace}/{name}``: the document."""
+    row = await _policy_row(request, namespace, name)
+    return web.Response(text=row.document, content_type=schemas.JSON)
+
+
+@TABLE.route(
+    "DELETE",
+    "/api/v1/policies/{namespace}/{name}",
+    "deletePolicy",
+    "Delete a stored PropagationPolicy",
+    "policies",
+    access="team",
+    audit="policy",
+    parameters=POLICY_PATH,
+    description="Later jobs of its namespace are no longer governed by it; jobs it "
+    "governed already keep the policy they were stored with.",
+    replies=(
+        Reply(200, "The policy was deleted; the answer is what was stored.", schemas.PolicySummary),
+        UNAUTHORIZED,
+        problem(403, "A team token asks for a policy outside its namespaces."),
+        problem(404, "No such policy is stored."),
+    ),
+)
+async def delete_policy(request: web.Request, *, namespace: str, name: str) -> web.Response:
+    """``DELETE /api/v1/policies/{namespace}/{name}``: forget it."""
+    row = await _policy_row(request, namespace, name)
+    if not await wiring.delete_policy(_svc(request), namespace, name):
+        raise ProblemError(not_found(f"no stored PropagationPolicy {namespace[:60]}/{name[:60]}"))
+    return schemas.json_response(_policy_summary(row))
 
 
 # Queues, tree, clusters ----------------------------------------------------------------

@@ -97,6 +97,12 @@ class SubmissionResult(Schema):
         description="The training runtimes the submission registered (an administrator's): "
         "ClusterTrainingRuntime/name or TrainingRuntime/namespace/name; absent when none.",
     )
+    policies: list[str] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="The PropagationPolicies the submission stored (every one it holds), as "
+        "namespace/name; they govern later jobs of their namespaces too; absent when none.",
+    )
 
 
 # Jobs ---------------------------------------------------------------------------------
@@ -160,6 +166,17 @@ class PodSetDetail(Schema):
     placed: Count = Field(default=0, description="Pods of this set placed now.")
 
 
+class PolicyRef(Schema):
+    """The PropagationPolicy that governs a job, and where it came from."""
+
+    namespace: str = Field(description="The policy's namespace (the job's).")
+    name: str = Field(description="The policy's name.")
+    source: Literal["submission", "stored"] = Field(
+        description="submission: the job's own submission held it; stored: a standing "
+        "policy of the namespace selected the job."
+    )
+
+
 class JobDetail(Schema):
     """Everything Fleet knows about one job."""
 
@@ -207,6 +224,10 @@ class JobDetail(Schema):
     )
     suspended: bool = Field(
         default=False, description="Its PropagationPolicy holds it in the queue."
+    )
+    policy: PolicyRef | None = Field(
+        default=None,
+        description="The PropagationPolicy that governs the job (null: none, or not recorded).",
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
     estimated_start: EstimatedStart | None = Field(
@@ -402,6 +423,36 @@ class ClusterList(Schema):
     items: list[ClusterSummary] = Field(description="The clusters, by name.")
 
 
+# Policies -----------------------------------------------------------------------------
+
+
+class PolicySummary(Schema):
+    """A standing PropagationPolicy, as the policy list shows it."""
+
+    namespace: str = Field(description="The policy's namespace: it selects jobs there only.")
+    name: str = Field(description="The policy's name.")
+    api_version: str = Field(
+        description="policy.karmada.io/v1alpha1 or policy.one.alibabacloud.com/v1alpha1."
+    )
+    priority: int = Field(
+        description="spec.priority: among policies that select a job, the highest applies."
+    )
+    selects: list[str] = Field(
+        description="Its resourceSelectors, each as Kind, Kind/name or Kind{labels}."
+    )
+    created: datetime.datetime = Field(description="When it was first stored.")
+    updated: datetime.datetime = Field(description="When it was last stored.")
+    author: str = Field(description="The token that stored it last.")
+
+
+class PolicyList(Schema):
+    """Standing PropagationPolicies, by namespace and name."""
+
+    items: list[PolicySummary] = Field(
+        description="The policies (a team token's: those of its namespaces)."
+    )
+
+
 # Service ------------------------------------------------------------------------------
 
 
@@ -439,6 +490,8 @@ RESPONSE_MODELS: Final[tuple[type[Schema], ...]] = (
     QueueList,
     QueueDetail,
     ClusterList,
+    PolicyList,
+    PolicySummary,
     Liveness,
     Readiness,
 )

@@ -43,12 +43,26 @@ returns them (:class:`Registering`) beside the jobs, and a TrainJob of the
 same submission may use them; the route lets only an administrator register
 them.
 
-A :class:`Submitted` carries the core job, the documents as plain dicts, a
-canonical spec hash (SHA-256 of the JSON of both documents with sorted keys
-and no whitespace, so comments, layout and key order do not change it; the
-store compares it to make resubmission idempotent), whether the policy
-suspends the job (ACK One's ``suspension.scheduling`` or Karmada's
-``suspension.dispatching``) and the failover rule in force.
+PropagationPolicies are standing objects (Karmada's and ACK One's
+semantics): every policy of a submission is returned to be stored
+(:class:`StandingPolicy`, in :class:`Parsed` beside the jobs), whether it
+selects one of the submission's jobs or not, so a submission of policies
+alone stores them.  A job is governed by the policies of its own submission
+when one of them selects it, else by the stored policies of its namespace
+(``policies``: the service's, plain documents by ``namespace/name``, read
+into models once per change of that mapping, :func:`stored_models`); a job
+that neither selects is a field error saying to add one to the submission or
+to store one.
+
+A :class:`Submitted` carries the core job, the documents as plain dicts, the
+policy's source (``submission`` or ``stored``), a canonical spec hash
+(SHA-256 of the JSON of both documents with sorted keys and no whitespace,
+so comments, layout and key order do not change it; the store compares it to
+make resubmission idempotent; a job governed by a stored policy is hashed
+alone, so that it is the same job when submitted again after the policy was
+edited), whether the policy suspends the job (ACK One's
+``suspension.scheduling`` or Karmada's ``suspension.dispatching``) and the
+failover rule in force.
 """
 
 from __future__ import annotations
@@ -59,7 +73,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from fleet.api.problems import (
@@ -91,6 +105,10 @@ from fleet.service.settings import Settings
 YAML_MEDIA_TYPES: Final = ("application/yaml", "application/x-yaml", "text/yaml")
 
 PurgeMode = Literal["Directly", "Gracefully", "Never"]
+PolicySource = Literal["submission", "stored"]
+#: The stored policies a submission is checked against: plain documents by
+#: ``namespace/name`` (the service's, replaced whole when one changes).
+StoredPolicies = Mapping[str, dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +157,18 @@ class Submitted:
     document: dict[str, Any]
     #: The PropagationPolicy that governs the job, as plain JSON data.
     policy: dict[str, Any] | None
-    #: Hex SHA-256 of the canonical JSON of ``{"job": document, "policy": policy}``.
+    #: Hex SHA-256 of the canonical JSON of ``{"job": document, "policy": policy}``
+    #: (``policy`` None when a stored policy governs the job).
     spec_hash: str
     #: The policy holds the job in the queue (``suspension.scheduling``/``.dispatching``).
     suspended: bool
     failover: Failover
-    #: Indexes of the job's and the policy's documents in the submitted stream.
+    #: Indexes of the job's and the policy's documents in the submitted stream
+    #: (``policy_index`` None when a stored policy governs the job).
     index: int
     policy_index: int | None
+    #: Where the policy came from: the job's own submission, or the stored ones.
+    policy_source: PolicySource | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +180,43 @@ class Registering:
     document: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class StandingPolicy:
+    """A PropagationPolicy of the submission, to be stored (every one of them is)."""
+
+    namespace: str
+    name: str
+    #: Its document as plain JSON data.
+    document: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """Everything a submission holds, checked: jobs, runtimes and policies to store."""
+
+    jobs: list[Submitted]
+    runtimes: list[Registering] = field(default_factory=list)
+    policies: list[StandingPolicy] = field(default_factory=list)
+
+
+#: The last stored policies read into models, and those models (one entry: the
+#: service replaces its mapping whole when a policy changes).
+_models_of: list[tuple[StoredPolicies, list[PropagationPolicyModel]]] = []
+
+
+def stored_models(policies: StoredPolicies) -> list[PropagationPolicyModel]:
+    """The stored policies as models, read once per mapping (it is never changed in place)."""
+    if _models_of and _models_of[0][0] is policies:
+        return _models_of[0][1]
+    found = convert.policy_models(policies.values())
+    _models_of[:] = [(policies, found)]
+    return found
+
+
 def parse_submission(
     body: bytes,
     *,
@@ -166,17 +225,25 @@ def parse_submission(
     first_seq: int,
     limits: SubmissionLimits,
     runtimes: Runtimes | None = None,
+    policies: StoredPolicies | None = None,
 ) -> list[Submitted]:
     """Every job of a submission (seq from ``first_seq``), or a ProblemError.
 
     A TrainJob's runtime is looked up among the registered ``runtimes`` and
-    those of the submission (see :func:`parse_registering`)."""
-    return parse_registering(
-        body, tree=tree, clusters=clusters, first_seq=first_seq, limits=limits, runtimes=runtimes
-    )[0]
+    those of the submission, a job's policy among the submission's and the
+    stored ``policies`` (see :func:`read_submission`)."""
+    return read_submission(
+        body,
+        tree=tree,
+        clusters=clusters,
+        first_seq=first_seq,
+        limits=limits,
+        runtimes=runtimes,
+        policies=policies,
+    ).jobs
 
 
-def parse_registering(
+def read_submission(
     body: bytes,
     *,
     tree: QuotaTree,
@@ -184,8 +251,10 @@ def parse_registering(
     first_seq: int,
     limits: SubmissionLimits,
     runtimes: Runtimes | None = None,
-) -> tuple[list[Submitted], list[Registering]]:
-    """:func:`parse_submission` with the training runtimes the submission registers."""
+    policies: StoredPolicies | None = None,
+) -> Parsed:
+    """:func:`parse_submission` with the training runtimes the submission registers
+    and the policies it stores."""
     if len(body) > limits.max_bytes:
         msg = (
             f"the request body has {len(body):,} bytes, more than the limit of "
@@ -202,9 +271,16 @@ def parse_registering(
         max_depth=limits.max_depth,
         max_alias_nodes=limits.max_alias_nodes,
     )
+    stored = _NO_POLICIES if policies is None else policies
     try:
         found = convert.load_submitted(
-            text, tree, clusters, first_seq, limits=yaml_limits, runtimes=runtimes
+            text,
+            tree,
+            clusters,
+            first_seq,
+            limits=yaml_limits,
+            runtimes=runtimes,
+            stored_policies=stored_models(stored) if stored else (),
         )
     except SpecError as e:
         raise ProblemError(from_spec_error(e)) from None
@@ -221,14 +297,20 @@ def parse_registering(
             registering.append(Registering(doc.model.key, data))
     if errors:
         raise ProblemError(invalid(errors))
-    return _finish(found.jobs, clusters, limits), registering
+    jobs, standing = _finish(found, clusters, limits, stored)
+    return Parsed(jobs, registering, standing)
+
+
+#: The stored policies of a parse that was given none.
+_NO_POLICIES: StoredPolicies = {}
 
 
 def _finish(
-    found: Sequence[SubmittedJob],
+    found: convert.Submission,
     clusters: Sequence[MemberClusterModel],
     limits: SubmissionLimits,
-) -> list[Submitted]:
+    stored: StoredPolicies,
+) -> tuple[list[Submitted], list[StandingPolicy]]:
     errors: list[FieldError] = []
     plain: dict[int, dict[str, Any]] = {}
     for doc in _documents(found):
@@ -240,7 +322,7 @@ def _finish(
         if isinstance(data, dict):
             plain[doc.index] = data
     capacity = fit.Capacity(clusters)
-    for sj in found:
+    for sj in found.jobs:
         model = sj.document.model
         assert isinstance(model, WorkloadModel)
         if sj.job.size > limits.max_replicas:
@@ -263,40 +345,59 @@ def _finish(
         )
     if errors:
         raise ProblemError(invalid(errors))
-    return [_submitted(sj, plain) for sj in found]
+    standing: list[StandingPolicy] = []
+    for doc in found.policies:
+        assert isinstance(doc.model, PropagationPolicyModel)
+        model_ = doc.model
+        standing.append(StandingPolicy(model_.namespace, model_.metadata.name, plain[doc.index]))
+    return [_submitted(sj, plain, stored) for sj in found.jobs], standing
 
 
-def _documents(found: Sequence[SubmittedJob]) -> list[Document]:
+def _documents(found: convert.Submission) -> list[Document]:
     """The jobs' and policies' documents, each once, in stream order."""
-    docs: dict[int, Document] = {}
-    for sj in found:
+    docs: dict[int, Document] = {p.index: p for p in found.policies}
+    for sj in found.jobs:
         docs[sj.document.index] = sj.document
         if sj.policy is not None:
             docs[sj.policy.index] = sj.policy
     return [docs[i] for i in sorted(docs)]
 
 
-def _submitted(sj: SubmittedJob, plain: Mapping[int, dict[str, Any]]) -> Submitted:
+def _submitted(
+    sj: SubmittedJob, plain: Mapping[int, dict[str, Any]], stored: StoredPolicies
+) -> Submitted:
     model = sj.document.model
     assert isinstance(model, WorkloadModel)
     policy_model: PropagationPolicyModel | None = None
     policy_data: dict[str, Any] | None = None
+    source: PolicySource | None = None
+    document = plain[sj.document.index]
     if sj.policy is not None:
         assert isinstance(sj.policy.model, PropagationPolicyModel)
         policy_model = sj.policy.model
         policy_data = plain[sj.policy.index]
-    document = plain[sj.document.index]
+        source = "submission"
+        digest = spec_hash(document, policy_data)
+    elif sj.stored is not None:
+        policy_model = sj.stored
+        policy_data = stored[sj.stored.key]
+        source = "stored"
+        # The job alone: submitted again after the policy was edited, it is the same job.
+        digest = spec_hash(document, None)
+    else:
+        digest = spec_hash(document, None)
     return Submitted(
         job=sj.job,
         namespace=model.namespace,
         name=model.metadata.name,
         document=document,
         policy=policy_data,
-        spec_hash=spec_hash(document, policy_data),
+        spec_hash=digest,
         suspended=suspended(policy_model),
         failover=failover(policy_model),
         index=sj.document.index,
         policy_index=sj.policy.index if sj.policy is not None else None,
+        policy_source=source,
     )
 
 

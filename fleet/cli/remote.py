@@ -8,7 +8,10 @@ but the token goes only to the origin (scheme, host and port) it was sent to,
 as browsers and ``requests`` do: a redirect elsewhere drops it
 (:class:`_TokenStaysHome`).  ``apply -f`` sends an
 ElasticQuotaTree to ``PUT /api/v1/quota-tree`` and anything else as a
-submission; ``edit quota NODE`` patches one node of the tree.  Answers are printed as
+submission, printing a line per job, or for a file of PropagationPolicies
+alone a line per policy stored (``get policies`` lists the stored ones,
+``delete policy NS/NAME`` deletes one); ``edit quota NODE`` patches one node
+of the tree.  Answers are printed as
 kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
 (``-o yaml``).  A problem the server answers (RFC 9457) is printed readably:
 its title, its detail, and every field error with document, kind, name and
@@ -191,6 +194,9 @@ def _apply(args: argparse.Namespace) -> int:
         _print_change(change)
         return 0
     status, answer = request(_server(args), "POST", "/api/v1/submissions", body, "application/yaml")
+    if not answer.get("jobs"):  # with jobs, a line per job says what was done
+        for key in answer.get("policies", []):
+            print(f"propagationpolicy {key} stored")
     for job in answer.get("jobs", []):
         verb = "created" if job.get("created", status == 201) else "unchanged"
         print(f"job {job['namespace']}/{job['name']} {verb} (queue {job['queue']}, {job['state']})")
@@ -306,6 +312,8 @@ def _get(args: argparse.Namespace) -> int:
                     for c in data["items"]
                 ]
                 print(table(("NAME", "HEALTH", "GPUS", "USED", "FREE", "LABELS"), cluster_rows))
+        elif args.what == "policies":
+            _print_policies(server, args)
         else:
             _print_jobs(server, args)
         if not args.watch:
@@ -359,11 +367,36 @@ def _print_jobs(server: Server, args: argparse.Namespace) -> None:
     print(table(headers, rows))
 
 
-def _job_path(ref: str) -> str:
+def _print_policies(server: Server, args: argparse.Namespace) -> None:
+    _, data = request(server, "GET", "/api/v1/policies")
+    items = [p for p in data["items"] if not args.namespace or p["namespace"] == args.namespace]
+    if args.output != "table":
+        _emit({"items": items}, args.output)
+        return
+    now = time.time()
+    rows = [
+        (
+            p["namespace"],
+            p["name"],
+            p["priority"],
+            ",".join(p["selects"]),
+            _age(now - _timestamp(p["updated"])),
+        )
+        for p in items
+    ]
+    print(table(("NAMESPACE", "NAME", "PRIORITY", "SELECTS", "AGE"), rows))
+
+
+def _object_path(collection: str, kind: str, ref: str) -> str:
+    """``/api/v1/COLLECTION/NAMESPACE/NAME`` of a ``NAMESPACE/NAME`` reference to a ``kind``."""
     namespace, sep, name = ref.partition("/")
     if not sep or not namespace or not name:
-        raise RemoteError(f"name the job as NAMESPACE/NAME, not {ref!r}")
-    return f"/api/v1/jobs/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+        raise RemoteError(f"name the {kind} as NAMESPACE/NAME, not {ref!r}")
+    return f"/api/v1/{collection}/{urllib.parse.quote(namespace)}/{urllib.parse.quote(name)}"
+
+
+def _job_path(ref: str) -> str:
+    return _object_path("jobs", "job", ref)
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -386,6 +419,10 @@ def _describe(args: argparse.Namespace) -> int:
         ("Reason", "reason"),
     ):
         print(f"{label + ':':16}{job.get(key) if job.get(key) not in (None, '') else '-'}")
+    policy = job.get("policy")
+    if policy:
+        where = "stored" if policy.get("source") == "stored" else "in the submission"
+        print(f"{'Policy:':16}{policy.get('name')} ({where})")
     estimate = job.get("estimatedStart")
     if estimate:
         when = estimate.get("time") or "not within the forecast"
@@ -415,7 +452,12 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    _, job = request(_server(args), "DELETE", _job_path(args.job))
+    if args.kind == "policy":
+        path = _object_path("policies", "policy", args.ref)
+        _, policy = request(_server(args), "DELETE", path)
+        print(f"propagationpolicy {policy['namespace']}/{policy['name']} deleted")
+        return 0
+    _, job = request(_server(args), "DELETE", _job_path(args.ref))
     print(f"job {job['namespace']}/{job['name']} cancelled")
     return 0
 
@@ -454,13 +496,15 @@ def add_parsers(sub: Any) -> None:
         help="table (default), json or yaml",
     )
 
-    a = sub.add_parser("apply", help="submit jobs with their PropagationPolicy", parents=[server])
+    a = sub.add_parser("apply", help="submit jobs and store PropagationPolicies", parents=[server])
     a.add_argument(
         "-f",
         "--file",
         required=True,
         metavar="FILE",
-        help="YAML file to submit (- for stdin); one ElasticQuotaTree replaces the quota tree",
+        help="YAML file to submit (- for stdin): jobs and PropagationPolicies (every policy "
+        "is stored and selects later jobs of its namespace too); one ElasticQuotaTree "
+        "replaces the quota tree",
     )
     a.add_argument(
         "--dry-run",
@@ -491,11 +535,13 @@ def add_parsers(sub: Any) -> None:
     )
     e.set_defaults(handler=_guard(_edit))
 
-    g = sub.add_parser("get", help="list queues, jobs or clusters", parents=[server, output])
-    g.add_argument("what", choices=("queues", "jobs", "clusters"), help="what to list")
+    g = sub.add_parser(
+        "get", help="list queues, jobs, clusters or stored policies", parents=[server, output]
+    )
+    g.add_argument("what", choices=("queues", "jobs", "clusters", "policies"), help="what to list")
     g.add_argument("--queue", help="jobs: only this queue")
     g.add_argument("--state", help="jobs: only this state (Queued, Running, ...)")
-    g.add_argument("--namespace", help="jobs: only this namespace")
+    g.add_argument("--namespace", help="jobs, policies: only this namespace")
     g.add_argument("--cluster", help="jobs: only this member cluster")
     g.add_argument(
         "-w", "--watch", action="store_true", help="print again every --interval seconds"
@@ -513,8 +559,10 @@ def add_parsers(sub: Any) -> None:
     d.set_defaults(handler=_guard(_describe))
 
     x = sub.add_parser(
-        "delete", help="cancel a job (it is removed from its member)", parents=[server]
+        "delete",
+        help="cancel a job (it is removed from its member), or delete a stored policy",
+        parents=[server],
     )
-    x.add_argument("kind", choices=("job",), help="what to delete")
-    x.add_argument("job", metavar="NAMESPACE/NAME", help="the job")
+    x.add_argument("kind", choices=("job", "policy"), help="what to delete")
+    x.add_argument("ref", metavar="NAMESPACE/NAME", help="the job or the PropagationPolicy")
     x.set_defaults(handler=_guard(_delete))

@@ -36,24 +36,33 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
 The matching policy is chosen like Karmada: same namespace, a selector with
 the job's apiVersion and kind (and name/namespace/labels when given); among
 several, the highest ``spec.priority``, then the most specific selector
-(name > labelSelector > kind only), then the policy name.
+(name > labelSelector > kind only), then the policy name.  Policies are
+standing objects, as in Karmada and ACK One: a job is governed by the
+policies of its own submission when one of them selects it, else by the
+stored policies of its namespace (:func:`policy_models` reads them), each set
+resolved that way; a submission's own policy always wins over a stored one.
 
 :func:`check_submission` is ``fleet check jobs``: the same checks, and with
 member clusters the server's fit test (:mod:`fleet.manifests.fit`).
 :func:`load_submission` returns the jobs; :func:`load_submitted` (what a
 server accepts) also returns each job's document and governing policy
-(:class:`SubmittedJob`) and the training runtimes the submission registers
-(:class:`Submission`), reads the stream within YAML bounds
-(:class:`~fleet.manifests.yaml_stream.YamlLimits`), and requires the file to
-be PropagationPolicies and the jobs they select: the situations that
-:func:`submission_warnings` only warns about become errors there, and so does
-a job that no policy selects.
+(:class:`SubmittedJob`: the submission's policy document, or the stored
+policy), the training runtimes the submission registers and every
+PropagationPolicy it holds (:class:`Submission`: all of them are to be
+stored, whether they select one of its jobs or not), reads the stream within
+YAML bounds (:class:`~fleet.manifests.yaml_stream.YamlLimits`), and requires
+every job to be selected by a policy, of the submission or stored: a file of
+policies alone is a valid submission, an empty one is not, and the other
+situations that :func:`submission_warnings` only warns about are accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pydantic
 
 from fleet.core import jobs, quota
 from fleet.core.jobs import Job, ReplicaGroup
@@ -404,11 +413,33 @@ def to_job(
 
 @dataclass(frozen=True, slots=True)
 class SubmittedJob:
-    """One job of a submission: the core job, its document, the policy that governs it."""
+    """One job of a submission: the core job, its document, the policy that governs it.
+
+    ``policy`` is the submission's own policy that governs the job; when none
+    of the submission's selects it, ``stored`` is the standing policy that does
+    (and ``policy`` is None).
+    """
 
     job: Job
     document: Document
     policy: Document | None
+    stored: PropagationPolicyModel | None = None
+
+
+def policy_models(documents: Iterable[Mapping[str, Any]]) -> list[PropagationPolicyModel]:
+    """Standing policies, stored as plain documents, as models.
+
+    They were checked when they were stored; one that no longer reads as a
+    PropagationPolicy (a field the model has since refused) is left out
+    rather than failing every submission of its namespace.
+    """
+    out: list[PropagationPolicyModel] = []
+    for document in documents:
+        try:
+            out.append(PropagationPolicyModel.model_validate(document))
+        except pydantic.ValidationError:
+            continue
+    return out
 
 
 def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document]:
@@ -422,39 +453,42 @@ def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document
     return out
 
 
-def _selection_issues(
-    job_docs: Sequence[Document], policies: Sequence[Document]
-) -> list[SpecIssue]:
-    """A submission is PropagationPolicies and the jobs they select, nothing less."""
-    if not job_docs:
-        return [
-            SpecIssue(0, "", "", "", f"the submission holds no job (Fleet runs {registry.names()})")
-        ]
-    issues: list[SpecIssue] = []
-    used: set[int] = set()
-    for doc in job_docs:
-        selecting = _selecting(doc, policies)
-        used.update(p.index for p in selecting)
-        if not selecting:
-            assert isinstance(doc.model, WorkloadModel)
-            msg = (
-                f"no PropagationPolicy of the submission selects this {doc.kind}; add one in "
-                f"namespace {quote(doc.model.namespace)} whose resourceSelectors name "
-                f"apiVersion {doc.model.api_version}, kind {doc.kind}"
-            )
-            issues.append(doc.issue("", msg))
-    for p in policies:
-        if p.index not in used:
-            issues.append(p.issue("spec.resourceSelectors", "selects no job of the submission"))
-    return issues
+def _governing(
+    job_doc: WorkloadModel,
+    own: Sequence[PropagationPolicyModel],
+    stored: Sequence[PropagationPolicyModel],
+) -> tuple[PropagationPolicyModel | None, bool]:
+    """The policy that governs ``job_doc`` and whether it is a stored one: the
+    submission's own policies first, the stored ones of its namespace if none of
+    those selects it (each set resolved by :func:`match_policy`)."""
+    found = match_policy(job_doc, own)
+    if found is not None:
+        return found, False
+    found = match_policy(job_doc, stored)
+    return found, found is not None
+
+
+def _unselected(doc: Document) -> SpecIssue:
+    """The issue of a job that no policy selects, of the submission or stored."""
+    assert isinstance(doc.model, WorkloadModel)
+    ns = quote(doc.model.namespace)
+    msg = (
+        f"no PropagationPolicy of the submission selects this {doc.kind}, and no policy "
+        f"stored in namespace {ns} does; add one to the submission, or store one with "
+        f"`fleet apply -f policy.yaml`, in namespace {ns} whose resourceSelectors name "
+        f"apiVersion {doc.model.api_version}, kind {doc.kind}"
+    )
+    return doc.issue("", msg)
 
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """What a submission holds: its jobs and the training runtimes it registers."""
+    """What a submission holds: its jobs, the training runtimes it registers and
+    its PropagationPolicies (every one of them is to be stored)."""
 
     jobs: list[SubmittedJob]
     runtimes: list[Document] = field(default_factory=list)
+    policies: list[Document] = field(default_factory=list)
 
 
 def _submission(
@@ -467,6 +501,7 @@ def _submission(
     require_policies: bool = False,
     limits: YamlLimits = DEFAULT_LIMITS,
     runtimes: Runtimes | None = None,
+    stored_policies: Sequence[PropagationPolicyModel] = (),
 ) -> tuple[Submission, list[SpecIssue]]:
     docs, issues = documents.parse_documents(text, limits)
     bad = {i.document for i in issues}
@@ -495,9 +530,10 @@ def _submission(
             runtime_docs.append(doc)
         else:
             job_docs.append(doc)
-    if require_policies and not unread and (job_docs or not runtime_docs):
-        # With an unreadable document, a policy or a job may be missing only in appearance.
-        issues.extend(_selection_issues(job_docs, policies))
+    if require_policies and not (job_docs or policies or runtime_docs or unread):
+        names = registry.names()
+        msg = f"the submission holds no job (Fleet runs {names}) and no PropagationPolicy"
+        issues.append(SpecIssue(0, "", "", "", msg))
     # The registered runtimes, and those this submission registers (which replace them).
     known = dict(runtimes or {})
     for doc in runtime_docs:
@@ -506,12 +542,20 @@ def _submission(
             known[doc.model.key] = doc.raw
     out: list[SubmittedJob] = []
     leaf_types = cluster_leaf_types(clusters)
-    policy_models = [p.model for p in policies if isinstance(p.model, PropagationPolicyModel)]
+    own = [p.model for p in policies if isinstance(p.model, PropagationPolicyModel)]
     policy_docs = {id(p.model): p for p in policies}
+    # The submission's policies are stored too: they replace stored ones of their names.
+    replaced = {p.key for p in own}
+    stored = [p for p in stored_policies if p.key not in replaced]
+    for doc in job_docs:
+        assert isinstance(doc.model, WorkloadModel)
+        # With an unreadable document, a policy may be missing only in appearance.
+        if require_policies and not unread and _governing(doc.model, own, stored)[0] is None:
+            issues.append(_unselected(doc))
     buildable = [doc for doc in job_docs if doc.index not in bad]
     for seq, doc in enumerate(buildable, start=first_seq):
         assert isinstance(doc.model, WorkloadModel)
-        policy = match_policy(doc.model, policy_models)
+        policy, from_store = _governing(doc.model, own, stored)
         resolved, problems = doc.model.resolve(known)
         if problems:
             issues.extend(doc.issue(p, m) for p, m in problems)
@@ -528,8 +572,12 @@ def _submission(
         )
         issues.extend(doc.issue(p, m) for p, m in problems)
         if job is not None:
-            out.append(SubmittedJob(job, doc, policy_docs[id(policy)] if policy else None))
-    return Submission(out, runtime_docs), sorted(issues, key=lambda i: i.document)
+            if from_store:
+                out.append(SubmittedJob(job, doc, None, policy))
+            else:
+                out.append(SubmittedJob(job, doc, policy_docs[id(policy)] if policy else None))
+    valid = [p for p in policies if p.index not in bad]
+    return Submission(out, runtime_docs, valid), sorted(issues, key=lambda i: i.document)
 
 
 def check_submission(
@@ -538,14 +586,25 @@ def check_submission(
     clusters: Sequence[MemberClusterModel] = (),
     priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
     runtimes: Runtimes | None = None,
+    stored_policies: Sequence[PropagationPolicyModel] = (),
 ) -> tuple[int, int, list[SpecIssue]]:
     """(jobs, policies, issues) of a submission; without a tree, queues are not routed.
 
     With clusters, the jobs that pass are put to the server's fit test
     (:class:`fleet.manifests.fit.Capacity`).  A TrainJob's runtime is looked
-    up among ``runtimes`` and the runtimes of the file.
+    up among ``runtimes`` and the runtimes of the file; a job that no policy
+    of the file selects is governed by ``stored_policies`` as on the server.
+    A file of policies alone is a valid submission.
     """
-    found, issues = _submission(text, tree, clusters, 0, priority_classes, runtimes=runtimes)
+    found, issues = _submission(
+        text,
+        tree,
+        clusters,
+        0,
+        priority_classes,
+        runtimes=runtimes,
+        stored_policies=stored_policies,
+    )
     if clusters:
         capacity = fit.Capacity(clusters)
         for sj in found.jobs:
@@ -553,24 +612,25 @@ def check_submission(
             problems = capacity.problems(sj.job, sj.document.model)
             issues.extend(sj.document.issue(p, m) for p, m in problems)
         issues.sort(key=lambda i: i.document)
-    docs, _ = documents.parse_documents(text)
-    policies = sum(1 for d in docs if d.kind == "PropagationPolicy")
-    return len(found.jobs), policies, issues
+    return len(found.jobs), len(found.policies), issues
 
 
 def submission_warnings(text: str) -> list[SpecIssue]:
     """What is legal in a submission but probably not meant, one issue per finding.
 
-    A file without a job; a PropagationPolicy that selects no job of the file;
-    a job that several policies select (one of them applies,
-    chosen like Karmada: see :func:`match_policy`).
+    A file without a job or a policy; a PropagationPolicy that selects no job
+    of a file that holds jobs (it is stored all the same, for later jobs); a
+    job that several policies select (one of them applies, chosen like
+    Karmada: see :func:`match_policy`).  A file of policies alone is what
+    stores them: nothing to warn about.
     """
     docs, _ = documents.parse_documents(text)
     policies = [d for d in docs if isinstance(d.model, PropagationPolicyModel)]
     jobs_ = [d for d in docs if isinstance(d.model, WorkloadModel)]
     out: list[SpecIssue] = []
     if not jobs_:
-        out.append(SpecIssue(0, "", "", "", "the file holds no job"))
+        if not policies:
+            out.append(SpecIssue(0, "", "", "", "the file holds no job"))
         return out
     used: set[int] = set()
     for doc in jobs_:
@@ -617,14 +677,20 @@ def load_submitted(
     require_policies: bool = True,
     limits: YamlLimits = DEFAULT_LIMITS,
     runtimes: Runtimes | None = None,
+    stored_policies: Sequence[PropagationPolicyModel] = (),
 ) -> Submission:
-    """Every job of a submission with its documents, and the training runtimes it
-    registers, or one SpecError: all or nothing.
+    """Every job of a submission with its documents, the training runtimes it
+    registers and its policies, or one SpecError: all or nothing.
 
-    Like :func:`load_submission`, reading the stream within ``limits``.  With
-    ``require_policies`` a submission is PropagationPolicies and the jobs they
-    select: a file without a job, a job that no policy selects and a policy
-    that selects no job of the file are errors.
+    Like :func:`load_submission`, reading the stream within ``limits``.  A
+    job is governed by the policies of its own submission when one of them
+    selects it, else by ``stored_policies`` (the standing ones; those the
+    submission names again are replaced by the submission's), each set
+    resolved by :func:`match_policy`.  Every policy of the submission is
+    returned to be stored, whether it selects one of its jobs or not (it may
+    select later ones), so a file of policies alone is a valid submission.
+    With ``require_policies`` a job that no policy selects, of the
+    submission or stored, is an error, and so is an empty submission.
 
     A TrainJob's runtime is looked up among ``runtimes`` (the registered ones)
     and those of the submission, which replace a registered one of the same
@@ -639,6 +705,7 @@ def load_submitted(
         require_policies=require_policies,
         limits=limits,
         runtimes=runtimes,
+        stored_policies=stored_policies,
     )
     if issues:
         raise SpecError(issues)

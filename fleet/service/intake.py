@@ -61,6 +61,8 @@ class NewJob:
     policy: dict[str, Any] | None
     spec_hash: str
     suspended: bool = False
+    #: where ``policy`` came from: ``submission`` or ``stored`` (None: no policy)
+    policy_source: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -127,15 +129,20 @@ class Intake:
         self.submissions = 0
 
     async def accept(
-        self, new: Sequence[NewJob], audit: Mapping[str, Any] | None = None
+        self,
+        new: Sequence[NewJob],
+        audit: Mapping[str, Any] | None = None,
+        *,
+        changes: bool = False,
     ) -> list[Accepted]:
         """Store ``new`` in the next batch; its jobs in order, or :class:`NameTaken`.
 
         ``audit``: the submission's audit record but its time, status and detail,
         written in the same transaction with the status its answer has (201 when
-        it created a job, 200 when every job existed, 409 with the reason when a
-        name is taken)."""
-        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future(), audit)
+        it created a job, or ``changes`` something else, such as a policy it
+        stores once accepted; 200 when every job existed; 409 with the reason
+        when a name is taken)."""
+        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future(), audit, changes)
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all(), name="fleet-intake")
@@ -160,7 +167,7 @@ class Intake:
                 now = self.clock.now()
                 outcomes = await _store(session, [w.jobs for w in batch], now)
                 records = [
-                    _audit_record(w.audit, outcome, now)
+                    _audit_record(w.audit, outcome, now, w.changes)
                     for w, outcome in zip(batch, outcomes, strict=True)
                     if w.audit is not None
                 ]
@@ -189,17 +196,18 @@ class _Waiting:
     jobs: list[NewJob]
     result: asyncio.Future[list[Accepted]]
     audit: Mapping[str, Any] | None = None
+    changes: bool = False
 
 
 def _audit_record(
-    values: Mapping[str, Any], outcome: list[Accepted] | NameTaken, now: float
+    values: Mapping[str, Any], outcome: list[Accepted] | NameTaken, now: float, changes: bool
 ) -> dict[str, Any]:
     """The audit record of a submission stored with ``outcome``: the status and the
     detail its answer has."""
     if isinstance(outcome, NameTaken):
         status, detail = 409, str(outcome)[:1000]
     else:
-        status, detail = answer_status(outcome), ""
+        status, detail = 201 if changes else answer_status(outcome), ""
     return {**values, "time": now, "status": status, "detail": detail}
 
 
@@ -328,6 +336,7 @@ def _row(item: NewJob, now: float) -> dict[str, Any]:
         "spec_hash": item.spec_hash,
         "manifest": item.manifest,
         "policy": item.policy,
+        "policy_source": item.policy_source,
         # ``seq`` is the row id, given when the job is read back (snapshot.job_from_plain)
         "record": snapshot.job_to_plain(replace(job, seq=0)),
         "queue": job.queue,

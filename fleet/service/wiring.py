@@ -25,7 +25,11 @@ losing the lease stops them again.  Followers read the tree and the
 clusters (and the registered training runtimes) again after every election
 round, so they check submissions against what the leader uses.  Training
 runtimes (:func:`register_runtimes`, from an administrator's submission) are
-stored and taken by the replica that registered them at once.  On SQLite
+stored and taken by the replica that registered them at once; so are
+standing PropagationPolicies (:func:`put_policies`, from any submission that
+holds policies or from the hub; :func:`delete_policy`), which every replica
+reads at start, again when it is elected and, as a follower, after every
+election round, with the runtimes (:func:`take_stored`).  On SQLite
 there is one replica: the loop starts at once, without election or fencing,
 as it always did.
 """
@@ -100,6 +104,9 @@ class Service:
     #: the registered training runtimes (a TrainJob's pod sets come from one), by key;
     #: replaced, never changed in place, when runtimes are registered
     runtimes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the standing PropagationPolicies (plain documents) by ``namespace/name``;
+    #: replaced, never changed in place, when one is stored or deleted
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def role(self) -> str:
@@ -238,7 +245,7 @@ async def start(settings: Settings, clock: Clock) -> Service:
         await db.close()
         raise
     svc = Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
-    svc.runtimes = await stored_runtimes(db)
+    await take_stored(svc)
     return svc
 
 
@@ -247,6 +254,60 @@ async def stored_runtimes(db: Database) -> dict[str, dict[str, Any]]:
     async with db.read() as session:
         rows = await configuration.training_runtimes(session)
     return {row.key: dict(json.loads(row.document)) for row in rows}
+
+
+async def stored_policies(db: Database) -> dict[str, dict[str, Any]]:
+    """The standing PropagationPolicies, by ``namespace/name``."""
+    async with db.read() as session:
+        rows = await configuration.stored_policies(session)
+    return {f"{row.namespace}/{row.name}": dict(json.loads(row.document)) for row in rows}
+
+
+async def take_stored(svc: Service) -> None:
+    """Take the training runtimes and policies the database holds now (each mapping
+    replaced only when it changed, so that what was read from it stays valid)."""
+    runtimes = await stored_runtimes(svc.db)
+    if runtimes != svc.runtimes:
+        svc.runtimes = runtimes
+    policies = await stored_policies(svc.db)
+    if policies != svc.policies:
+        svc.policies = policies
+
+
+async def put_policies(svc: Service, policies: Sequence[dict[str, Any]], author: str = "") -> None:
+    """Store PropagationPolicies (plain documents, replacing those of the same namespace
+    and name), then govern jobs with them at once.
+
+    Each document must read as a PropagationPolicy (a ``ValueError`` otherwise,
+    and nothing is stored).
+    """
+    if not policies:
+        return
+    keyed: dict[str, dict[str, Any]] = {}
+    for document in policies:
+        found = convert.policy_models([document])
+        if not found:
+            raise ValueError(f"not a PropagationPolicy: {str(document)[:200]}")
+        keyed[found[0].key] = document
+    async with svc.db.write() as session:
+        for key, document in keyed.items():
+            namespace, _, name = key.partition("/")
+            text = json.dumps(document, separators=(",", ":"), sort_keys=True)
+            await configuration.put_policy(session, namespace, name, text, svc.clock.now(), author)
+    svc.policies = {**svc.policies, **keyed}
+    log.info("policies stored: %s", ", ".join(keyed))
+
+
+async def delete_policy(svc: Service, namespace: str, name: str) -> bool:
+    """Delete the stored policy ``namespace/name``; False when there is none."""
+    async with svc.db.write() as session:
+        found = await configuration.delete_policy(session, namespace, name)
+    key = f"{namespace}/{name}"
+    if key in svc.policies:
+        svc.policies = {k: v for k, v in svc.policies.items() if k != key}
+    if found:
+        log.info("policy deleted: %s", key)
+    return found
 
 
 async def register_runtimes(
@@ -348,7 +409,7 @@ async def _start_replica(db: Database, settings: Settings, clock: Clock) -> Serv
     intake = Intake(db, clock, tell_loop, also=inbox)
     svc = Service(settings, clock, db, tree, tree_text, clusters, idle, intake)
     svc.stored_clusters = clusters_text
-    svc.runtimes = await stored_runtimes(db)
+    await take_stored(svc)
     holder.append(svc)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     svc.leadership = leadership = Leadership(
@@ -378,6 +439,7 @@ async def _lead(svc: Service, term: int) -> None:
         fenced, svc.settings, svc.clock, tree_text, clusters_text
     )
     svc.tree, svc.tree_document, svc.clusters, svc.loop = tree, tree_text, clusters, loop
+    await take_stored(svc)
     svc.loop_runs = True
     for hook in svc.on_role:  # telemetry first: before the loop's first iteration
         await hook(True)
@@ -421,8 +483,8 @@ async def _stored_configuration(session: Session) -> tuple[str, str]:
 
 
 async def refresh_configuration(svc: Service) -> None:
-    """A follower: take the tree, clusters and training runtimes stored, to check
-    submissions with."""
+    """A follower: take the tree, clusters, training runtimes and policies stored, to
+    check submissions with."""
     async with svc.db.read() as session:
         tree_text, clusters_text = await _stored_configuration(session)
     if tree_text != svc.tree_document:
@@ -431,9 +493,7 @@ async def refresh_configuration(svc: Service) -> None:
     if clusters_text != svc.stored_clusters:
         svc.clusters = convert.load_clusters(clusters_text)
         svc.stored_clusters = clusters_text
-    runtimes = await stored_runtimes(svc.db)
-    if runtimes != svc.runtimes:
-        svc.runtimes = runtimes
+    await take_stored(svc)
 
 
 async def change_tree(

@@ -1,4 +1,4 @@
-"""Reading and writing the quota tree (versioned), the member clusters and the training runtimes.
+"""Reading and writing the quota tree (versioned), member clusters, training runtimes, policies.
 
 Theory of operation: the quota tree is kept as the YAML document it was
 given in, one row per version; the highest version is the tree in force, and
@@ -7,18 +7,25 @@ older versions are the history.  Member clusters are kept as their
 v2's ``ClusterTrainingRuntime`` and ``TrainingRuntime``, registered by an
 administrator) are kept as their JSON documents, one row per key
 (:func:`fleet.manifests.kinds.trainjob.runtime_key`); registering a key again
-replaces its document.  On PostgreSQL, replicas that
-start together store the shipped configuration once: the transaction that
-looks for it first takes the migration lock (:func:`lock_first_start`).
+replaces its document.  Standing PropagationPolicies are kept as their JSON
+documents, one row per namespace and name (with the apiVersion beside, for
+listing); storing a name again replaces its document, deleting it forgets
+it.  On PostgreSQL, replicas that start together store the shipped
+configuration once: the transaction that looks for it first takes the
+migration lock (:func:`lock_first_start`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, text
+import json
+from typing import Any, cast
+
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store.database import MIGRATION_LOCK
-from fleet.store.models import ClusterRow, QuotaTreeRow, TrainingRuntimeRow
+from fleet.store.models import ClusterRow, PolicyRow, QuotaTreeRow, TrainingRuntimeRow
 
 
 async def lock_first_start(session: AsyncSession) -> None:
@@ -103,3 +110,47 @@ async def put_training_runtime(
         row.document = document
         row.updated_at = time
         row.author = author
+
+
+async def stored_policies(session: AsyncSession) -> list[PolicyRow]:
+    """Every standing PropagationPolicy, by namespace and name."""
+    rows = await session.execute(select(PolicyRow).order_by(PolicyRow.namespace, PolicyRow.name))
+    return list(rows.scalars())
+
+
+async def stored_policy(session: AsyncSession, namespace: str, name: str) -> PolicyRow | None:
+    """The stored policy ``namespace/name``, or None."""
+    return await session.get(PolicyRow, (namespace, name))
+
+
+async def put_policy(
+    session: AsyncSession, namespace: str, name: str, document: str, time: float, author: str = ""
+) -> None:
+    """Store policy ``namespace/name`` (its JSON ``document``), replacing an earlier one."""
+    api_version = str(json.loads(document).get("apiVersion") or "")
+    row = await session.get(PolicyRow, (namespace, name))
+    if row is None:
+        session.add(
+            PolicyRow(
+                namespace=namespace,
+                name=name,
+                api_version=api_version,
+                document=document,
+                created_at=time,
+                updated_at=time,
+                author=author,
+            )
+        )
+    else:
+        row.api_version = api_version
+        row.document = document
+        row.updated_at = time
+        row.author = author
+
+
+async def delete_policy(session: AsyncSession, namespace: str, name: str) -> bool:
+    """Forget policy ``namespace/name``; whether it was there."""
+    found = await session.execute(
+        delete(PolicyRow).where(PolicyRow.namespace == namespace, PolicyRow.name == name)
+    )
+    return cast(CursorResult[Any], found).rowcount > 0

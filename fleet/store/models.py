@@ -15,6 +15,10 @@ virtual time is recorded as it is.
 * ``job_events``: every lifecycle transition and notable event, append-only.
 * ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
 * ``clusters``: the member clusters (MemberCluster documents).
+* ``training_runtimes``: Trainer v2's runtimes an administrator registered.
+* ``policies``: the standing PropagationPolicies, by namespace and name; a
+  job's row records the policy that governs it (``policy``) and where that
+  policy came from (``policy_source``: ``submission`` or ``stored``).
 * ``unhealthy_jobs``: since when a running job has been unhealthy in its member
   (the failover clock, kept across restarts).
 * ``intents``: what the loop decided to do to a member cluster and has not
@@ -75,6 +79,9 @@ class JobRow(Base):
     spec_hash: Mapped[str] = mapped_column(String(64))
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
     policy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: where ``policy`` came from: ``submission`` (the job's own submission held it),
+    #: ``stored`` (a standing policy of its namespace), or None (no policy)
+    policy_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     #: the core job (fleet.core.snapshot's plain form)
     record: Mapped[dict[str, Any]] = mapped_column(JSON)
     queue: Mapped[str] = mapped_column(String(253))
@@ -135,6 +142,21 @@ class TrainingRuntimeRow(Base):
     #: ``ClusterTrainingRuntime/name`` or ``TrainingRuntime/namespace/name``
     key: Mapped[str] = mapped_column(String(600), primary_key=True)
     document: Mapped[str] = mapped_column(Text)  # the runtime as JSON
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    author: Mapped[str] = mapped_column(String(253), default="")
+
+
+class PolicyRow(Base):
+    """A standing PropagationPolicy: the latest document of its namespace and name."""
+
+    __tablename__ = "policies"
+
+    namespace: Mapped[str] = mapped_column(String(253), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    #: ``policy.one.alibabacloud.com/v1alpha1`` or ``policy.karmada.io/v1alpha1``
+    api_version: Mapped[str] = mapped_column(String(253))
+    document: Mapped[str] = mapped_column(Text)  # the policy as JSON
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
     author: Mapped[str] = mapped_column(String(253), default="")

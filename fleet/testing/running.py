@@ -59,7 +59,7 @@ def new_jobs(text: str, tree: QuotaTree, clusters: Sequence[MemberClusterModel])
     """The jobs of a submission, as the API hands them to intake."""
     limits = SubmissionLimits()
     return [
-        NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended)
+        NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
         for s in parse_submission(
             text.encode(), tree=tree, clusters=clusters, first_seq=0, limits=limits
         )

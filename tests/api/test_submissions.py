@@ -13,11 +13,14 @@ import yaml
 from fleet.api.problems import ProblemError
 from fleet.api.submissions import (
     Failover,
+    Parsed,
     SubmissionLimits,
     Submitted,
     parse_submission,
     plain_data,
+    read_submission,
     spec_hash,
+    stored_models,
 )
 from fleet.core.quota import QuotaTree
 from fleet.manifests import convert
@@ -71,6 +74,12 @@ def parse(
     args: dict[str, Any] = {"tree": tree(), "clusters": clusters(), "first_seq": 1}
     args.update(kw)
     return parse_submission(body, limits=limits, **args)
+
+
+def read(*docs: dict[str, Any], **kw: Any) -> Parsed:
+    args: dict[str, Any] = {"tree": tree(), "clusters": clusters(), "first_seq": 1}
+    args.update(kw)
+    return read_submission(dump(*docs).encode(), limits=LIMITS, **args)
 
 
 def problem(*docs: dict[str, Any] | str | bytes, **kw: Any) -> dict[str, Any]:
@@ -312,15 +321,15 @@ def test_unknown_kinds_and_api_versions_are_field_errors(
     assert error["path"] == path and error["message"].startswith(start)
 
 
-def test_a_policy_that_selects_nothing_is_a_field_error() -> None:
+def test_a_policy_that_selects_nothing_is_stored_all_the_same() -> None:
     other = make_policy("other", selectors=[{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}])
-    error = only_error(make_policy(), other, make_job())
-    assert (error["document"], error["kind"], error["name"], error["path"]) == (
-        1,
-        "PropagationPolicy",
-        "default/other",
-        "spec.resourceSelectors",
-    )
+    found = read(make_policy(), other, make_job())
+    assert [(p.key, p.document) for p in found.policies] == [
+        ("default/policy", make_policy()),
+        ("default/other", other),
+    ]
+    (job,) = found.jobs
+    assert (job.policy, job.policy_source) == (make_policy(), "submission")
 
 
 def test_a_job_that_no_policy_selects_is_a_field_error() -> None:
@@ -346,23 +355,24 @@ def test_a_policy_selects_by_apiversion_and_kind() -> None:
     assert found.document["kind"] == "TFJob"
     assert found.policy is not None and found.policy["spec"]["resourceSelectors"] == TFJOBS
     # The same policy does not select a PyTorchJob: the job is refused, naming what a
-    # policy must name, and the policy, which selects nothing now, is refused too.
+    # policy must name (the policy, which selects nothing now, would be stored).
     data = problem(make_policy(selectors=TFJOBS), make_job())
     by_document = {e["document"]: e for e in data["errors"]}
-    assert set(by_document) == {0, 1}
+    assert set(by_document) == {1}
     job = by_document[1]
     assert (job["kind"], job["name"], job["path"]) == ("PyTorchJob", "default/train", "")
     assert job["message"] == (
-        "no PropagationPolicy of the submission selects this PyTorchJob; add one in namespace "
-        "'default' whose resourceSelectors name apiVersion kubeflow.org/v1, kind PyTorchJob"
+        "no PropagationPolicy of the submission selects this PyTorchJob, and no policy stored "
+        "in namespace 'default' does; add one to the submission, or store one with "
+        "`fleet apply -f policy.yaml`, in namespace 'default' whose resourceSelectors name "
+        "apiVersion kubeflow.org/v1, kind PyTorchJob"
     )
-    assert by_document[0]["message"] == "selects no job of the submission"
 
 
 def test_a_policy_that_names_another_apiversion_of_the_kind_selects_nothing() -> None:
     other = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "PyTorchJob"}]
     data = problem(make_policy(selectors=other), make_job())
-    assert {e["document"] for e in data["errors"]} == {0, 1}
+    assert {e["document"] for e in data["errors"]} == {1}
 
 
 def test_a_kind_fleet_does_not_run_is_a_field_error_listing_the_kinds_it_runs() -> None:
@@ -522,3 +532,29 @@ def test_plain_data_names_what_json_cannot_hold() -> None:
     assert [p for p, _ in problems] == ["a[1]", "b"]
     data, problems = plain_data({1: "x", "1": "y"})
     assert data == {"1": "x"} and problems[0][0] == "1"
+
+
+# Stored policies ----------------------------------------------------------------------
+
+
+def test_a_job_governed_by_a_stored_policy_is_hashed_alone() -> None:
+    standing = make_policy("standing", suspension={"scheduling": True})
+    (out,) = parse(make_job(), policies={"default/standing": standing})
+    assert (out.policy, out.policy_source, out.policy_index) == (standing, "stored", None)
+    assert out.suspended is True  # the stored policy's settings apply
+    assert out.spec_hash == spec_hash(make_job(), None)
+    # An edit of the stored policy leaves the job the same job.
+    edited = make_policy("standing", priority=7)
+    (again,) = parse(make_job(), policies={"default/standing": edited})
+    assert again.spec_hash == out.spec_hash and again.policy == edited
+    # The submission's own policy is hashed with the job, as before.
+    (own,) = parse(make_policy(), make_job(), policies={"default/standing": standing})
+    assert own.policy_source == "submission"
+    assert own.spec_hash == spec_hash(make_job(), make_policy())
+
+
+def test_the_stored_policies_are_read_once_per_mapping() -> None:
+    policies = {"default/standing": make_policy("standing")}
+    first = stored_models(policies)
+    assert stored_models(policies) is first
+    assert stored_models(dict(policies)) is not first

@@ -108,6 +108,15 @@ def test_empty_job_file_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert err == f"warning: {f}: document 0: the file holds no job\n"
 
 
+def test_a_file_of_policies_alone_is_a_submission(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = write(tmp_path, "policies.yaml", dump(make_policy("a"), make_policy("b", namespace="b")))
+    rc, out, err = check(capsys, "jobs", f)
+    assert (rc, err) == (0, "")
+    assert out.startswith(f"OK: {f}: 0 jobs, 2 PropagationPolicies")
+
+
 # Sizes that would exhaust memory ----------------------------------------------------
 
 

@@ -310,6 +310,60 @@ def test_delete_a_missing_job(server: str, capsys: pytest.CaptureFixture[str]) -
     assert "(404)" in err
 
 
+# Stored policies -------------------------------------------------------------------------
+
+
+def test_a_policy_alone_is_applied_listed_used_and_deleted(
+    server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    standing = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "cli-standing", "namespace": "team-c"},
+        "spec": {
+            "priority": 2,
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+        },
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(standing))
+    code, out, err = fleet(capsys, "apply", "-f", str(path), "--server", server)
+    assert (code, err) == (0, "")
+    assert out == "propagationpolicy team-c/cli-standing stored\n"
+
+    code, out, err = fleet(capsys, "get", "policies", "--namespace", "team-c", "--server", server)
+    assert (code, err) == (0, "")
+    header, row = out.splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "PRIORITY", "SELECTS", "AGE"]
+    assert row.split()[:4] == ["team-c", "cli-standing", "2", "PyTorchJob"]
+
+    # A job of team-c without a policy of its own is governed by it.
+    _, job = yaml.safe_load_all(pytorchjob("cli-governed", namespace="team-c", duration="1h"))
+    path.write_text(yaml.safe_dump(job))
+    code, out, err = fleet(capsys, "apply", "-f", str(path), "--server", server)
+    assert (code, err) == (0, ""), err
+    code, out, err = fleet(capsys, "describe", "job", "team-c/cli-governed", "--server", server)
+    assert (code, err) == (0, "")
+    assert "Policy:         cli-standing (stored)\n" in out
+
+    code, out, err = fleet(capsys, "delete", "policy", "team-c/cli-standing", "--server", server)
+    assert (code, err, out) == (0, "", "propagationpolicy team-c/cli-standing deleted\n")
+    code, out, err = fleet(capsys, "delete", "policy", "team-c/cli-standing", "--server", server)
+    assert (code, out) == (1, "")
+    assert "(404)" in err
+    code, out, _ = fleet(capsys, "get", "policies", "--namespace", "team-c", "--server", server)
+    assert out.splitlines()[1:] == []
+
+
+def test_describe_says_the_policy_came_with_the_submission(
+    server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    submit(server, capsys, tmp_path, "describe-policy", duration="1h")
+    code, out, _ = fleet(capsys, "describe", "job", "team-a/describe-policy", "--server", server)
+    assert code == 0
+    assert "Policy:         describe-policy (in the submission)\n" in out
+
+
 # An unreachable server -------------------------------------------------------------------
 
 
@@ -321,6 +375,8 @@ def test_delete_a_missing_job(server: str, capsys: pytest.CaptureFixture[str]) -
         ["get", "clusters"],
         ["describe", "job", "team-a/x"],
         ["delete", "job", "team-a/x"],
+        ["get", "policies"],
+        ["delete", "policy", "team-a/x"],
     ],
 )
 def test_an_unreachable_server(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:

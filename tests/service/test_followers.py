@@ -116,3 +116,31 @@ async def test_without_a_leader_the_leaders_routes_answer_503_and_then_come_back
             assert time.monotonic() < deadline + 10
             await asyncio.sleep(0.1)
         await body(resp, 200)
+
+
+async def test_a_follower_governs_jobs_with_the_policies_another_replica_stored(
+    pair: tuple[str, str, Any],
+) -> None:
+    leader, follower, _ = pair
+    standing = (
+        "apiVersion: policy.karmada.io/v1alpha1\n"
+        "kind: PropagationPolicy\n"
+        "metadata: {name: standing, namespace: team-b}\n"
+        "spec:\n"
+        "  resourceSelectors: [{apiVersion: kubeflow.org/v1, kind: PyTorchJob}]\n"
+    )
+    job = pytorchjob("governed", namespace="team-b", duration="300s").split("---\n", 1)[1]
+    async with aiohttp.ClientSession() as s:
+        await body(await s.post(f"{follower}/api/v1/submissions", data=job, headers=YAML), 422)
+        await body(await s.post(f"{leader}/api/v1/submissions", data=standing, headers=YAML), 201)
+        # The follower takes the stored policies after its next election round.
+        deadline = time.monotonic() + 10
+        while True:
+            resp = await s.post(f"{follower}/api/v1/submissions", data=job, headers=YAML)
+            if resp.status == 201:
+                break
+            await body(resp, 422)
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        found = await body(await s.get(f"{follower}/api/v1/jobs/team-b/governed"), 200)
+        assert found["policy"] == {"namespace": "team-b", "name": "standing", "source": "stored"}

@@ -17,6 +17,7 @@ TABLES = {
     "jobs",
     "leases",
     "node_health",
+    "policies",
     "quota_cuts",
     "quota_trees",
     "training_runtimes",
