@@ -29,7 +29,7 @@ from typing import Final
 from aiohttp import web
 
 from fleet.api import keys
-from fleet.api.submissions import Submitted, limits_of, parse_submission
+from fleet.api.submissions import Submitted, limits_of, parse_submission, stored_models
 from fleet.clusters.base import ClusterError
 from fleet.clusters.kube.client import KubeClient, connect
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
@@ -40,6 +40,7 @@ from fleet.hub.events import Recorder
 from fleet.hub.jobs import JobDoor
 from fleet.hub.objects import JSON, Resource
 from fleet.hub.status import QueueWriter, StatusWriter
+from fleet.manifests import convert
 from fleet.service import wiring
 from fleet.service.settings import Settings
 
@@ -59,6 +60,8 @@ class Hub:
         self.client = client
         self.recorder = Recorder(client, svc.clock)
         self.door = JobDoor(svc, client, self.recorder, self._parse)
+        self.door.selected = self._selected
+        self.door.owned = lambda namespace: svc.tree.queue_for_namespace(namespace) is not None
         self.policies = PolicyDoor(svc, self.door.retry_refused)
         self.tree = TreeDoor(svc, self.recorder, self.door.retry_refused)
         self.queues = QueueWriter(client, self.recorder)
@@ -77,6 +80,18 @@ class Hub:
             runtimes=svc.runtimes,
             policies=svc.policies,
         )
+
+    def _selected(self, obj: JSON) -> bool:
+        meta = objects.meta(obj)
+        labels = meta.get("labels")
+        target = convert.Target(
+            str(obj.get("apiVersion") or ""),
+            str(obj.get("kind") or ""),
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            labels if isinstance(labels, dict) else {},
+        )
+        return convert.match_target(target, stored_models(self.svc.policies)) is not None
 
     def _watcher(self, resource: Resource, sync: object, event: object) -> Watcher:
         async def failed(what: str, error: ClusterError) -> None:

@@ -14,7 +14,10 @@ objects are reconciled in parallel but never twice at once.  Handling a key:
    intent: the loop deletes it in its member), then the finalizer is removed
    and the API server lets the object go.  An object gone without the
    finalizer (deleted before Fleet saw it) is cancelled the same way.
-2. **New or changed**: the finalizer is put on first, then the object is
+2. **New or changed**: an object that no stored policy selects is left
+   alone, as Karmada leaves it (no finalizer, no status; in a namespace a
+   quota-tree leaf takes, a ``NoPolicy`` Event says so once); otherwise the
+   finalizer is put on first, then the object is
    submitted (:func:`fleet.hub.objects.job_document`) through the same
    parsing and checks as ``POST /api/v1/submissions`` and stored by the same
    intake; the policy that governs it is a stored one (a hub's
@@ -25,7 +28,7 @@ objects are reconciled in parallel but never twice at once.  Handling a key:
 3. **Refused**: a document Fleet refuses (a field path and why), a job that
    no policy selects yet, or a name another job holds gets the condition
    ``Invalid`` and a Warning Event with the reasons; nothing runs.  Refused
-   keys are tried again when the policies or the quota tree change (a policy
+   and unselected keys are tried again when the policies or the quota tree change (a policy
    applied after its job is the common case of ``kubectl apply -f dir/``).
 
 Nothing is lost while Fleet is down: what was created meanwhile is in the
@@ -73,6 +76,8 @@ class HubJob:
     submitted: tuple[str, int] | None = None
     #: why Fleet refused it ("" when it did not)
     refused: str = ""
+    #: no policy selected it when it was last handled
+    unselected: bool = False
 
 
 class JobDoor:
@@ -87,6 +92,10 @@ class JobDoor:
         *,
         workers: int = WORKERS,
     ) -> None:
+        #: whether a stored policy selects a hub object
+        self.selected: Callable[[JSON], bool] = lambda obj: True
+        #: whether a leaf of the quota tree takes a namespace
+        self.owned: Callable[[str], bool] = lambda namespace: True
         self.svc = svc
         self.client = client
         self.recorder = recorder
@@ -97,7 +106,7 @@ class JobDoor:
         self._busy: set[str] = set()
         self._again: set[str] = set()
         #: key -> uid of objects that left the hub without Fleet's finalizer
-        self._gone: dict[str, str] = {}
+        self._left: dict[str, str] = {}
         self._workers = [
             asyncio.create_task(self._work(), name=f"fleet-hub-jobs-{i}") for i in range(workers)
         ]
@@ -149,13 +158,13 @@ class JobDoor:
     def _gone(self, key: str, job: HubJob) -> None:
         """The object left the hub (without waiting for Fleet): cancel what it ran."""
         del self.jobs[key]
-        self._gone[key] = str(objects.meta(job.obj).get("uid") or "")
+        self._left[key] = str(objects.meta(job.obj).get("uid") or "")
         self._enqueue(key)
 
     def retry_refused(self) -> None:
-        """Try the refused jobs again (policies or the quota tree changed)."""
+        """Try the refused and unselected jobs again (policies or the quota tree changed)."""
         for key, job in self.jobs.items():
-            if job.refused:
+            if job.refused or job.unselected:
                 job.submitted = None
                 self._enqueue(key)
 
@@ -187,10 +196,10 @@ class JobDoor:
 
     async def _handle(self, key: str) -> None:
         job = self.jobs.get(key)
-        if key in self._gone and (
-            job is None or objects.meta(job.obj).get("uid") != self._gone[key]
+        if key in self._left and (
+            job is None or objects.meta(job.obj).get("uid") != self._left[key]
         ):
-            await self._cancel(key, self._gone.pop(key))
+            await self._cancel(key, self._left.pop(key))
         if job is None:
             return
         obj = job.obj
@@ -201,6 +210,17 @@ class JobDoor:
                 await self._cancel(key, uid)
                 await self._finalizer(job, present=False)
             return
+        if not self.selected(obj):
+            # Karmada's rule: an object no policy selects is not Fleet's (yet).
+            if not job.unselected and self.owned(str(meta.get("namespace") or "")):
+                why = (
+                    f"no PropagationPolicy of namespace {meta.get('namespace')} selects this "
+                    f"{obj.get('kind')}; Fleet runs it once one does"
+                )
+                await self.recorder.event(job.resource, obj, "Normal", "NoPolicy", why)
+            job.unselected = True
+            return
+        job.unselected = False
         if objects.FINALIZER not in objects.finalizers(obj) and not await self._finalizer(
             job, present=True
         ):

@@ -17,11 +17,12 @@ protocol has one place and a test.
   ``Running``, ``Succeeded``, ``Failed``, ``Preempted``, ``Cancelled`` from
   Fleet's state), then the member's own status (Karmada's aggregation: the
   member's conditions after Fleet's, a type the member has taking the place
-  of Fleet's, and its replica statuses, for the one member a gang runs in),
-  and ``fleet`` (state, queue, cluster, reason).  The last condition is the
-  newest, so a kind's printer column
+  of Fleet's, and its replica statuses, for the one member a gang runs in).
+  The last condition is the newest, so a kind's printer column
   ``.status.conditions[-1:].type`` (``kubectl get pytorchjob``'s STATE) shows
-  where the job is.
+  where the job is.  What a kind's CRD schema does not know the hub's API
+  server prunes (Volcano's conditions, for one, keep ``status`` and
+  ``lastTransitionTime`` only).
 - :func:`binding_message`: the ``ScheduleBindingSucceed`` Event's message in
   the walkthrough's form, ``Result: {member:0,[{master 1} {worker 2}]}``.
 - :func:`queue_name`, :func:`queue_object`: a ``Queue`` object in namespace
@@ -259,21 +260,12 @@ def job_status(facts: JobFacts) -> JSON:
     status["conditions"] = [
         c for c in conditions(facts) if c["type"] not in theirs
     ] + member_conditions
-    status["fleet"] = {
-        "state": facts.state,
-        "queue": facts.queue,
-        **({"cluster": facts.cluster} if facts.cluster else {}),
-        **({"reason": facts.reason} if facts.reason else {}),
-    }
     return status
 
 
 def invalid_status(message: str) -> JSON:
     """The status of a hub job Fleet refused: nothing runs."""
-    return {
-        "conditions": [_condition("Invalid", "True", "InvalidSpec", message, None)],
-        "fleet": {"state": "Invalid", "reason": message},
-    }
+    return {"conditions": [_condition("Invalid", "True", "InvalidSpec", message, None)]}
 
 
 def binding_message(cluster: str, pods: Sequence[str]) -> str:
@@ -298,11 +290,11 @@ def queue_name(path: Sequence[str]) -> str:
     return f"{joined[: 63 - 6]}-{suffix}"
 
 
-def queue_object(name: str, node: str, path: Sequence[str], parent: str | None, leaf: bool) -> JSON:
+def queue_object(name: str, node: str, path: Sequence[str]) -> JSON:
     """A Queue object's metadata and spec (its status is written apart)."""
-    spec: JSON = {"path": "/".join(path), "node": node, "leaf": leaf}
-    if parent is not None:
-        spec["parent"] = parent
+    spec: JSON = {"path": "/".join(path), "queuePolicy": "Priority"}
+    if len(path) > 1:
+        spec["parent"] = "/".join(path[:-1])
     return {
         "apiVersion": QUEUE_API,
         "kind": "Queue",

@@ -264,8 +264,7 @@ class QueueWriter:
         for item in data.get("items") or []:
             meta = objects.meta(item)
             node = str((meta.get("labels") or {}).get(objects.QUEUE_NODE_LABEL) or "")
-            spec = item.get("spec") or {}
-            self.names[str(spec.get("node") or node)] = str(meta.get("name"))
+            self.names[node] = str(meta.get("name"))
         self._listed = True
 
     async def write(self, view: LoopView) -> None:
@@ -290,7 +289,7 @@ class QueueWriter:
                     await self.client.request("DELETE", f"{base}/{self.names[node]}")
                 del self.names[node]
             if node not in self.names:
-                body = objects.queue_object(name, node, path, q.parent, q.leaf)
+                body = objects.queue_object(name, node, path)
                 with contextlib.suppress(AlreadyExists):
                     await self.client.request("POST", base, body=body)
                 self.names[node] = name

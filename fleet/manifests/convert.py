@@ -120,16 +120,33 @@ def load_clusters(text: str) -> list[MemberClusterModel]:
 # Policies -------------------------------------------------------------------------
 
 
-def _selector_score(sel: models.ResourceSelector, job: WorkloadModel) -> int:
-    """0 if the selector does not pick the job, else 3 by name, 2 by labels, 1 by kind."""
-    if sel.api_version != job.api_version or sel.kind != job.kind:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a resource selector reads of an object: its kind, namespace, name and labels."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+
+    @staticmethod
+    def of(job: WorkloadModel) -> Target:
+        return Target(
+            job.api_version, job.kind, job.namespace, job.metadata.name, job.metadata.labels
+        )
+
+
+def _selector_score(sel: models.ResourceSelector, target: Target) -> int:
+    """0 if the selector does not pick the object, else 3 by name, 2 by labels, 1 by kind."""
+    if sel.api_version != target.api_version or sel.kind != target.kind:
         return 0
-    if sel.namespace is not None and sel.namespace != job.namespace:
+    if sel.namespace is not None and sel.namespace != target.namespace:
         return 0
     if sel.name is not None:
-        return 3 if sel.name == job.metadata.name else 0
+        return 3 if sel.name == target.name else 0
     if sel.label_selector is not None:
-        return 2 if sel.label_selector.matches(job.metadata.labels) else 0
+        return 2 if sel.label_selector.matches(target.labels) else 0
     return 1
 
 
@@ -137,17 +154,24 @@ def match_policy(
     job_doc: WorkloadModel, policies: Sequence[PropagationPolicyModel]
 ) -> PropagationPolicyModel | None:
     """The policy that governs ``job_doc``, chosen the way Karmada chooses."""
+    return match_target(Target.of(job_doc), policies)
+
+
+def match_target(
+    target: Target, policies: Sequence[PropagationPolicyModel]
+) -> PropagationPolicyModel | None:
+    """The policy that governs the object ``target``, chosen the way Karmada chooses:
+    the policies of its namespace that select it, the highest ``priority`` first,
+    then the most specific selector (name, then labels, then kind), then the
+    alphabetically first name."""
     best: tuple[int, int, str] | None = None
     chosen: PropagationPolicyModel | None = None
     for policy in policies:
-        if policy.namespace != job_doc.namespace:
+        if policy.namespace != target.namespace:
             continue
-        score = max(
-            (_selector_score(s, job_doc) for s in policy.spec.resource_selectors), default=0
-        )
+        score = max((_selector_score(s, target) for s in policy.spec.resource_selectors), default=0)
         if score == 0:
             continue
-        # Higher priority, then higher score, then the alphabetically first name.
         rank = (-policy.spec.priority, -score, policy.metadata.name)
         if best is None or rank < best:
             best, chosen = rank, policy

@@ -81,7 +81,7 @@ def test_conditions_grow_with_the_state_and_the_newest_is_last() -> None:
         "Running",
     ]
     assert running["conditions"][-1]["lastTransitionTime"] == "1970-01-01T00:00:00Z"
-    assert running["fleet"] == {"state": "Running", "queue": "team-a", "cluster": "m1"}
+    assert running["conditions"][1]["message"] == "admitted to member m1"
 
 
 def test_the_members_status_is_shown_under_fleets_conditions() -> None:

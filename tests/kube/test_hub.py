@@ -26,19 +26,21 @@ from tests.hub.cluster import Hub
 from tests.kube.conftest import QUOTA, Fleet, member_document
 from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.kube.real_operator import MemberControllers
-from tests.paths import HUB, POLICIES
+from tests.paths import HUB, ROOT
 
 pytestmark = pytest.mark.slow
 
-WALKTHROUGH_TREE = POLICIES / "quota" / "ack-example.yaml"
+WALKTHROUGH_TREE = ROOT / "policies" / "quota" / "ack-example.yaml"
 PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
 
 
 class HubFleet(Fleet):
     """``fleet serve`` that also serves the hub, as Fleet's service account."""
 
-    def __init__(self, tmp: Path, documents: list[dict[str, Any]], hub: Hub) -> None:
-        super().__init__(tmp, documents, QUOTA)
+    def __init__(
+        self, tmp: Path, documents: list[dict[str, Any]], hub: Hub, quota: str = QUOTA
+    ) -> None:
+        super().__init__(tmp, documents, quota)
         self.hub_kubeconfig = hub.kubeconfig_for_fleet()
 
     def files(self) -> list[str]:
@@ -137,7 +139,20 @@ def test_the_walkthrough_with_kubectl(
 JOBS = 200
 NODES = 25  # of 8 GPUs: every job (one 1-GPU pod) is dispatched at once
 RESTART_MEMBER = "gamma"
-RESTART_NAMESPACE = "team-a"  # the hub's team namespace, the only leaf of QUOTA
+RESTART_NAMESPACE = "team-a"  # the hub's team namespace
+RESTART_QUOTA = f"""\
+apiVersion: scheduling.sigs.k8s.io/v1beta1
+kind: ElasticQuotaTree
+metadata: {{name: restart}}
+spec:
+  root:
+    name: root
+    min: {{nvidia.com/gpu: {NODES * 8}}}
+    children:
+      - name: team-a
+        min: {{nvidia.com/gpu: {NODES * 8}}}
+        namespaces: [{RESTART_NAMESPACE}]
+"""
 
 
 def big_member(name: str, kubeconfig: Path) -> dict[str, Any]:
@@ -252,7 +267,9 @@ def test_fleet_killed_while_jobs_are_applied_loses_none_and_runs_none_twice(
         creations = Creations(plane).start()
         # Fleet's tree is the one it starts with (no ElasticQuotaTree on the hub).
         kubectl_ok(hub, "delete", "elasticquotatree", "--all", "-n", "kube-system")
-        fleet = HubFleet(tmp_path, [big_member(RESTART_MEMBER, plane.kubeconfig())], hub)
+        fleet = HubFleet(
+            tmp_path, [big_member(RESTART_MEMBER, plane.kubeconfig())], hub, RESTART_QUOTA
+        )
         fleet.start()
         kubectl_ok(
             hub,
@@ -300,13 +317,17 @@ def test_fleet_killed_while_jobs_are_applied_loses_none_and_runs_none_twice(
 
         wait_for(all_dispatched, f"{JOBS} objects in the member", 180)
 
-        def all_written() -> bool:
+        def states() -> dict[str, int]:
             items = hub.admin.items(path, labelSelector="bench=kill")
-            return all(
-                (o.get("status") or {}).get("fleet", {}).get("state") == "Dispatched" for o in items
-            )
+            found = [
+                ((o.get("status") or {}).get("conditions") or [{}])[-1].get("type") for o in items
+            ]
+            return {str(s): found.count(s) for s in set(found)}
 
-        wait_for(all_written, "every hub job's status Dispatched", 120)
+        try:
+            wait_for(lambda: states() == {"Dispatched": JOBS}, "every hub job Dispatched", 120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {states()}") from None
         time.sleep(2.0)  # a second create would show now
         # None lost: each job once in Fleet, once in the member, never deleted there.
         jobs = fleet.request("GET", f"/api/v1/jobs?namespace={RESTART_NAMESPACE}&limit=1000")
