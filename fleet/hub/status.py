@@ -18,7 +18,11 @@ becomes ``ScheduleBindingSucceed`` with the member and the pods per role,
 ``Preempted`` a Warning ``Preempted``, a job queued again (a dispatch the
 member refused, a failover, a stop) a Warning ``Requeued``, the end
 ``Succeeded`` or a Warning ``Failed``; and a waiting reason, when it
-changes, a ``Pending`` Event.
+changes, a ``Pending`` Event.  A pass's status writes and Events go out
+together (the :class:`~fleet.hub.events.Recorder` bounds them), and the next
+pass starts when they are answered: under a burst, one pass covers every job
+that changed meanwhile, so a job that went Queued, Admitted and Dispatched
+between two passes gets one status write.
 
 :class:`QueueWriter` keeps one ``Queue`` object per quota-tree node in
 ``kube-queue`` (:func:`fleet.hub.objects.queue_object`): it creates the
@@ -32,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Collection, Mapping
 from typing import Any, Final
 
 from fleet.clusters.base import ClusterError
@@ -126,8 +130,12 @@ class StatusWriter:
         keys |= {k for k in self._pending if k in self.door.jobs}
         self._pending.clear()
         self.version = view.version
-        rows = await self._statuses(keys, view)
-        await self._events(view, rows)
+        writes: list[Awaitable[bool]] = []
+        rows = await self._statuses(keys, view, writes)
+        await self._events(view, rows, writes)
+        # The pass's statuses and Events go out together (the Recorder bounds them).
+        if writes:
+            await asyncio.gather(*writes)
         await self.queues.write(view)
 
     # Statuses -----------------------------------------------------------------------------
@@ -150,10 +158,12 @@ class StatusWriter:
         async with self.svc.db.read() as session:
             return await job_rows.current_by_names(session, [(a, b) for a, b in pairs])
 
-    async def _statuses(self, keys: Collection[str], view: LoopView) -> dict[str, JobRow]:
+    async def _statuses(
+        self, keys: Collection[str], view: LoopView, writes: list[Awaitable[bool]]
+    ) -> dict[str, JobRow]:
+        """The rows of ``keys``; adds the writes of their changed statuses to ``writes``."""
         jobs = self._hub_jobs(keys)
         rows = await self._rows(jobs)
-        writes = []
         for key, job in jobs.items():
             row = rows.get(key)
             uid = str(objects.meta(job.obj).get("uid") or "")
@@ -182,8 +192,6 @@ class StatusWriter:
                 writes.append(told)
         for key in [k for k in self.written if k not in self.door.jobs]:
             self._forget(key)
-        if writes:
-            await asyncio.gather(*writes)
         return rows
 
     def _forget(self, key: str) -> None:
@@ -194,7 +202,10 @@ class StatusWriter:
 
     # Events -------------------------------------------------------------------------------
 
-    async def _events(self, view: LoopView, rows: Mapping[str, JobRow]) -> None:
+    async def _events(
+        self, view: LoopView, rows: Mapping[str, JobRow], writes: list[Awaitable[bool]]
+    ) -> None:
+        """Adds the Events of the event log's new entries to ``writes``."""
         while True:
             async with self.svc.db.read() as session:
                 page = await job_rows.events_after(session, self.event_id, EVENTS_PAGE)
@@ -205,7 +216,6 @@ class StatusWriter:
             missing = {f"{e.namespace}/{e.name}" for e in mine} - set(rows)
             if missing:
                 rows = {**rows, **await self._rows(missing)}
-            writes = []
             for entry in mine:
                 key = f"{entry.namespace}/{entry.name}"
                 job = self.door.jobs[key]
@@ -217,8 +227,6 @@ class StatusWriter:
                 told = _event_of(entry, row)
                 if told is not None:
                     writes.append(self.recorder.event(job.resource, job.obj, *told))
-            if writes:
-                await asyncio.gather(*writes)
             if len(page) < EVENTS_PAGE:
                 return
 

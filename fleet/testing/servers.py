@@ -46,18 +46,21 @@ def launch(
     env: Mapping[str, str] | None = None,
     schedule_interval: float = 0.2,
     prefix: Sequence[str] = (),
+    python_args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, started (not yet ready).
 
     ``extra``: more arguments; ``env``: environment variables added to this
-    process's; ``prefix``: a command to run it under (a profiler).  Its output
-    is appended to ``log``.
+    process's; ``prefix``: a command to run it under (a profiler);
+    ``python_args``: the interpreter's own arguments before ``-m fleet.cli.main``
+    (``-m cProfile -o FILE``).  Its output is appended to ``log``.
     """
     with log.open("ab") as out:
         return subprocess.Popen(
             [
                 *prefix,
                 sys.executable,
+                *python_args,
                 "-m",
                 "fleet.cli.main",
                 "serve",
@@ -106,6 +109,7 @@ def start(
     env: Mapping[str, str] | None = None,
     schedule_interval: float = 0.2,
     prefix: Sequence[str] = (),
+    python_args: Sequence[str] = (),
     ready_within: float = 30.0,
 ) -> subprocess.Popen[bytes]:
     """``fleet serve`` on ``port`` and ``database_url``, once ``/readyz`` answers 200.
@@ -122,6 +126,7 @@ def start(
         env=env,
         schedule_interval=schedule_interval,
         prefix=prefix,
+        python_args=python_args,
     )
     wait_ready(proc, port, log, within=ready_within)
     return proc

@@ -3,7 +3,8 @@
 A plugin of the whole suite (``pytest_plugins`` in ``tests/conftest.py``), so the
 tests of ``tests/hub`` and ``tests/kube`` share one hub.
 
-Theory of operation: ``hub`` (once per session) starts a
+Theory of operation: ``hub`` (once per session) calls :func:`start_hub`
+(``bench/bench_hub.py`` sets its hub up with it too), which starts a
 :class:`~tests.kube.controlplane.ControlPlane` named ``hub`` whose token file
 also holds one user per team (:data:`TEAMS`: the user ``<team>-user`` in the
 group ``<team>``), installs every CRD of ``deploy/hub/crds`` and the workload
@@ -28,7 +29,7 @@ skipped elsewhere, as ``tests/kube``'s are.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -130,21 +131,33 @@ def hub_bin() -> Path:
     return found
 
 
-@pytest.fixture(scope="session")
-def hub(hub_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tokens = [Token(f"{team}-token", f"{team}-user", (team,)) for team in TEAMS]
-    plane = ControlPlane("hub", hub_bin, tmp_path_factory.mktemp("hub"), tokens=tokens)
+def start_hub(bin_dir: Path, directory: Path, teams: Sequence[str] = TEAMS) -> Hub:
+    """A hub set up from ``deploy/hub`` in ``directory`` (see the module docstring), with
+    ``teams``' users, Roles and namespaces; the caller stops ``hub.plane``.  The ``hub``
+    fixture and ``bench/bench_hub.py`` both start theirs so."""
+    tokens = [Token(f"{team}-token", f"{team}-user", (team,)) for team in teams]
+    plane = ControlPlane("hub", bin_dir, directory, tokens=tokens)
     try:
         plane.start()
         plane.install_crd(*sorted((HUB_DEPLOY / "crds").glob("*.yaml")), *MEMBER_CRDS)
         plane.install_rbac(HUB_DEPLOY / "rbac.yaml")
         found = Hub(plane)
-        for team in TEAMS:
+        for team in teams:
             out = found.kubectl("apply", "-f", "-", input=team_role(team))
             assert out.returncode == 0, out.stderr
+    except BaseException:
+        plane.stop()
+        raise
+    return found
+
+
+@pytest.fixture(scope="session")
+def hub(hub_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    found = start_hub(hub_bin, tmp_path_factory.mktemp("hub"))
+    try:
         yield found
     finally:
-        plane.stop()
+        found.plane.stop()
 
 
 @pytest.fixture(scope="session")
