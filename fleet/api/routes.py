@@ -66,6 +66,7 @@ from fleet.api.submissions import (
     YAML_MEDIA_TYPES,
     Parsed,
     limits_of,
+    new_jobs,
     read_submission,
 )
 from fleet.core import snapshot
@@ -196,10 +197,7 @@ async def submit_jobs(request: web.Request) -> web.Response:
     # Policies stored already with the same document (as this replica read them) are
     # not written again: most submissions send the policy they sent before.
     changed = [p for p in parsed.policies if svc.policies.get(p.key) != p.document]
-    new = [
-        intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
-        for s in submitted
-    ]
+    new = new_jobs(submitted)
     audit = auth.audit_values(request)
     try:
         accepted = await svc.intake.accept(new, audit, changes=bool(registering or changed))

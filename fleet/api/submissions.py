@@ -99,6 +99,7 @@ from fleet.manifests.models import (
     PropagationPolicyModel,
 )
 from fleet.manifests.yaml_stream import DEFAULT_MAX_DEPTH, YamlLimits
+from fleet.service import intake
 from fleet.service.settings import Settings
 
 #: Media types the submission route reads.
@@ -169,6 +170,14 @@ class Submitted:
     policy_index: int | None
     #: Where the policy came from: the job's own submission, or the stored ones.
     policy_source: PolicySource | None = None
+
+
+def new_jobs(submitted: Sequence[Submitted]) -> list[intake.NewJob]:
+    """The intake's values of ``submitted`` jobs (the HTTP door and the hub store them alike)."""
+    return [
+        intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
+        for s in submitted
+    ]
 
 
 @dataclass(frozen=True, slots=True)

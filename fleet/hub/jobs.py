@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.api.problems import ProblemError
-from fleet.api.submissions import Submitted
+from fleet.api.submissions import Submitted, new_jobs
 from fleet.clusters.base import ClusterError
 from fleet.clusters.kube.client import AlreadyExists, Invalid, KubeClient, NotFound
 from fleet.core.lifecycle import JobState
@@ -260,11 +260,8 @@ class JobDoor:
             submitted = await self.parse(json.dumps(document).encode())
         except ProblemError as e:
             return _problem_text(e)
-        new = [
-            intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted
-        ]
         try:
-            await self.svc.intake.accept(new, None)
+            await self.svc.intake.accept(new_jobs(submitted), None)
         except intake.NameTaken as e:
             return str(e)
         self.submitted += 1

@@ -348,3 +348,119 @@ def test_fleet_killed_while_jobs_are_applied_loses_none_and_runs_none_twice(
         if fleet is not None:
             fleet.stop()
         plane.stop()
+
+
+# What the hub says back: refusals, late policies, the tree ------------------------------
+
+EXAMPLE_CLUSTERS = ROOT / "policies" / "clusters" / "example.yaml"
+TEAM_TREE = ROOT / "policies" / "quota" / "team-tree.yaml"
+
+
+def events_of(hub: Hub, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = kubectl_ok(
+        hub,
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        "json",
+    )
+    return list(json.loads(out)["items"])
+
+
+def reasons(hub: Hub, namespace: str, name: str) -> set[str]:
+    return {e["reason"] for e in events_of(hub, namespace, name)}
+
+
+def hub_job(hub: Hub, namespace: str, name: str) -> dict[str, Any]:
+    return dict(
+        json.loads(kubectl_ok(hub, "get", "pytorchjob", name, "-n", namespace, "-o", "json"))
+    )
+
+
+def test_the_hub_says_why_it_refuses_and_waits_for_a_policy(hub: Hub, tmp_path: Path) -> None:
+    """On simulated members: a job before its policy, a job no member can hold, a broken tree."""
+    documents = list(yaml.safe_load_all(EXAMPLE_CLUSTERS.read_text()))
+    fleet = HubFleet(tmp_path, documents, hub, TEAM_TREE.read_text())
+    ns = "team-b"
+    job = job_object("late")
+    job["metadata"]["namespace"] = ns
+    huge = job_object("huge")
+    huge["metadata"]["namespace"] = ns
+    container = huge["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["nvidia.com/gpu"] = 64
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "late", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "late"},
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "huge"},
+            ]
+        },
+    }
+    fleet.start()
+    try:
+        # A job no policy selects is not Fleet's: no finalizer, one NoPolicy Event.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(job))
+        wait_for(lambda: "NoPolicy" in reasons(hub, ns, "late"), "the NoPolicy event", 30)
+        assert "finalizers" not in hub_job(hub, ns, "late")["metadata"]
+        assert fleet.request("GET", "/api/v1/policies")["items"] == []
+        # Its policy arrives: the job is Fleet's and runs; the policy is a stored one.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(policy))
+
+        def admitted() -> dict[str, Any] | None:
+            obj = hub_job(hub, ns, "late")
+            return obj if condition(obj, "Admitted") else None
+
+        obj = wait_for(admitted, "late admitted", 30)
+        assert obj["metadata"]["finalizers"] == ["fleet.io/hub"]
+        detail = fleet.request("GET", f"/api/v1/jobs/{ns}/late")
+        assert detail["policy"] == {"namespace": ns, "name": "late", "source": "stored"}
+        stored = fleet.request("GET", "/api/v1/policies")["items"]
+        assert [(p["namespace"], p["name"]) for p in stored] == [(ns, "late")]
+        # A job no member can hold: the condition Invalid and a Warning with the field path.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(huge))
+
+        def refused() -> dict[str, Any] | None:
+            found = condition(hub_job(hub, ns, "huge"), "Invalid")
+            return found if found else None
+
+        invalid = wait_for(refused, "huge refused", 30)
+        assert "spec.pytorchReplicaSpecs.Master" in invalid["message"], invalid
+        assert "InvalidSpec" in reasons(hub, ns, "huge")
+        with pytest.raises(AssertionError, match="404"):
+            fleet.request("GET", f"/api/v1/jobs/{ns}/huge")
+        # A tree that breaks a rule is refused whole; the tree in force stays.
+        before = fleet.request("GET", "/api/v1/queues")
+        broken = yaml.safe_load(TEAM_TREE.read_text())
+        broken["metadata"] = {"name": "fleet", "namespace": "kube-system"}
+        broken["spec"]["root"]["children"][0]["min"]["nvidia.com/gpu"] = 4000
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(broken))
+
+        def answered() -> dict[str, Any] | None:
+            out = kubectl_ok(
+                hub, "get", "elasticquotatree", "fleet", "-n", "kube-system", "-o", "json"
+            )
+            return condition(json.loads(out), "Accepted")
+
+        accepted = wait_for(answered, "the tree's answer", 30)
+        assert accepted["status"] == "False" and "research" in accepted["message"], accepted
+        assert "InvalidTree" in reasons(hub, "kube-system", "fleet")
+        assert fleet.request("GET", "/api/v1/queues") == before
+        # Deleting the hub's policy removes the stored one.
+        kubectl_ok(hub, "delete", "pp", "late", "-n", ns)
+        wait_for(
+            lambda: fleet.request("GET", "/api/v1/policies")["items"] == [],
+            "the stored policy removed",
+            30,
+        )
+    finally:
+        hub.kubectl("delete", "pytorchjob", "late", "huge", "-n", ns, "--timeout=60s")
+        hub.kubectl("delete", "pp", "late", "-n", ns, "--timeout=30s")
+        hub.kubectl("delete", "elasticquotatree", "--all", "-n", "kube-system")
+        fleet.stop()
