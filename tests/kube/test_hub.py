@@ -26,11 +26,12 @@ from tests.hub.cluster import Hub
 from tests.kube.conftest import QUOTA, Fleet, member_document
 from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.kube.real_operator import MemberControllers
-from tests.paths import HUB, ROOT
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
 WALKTHROUGH_TREE = ROOT / "policies" / "quota" / "ack-example.yaml"
+WALKTHROUGH_JOB = ROOT / "policies" / "jobs" / "ack-walkthrough.yaml"
 PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
 
 
@@ -90,7 +91,7 @@ def test_the_walkthrough_with_kubectl(
         assert "child-2" in {q["name"] for q in fleet.request("GET", "/api/v1/queues")["items"]}
 
         # Step two: the policy and the job, with kubectl.
-        kubectl_ok(hub, "apply", "-n", "default", "-f", str(HUB / "walkthrough.yaml"))
+        kubectl_ok(hub, "apply", "-n", "default", "-f", str(WALKTHROUGH_JOB))
 
         # Step three: the job's state, and the binding in its Events.
         def bound() -> str | None:
@@ -129,7 +130,7 @@ def test_the_walkthrough_with_kubectl(
         wait_for(gone, "the member's object deleted", 60)
         assert fleet.request("GET", "/api/v1/jobs/default/pytorch-test")["state"] == "Cancelled"
     finally:
-        hub.kubectl("delete", "-n", "default", "-f", str(HUB / "walkthrough.yaml"), "--timeout=60s")
+        hub.kubectl("delete", "-n", "default", "-f", str(WALKTHROUGH_JOB), "--timeout=60s")
         hub.kubectl("delete", "-f", str(WALKTHROUGH_TREE), "--timeout=60s")
         fleet.stop()
 
