@@ -1,8 +1,9 @@
 """What Fleet writes on the hub's objects: their status and Events, bounded in flight.
 
 Theory of operation: :class:`Recorder` is the one writer of the hub's
-objects' ``status`` (a JSON merge patch of the ``status`` subresource, which
-replaces the conditions list whole) and of core ``v1`` Events about them
+objects' ``status`` (a JSON patch of the ``status`` subresource that puts
+the whole status in place: a merge patch would keep a resource that left a
+queue's ``used``) and of core ``v1`` Events about them
 (``involvedObject`` the object with its uid, ``source.component: fleet``,
 as ``kubectl describe`` lists them).  At most :data:`IN_FLIGHT` writes are in
 flight at once, so a burst of thousands of jobs does not open thousands of
@@ -51,8 +52,8 @@ class Recorder:
         return await self._write(
             "PATCH",
             f"{path}/status",
-            {"status": status},
-            "application/merge-patch+json",
+            [{"op": "add", "path": "/status", "value": status}],
+            "application/json-patch+json",
         )
 
     async def event(

@@ -129,6 +129,14 @@ def test_the_walkthrough_with_kubectl(
 
         wait_for(gone, "the member's object deleted", 60)
         assert fleet.request("GET", "/api/v1/jobs/default/pytorch-test")["state"] == "Cancelled"
+
+        # Its queue's figures go back to nothing used (the status replaced whole).
+        def released() -> bool:
+            queues = json.loads(kubectl_ok(hub, "get", "queue", "-n", "kube-queue", "-o", "json"))
+            child = [q for q in queues["items"] if q["spec"]["path"] == "root/child-2"]
+            return bool(child) and child[0]["status"].get("used") == {}
+
+        wait_for(released, "child-2's GPUs released on the hub", 60)
     finally:
         hub.kubectl("delete", "-n", "default", "-f", str(WALKTHROUGH_JOB), "--timeout=60s")
         hub.kubectl("delete", "-f", str(WALKTHROUGH_TREE), "--timeout=60s")
