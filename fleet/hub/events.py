@@ -21,7 +21,7 @@ from typing import Final
 
 from fleet.clock import Clock
 from fleet.clusters.base import ClusterError
-from fleet.clusters.kube.client import KubeClient
+from fleet.clusters.kube.client import AlreadyExists, KubeClient, NotFound
 from fleet.hub import objects
 from fleet.hub.objects import JSON, Resource
 
@@ -87,6 +87,25 @@ class Recorder:
         return await self._write(
             "POST", f"/api/v1/namespaces/{namespace}/events", body, "application/json"
         )
+
+    async def create(self, resource: Resource, body: JSON) -> bool:
+        """Create ``body`` on the hub; False when it was not (an object of its name
+        exists, its namespace does not, or the write failed)."""
+        meta = objects.meta(body)
+        namespace = str(meta.get("namespace") or "")
+        path = resource.collection_path(namespace)
+        async with self._slots:
+            try:
+                await self.client.request("POST", path, body=body)
+            except (AlreadyExists, NotFound) as e:
+                log.info("hub: %s/%s not shown on the hub: %s", namespace, meta.get("name"), e)
+                return False
+            except ClusterError as e:
+                self.failures += 1
+                log.warning("hub: creating %s/%s failed: %s", namespace, meta.get("name"), e)
+                return False
+        self.writes += 1
+        return True
 
     async def refused(self, resource: Resource, obj: JSON, why: str) -> None:
         """Fleet refused ``obj``: the condition ``Invalid`` and a Warning Event."""

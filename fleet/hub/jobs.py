@@ -78,6 +78,8 @@ class HubJob:
     refused: str = ""
     #: no policy selected it when it was last handled
     unselected: bool = False
+    #: the uid of the HTTP-door job it shows, when Fleet made it for one ("": a user's)
+    mirror: str = ""
 
 
 class JobDoor:
@@ -105,8 +107,8 @@ class JobDoor:
         self._queued: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
-        #: key -> uid of objects that left the hub without Fleet's finalizer
-        self._left: dict[str, str] = {}
+        #: key -> objects that left the hub without Fleet's finalizer
+        self._left: dict[str, JSON] = {}
         self._workers = [
             asyncio.create_task(self._work(), name=f"fleet-hub-jobs-{i}") for i in range(workers)
         ]
@@ -158,7 +160,7 @@ class JobDoor:
     def _gone(self, key: str, job: HubJob) -> None:
         """The object left the hub (without waiting for Fleet): cancel what it ran."""
         del self.jobs[key]
-        self._left[key] = str(objects.meta(job.obj).get("uid") or "")
+        self._left[key] = job.obj
         self._enqueue(key)
 
     def retry_refused(self) -> None:
@@ -196,8 +198,9 @@ class JobDoor:
 
     async def _handle(self, key: str) -> None:
         job = self.jobs.get(key)
-        if key in self._left and (
-            job is None or objects.meta(job.obj).get("uid") != self._left[key]
+        left = self._left.get(key)
+        if left is not None and (
+            job is None or objects.meta(job.obj).get("uid") != objects.meta(left).get("uid")
         ):
             await self._cancel(key, self._left.pop(key))
         if job is None:
@@ -207,9 +210,14 @@ class JobDoor:
         uid = str(meta.get("uid") or "")
         if objects.deleting(obj):
             if objects.FINALIZER in objects.finalizers(obj):
-                await self._cancel(key, uid)
+                await self._cancel(key, obj)
                 await self._finalizer(job, present=False)
             return
+        if objects.mirror_of(obj):
+            # Fleet made it for a job of the HTTP door: shown, never submitted.
+            job.mirror = await self._shows(key, obj)
+            if job.mirror:
+                return
         if not self.selected(obj):
             # Karmada's rule: an object no policy selects is not Fleet's (yet).
             if not job.unselected and self.owned(str(meta.get("namespace") or "")):
@@ -267,15 +275,24 @@ class JobDoor:
         self.submitted += 1
         return ""
 
-    async def _cancel(self, key: str, uid: str) -> None:
-        """Cancel the current run of ``key`` when it is the hub object ``uid``'s."""
+    async def _cancel(self, key: str, obj: JSON) -> None:
+        """Cancel the current run of ``key`` when the hub object ``obj`` stands for it."""
         namespace, _, name = key.partition("/")
         async with self.svc.db.read() as session:
             row = await job_rows.by_name(session, namespace, name)
-        if row is None or row.state in _ENDED or objects.hub_uid(row.manifest) != uid:
+        if row is None or row.state in _ENDED or not objects.stands_for(obj, row.uid, row.manifest):
             return
         await wiring.cancel(self.svc, row.id, key)
         log.info("hub: %s deleted on the hub: its job is cancelled", key)
+
+    async def _shows(self, key: str, obj: JSON) -> str:
+        """The uid of the HTTP-door run ``obj`` shows ("": none, a user's own object)."""
+        namespace, _, name = key.partition("/")
+        async with self.svc.db.read() as session:
+            row = await job_rows.by_name(session, namespace, name)
+        if row is None or not objects.stands_for(obj, row.uid, row.manifest):
+            return ""
+        return row.uid
 
 
 def _problem_text(error: ProblemError) -> str:

@@ -150,7 +150,7 @@ def test_the_hub_serves_every_workload_kind_with_a_status_subresource() -> None:
 def test_fleet_hub_role_covers_every_workload_kind() -> None:
     role = rules(HUB_DEPLOY / "rbac.yaml", "ClusterRole")
     for group, plural in workload_kinds():
-        assert granted(role, group, plural) == {"get", "list", "watch", "update", "patch"}
+        assert granted(role, group, plural) == {"get", "list", "watch", "create", "update", "patch"}
         assert granted(role, group, f"{plural}/status") == {"update", "patch"}
 
 
@@ -438,7 +438,6 @@ def test_fleet_hub_can(
         ("list", "configmaps", (EVERYWHERE,)),
         ("list", "pods", (EVERYWHERE,)),
         ("create", "namespaces", ()),
-        ("create", "pytorchjobs.kubeflow.org", ("-n", "team-a")),
         ("delete", "pytorchjobs.kubeflow.org", ("-n", "team-a")),
         ("delete", "jobs.batch", ("-n", "team-a")),
         ("create", "propagationpolicies.policy.karmada.io", ("-n", "team-a")),

@@ -473,3 +473,52 @@ def test_the_hub_says_why_it_refuses_and_waits_for_a_policy(hub: Hub, tmp_path: 
         hub.kubectl("delete", "pp", "late", "-n", ns, "--timeout=30s")
         hub.kubectl("delete", "elasticquotatree", "--all", "-n", "kube-system")
         fleet.stop()
+
+
+def test_a_job_of_the_http_door_is_shown_on_the_hub_and_cancelled_from_there(
+    hub: Hub, tmp_path: Path
+) -> None:
+    documents = list(yaml.safe_load_all(EXAMPLE_CLUSTERS.read_text()))
+    fleet = HubFleet(tmp_path, documents, hub, TEAM_TREE.read_text())
+    ns = "team-b"
+    job = job_object("from-http")
+    job["metadata"]["namespace"] = ns
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "from-http", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "from-http"}
+            ]
+        },
+    }
+    fleet.start()
+    try:
+        answer = fleet.submit(yaml.safe_dump_all([policy, job]))
+        uid = answer["jobs"][0]["uid"]
+
+        def shown() -> dict[str, Any] | None:
+            out = hub.kubectl("get", "pytorchjob", "from-http", "-n", ns, "-o", "json")
+            if out.returncode != 0:
+                return None
+            obj = json.loads(out.stdout)
+            return obj if condition(obj, "Running") else None
+
+        obj = wait_for(shown, "the HTTP door's job on the hub, Running", 30)
+        assert obj["metadata"]["annotations"]["fleet.io/job-uid"] == uid
+        assert obj["metadata"]["finalizers"] == ["fleet.io/hub"]
+        assert "ScheduleBindingSucceed" in reasons(hub, ns, "from-http")
+        # Deleting it on the hub cancels the job, as for the hub's own jobs.
+        kubectl_ok(hub, "delete", "pytorchjob", "from-http", "-n", ns, "--timeout=30s")
+        job_now = fleet.request("GET", f"/api/v1/jobs/{ns}/from-http")
+        assert job_now["state"] == "Cancelled" and job_now["uid"] == uid
+        # A restarted Fleet makes no second object for it (it ended).
+        fleet.stop()
+        fleet.start()
+        time.sleep(3.0)
+        assert hub.kubectl("get", "pytorchjob", "from-http", "-n", ns).returncode != 0
+    finally:
+        hub.kubectl("delete", "pytorchjob", "from-http", "-n", ns, "--timeout=30s")
+        hub.kubectl("delete", "pp", "from-http", "-n", ns, "--timeout=30s")
+        fleet.stop()
