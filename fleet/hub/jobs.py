@@ -16,7 +16,8 @@ objects are reconciled in parallel but never twice at once.  Handling a key:
    finalizer (deleted before Fleet saw it) is cancelled the same way.
 2. **New or changed**: an object that no stored policy selects is left
    alone, as Karmada leaves it (no finalizer, no status; in a namespace a
-   quota-tree leaf takes, a ``NoPolicy`` Event says so once); otherwise the
+   quota-tree leaf takes, a ``NoPolicy`` Event says so once, when no policy
+   came within :data:`NO_POLICY_GRACE` seconds); otherwise the
    finalizer is put on first, then the object is
    submitted (:func:`fleet.hub.objects.job_document`) through the same
    parsing and checks as ``POST /api/v1/submissions`` and stored by the same
@@ -58,6 +59,8 @@ log = logging.getLogger("fleet.hub")
 
 #: Keys handled at once.
 WORKERS: Final = 16
+#: Seconds a job no policy selects waits before an Event says so.
+NO_POLICY_GRACE: Final = 2.0
 #: The states of a job that has ended.
 _ENDED: Final = frozenset(
     {JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value}
@@ -76,8 +79,9 @@ class HubJob:
     submitted: tuple[str, int] | None = None
     #: why Fleet refused it ("" when it did not)
     refused: str = ""
-    #: no policy selected it when it was last handled
+    #: no policy selected it when it was last handled, and whether an Event said so
     unselected: bool = False
+    told_unselected: bool = False
     #: the uid of the HTTP-door job it shows, when Fleet made it for one ("": a user's)
     mirror: str = ""
 
@@ -219,14 +223,18 @@ class JobDoor:
             if job.mirror:
                 return
         if not self.selected(obj):
-            # Karmada's rule: an object no policy selects is not Fleet's (yet).
-            if not job.unselected and self.owned(str(meta.get("namespace") or "")):
+            # Karmada's rule: an object no policy selects is not Fleet's (yet).  Its
+            # policy may be on its way (one `kubectl apply` of both): told after a grace.
+            if not job.unselected:
+                job.unselected = True
+                asyncio.get_running_loop().call_later(NO_POLICY_GRACE, self._enqueue, key)
+            elif not job.told_unselected and self.owned(str(meta.get("namespace") or "")):
+                job.told_unselected = True
                 why = (
                     f"no PropagationPolicy of namespace {meta.get('namespace')} selects this "
                     f"{obj.get('kind')}; Fleet runs it once one does"
                 )
                 await self.recorder.event(job.resource, obj, "Normal", "NoPolicy", why)
-            job.unselected = True
             return
         job.unselected = False
         if objects.FINALIZER not in objects.finalizers(obj) and not await self._finalizer(
