@@ -102,6 +102,7 @@ def test_the_walkthrough_with_kubectl(
         print(described)
         match = re.search(r"Result: \{(alpha|beta):0,\[\{master 1\} \{worker 2\}\]\}", described)
         assert match, described
+        assert "NoPolicy" not in described  # its policy came with it
         member = members[match.group(1)]
 
         def running() -> str | None:
