@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-ha bench-kube bench-simulate bench-ui plan serve simulate-philly
+.PHONY: install test lint typecheck bench bench-api bench-fuzz bench-ha bench-kube bench-simulate bench-ui plan serve hub simulate-philly
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -55,7 +55,12 @@ bench-ui: install
 	$(PY) bench/bench_ui.py $(BENCH_UI_ARGS)
 
 serve: install
-	$(VENV)/bin/fleet serve
+	$(VENV)/bin/fleet serve $(ARGS)
+
+# A hub cluster on this machine for the kubectl door (docs/design/hub.md): runs
+# until interrupted; `make serve ARGS=--hub-kubeconfig=.hub/fleet.kubeconfig` follows it.
+hub: install
+	$(VENV)/bin/python scripts/local-hub .hub
 
 plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml

@@ -23,8 +23,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -119,3 +119,42 @@ async def fresh_postgres_database(maintenance_url: str) -> AsyncIterator[str]:
         yield url
     finally:
         await drop_database(maintenance_url, name)
+
+
+#: A statement that writes, and the table it writes.
+_WRITE = re.compile(r"\s*(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.IGNORECASE)
+_WRITTEN = "fleet_tests_written"
+
+
+class WriteTransactions:
+    """The tables each transaction committed on ``engine`` wrote, in commit order
+    (transactions that wrote nothing are not listed), through SQLAlchemy's events."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.committed: list[set[str]] = []
+        self._engine = engine.sync_engine
+        event.listen(self._engine, "before_cursor_execute", self._statement)
+        event.listen(self._engine, "commit", self._commit)
+        event.listen(self._engine, "rollback", self._rollback)
+
+    def _statement(self, conn: Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        found = _WRITE.match(statement)
+        if found is not None:
+            conn.info.setdefault(_WRITTEN, set()).add(found.group(1).lower())
+
+    def _commit(self, conn: Connection) -> None:
+        written = conn.info.pop(_WRITTEN, None)
+        if written:
+            self.committed.append(written)
+
+    def _rollback(self, conn: Connection) -> None:
+        conn.info.pop(_WRITTEN, None)
+
+    def writing(self, table: str) -> list[set[str]]:
+        """The committed transactions that wrote ``table``."""
+        return [t for t in self.committed if table in t]
+
+    def close(self) -> None:
+        event.remove(self._engine, "before_cursor_execute", self._statement)
+        event.remove(self._engine, "commit", self._commit)
+        event.remove(self._engine, "rollback", self._rollback)

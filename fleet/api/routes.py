@@ -7,13 +7,13 @@ the reading of its parameters are derived; :data:`ROUTES` gathers the
 declarations of this module, :mod:`.admin_routes` and :mod:`.live`, and
 :func:`add_routes` serves them.  Handlers are thin.  A submission is parsed and checked
 whole (:func:`fleet.api.submissions.read_submission`, with the stored
-PropagationPolicies that govern a job without one of its own), its jobs
-stored (:class:`fleet.service.intake.Intake`, which hands new jobs to the
-scheduler loop after the commit), then its policies
-(:func:`fleet.service.wiring.put_policies`: every policy of a submission is
-a standing one; those the replica holds with the same document are not
-written again).  The policy routes list, show and delete the stored
-policies, a team token's namespaces only.
+PropagationPolicies that govern a job without one of its own), then its jobs
+and its policies stored in one transaction (:class:`fleet.service.intake.Intake`,
+which hands new jobs to the scheduler loop and the stored policies to the
+service after the commit; every policy of a submission is a standing one,
+and those the replica holds with the same document are not written again).
+The policy routes list, show and delete the stored policies, a team token's
+namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
 no handler ever touches the core's state.  A job's ``apiVersion`` and
@@ -66,6 +66,7 @@ from fleet.api.submissions import (
     YAML_MEDIA_TYPES,
     Parsed,
     limits_of,
+    new_jobs,
     read_submission,
 )
 from fleet.core import snapshot
@@ -195,19 +196,21 @@ async def submit_jobs(request: web.Request) -> web.Response:
     )
     # Policies stored already with the same document (as this replica read them) are
     # not written again: most submissions send the policy they sent before.
-    changed = [p for p in parsed.policies if svc.policies.get(p.key) != p.document]
-    new = [
-        intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
-        for s in submitted
+    author = auth.caller(request).name
+    changed = [
+        intake.NewPolicy(p.namespace, p.name, p.document, author)
+        for p in parsed.policies
+        if svc.policies.get(p.key) != p.document
     ]
+    new = new_jobs(submitted)
     audit = auth.audit_values(request)
     try:
-        accepted = await svc.intake.accept(new, audit, changes=bool(registering or changed))
+        # One transaction: the jobs, the policies (once accepted) and the audit record.
+        accepted = await svc.intake.accept(new, audit, changes=bool(registering), policies=changed)
     except intake.NameTaken as e:
         request[keys.AUDITED_KEY] = audit is not None  # stored with the decision
         raise ProblemError(conflict(str(e))) from None
     request[keys.AUDITED_KEY] = audit is not None
-    await wiring.put_policies(svc, [p.document for p in changed], auth.caller(request).name)
     result = schemas.SubmissionResult(
         runtimes=[r.key for r in registering],
         policies=[p.key for p in parsed.policies],

@@ -50,9 +50,10 @@ selects one of the submission's jobs or not, so a submission of policies
 alone stores them.  A job is governed by the policies of its own submission
 when one of them selects it, else by the stored policies of its namespace
 (``policies``: the service's, plain documents by ``namespace/name``, read
-into models once per change of that mapping, :func:`stored_models`); a job
-that neither selects is a field error saying to add one to the submission or
-to store one.
+into models by :func:`stored_models` once per change of that mapping, and
+then only the documents that changed, and only when a job of the submission
+is selected by none of its own policies); a job that neither selects is a
+field error saying to add one to the submission or to store one.
 
 A :class:`Submitted` carries the core job, the documents as plain dicts, the
 policy's source (``submission`` or ``stored``), a canonical spec hash
@@ -99,6 +100,7 @@ from fleet.manifests.models import (
     PropagationPolicyModel,
 )
 from fleet.manifests.yaml_stream import DEFAULT_MAX_DEPTH, YamlLimits
+from fleet.service import intake
 from fleet.service.settings import Settings
 
 #: Media types the submission route reads.
@@ -171,6 +173,14 @@ class Submitted:
     policy_source: PolicySource | None = None
 
 
+def new_jobs(submitted: Sequence[Submitted]) -> list[intake.NewJob]:
+    """The intake's values of ``submitted`` jobs (the HTTP door and the hub store them alike)."""
+    return [
+        intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended, s.policy_source)
+        for s in submitted
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Registering:
     """A training runtime the submission registers (only an administrator may)."""
@@ -206,13 +216,30 @@ class Parsed:
 #: The last stored policies read into models, and those models (one entry: the
 #: service replaces its mapping whole when a policy changes).
 _models_of: list[tuple[StoredPolicies, list[PropagationPolicyModel]]] = []
+#: Each document of that mapping with its model, by ``namespace/name`` (None: the
+#: document does not read as a policy), so that a new mapping reads only the
+#: documents it does not share with the last one.
+_model_by_key: dict[str, tuple[dict[str, Any], PropagationPolicyModel | None]] = {}
 
 
 def stored_models(policies: StoredPolicies) -> list[PropagationPolicyModel]:
-    """The stored policies as models, read once per mapping (it is never changed in place)."""
+    """The stored policies as models, once per mapping (never changed in place): a
+    document the last mapping held, the same object or an equal one, keeps its model."""
     if _models_of and _models_of[0][0] is policies:
         return _models_of[0][1]
-    found = convert.policy_models(policies.values())
+    held: dict[str, tuple[dict[str, Any], PropagationPolicyModel | None]] = {}
+    found: list[PropagationPolicyModel] = []
+    for key, document in policies.items():
+        known = _model_by_key.get(key)
+        if known is not None and (known[0] is document or known[0] == document):
+            model = known[1]
+        else:
+            model = next(iter(convert.policy_models([document])), None)
+        held[key] = (document, model)
+        if model is not None:
+            found.append(model)
+    _model_by_key.clear()
+    _model_by_key.update(held)
     _models_of[:] = [(policies, found)]
     return found
 
@@ -280,7 +307,7 @@ def read_submission(
             first_seq,
             limits=yaml_limits,
             runtimes=runtimes,
-            stored_policies=stored_models(stored) if stored else (),
+            stored_policies=(lambda: stored_models(stored)) if stored else (),
         )
     except SpecError as e:
         raise ProblemError(from_spec_error(e)) from None

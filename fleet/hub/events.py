@@ -1,8 +1,9 @@
 """What Fleet writes on the hub's objects: their status and Events, bounded in flight.
 
 Theory of operation: :class:`Recorder` is the one writer of the hub's
-objects' ``status`` (a JSON merge patch of the ``status`` subresource, which
-replaces the conditions list whole) and of core ``v1`` Events about them
+objects' ``status`` (a JSON patch of the ``status`` subresource that puts
+the whole status in place: a merge patch would keep a resource that left a
+queue's ``used``) and of core ``v1`` Events about them
 (``involvedObject`` the object with its uid, ``source.component: fleet``,
 as ``kubectl describe`` lists them).  At most :data:`IN_FLIGHT` writes are in
 flight at once, so a burst of thousands of jobs does not open thousands of
@@ -20,7 +21,7 @@ from typing import Final
 
 from fleet.clock import Clock
 from fleet.clusters.base import ClusterError
-from fleet.clusters.kube.client import KubeClient
+from fleet.clusters.kube.client import AlreadyExists, KubeClient, NotFound
 from fleet.hub import objects
 from fleet.hub.objects import JSON, Resource
 
@@ -51,8 +52,8 @@ class Recorder:
         return await self._write(
             "PATCH",
             f"{path}/status",
-            {"status": status},
-            "application/merge-patch+json",
+            [{"op": "add", "path": "/status", "value": status}],
+            "application/json-patch+json",
         )
 
     async def event(
@@ -86,6 +87,25 @@ class Recorder:
         return await self._write(
             "POST", f"/api/v1/namespaces/{namespace}/events", body, "application/json"
         )
+
+    async def create(self, resource: Resource, body: JSON) -> bool:
+        """Create ``body`` on the hub; False when it was not (an object of its name
+        exists, its namespace does not, or the write failed)."""
+        meta = objects.meta(body)
+        namespace = str(meta.get("namespace") or "")
+        path = resource.collection_path(namespace)
+        async with self._slots:
+            try:
+                await self.client.request("POST", path, body=body)
+            except (AlreadyExists, NotFound) as e:
+                log.info("hub: %s/%s not shown on the hub: %s", namespace, meta.get("name"), e)
+                return False
+            except ClusterError as e:
+                self.failures += 1
+                log.warning("hub: creating %s/%s failed: %s", namespace, meta.get("name"), e)
+                return False
+        self.writes += 1
+        return True
 
     async def refused(self, resource: Resource, obj: JSON, why: str) -> None:
         """Fleet refused ``obj``: the condition ``Invalid`` and a Warning Event."""

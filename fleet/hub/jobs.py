@@ -16,7 +16,8 @@ objects are reconciled in parallel but never twice at once.  Handling a key:
    finalizer (deleted before Fleet saw it) is cancelled the same way.
 2. **New or changed**: an object that no stored policy selects is left
    alone, as Karmada leaves it (no finalizer, no status; in a namespace a
-   quota-tree leaf takes, a ``NoPolicy`` Event says so once); otherwise the
+   quota-tree leaf takes, a ``NoPolicy`` Event says so once, when no policy
+   came within :data:`NO_POLICY_GRACE` seconds); otherwise the
    finalizer is put on first, then the object is
    submitted (:func:`fleet.hub.objects.job_document`) through the same
    parsing and checks as ``POST /api/v1/submissions`` and stored by the same
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from fleet.api.problems import ProblemError
-from fleet.api.submissions import Submitted
+from fleet.api.submissions import Submitted, new_jobs
 from fleet.clusters.base import ClusterError
 from fleet.clusters.kube.client import AlreadyExists, Invalid, KubeClient, NotFound
 from fleet.core.lifecycle import JobState
@@ -60,6 +61,8 @@ log = logging.getLogger("fleet.hub")
 #: so under a burst this bounds the door's rate (bench/bench_hub.py); with the watches and
 #: the Recorder's writes it stays under the client's 100 connections.
 WORKERS: Final = 48
+#: Seconds a job no policy selects waits before an Event says so.
+NO_POLICY_GRACE: Final = 2.0
 #: The states of a job that has ended.
 _ENDED: Final = frozenset(
     {JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.CANCELLED.value}
@@ -78,8 +81,11 @@ class HubJob:
     submitted: tuple[str, int] | None = None
     #: why Fleet refused it ("" when it did not)
     refused: str = ""
-    #: no policy selected it when it was last handled
+    #: no policy selected it when it was last handled, and whether an Event said so
     unselected: bool = False
+    told_unselected: bool = False
+    #: the uid of the HTTP-door job it shows, when Fleet made it for one ("": a user's)
+    mirror: str = ""
 
 
 class JobDoor:
@@ -107,8 +113,8 @@ class JobDoor:
         self._queued: set[str] = set()
         self._busy: set[str] = set()
         self._again: set[str] = set()
-        #: key -> uid of objects that left the hub without Fleet's finalizer
-        self._left: dict[str, str] = {}
+        #: key -> objects that left the hub without Fleet's finalizer
+        self._left: dict[str, JSON] = {}
         self._workers = [
             asyncio.create_task(self._work(), name=f"fleet-hub-jobs-{i}") for i in range(workers)
         ]
@@ -160,7 +166,7 @@ class JobDoor:
     def _gone(self, key: str, job: HubJob) -> None:
         """The object left the hub (without waiting for Fleet): cancel what it ran."""
         del self.jobs[key]
-        self._left[key] = str(objects.meta(job.obj).get("uid") or "")
+        self._left[key] = job.obj
         self._enqueue(key)
 
     def retry_refused(self) -> None:
@@ -198,8 +204,9 @@ class JobDoor:
 
     async def _handle(self, key: str) -> None:
         job = self.jobs.get(key)
-        if key in self._left and (
-            job is None or objects.meta(job.obj).get("uid") != self._left[key]
+        left = self._left.get(key)
+        if left is not None and (
+            job is None or objects.meta(job.obj).get("uid") != objects.meta(left).get("uid")
         ):
             await self._cancel(key, self._left.pop(key))
         if job is None:
@@ -209,18 +216,27 @@ class JobDoor:
         uid = str(meta.get("uid") or "")
         if objects.deleting(obj):
             if objects.FINALIZER in objects.finalizers(obj):
-                await self._cancel(key, uid)
+                await self._cancel(key, obj)
                 await self._finalizer(job, present=False)
             return
+        if objects.mirror_of(obj):
+            # Fleet made it for a job of the HTTP door: shown, never submitted.
+            job.mirror = await self._shows(key, obj)
+            if job.mirror:
+                return
         if not self.selected(obj):
-            # Karmada's rule: an object no policy selects is not Fleet's (yet).
-            if not job.unselected and self.owned(str(meta.get("namespace") or "")):
+            # Karmada's rule: an object no policy selects is not Fleet's (yet).  Its
+            # policy may be on its way (one `kubectl apply` of both): told after a grace.
+            if not job.unselected:
+                job.unselected = True
+                asyncio.get_running_loop().call_later(NO_POLICY_GRACE, self._enqueue, key)
+            elif not job.told_unselected and self.owned(str(meta.get("namespace") or "")):
+                job.told_unselected = True
                 why = (
                     f"no PropagationPolicy of namespace {meta.get('namespace')} selects this "
                     f"{obj.get('kind')}; Fleet runs it once one does"
                 )
                 await self.recorder.event(job.resource, obj, "Normal", "NoPolicy", why)
-            job.unselected = True
             return
         job.unselected = False
         if objects.FINALIZER not in objects.finalizers(obj) and not await self._finalizer(
@@ -262,25 +278,31 @@ class JobDoor:
             submitted = await self.parse(json.dumps(document).encode())
         except ProblemError as e:
             return _problem_text(e)
-        new = [
-            intake.NewJob(s.job, s.document, s.policy, s.spec_hash, s.suspended) for s in submitted
-        ]
         try:
-            await self.svc.intake.accept(new, None)
+            await self.svc.intake.accept(new_jobs(submitted), None)
         except intake.NameTaken as e:
             return str(e)
         self.submitted += 1
         return ""
 
-    async def _cancel(self, key: str, uid: str) -> None:
-        """Cancel the current run of ``key`` when it is the hub object ``uid``'s."""
+    async def _cancel(self, key: str, obj: JSON) -> None:
+        """Cancel the current run of ``key`` when the hub object ``obj`` stands for it."""
         namespace, _, name = key.partition("/")
         async with self.svc.db.read() as session:
             row = await job_rows.by_name(session, namespace, name)
-        if row is None or row.state in _ENDED or objects.hub_uid(row.manifest) != uid:
+        if row is None or row.state in _ENDED or not objects.stands_for(obj, row.uid, row.manifest):
             return
         await wiring.cancel(self.svc, row.id, key)
         log.info("hub: %s deleted on the hub: its job is cancelled", key)
+
+    async def _shows(self, key: str, obj: JSON) -> str:
+        """The uid of the HTTP-door run ``obj`` shows ("": none, a user's own object)."""
+        namespace, _, name = key.partition("/")
+        async with self.svc.db.read() as session:
+            row = await job_rows.by_name(session, namespace, name)
+        if row is None or not objects.stands_for(obj, row.uid, row.manifest):
+            return ""
+        return row.uid
 
 
 def _problem_text(error: ProblemError) -> str:

@@ -49,6 +49,8 @@ JSON = dict[str, Any]
 FINALIZER: Final = "fleet.io/hub"
 #: The annotation with the hub object's uid, on the job Fleet stores.
 HUB_UID: Final = "fleet.io/hub-uid"
+#: The annotation of a hub object Fleet made for a job of its HTTP door: the job's uid.
+MIRROR_OF: Final = "fleet.io/job-uid"
 #: The namespace of the Queue objects.
 QUEUE_NAMESPACE: Final = "kube-queue"
 QUEUE_API: Final = "scheduling.x-k8s.io/v1alpha1"
@@ -57,7 +59,7 @@ QUEUE_NODE_LABEL: Final = "fleet.io/quota-node"
 #: The namespace whose ElasticQuotaTree Fleet follows (ACK One's rule).
 TREE_NAMESPACE: Final = "kube-system"
 #: Annotations the hub's clients keep on objects, not part of a job.
-_BOOKKEEPING: Final = ("kubectl.kubernetes.io/last-applied-configuration",)
+_BOOKKEEPING: Final = ("kubectl.kubernetes.io/last-applied-configuration", "fleet.io/job-uid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +71,20 @@ class Resource:
     plural: str
 
     @property
+    def root(self) -> str:
+        group, _, version = self.api_version.rpartition("/")
+        return f"/apis/{group}/{version}" if group else f"/api/{version}"
+
+    @property
     def path(self) -> str:
         """Its collection across namespaces."""
-        group, _, version = self.api_version.rpartition("/")
-        root = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        return f"{root}/{self.plural}"
+        return f"{self.root}/{self.plural}"
+
+    def collection_path(self, namespace: str) -> str:
+        return f"{self.root}/namespaces/{namespace}/{self.plural}"
 
     def object_path(self, namespace: str, name: str) -> str:
-        group, _, version = self.api_version.rpartition("/")
-        root = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        return f"{root}/namespaces/{namespace}/{self.plural}/{name}"
+        return f"{self.collection_path(namespace)}/{name}"
 
     @property
     def what(self) -> str:
@@ -86,6 +92,8 @@ class Resource:
 
 
 JOB_RESOURCES: Final = tuple(Resource(k.api_version, k.kind, k.plural) for k in registry.KINDS)
+#: (apiVersion, kind) -> the resource of a workload kind
+RESOURCE_OF: Final = {(r.api_version, r.kind): r for r in JOB_RESOURCES}
 POLICY_RESOURCES: Final = (
     Resource(models.KARMADA_POLICY_API, "PropagationPolicy", "propagationpolicies"),
     Resource(models.ACK_POLICY_API, "PropagationPolicy", "propagationpolicies"),
@@ -146,6 +154,45 @@ def job_document(obj: Mapping[str, Any]) -> JSON:
         "metadata": out_meta,
         "spec": obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {},
     }
+
+
+def mirror_object(manifest: Mapping[str, Any], job_uid: str) -> JSON:
+    """The hub object that shows a job of the HTTP door (``manifest``, its stored
+    document) on the hub: its kind, name, namespace, labels, annotations and spec,
+    the job's uid as :data:`MIRROR_OF` and Fleet's finalizer."""
+    m = manifest.get("metadata") or {}
+    annotations = {str(k): v for k, v in (m.get("annotations") or {}).items()}
+    annotations[MIRROR_OF] = job_uid
+    out_meta: JSON = {
+        "name": m.get("name"),
+        "namespace": m.get("namespace"),
+        "annotations": annotations,
+        "finalizers": [FINALIZER],
+    }
+    if m.get("labels"):
+        out_meta["labels"] = dict(m["labels"])
+    return {
+        "apiVersion": manifest.get("apiVersion"),
+        "kind": manifest.get("kind"),
+        "metadata": out_meta,
+        "spec": manifest.get("spec") or {},
+    }
+
+
+def mirror_of(obj: Mapping[str, Any]) -> str:
+    """The uid of the HTTP-door job a hub object shows ("" when it is a user's object)."""
+    annotations = meta(obj).get("annotations") or {}
+    return str(annotations.get(MIRROR_OF) or "") if isinstance(annotations, Mapping) else ""
+
+
+def stands_for(obj: Mapping[str, Any], run_uid: str, manifest: Mapping[str, Any]) -> bool:
+    """Whether the hub object ``obj`` stands for the job run ``run_uid`` (whose stored
+    document is ``manifest``): the run the object made (its uid in the document), or
+    the HTTP-door run Fleet made the object for (:data:`MIRROR_OF`)."""
+    shown = mirror_of(obj)
+    if shown:
+        return shown == run_uid and not hub_uid(manifest)
+    return hub_uid(manifest) == str(meta(obj).get("uid") or "")
 
 
 def hub_uid(manifest: Mapping[str, Any]) -> str:

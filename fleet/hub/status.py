@@ -98,6 +98,9 @@ class StatusWriter:
         self.version = 0
         self._last_full = -1e18
         self._pending: set[str] = set()
+        #: keys of the HTTP-door jobs Fleet made hub objects for
+        self.mirrored: set[str] = set()
+        self._scanned = False
 
     def kick(self, keys: Collection[str]) -> None:
         """Write the status of ``keys`` in the next pass (newly submitted)."""
@@ -127,16 +130,59 @@ class StatusWriter:
         else:
             assert changed is not None
             keys = {k for k in changed if k in self.door.jobs}
-        keys |= {k for k in self._pending if k in self.door.jobs}
-        self._pending.clear()
+        # Jobs Fleet made hub objects for wait until the watch has brought them back.
+        ready = {k for k in self._pending if self._shown(k)}
+        keys |= ready
+        self._pending -= ready
+        others = set(self.door.jobs) if changed is None else set(changed)
+        await self._mirror(None if not self._scanned else others - set(self.door.jobs))
+        self._scanned = True
         self.version = view.version
         writes: list[Awaitable[bool]] = []
-        rows = await self._statuses(keys, view, writes)
-        await self._events(view, rows, writes)
-        # The pass's statuses and Events go out together (the Recorder bounds them).
-        if writes:
-            await asyncio.gather(*writes)
+        try:
+            rows = await self._statuses(keys, view, writes)
+            await self._events(view, rows, writes)
+        finally:
+            # The pass's statuses and Events go out together (the Recorder bounds them),
+            # those already made even when reading the event log failed.
+            if writes:
+                await asyncio.gather(*writes)
         await self.queues.write(view)
+
+    def _shown(self, key: str) -> bool:
+        job = self.door.jobs.get(key)
+        return job is not None and bool(job.submitted or job.mirror)
+
+    # Jobs of the HTTP door ----------------------------------------------------------------
+
+    async def _mirror(self, keys: Collection[str] | None) -> None:
+        """Make a hub object for each live job of the HTTP door among ``keys`` (None:
+        every live job) that has none: the job is then visible through both doors."""
+        if keys is not None and not keys:
+            return
+        async with self.svc.db.read() as session:
+            if keys is None:
+                rows = await job_rows.in_states(session, job_rows.LIVE_STATES)
+            else:
+                found = await job_rows.current_by_names(
+                    session, [(k.partition("/")[0], k.partition("/")[2]) for k in keys]
+                )
+                rows = [r for r in found.values() if r.state in job_rows.LIVE_STATES]
+        made = []
+        for row in rows:
+            key = f"{row.namespace}/{row.name}"
+            if key in self.door.jobs or key in self.mirrored or objects.hub_uid(row.manifest):
+                continue
+            resource = objects.RESOURCE_OF.get(
+                (str(row.manifest.get("apiVersion")), str(row.manifest.get("kind")))
+            )
+            if resource is None:
+                continue
+            self.mirrored.add(key)
+            made.append(key)
+            body = objects.mirror_object(row.manifest, row.uid)
+            await self.recorder.create(resource, body)
+        self._pending.update(made)
 
     # Statuses -----------------------------------------------------------------------------
 
@@ -144,7 +190,7 @@ class StatusWriter:
         out: dict[str, HubJob] = {}
         for key in keys:
             job = self.door.jobs.get(key)
-            if job is None or job.refused or job.submitted is None:
+            if job is None or job.refused or (job.submitted is None and not job.mirror):
                 continue
             if objects.deleting(job.obj):
                 continue
@@ -166,8 +212,7 @@ class StatusWriter:
         rows = await self._rows(jobs)
         for key, job in jobs.items():
             row = rows.get(key)
-            uid = str(objects.meta(job.obj).get("uid") or "")
-            if row is None or objects.hub_uid(row.manifest) != uid:
+            if row is None or not objects.stands_for(job.obj, row.uid, row.manifest):
                 continue
             if self.runs.get(key) != row.uid:
                 self.runs[key] = row.uid
@@ -222,7 +267,7 @@ class StatusWriter:
                 row = rows.get(key)
                 if row is None or row.uid != entry.job_uid:
                     continue
-                if objects.hub_uid(row.manifest) != str(objects.meta(job.obj).get("uid") or ""):
+                if not objects.stands_for(job.obj, row.uid, row.manifest):
                     continue
                 told = _event_of(entry, row)
                 if told is not None:
@@ -266,7 +311,7 @@ class QueueWriter:
     async def _list(self) -> None:
         data = await self.client.request(
             "GET",
-            f"/apis/{objects.QUEUE_API}/namespaces/{objects.QUEUE_NAMESPACE}/queues",
+            objects.QUEUE_RESOURCE.collection_path(objects.QUEUE_NAMESPACE),
             query=[("labelSelector", objects.QUEUE_NODE_LABEL)],
         )
         for item in data.get("items") or []:
@@ -285,7 +330,7 @@ class QueueWriter:
         for q in view.queues:
             path = _path(q.name, by_name)
             wanted[q.name] = (objects.queue_name(path), path, q)
-        base = f"/apis/{objects.QUEUE_API}/namespaces/{objects.QUEUE_NAMESPACE}/queues"
+        base = objects.QUEUE_RESOURCE.collection_path(objects.QUEUE_NAMESPACE)
         for node in [n for n in self.names if n not in wanted]:
             with contextlib.suppress(NotFound):
                 await self.client.request("DELETE", f"{base}/{self.names[node]}")

@@ -41,6 +41,9 @@ standing objects, as in Karmada and ACK One: a job is governed by the
 policies of its own submission when one of them selects it, else by the
 stored policies of its namespace (:func:`policy_models` reads them), each set
 resolved that way; a submission's own policy always wins over a stored one.
+The stored policies may be given as a function that reads them: it is called
+only when a job of the submission is selected by none of its own policies
+(most submissions carry theirs, and the stored ones are many).
 
 :func:`check_submission` is ``fleet check jobs``: the same checks, and with
 member clusters the server's fit test (:mod:`fleet.manifests.fit`).
@@ -58,7 +61,7 @@ situations that :func:`submission_warnings` only warns about are accepted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -477,18 +480,41 @@ def _selecting(job_doc: Document, policies: Sequence[Document]) -> list[Document
     return out
 
 
+#: The standing policies a submission is read against, or a function that reads them
+#: (called once, and only when a job is selected by none of the submission's own).
+StoredPolicyModels = (
+    Sequence[PropagationPolicyModel] | Callable[[], Sequence[PropagationPolicyModel]]
+)
+
+
+def _lazy_stored(
+    stored_policies: StoredPolicyModels, replaced: set[str]
+) -> Callable[[], Sequence[PropagationPolicyModel]]:
+    """The stored policies but those ``replaced`` (by key), read at the first call."""
+    held: list[list[PropagationPolicyModel]] = []
+
+    def stored() -> Sequence[PropagationPolicyModel]:
+        if not held:
+            found = stored_policies() if callable(stored_policies) else stored_policies
+            held.append([p for p in found if p.key not in replaced])
+        return held[0]
+
+    return stored
+
+
 def _governing(
     job_doc: WorkloadModel,
     own: Sequence[PropagationPolicyModel],
-    stored: Sequence[PropagationPolicyModel],
+    stored: Callable[[], Sequence[PropagationPolicyModel]],
 ) -> tuple[PropagationPolicyModel | None, bool]:
     """The policy that governs ``job_doc`` and whether it is a stored one: the
     submission's own policies first, the stored ones of its namespace if none of
-    those selects it (each set resolved by :func:`match_policy`)."""
+    those selects it (each set resolved by :func:`match_policy`; ``stored`` is
+    called only then)."""
     found = match_policy(job_doc, own)
     if found is not None:
         return found, False
-    found = match_policy(job_doc, stored)
+    found = match_policy(job_doc, stored())
     return found, found is not None
 
 
@@ -525,7 +551,7 @@ def _submission(
     require_policies: bool = False,
     limits: YamlLimits = DEFAULT_LIMITS,
     runtimes: Runtimes | None = None,
-    stored_policies: Sequence[PropagationPolicyModel] = (),
+    stored_policies: StoredPolicyModels = (),
 ) -> tuple[Submission, list[SpecIssue]]:
     docs, issues = documents.parse_documents(text, limits)
     bad = {i.document for i in issues}
@@ -570,7 +596,7 @@ def _submission(
     policy_docs = {id(p.model): p for p in policies}
     # The submission's policies are stored too: they replace stored ones of their names.
     replaced = {p.key for p in own}
-    stored = [p for p in stored_policies if p.key not in replaced]
+    stored = _lazy_stored(stored_policies, replaced)
     for doc in job_docs:
         assert isinstance(doc.model, WorkloadModel)
         # With an unreadable document, a policy may be missing only in appearance.
@@ -610,7 +636,7 @@ def check_submission(
     clusters: Sequence[MemberClusterModel] = (),
     priority_classes: Mapping[str, int] = jobs.DEFAULT_PRIORITY_CLASSES,
     runtimes: Runtimes | None = None,
-    stored_policies: Sequence[PropagationPolicyModel] = (),
+    stored_policies: StoredPolicyModels = (),
 ) -> tuple[int, int, list[SpecIssue]]:
     """(jobs, policies, issues) of a submission; without a tree, queues are not routed.
 
@@ -701,15 +727,16 @@ def load_submitted(
     require_policies: bool = True,
     limits: YamlLimits = DEFAULT_LIMITS,
     runtimes: Runtimes | None = None,
-    stored_policies: Sequence[PropagationPolicyModel] = (),
+    stored_policies: StoredPolicyModels = (),
 ) -> Submission:
     """Every job of a submission with its documents, the training runtimes it
     registers and its policies, or one SpecError: all or nothing.
 
     Like :func:`load_submission`, reading the stream within ``limits``.  A
     job is governed by the policies of its own submission when one of them
-    selects it, else by ``stored_policies`` (the standing ones; those the
-    submission names again are replaced by the submission's), each set
+    selects it, else by ``stored_policies`` (the standing ones, or a function
+    that reads them, called only for such a job; those the submission names
+    again are replaced by the submission's), each set
     resolved by :func:`match_policy`.  Every policy of the submission is
     returned to be stored, whether it selects one of its jobs or not (it may
     select later ones), so a file of policies alone is a valid submission.

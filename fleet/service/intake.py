@@ -26,6 +26,13 @@ batch sees the earlier ones' jobs), and when a batch fails in the database,
 its submissions are stored again one by one, so that one bad submission
 cannot take the others with it.
 
+**Policies.**  A submission may carry the PropagationPolicies it stores
+(:class:`NewPolicy`): they are written in the transaction that stores its
+jobs and its audit record, only when the submission is accepted (a
+submission refused with :class:`NameTaken` stores nothing), every
+submission's of the batch in one upsert (a later submission's document of a
+name wins); after the commit, ``on_policies`` is given what was stored.
+
 **Other replicas.**  With ``also``, each transaction also runs
 ``also(session, new job ids)``: on PostgreSQL, where any replica takes
 submissions and one leads the scheduler, that puts the new jobs in the
@@ -35,9 +42,10 @@ leader's inbox in the same transaction (:mod:`fleet.store.leases`).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet.clock import Clock
@@ -45,6 +53,7 @@ from fleet.core import snapshot
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.store import admin as admin_rows
+from fleet.store import configuration
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Session
 
@@ -71,6 +80,21 @@ class NewJob:
     @property
     def name(self) -> str:
         return self.job.key.partition("/")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class NewPolicy:
+    """A PropagationPolicy (its plain document) a submission stores once accepted."""
+
+    namespace: str
+    name: str
+    document: dict[str, Any]
+    #: who stores it
+    author: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +139,13 @@ class Intake:
         *,
         max_batch: int = MAX_BATCH,
         also: Callable[[Session, list[int]], Awaitable[None]] | None = None,
+        on_policies: Callable[[dict[str, dict[str, Any]]], None] | None = None,
     ) -> None:
         self.db = db
         #: more writes in each transaction, given the ids of the jobs it creates
         self.also = also
+        #: told after each commit of the policies it stored (documents by ``namespace/name``)
+        self.on_policies = on_policies
         self.clock = clock
         self.notify = notify
         self.max_batch = max_batch
@@ -134,15 +161,23 @@ class Intake:
         audit: Mapping[str, Any] | None = None,
         *,
         changes: bool = False,
+        policies: Sequence[NewPolicy] = (),
     ) -> list[Accepted]:
-        """Store ``new`` in the next batch; its jobs in order, or :class:`NameTaken`.
+        """Store ``new`` and ``policies`` in the next batch; its jobs in order, or
+        :class:`NameTaken` (and then no policy is stored).
 
         ``audit``: the submission's audit record but its time, status and detail,
         written in the same transaction with the status its answer has (201 when
-        it created a job, or ``changes`` something else, such as a policy it
-        stores once accepted; 200 when every job existed; 409 with the reason
-        when a name is taken)."""
-        waiting = _Waiting(list(new), asyncio.get_running_loop().create_future(), audit, changes)
+        it created a job, stored a policy, or ``changes`` something else, such as
+        a training runtime; 200 when every job existed; 409 with the reason when
+        a name is taken)."""
+        waiting = _Waiting(
+            list(new),
+            asyncio.get_running_loop().create_future(),
+            audit,
+            changes or bool(policies),
+            list(policies),
+        )
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_all(), name="fleet-intake")
@@ -166,6 +201,21 @@ class Intake:
             async with self.db.write() as session:
                 now = self.clock.now()
                 outcomes = await _store(session, [w.jobs for w in batch], now)
+                stored = _stored_policies(batch, outcomes)
+                await configuration.put_policies(
+                    session,
+                    [
+                        configuration.PolicyValues(
+                            p.namespace,
+                            p.name,
+                            str(p.document.get("apiVersion") or ""),
+                            json.dumps(p.document, separators=(",", ":"), sort_keys=True),
+                            p.author,
+                        )
+                        for p in stored.values()
+                    ],
+                    now,
+                )
                 records = [
                     _audit_record(w.audit, outcome, now, w.changes)
                     for w, outcome in zip(batch, outcomes, strict=True)
@@ -183,6 +233,8 @@ class Intake:
             return False
         self.batches += 1
         self.submissions += len(batch)
+        if stored and self.on_policies is not None:
+            self.on_policies({key: p.document for key, p in stored.items()})
         told = [a.job for o in outcomes if isinstance(o, list) for a in o if a.job is not None]
         if told:
             self.notify(sorted(told, key=lambda job: job.seq))
@@ -197,6 +249,19 @@ class _Waiting:
     result: asyncio.Future[list[Accepted]]
     audit: Mapping[str, Any] | None = None
     changes: bool = False
+    policies: list[NewPolicy] = field(default_factory=list)
+
+
+def _stored_policies(
+    batch: Sequence[_Waiting], outcomes: Sequence[list[Accepted] | NameTaken]
+) -> dict[str, NewPolicy]:
+    """The policies of the accepted submissions of ``batch``, by key (a later one wins)."""
+    return {
+        p.key: p
+        for w, outcome in zip(batch, outcomes, strict=True)
+        if not isinstance(outcome, NameTaken)
+        for p in w.policies
+    }
 
 
 def _audit_record(

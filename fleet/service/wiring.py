@@ -26,10 +26,11 @@ clusters (and the registered training runtimes) again after every election
 round, so they check submissions against what the leader uses.  Training
 runtimes (:func:`register_runtimes`, from an administrator's submission) are
 stored and taken by the replica that registered them at once; so are
-standing PropagationPolicies (:func:`put_policies`, from any submission that
-holds policies or from the hub; :func:`delete_policy`), which every replica
-reads at start, again when it is elected and, as a follower, after every
-election round, with the runtimes (:func:`take_stored`).  On SQLite
+standing PropagationPolicies, stored in the intake's transaction (from any
+submission that holds policies, or from the hub: :func:`put_policies`),
+taken once it commits (:func:`policies_stored`) and deleted with
+:func:`delete_policy`.  Every replica reads both at start, again when it is
+elected and, as a follower, after every election round (:func:`take_stored`).  On SQLite
 there is one replica: the loop starts at once, without election or fencing,
 as it always did.
 """
@@ -64,7 +65,7 @@ from fleet.manifests import placers as placer_builder
 from fleet.manifests.kinds import registry
 from fleet.manifests.models import MemberClusterModel
 from fleet.service import admin
-from fleet.service.intake import Intake
+from fleet.service.intake import Intake, NewPolicy
 from fleet.service.leadership import JobFeed, Leadership
 from fleet.service.loop import SchedulerLoop
 from fleet.service.settings import Settings
@@ -245,6 +246,7 @@ async def start(settings: Settings, clock: Clock) -> Service:
         await db.close()
         raise
     svc = Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
+    submissions.on_policies = functools.partial(policies_stored, svc)
     await take_stored(svc)
     return svc
 
@@ -276,26 +278,28 @@ async def take_stored(svc: Service) -> None:
 
 async def put_policies(svc: Service, policies: Sequence[dict[str, Any]], author: str = "") -> None:
     """Store PropagationPolicies (plain documents, replacing those of the same namespace
-    and name), then govern jobs with them at once.
+    and name) through the intake, as a submission of policies alone stores them, then
+    govern jobs with them at once.
 
     Each document must read as a PropagationPolicy (a ``ValueError`` otherwise,
     and nothing is stored).
     """
     if not policies:
         return
-    keyed: dict[str, dict[str, Any]] = {}
+    new: list[NewPolicy] = []
     for document in policies:
         found = convert.policy_models([document])
         if not found:
             raise ValueError(f"not a PropagationPolicy: {str(document)[:200]}")
-        keyed[found[0].key] = document
-    async with svc.db.write() as session:
-        for key, document in keyed.items():
-            namespace, _, name = key.partition("/")
-            text = json.dumps(document, separators=(",", ":"), sort_keys=True)
-            await configuration.put_policy(session, namespace, name, text, svc.clock.now(), author)
-    svc.policies = {**svc.policies, **keyed}
-    log.info("policies stored: %s", ", ".join(keyed))
+        new.append(NewPolicy(found[0].namespace, found[0].metadata.name, document, author))
+    await svc.intake.accept([], policies=new)
+
+
+def policies_stored(svc: Service, stored: dict[str, dict[str, Any]]) -> None:
+    """The intake stored ``stored`` (documents by ``namespace/name``): govern jobs with
+    them from now on (the mapping is replaced, never changed in place)."""
+    svc.policies = {**svc.policies, **stored}
+    log.info("policies stored: %s", ", ".join(stored))
 
 
 async def delete_policy(svc: Service, namespace: str, name: str) -> bool:
@@ -409,6 +413,7 @@ async def _start_replica(db: Database, settings: Settings, clock: Clock) -> Serv
     intake = Intake(db, clock, tell_loop, also=inbox)
     svc = Service(settings, clock, db, tree, tree_text, clusters, idle, intake)
     svc.stored_clusters = clusters_text
+    intake.on_policies = functools.partial(policies_stored, svc)
     await take_stored(svc)
     holder.append(svc)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

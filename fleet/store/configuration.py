@@ -10,14 +10,17 @@ administrator) are kept as their JSON documents, one row per key
 replaces its document.  Standing PropagationPolicies are kept as their JSON
 documents, one row per namespace and name (with the apiVersion beside, for
 listing); storing a name again replaces its document, deleting it forgets
-it.  On PostgreSQL, replicas that start together store the shipped
+it; any number of them is stored by one upsert statement
+(:func:`put_policies`: the intake stores a whole batch's in its
+transaction).  On PostgreSQL, replicas that start together store the shipped
 configuration once: the transaction that looks for it first takes the
 migration lock (:func:`lock_first_start`).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import delete, func, select, text
@@ -123,29 +126,47 @@ async def stored_policy(session: AsyncSession, namespace: str, name: str) -> Pol
     return await session.get(PolicyRow, (namespace, name))
 
 
-async def put_policy(
-    session: AsyncSession, namespace: str, name: str, document: str, time: float, author: str = ""
+@dataclass(frozen=True, slots=True)
+class PolicyValues:
+    """A policy to store: its namespace, name, apiVersion, JSON document and who stores it."""
+
+    namespace: str
+    name: str
+    api_version: str
+    document: str
+    author: str = ""
+
+
+_PUT_POLICIES = text(
+    "INSERT INTO policies "
+    "(namespace, name, api_version, document, created_at, updated_at, author) "
+    "VALUES (:namespace, :name, :api_version, :document, :time, :time, :author) "
+    "ON CONFLICT (namespace, name) DO UPDATE SET api_version = excluded.api_version, "
+    "document = excluded.document, updated_at = excluded.updated_at, author = excluded.author"
+)
+
+
+async def put_policies(
+    session: AsyncSession, policies: Sequence[PolicyValues], time: float
 ) -> None:
-    """Store policy ``namespace/name`` (its JSON ``document``), replacing an earlier one."""
-    api_version = str(json.loads(document).get("apiVersion") or "")
-    row = await session.get(PolicyRow, (namespace, name))
-    if row is None:
-        session.add(
-            PolicyRow(
-                namespace=namespace,
-                name=name,
-                api_version=api_version,
-                document=document,
-                created_at=time,
-                updated_at=time,
-                author=author,
-            )
-        )
-    else:
-        row.api_version = api_version
-        row.document = document
-        row.updated_at = time
-        row.author = author
+    """Store policies, each replacing an earlier one of its namespace and name (which
+    keeps its creation time), in one statement; one of a namespace and name at most."""
+    if not policies:
+        return
+    await session.execute(
+        _PUT_POLICIES,
+        [
+            {
+                "namespace": p.namespace,
+                "name": p.name,
+                "api_version": p.api_version,
+                "document": p.document,
+                "time": time,
+                "author": p.author,
+            }
+            for p in policies
+        ],
+    )
 
 
 async def delete_policy(session: AsyncSession, namespace: str, name: str) -> bool:

@@ -55,7 +55,7 @@ from fleet.store.models import IntentRow, JobEventRow, JobRow, UnhealthyJobRow
 #: Job states in which a job holds quota and cells in its member cluster.
 HOLDING_STATES = tuple(sorted(s.value for s in lifecycle.HOLDING))
 #: Job states of a job that has not ended.
-_LIVE_STATES = tuple(sorted(s.value for s in lifecycle.JobState if s not in lifecycle.TERMINAL))
+LIVE_STATES = tuple(sorted(s.value for s in lifecycle.JobState if s not in lifecycle.TERMINAL))
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +425,7 @@ async def kinds_in_queue(session: AsyncSession, queue: str) -> dict[str, tuple[s
         manifest["kind"].as_string(),
     ).where(
         _JOBS.c.queue == queue,
-        _JOBS.c.state.in_(_LIVE_STATES),
+        _JOBS.c.state.in_(LIVE_STATES),
         _JOBS.c.superseded == 0,
     )
     rows = await session.execute(query)

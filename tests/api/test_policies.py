@@ -8,6 +8,8 @@ policy applied and where it came from.  A job governed by a stored policy is
 hashed alone, so it is the same job after the policy was edited.  A team
 token stores, reads, lists and deletes policies in its own namespaces only;
 the policy routes list, show and delete them, and every write is audited.
+A submission's policies are stored in the transaction that stores its jobs
+and its audit record, and not at all when it is refused for a taken name.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import pytest
 import yaml
 from aiohttp import web
 
+from fleet.api import keys
 from fleet.api.app import create_app
 from fleet.clock import VirtualClock
 from fleet.testing import running
 from fleet.testing.documents import pytorchjob
 from fleet.testing.tokens import bearer, write_tokens_file
 from tests.admin.conftest import YAML, Client
-from tests.databases import sqlite_url
+from tests.databases import WriteTransactions, sqlite_url
 
 PYTORCHJOBS = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}]
 
@@ -199,3 +202,36 @@ async def test_stored_policies_outlive_a_restart(
     again = await aiohttp_client(app_of(tmp_path))
     status, body = await submit(again, "team-a", job_alone("after"))
     assert status == 201, body
+
+
+async def test_a_submission_and_its_policies_are_one_write_transaction(client: Client) -> None:
+    svc = client.app[keys.SERVICE]
+    transactions = WriteTransactions(svc.db.writer)
+    try:
+        batches = svc.intake.batches
+        status, body = await submit(client, "team-a", pytorchjob("one", duration="1h"))
+        assert status == 201, body
+        assert svc.intake.batches == batches + 1
+        (stored,) = transactions.writing("policies")
+        assert {"jobs", "job_events", "audit"} <= stored
+        held = svc.policies
+        assert "team-a/one" in held
+        # The same policy again is not written, and the service keeps its mapping.
+        status, body = await submit(client, "team-a", pytorchjob("one", duration="1h"))
+        assert status == 200, body
+        assert len(transactions.writing("policies")) == 1 and svc.policies is held
+    finally:
+        transactions.close()
+
+
+async def test_a_submission_refused_for_a_taken_name_stores_none_of_its_policies(
+    client: Client,
+) -> None:
+    assert (await submit(client, "team-a", pytorchjob("taken", duration="1h")))[0] == 201
+    changed = pytorchjob("taken", gpus=2, duration="1h")
+    status, body = await submit(client, "team-a", policy("would-be"), changed)
+    assert status == 409, body
+    assert (await call(client, "GET", "/api/v1/policies/team-a/would-be"))[0] == 404
+    assert "team-a/would-be" not in client.app[keys.SERVICE].policies
+    _, audit = await call(client, "GET", "/api/v1/audit?kind=submission")
+    assert [a["status"] for a in audit["items"]] == [409, 201]

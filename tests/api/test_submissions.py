@@ -10,6 +10,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from fleet.api import submissions
 from fleet.api.problems import ProblemError
 from fleet.api.submissions import (
     Failover,
@@ -558,3 +559,49 @@ def test_the_stored_policies_are_read_once_per_mapping() -> None:
     first = stored_models(policies)
     assert stored_models(policies) is first
     assert stored_models(dict(policies)) is not first
+
+
+def test_a_new_mapping_reads_only_the_policies_it_does_not_share_with_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[str] = []
+    reader = convert.policy_models
+
+    def counting(documents: Any) -> Any:
+        documents = list(documents)
+        read.extend(d["metadata"]["name"] for d in documents)
+        return reader(documents)
+
+    monkeypatch.setattr(convert, "policy_models", counting)
+    policies = {f"default/p{i}": make_policy(f"p{i}") for i in range(3)}
+    first = stored_models(policies)
+    assert sorted(read) == ["p0", "p1", "p2"]
+    read.clear()
+    edited = make_policy("p1", priority=4)
+    grown = {**policies, "default/p1": edited, "default/p3": make_policy("p3")}
+    second = stored_models(grown)
+    assert sorted(read) == ["p1", "p3"]  # the edited one and the new one
+    assert second[0] is first[0] and second[2] is first[2]
+    assert second[1].spec.priority == 4
+    read.clear()
+    # Read again from the database (equal documents, other objects): nothing to read.
+    assert [m.key for m in stored_models(json.loads(json.dumps(grown)))] == [m.key for m in second]
+    assert read == []
+
+
+def test_the_stored_policies_are_read_only_for_a_job_that_brings_no_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[int] = []
+    reader = stored_models
+
+    def counting(policies: Any) -> Any:
+        read.append(len(policies))
+        return reader(policies)
+
+    monkeypatch.setattr(submissions, "stored_models", counting)
+    stored = {"default/standing": make_policy("standing")}
+    (own,) = parse(make_policy(), make_job(), policies=stored)
+    assert own.policy_source == "submission" and read == []
+    (alone,) = parse(make_job(), policies=stored)
+    assert alone.policy_source == "stored" and read == [1]

@@ -27,6 +27,9 @@ from tests.kube.controlplane import DEPLOY as MEMBER_DEPLOY
 from tests.paths import HUB as HUB_DATA
 from tests.paths import ROOT
 
+#: The ACK One walkthrough's policy and job (``policies/jobs/ack-walkthrough.yaml``).
+WALKTHROUGH = ROOT / "policies" / "jobs" / "ack-walkthrough.yaml"
+
 WALKTHROUGH_TREE = ROOT / "policies" / "quota" / "ack-example.yaml"
 #: The hub's own kinds: (group, version, kind, plural).
 HUB_KINDS = {
@@ -147,7 +150,7 @@ def test_the_hub_serves_every_workload_kind_with_a_status_subresource() -> None:
 def test_fleet_hub_role_covers_every_workload_kind() -> None:
     role = rules(HUB_DEPLOY / "rbac.yaml", "ClusterRole")
     for group, plural in workload_kinds():
-        assert granted(role, group, plural) == {"get", "list", "watch", "update", "patch"}
+        assert granted(role, group, plural) == {"get", "list", "watch", "create", "update", "patch"}
         assert granted(role, group, f"{plural}/status") == {"update", "patch"}
 
 
@@ -164,8 +167,8 @@ def test_team_role_covers_every_workload_kind_and_both_policy_groups() -> None:
 def test_the_hub_data_are_policies_fleet_accepts() -> None:
     policies = [
         d
-        for name in ("walkthrough.yaml", "karmada-policy.yaml")
-        for d in documents(HUB_DATA / name)
+        for path in (WALKTHROUGH, HUB_DATA / "karmada-policy.yaml")
+        for d in documents(path)
         if d["kind"] == "PropagationPolicy"
     ]
     assert {d["apiVersion"] for d in policies} == {
@@ -225,7 +228,7 @@ def test_the_walkthrough_tree_applies_unpruned(hub: Hub, kubectl: Kubectl) -> No
 
 def test_policies_of_both_groups_and_a_pytorchjob_apply(hub: Hub, kubectl: Kubectl) -> None:
     """As team-a: the walkthrough's policy and job, and Karmada's; nothing is pruned."""
-    walkthrough = documents(HUB_DATA / "walkthrough.yaml")
+    walkthrough = documents(WALKTHROUGH)
     karmada = documents(HUB_DATA / "karmada-policy.yaml")[0]
     # ACK One's fields in Karmada's group survive too (its upstream schema would prune them).
     karmada_ack = {
@@ -236,7 +239,7 @@ def test_policies_of_both_groups_and_a_pytorchjob_apply(hub: Hub, kubectl: Kubec
     ack = "propagationpolicies.policy.one.alibabacloud.com"
     job = "pytorchjob pytorch-test"
     try:
-        for path in (HUB_DATA / "walkthrough.yaml", HUB_DATA / "karmada-policy.yaml"):
+        for path in (WALKTHROUGH, HUB_DATA / "karmada-policy.yaml"):
             ok(kubectl("apply", "-n", "team-a", "-f", str(path), user="team-a"))
         ok(
             kubectl(
@@ -283,7 +286,7 @@ def test_policies_of_both_groups_and_a_pytorchjob_apply(hub: Hub, kubectl: Kubec
         assert kubectl("get", *job.split(), "-n", "team-a").returncode == 1
     finally:
         kubectl("patch", *job.split(), "-n", "team-a", "-p", '{"metadata":{"finalizers":null}}')
-        for path in (HUB_DATA / "walkthrough.yaml", HUB_DATA / "karmada-policy.yaml"):
+        for path in (WALKTHROUGH, HUB_DATA / "karmada-policy.yaml"):
             kubectl("delete", "-n", "team-a", "-f", str(path), "--ignore-not-found")
         kubectl("delete", "pp", "ack-fields", "-n", "team-a", "--ignore-not-found")
 
@@ -435,7 +438,6 @@ def test_fleet_hub_can(
         ("list", "configmaps", (EVERYWHERE,)),
         ("list", "pods", (EVERYWHERE,)),
         ("create", "namespaces", ()),
-        ("create", "pytorchjobs.kubeflow.org", ("-n", "team-a")),
         ("delete", "pytorchjobs.kubeflow.org", ("-n", "team-a")),
         ("delete", "jobs.batch", ("-n", "team-a")),
         ("create", "propagationpolicies.policy.karmada.io", ("-n", "team-a")),
@@ -461,7 +463,7 @@ def test_fleet_cannot_read_secrets(hub: Hub, kubectl: Kubectl) -> None:
 
 
 def test_a_team_works_in_its_namespace_only(hub: Hub, kubectl: Kubectl) -> None:
-    job = documents(HUB_DATA / "walkthrough.yaml")[1]
+    job = documents(WALKTHROUGH)[1]
     try:
         ok(kubectl("apply", "-n", "team-a", "-f", "-", user="team-a", input=json.dumps(job)))
         out = kubectl("apply", "-n", "team-b", "-f", "-", user="team-a", input=json.dumps(job))

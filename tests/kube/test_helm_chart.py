@@ -44,6 +44,7 @@ CUSTOM = {
     },
     "database": {"existingSecret": "fleet-db"},
     "memberKubeconfigs": {"east.yaml": KUBECONFIG},
+    "hubKubeconfig": KUBECONFIG,
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "podDisruptionBudget": {"maxUnavailable": 0},
     "service": {"type": "NodePort"},
@@ -125,6 +126,7 @@ def test_the_defaults_render_two_hardened_replicas_on_postgresql(
     assert env["FLEET_LEADER_RENEW_SECONDS"]["value"] == "5"
     assert env["FLEET_KUBECONFIG_DIR"]["value"] == "/etc/fleet/kubeconfigs"
     assert env["FLEET_ALLOW_KUBECONFIG_EXEC"]["value"] == "false"
+    assert "FLEET_HUB_KUBECONFIG" not in env  # no hub unless one is given
     # The shipped seed configuration is what fleet serve accepts.
     config = kinds["ConfigMap"]["data"]
     assert [c.name for c in convert.load_clusters(config["clusters.yaml"])] == ["sim"]
@@ -154,6 +156,10 @@ def test_non_default_values_render_what_they_say(helm: Path, tmp_path: Path) -> 
     ]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["kubeconfigs"] == env["FLEET_KUBECONFIG_DIR"]["value"]  # where Fleet reads
+    # The hub's kubeconfig, where FLEET_HUB_KUBECONFIG says.
+    assert volumes["hub"]["secret"]["items"] == [{"key": "hub-kubeconfig", "path": "kubeconfig"}]
+    assert env["FLEET_HUB_KUBECONFIG"]["value"] == mounts["hub"] + "/kubeconfig"
+    assert yaml.safe_load(kinds["Secret"]["stringData"]["hub-kubeconfig"])["kind"] == "Config"
     assert kinds["Service"]["spec"]["type"] == "NodePort"
     assert kinds["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 0
 

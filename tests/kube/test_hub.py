@@ -26,11 +26,12 @@ from tests.hub.cluster import Hub
 from tests.kube.conftest import QUOTA, Fleet, member_document
 from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.kube.real_operator import MemberControllers
-from tests.paths import HUB, ROOT
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
 WALKTHROUGH_TREE = ROOT / "policies" / "quota" / "ack-example.yaml"
+WALKTHROUGH_JOB = ROOT / "policies" / "jobs" / "ack-walkthrough.yaml"
 PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
 
 
@@ -90,7 +91,7 @@ def test_the_walkthrough_with_kubectl(
         assert "child-2" in {q["name"] for q in fleet.request("GET", "/api/v1/queues")["items"]}
 
         # Step two: the policy and the job, with kubectl.
-        kubectl_ok(hub, "apply", "-n", "default", "-f", str(HUB / "walkthrough.yaml"))
+        kubectl_ok(hub, "apply", "-n", "default", "-f", str(WALKTHROUGH_JOB))
 
         # Step three: the job's state, and the binding in its Events.
         def bound() -> str | None:
@@ -101,6 +102,7 @@ def test_the_walkthrough_with_kubectl(
         print(described)
         match = re.search(r"Result: \{(alpha|beta):0,\[\{master 1\} \{worker 2\}\]\}", described)
         assert match, described
+        assert "NoPolicy" not in described  # its policy came with it
         member = members[match.group(1)]
 
         def running() -> str | None:
@@ -128,8 +130,16 @@ def test_the_walkthrough_with_kubectl(
 
         wait_for(gone, "the member's object deleted", 60)
         assert fleet.request("GET", "/api/v1/jobs/default/pytorch-test")["state"] == "Cancelled"
+
+        # Its queue's figures go back to nothing used (the status replaced whole).
+        def released() -> bool:
+            queues = json.loads(kubectl_ok(hub, "get", "queue", "-n", "kube-queue", "-o", "json"))
+            child = [q for q in queues["items"] if q["spec"]["path"] == "root/child-2"]
+            return bool(child) and child[0]["status"].get("used") == {}
+
+        wait_for(released, "child-2's GPUs released on the hub", 60)
     finally:
-        hub.kubectl("delete", "-n", "default", "-f", str(HUB / "walkthrough.yaml"), "--timeout=60s")
+        hub.kubectl("delete", "-n", "default", "-f", str(WALKTHROUGH_JOB), "--timeout=60s")
         hub.kubectl("delete", "-f", str(WALKTHROUGH_TREE), "--timeout=60s")
         fleet.stop()
 
@@ -348,3 +358,168 @@ def test_fleet_killed_while_jobs_are_applied_loses_none_and_runs_none_twice(
         if fleet is not None:
             fleet.stop()
         plane.stop()
+
+
+# What the hub says back: refusals, late policies, the tree ------------------------------
+
+EXAMPLE_CLUSTERS = ROOT / "policies" / "clusters" / "example.yaml"
+TEAM_TREE = ROOT / "policies" / "quota" / "team-tree.yaml"
+
+
+def events_of(hub: Hub, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = kubectl_ok(
+        hub,
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        "json",
+    )
+    return list(json.loads(out)["items"])
+
+
+def reasons(hub: Hub, namespace: str, name: str) -> set[str]:
+    return {e["reason"] for e in events_of(hub, namespace, name)}
+
+
+def hub_job(hub: Hub, namespace: str, name: str) -> dict[str, Any]:
+    return dict(
+        json.loads(kubectl_ok(hub, "get", "pytorchjob", name, "-n", namespace, "-o", "json"))
+    )
+
+
+def test_the_hub_says_why_it_refuses_and_waits_for_a_policy(hub: Hub, tmp_path: Path) -> None:
+    """On simulated members: a job before its policy, a job no member can hold, a broken tree."""
+    documents = list(yaml.safe_load_all(EXAMPLE_CLUSTERS.read_text()))
+    fleet = HubFleet(tmp_path, documents, hub, TEAM_TREE.read_text())
+    ns = "team-b"
+    job = job_object("late")
+    job["metadata"]["namespace"] = ns
+    huge = job_object("huge")
+    huge["metadata"]["namespace"] = ns
+    container = huge["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["nvidia.com/gpu"] = 64
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "late", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "late"},
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "huge"},
+            ]
+        },
+    }
+    fleet.start()
+    try:
+        # A job no policy selects is not Fleet's: no finalizer, one NoPolicy Event.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(job))
+        wait_for(lambda: "NoPolicy" in reasons(hub, ns, "late"), "the NoPolicy event", 30)
+        assert "finalizers" not in hub_job(hub, ns, "late")["metadata"]
+        assert fleet.request("GET", "/api/v1/policies")["items"] == []
+        # Its policy arrives: the job is Fleet's and runs; the policy is a stored one.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(policy))
+
+        def admitted() -> dict[str, Any] | None:
+            obj = hub_job(hub, ns, "late")
+            return obj if condition(obj, "Admitted") else None
+
+        obj = wait_for(admitted, "late admitted", 30)
+        assert obj["metadata"]["finalizers"] == ["fleet.io/hub"]
+        detail = fleet.request("GET", f"/api/v1/jobs/{ns}/late")
+        assert detail["policy"] == {"namespace": ns, "name": "late", "source": "stored"}
+        stored = fleet.request("GET", "/api/v1/policies")["items"]
+        assert [(p["namespace"], p["name"]) for p in stored] == [(ns, "late")]
+        # A job no member can hold: the condition Invalid and a Warning with the field path.
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(huge))
+
+        def refused() -> dict[str, Any] | None:
+            found = condition(hub_job(hub, ns, "huge"), "Invalid")
+            return found if found else None
+
+        invalid = wait_for(refused, "huge refused", 30)
+        assert "spec.pytorchReplicaSpecs.Master" in invalid["message"], invalid
+        assert "InvalidSpec" in reasons(hub, ns, "huge")
+        with pytest.raises(AssertionError, match="404"):
+            fleet.request("GET", f"/api/v1/jobs/{ns}/huge")
+        # A tree that breaks a rule is refused whole; the tree in force stays.
+        before = fleet.request("GET", "/api/v1/queues")
+        broken = yaml.safe_load(TEAM_TREE.read_text())
+        broken["metadata"] = {"name": "fleet", "namespace": "kube-system"}
+        broken["spec"]["root"]["children"][0]["min"]["nvidia.com/gpu"] = 4000
+        kubectl_ok(hub, "apply", "-f", "-", input=json.dumps(broken))
+
+        def answered() -> dict[str, Any] | None:
+            out = kubectl_ok(
+                hub, "get", "elasticquotatree", "fleet", "-n", "kube-system", "-o", "json"
+            )
+            return condition(json.loads(out), "Accepted")
+
+        accepted = wait_for(answered, "the tree's answer", 30)
+        assert accepted["status"] == "False" and "research" in accepted["message"], accepted
+        assert "InvalidTree" in reasons(hub, "kube-system", "fleet")
+        assert fleet.request("GET", "/api/v1/queues") == before
+        # Deleting the hub's policy removes the stored one.
+        kubectl_ok(hub, "delete", "pp", "late", "-n", ns)
+        wait_for(
+            lambda: fleet.request("GET", "/api/v1/policies")["items"] == [],
+            "the stored policy removed",
+            30,
+        )
+    finally:
+        hub.kubectl("delete", "pytorchjob", "late", "huge", "-n", ns, "--timeout=60s")
+        hub.kubectl("delete", "pp", "late", "-n", ns, "--timeout=30s")
+        hub.kubectl("delete", "elasticquotatree", "--all", "-n", "kube-system")
+        fleet.stop()
+
+
+def test_a_job_of_the_http_door_is_shown_on_the_hub_and_cancelled_from_there(
+    hub: Hub, tmp_path: Path
+) -> None:
+    documents = list(yaml.safe_load_all(EXAMPLE_CLUSTERS.read_text()))
+    fleet = HubFleet(tmp_path, documents, hub, TEAM_TREE.read_text())
+    ns = "team-b"
+    job = job_object("from-http")
+    job["metadata"]["namespace"] = ns
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": "from-http", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "from-http"}
+            ]
+        },
+    }
+    fleet.start()
+    try:
+        answer = fleet.submit(yaml.safe_dump_all([policy, job]))
+        uid = answer["jobs"][0]["uid"]
+
+        def shown() -> dict[str, Any] | None:
+            out = hub.kubectl("get", "pytorchjob", "from-http", "-n", ns, "-o", "json")
+            if out.returncode != 0:
+                return None
+            obj = json.loads(out.stdout)
+            return obj if condition(obj, "Running") else None
+
+        obj = wait_for(shown, "the HTTP door's job on the hub, Running", 30)
+        assert obj["metadata"]["annotations"]["fleet.io/job-uid"] == uid
+        assert obj["metadata"]["finalizers"] == ["fleet.io/hub"]
+        assert "ScheduleBindingSucceed" in reasons(hub, ns, "from-http")
+        # Deleting it on the hub cancels the job, as for the hub's own jobs.
+        kubectl_ok(hub, "delete", "pytorchjob", "from-http", "-n", ns, "--timeout=30s")
+        job_now = fleet.request("GET", f"/api/v1/jobs/{ns}/from-http")
+        assert job_now["state"] == "Cancelled" and job_now["uid"] == uid
+        # A restarted Fleet makes no second object for it (it ended).
+        fleet.stop()
+        fleet.start()
+        time.sleep(3.0)
+        assert hub.kubectl("get", "pytorchjob", "from-http", "-n", ns).returncode != 0
+    finally:
+        hub.kubectl("delete", "pytorchjob", "from-http", "-n", ns, "--timeout=30s")
+        hub.kubectl("delete", "pp", "from-http", "-n", ns, "--timeout=30s")
+        fleet.stop()

@@ -1,4 +1,9 @@
-"""Group commit of submissions: each submission decided on its own, stored together."""
+"""Group commit of submissions: each submission decided on its own, stored together.
+
+A submission's policies are written in the same transaction as its jobs and
+its audit record, only when it is accepted, and the service is told of them
+after the commit.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,19 @@ import dataclasses
 from collections.abc import Sequence
 
 import pytest
+from sqlalchemy import text
 
 from fleet.clock import VirtualClock
 from fleet.core.jobs import Job
 from fleet.manifests import convert
 from fleet.service import intake
-from fleet.service.intake import Intake, NewJob
+from fleet.service.intake import Intake, NewJob, NewPolicy
+from fleet.store import configuration
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, open_database
-from fleet.testing.documents import pytorchjob
+from fleet.testing.documents import gang_policy, pytorchjob
 from fleet.testing.running import new_jobs, settings
+from tests.databases import WriteTransactions
 
 
 @pytest.fixture
@@ -112,3 +120,62 @@ async def test_a_caller_that_goes_away_does_not_lose_the_batch(db: Database) -> 
     await writer.close()
     # what was handed to the writer is stored, as an acknowledged submission would be
     assert sorted(await stored_names(db)) == ["team-a/left", "team-a/stays"]
+
+
+def new_policy(name: str, priority: int = 0) -> NewPolicy:
+    document = gang_policy(name)
+    document["spec"]["priority"] = priority
+    return NewPolicy("team-a", name, document, author="ci-a")
+
+
+async def test_policies_are_stored_in_the_transaction_of_their_submission_if_it_is_accepted(
+    db: Database,
+) -> None:
+    told: list[dict[str, dict[str, object]]] = []
+    writer = Intake(db, VirtualClock(5.0), Told(), on_policies=told.append)
+    transactions = WriteTransactions(db.writer)
+    try:
+        (first,) = await writer.accept(jobs_of(pytorchjob("a", gpus=1)))
+        audit = {
+            "actor": "ci-a",
+            "kind": "submission",
+            "operation": "submitJobs",
+            "method": "POST",
+            "path": "/api/v1/submissions",
+        }
+        outcomes = await asyncio.gather(
+            # a new job and its policy, and a policy the next submission stores again
+            writer.accept(
+                jobs_of(pytorchjob("b", gpus=1)),
+                audit,
+                policies=[new_policy("b"), new_policy("shared", 1)],
+            ),
+            # a taken name: none of its policies is stored
+            writer.accept(
+                jobs_of(pytorchjob("a", gpus=2)), audit, policies=[new_policy("refused")]
+            ),
+            # policies alone; the later submission's document of a name wins
+            writer.accept([], audit, policies=[new_policy("shared", 2)]),
+            return_exceptions=True,
+        )
+    finally:
+        transactions.close()
+    b, refused, alone = outcomes
+    assert isinstance(b, list) and [x.created for x in b] == [True]
+    assert isinstance(refused, intake.NameTaken) and alone == []
+    # one transaction: the jobs, the policies and the audit records
+    assert writer.batches == 2 and first.created
+    (batch,) = transactions.committed[1:]
+    assert {"jobs", "policies", "audit"} <= batch
+    async with db.read() as session:
+        rows = {r.name: r for r in await configuration.stored_policies(session)}
+    assert sorted(rows) == ["b", "shared"]
+    assert rows["b"].author == "ci-a" and rows["b"].created_at == 5.0
+    assert rows["b"].api_version == "policy.one.alibabacloud.com/v1alpha1"
+    assert '"priority":2' in rows["shared"].document
+    # the service is told once, after the commit, of what was stored
+    stored = {"team-a/b": new_policy("b"), "team-a/shared": new_policy("shared", 2)}
+    assert told == [{key: p.document for key, p in stored.items()}]
+    async with db.read() as session:
+        audits = await session.execute(text("SELECT status FROM audit ORDER BY id"))
+        assert [row[0] for row in audits] == [201, 409, 201]
