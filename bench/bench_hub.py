@@ -22,8 +22,9 @@ request per job):
 * door ``http``: the same policy is stored through ``POST
   /api/v1/submissions`` alone, then each job is one submission; "applied"
   is Fleet's answer, and "Admitted" the time of the job's ``Admitted`` entry
-  in Fleet's event log (read from its database at the end: the hub sees
-  nothing of these jobs).
+  in Fleet's event log (read from its database at the end); Fleet also shows
+  these jobs on the hub, as objects it creates there, and their writes are
+  counted in the hub's figures.
 
 A run ends when every job is admitted and in its member (and, on the hub,
 shows ``Dispatched``); CPU is read then.  Printed per door (medians of
