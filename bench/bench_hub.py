@@ -78,7 +78,7 @@ import yaml
 from fleet.clusters.base import member_object_name
 from fleet.hub.objects import FINALIZER
 from fleet.testing import servers
-from tests.hub.cluster import Hub, start_hub
+from tests.hub.cluster import Hub, one_pod_job, start_hub
 from tests.kube.conftest import Fleet, member_document
 from tests.kube.controlplane import Admin, ControlPlane, binaries, wait_for
 
@@ -124,25 +124,7 @@ spec:
 
 def job_object(name: str) -> dict[str, Any]:
     """A PyTorchJob of one 1-GPU pod, labelled for the bench's policy."""
-    container = {
-        "name": "pytorch",
-        "image": "example/train:1",
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {LABEL: "hub"}},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": {
-                    "replicas": 1,
-                    "restartPolicy": "OnFailure",
-                    "template": {"spec": {"containers": [container]}},
-                }
-            }
-        },
-    }
+    return one_pod_job(name, NAMESPACE, {LABEL: "hub"})
 
 
 class HubFleet(Fleet):

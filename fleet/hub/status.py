@@ -169,6 +169,7 @@ class StatusWriter:
                 )
                 rows = [r for r in found.values() if r.state in job_rows.LIVE_STATES]
         made = []
+        creates: list[Awaitable[bool]] = []
         for row in rows:
             key = f"{row.namespace}/{row.name}"
             if key in self.door.jobs or key in self.mirrored or objects.hub_uid(row.manifest):
@@ -180,8 +181,11 @@ class StatusWriter:
                 continue
             self.mirrored.add(key)
             made.append(key)
-            body = objects.mirror_object(row.manifest, row.uid)
-            await self.recorder.create(resource, body)
+            creates.append(
+                self.recorder.create(resource, objects.mirror_object(row.manifest, row.uid))
+            )
+        if creates:
+            await asyncio.gather(*creates)  # the Recorder bounds them
         self._pending.update(made)
 
     # Statuses -----------------------------------------------------------------------------

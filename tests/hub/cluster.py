@@ -31,7 +31,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
@@ -164,3 +164,26 @@ def hub(hub_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub
 def kubectl(hub: Hub) -> Kubectl:
     """:meth:`Hub.kubectl` of the session's hub."""
     return hub.kubectl
+
+
+def one_pod_job(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A PyTorchJob of one 1-GPU pod (the hub tests' and ``bench/bench_hub.py``'s job)."""
+    container = {
+        "name": "pytorch",
+        "image": "example/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {
+                    "replicas": 1,
+                    "restartPolicy": "OnFailure",
+                    "template": {"spec": {"containers": [container]}},
+                }
+            }
+        },
+    }

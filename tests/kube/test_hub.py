@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from fleet.clusters.base import member_object_name
-from tests.hub.cluster import Hub
+from tests.hub.cluster import Hub, one_pod_job
 from tests.kube.conftest import QUOTA, Fleet, member_document
 from tests.kube.controlplane import ApiError, ControlPlane, wait_for
 from tests.kube.real_operator import MemberControllers
@@ -192,25 +192,7 @@ def big_member(name: str, kubeconfig: Path) -> dict[str, Any]:
 
 
 def job_object(name: str) -> dict[str, Any]:
-    container = {
-        "name": "pytorch",
-        "image": "example/train:1",
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
-    }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": RESTART_NAMESPACE, "labels": {"bench": "kill"}},
-        "spec": {
-            "pytorchReplicaSpecs": {
-                "Master": {
-                    "replicas": 1,
-                    "restartPolicy": "OnFailure",
-                    "template": {"spec": {"containers": [container]}},
-                }
-            }
-        },
-    }
+    return one_pod_job(name, RESTART_NAMESPACE, {"bench": "kill"})
 
 
 class Creations:
