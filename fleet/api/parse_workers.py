@@ -16,7 +16,9 @@ process keeps only the database writes and the response.
   the tree, clusters, registered training runtimes and stored
   PropagationPolicies the service holds at that moment: they are pickled
   once per change (the objects the service replaces when an administrator
-  or a team changes them) and a worker that has older ones asks for the new
+  or a team changes them; of the tree its shape only, ``to_spec()``, as the
+  service's tree also carries the loop's usage, which a worker neither needs
+  nor could rebuild) and a worker that has older ones asks for the new
   ones.  A body is answered with its jobs and the policies it stores, or its
   problem, exactly as in the serving process.
 * **A worker that dies** (killed, out of memory, or one that cannot start)
@@ -98,8 +100,8 @@ def _parse_batch(
     if _held["generation"] != generation:
         if config is None:
             return _Stale()
-        held = pickle.loads(config)
-        _held["tree"], _held["clusters"], _held["runtimes"], _held["policies"] = held
+        spec, _held["clusters"], _held["runtimes"], _held["policies"] = pickle.loads(config)
+        _held["tree"] = QuotaTree.build(spec)
         _held["generation"] = generation
     tree: QuotaTree = _held["tree"]
     clusters: list[MemberClusterModel] = _held["clusters"]
@@ -238,8 +240,9 @@ class ParseWorkers:
             or held[3] is not first.policies
         ):
             compiled_core.picklable()
+            # The tree's shape only: the service's tree also carries the loop's usage.
             pickled = pickle.dumps(
-                (first.tree, first.clusters, dict(first.runtimes), dict(first.policies))
+                (first.tree.to_spec(), first.clusters, dict(first.runtimes), dict(first.policies))
             )
             config = _Config(next(self._generations), pickled)
             held = self._config = (
