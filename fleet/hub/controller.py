@@ -14,7 +14,8 @@ list, then watch from the list's resourceVersion with bookmarks, list again
 on 410 Gone or any failure) in an order that lets each object find what it
 needs: PropagationPolicies first (both groups), then the ElasticQuotaTree,
 each waited for (at most :data:`SYNC_WAIT` seconds: a CRD the hub lacks
-does not hold the rest up), then every workload kind; then the
+does not hold the rest up), then every workload kind; then, once those are
+listed (or failing: a kind the hub does not serve), the
 :class:`~fleet.hub.status.StatusWriter`.
 """
 
@@ -131,11 +132,19 @@ class Hub:
 
             await self._started(self._watcher(resource, policy_sync, policy_event))
         await self._started(self._watcher(objects.TREE_RESOURCE, self.tree.sync, self.tree.event))
+        jobs = []
         for resource in objects.JOB_RESOURCES:
             sync, event = self.door.watching(resource)
-            watcher = self._watcher(resource, sync, event)
-            self.watchers.append(watcher)
-            watcher.start()
+            jobs.append(self._watcher(resource, sync, event))
+            self.watchers.append(jobs[-1])
+            jobs[-1].start()
+        # The writer starts once the jobs are listed (or their kind fails on this hub),
+        # so that it finds the objects Fleet made before rather than making them again.
+        deadline = asyncio.get_running_loop().time() + SYNC_WAIT
+        while asyncio.get_running_loop().time() < deadline and not all(
+            w.synced.is_set() or w.failing for w in jobs
+        ):
+            await asyncio.sleep(0.05)
         self._writer = asyncio.create_task(self.writer.run(), name="fleet-hub-status")
         log.info("hub: following %s", self.client.cluster)
 

@@ -98,9 +98,8 @@ class StatusWriter:
         self.version = 0
         self._last_full = -1e18
         self._pending: set[str] = set()
-        #: keys of the HTTP-door jobs Fleet made hub objects for
+        #: uids of the HTTP-door runs Fleet made (or found) hub objects for
         self.mirrored: set[str] = set()
-        self._scanned = False
 
     def kick(self, keys: Collection[str]) -> None:
         """Write the status of ``keys`` in the next pass (newly submitted)."""
@@ -134,9 +133,8 @@ class StatusWriter:
         ready = {k for k in self._pending if self._shown(k)}
         keys |= ready
         self._pending -= ready
-        others = set(self.door.jobs) if changed is None else set(changed)
-        await self._mirror(None if not self._scanned else others - set(self.door.jobs))
-        self._scanned = True
+        # The HTTP door's jobs: those that changed, or every live one when that is not known.
+        await self._mirror(None if changed is None else set(changed) - set(self.door.jobs))
         self.version = view.version
         writes: list[Awaitable[bool]] = []
         try:
@@ -172,14 +170,14 @@ class StatusWriter:
         creates: list[Awaitable[bool]] = []
         for row in rows:
             key = f"{row.namespace}/{row.name}"
-            if key in self.door.jobs or key in self.mirrored or objects.hub_uid(row.manifest):
+            if key in self.door.jobs or row.uid in self.mirrored or objects.hub_uid(row.manifest):
                 continue
             resource = objects.RESOURCE_OF.get(
                 (str(row.manifest.get("apiVersion")), str(row.manifest.get("kind")))
             )
             if resource is None:
                 continue
-            self.mirrored.add(key)
+            self.mirrored.add(row.uid)
             made.append(key)
             creates.append(
                 self.recorder.create(resource, objects.mirror_object(row.manifest, row.uid))
