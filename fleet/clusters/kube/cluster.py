@@ -47,7 +47,7 @@ one object name in a member is one job.
   then admits nothing new there).  A node of the cell config is healthy
   when its Node exists, is Ready and is not cordoned; a change is reported
   as :class:`~fleet.clusters.base.NodeHealth` (nothing while the member is
-  not ready).
+  not ready).  :mod:`.readiness` keeps this and reports it.
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ from fleet.clusters.base import (
     JobStopped,
     MemberCluster,
     MemberEvent,
-    MemberReadiness,
-    NodeHealth,
     QueueWatch,
     member_object_name,
     split_key,
@@ -92,6 +90,7 @@ from fleet.clusters.kube.client import (
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
 from fleet.clusters.kube.nodes import NodeTracker
 from fleet.clusters.kube.pods import Ident, ident, uid_of
+from fleet.clusters.kube.readiness import Readiness
 from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
 from fleet.manifests.kinds import registry
@@ -159,10 +158,7 @@ class KubeCluster:
         self._jobs: dict[Ident, JSON] = {}  # Fleet's objects in the member, of every kind
         self._listed: set[str] = set()  # the kinds whose objects were listed
         self._binder = binder.PodBinder(name, self._bindable)
-        self._nodes = NodeTracker(nodes)
-        self._probe_error: str | None = "not contacted yet"
-        self._watch_errors: dict[str, str] = {}
-        self._ready: bool | None = None
+        self._health = Readiness(name, clock, NodeTracker(nodes), self._emit)
         self._watchers: list[Watcher] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._retry = asyncio.Event()
@@ -179,8 +175,7 @@ class KubeCluster:
         try:
             self._client = await connect(self._name, self._kubeconfig, self._context, self._policy)
         except ClusterError as e:
-            self._probe_error = e.message
-            self._readiness()
+            self._health.probed(e.message)
             return
         await self._probe()
         client = self._client
@@ -202,7 +197,7 @@ class KubeCluster:
                 self._sync_pods,
                 self._pod_event,
             ),
-            ("nodes", "/api/v1/nodes", [], self._sync_nodes, self._node_event),
+            ("nodes", "/api/v1/nodes", [], self._health.sync_nodes, self._health.node_event),
         ]
         for what, path, query, sync, event in watches:
             watcher = Watcher(
@@ -213,13 +208,13 @@ class KubeCluster:
                 query,
                 sync=sync,
                 event=event,
-                failed=self._watch_failed,
-                recovered=self._watch_recovered,
+                failed=self._health.watch_failed,
+                recovered=self._health.watch_recovered,
                 backoff=self._backoff,
             )
             self._watchers.append(watcher)
             watcher.start()
-        if self._probe_error is None:
+        if self._health.probe_error is None:
             # Let the first lists arrive, so that what is there is known before acting.
             synced = [asyncio.create_task(w.synced.wait()) for w in self._watchers]
             _, late = await asyncio.wait(synced, timeout=SYNC_TIMEOUT)
@@ -256,15 +251,7 @@ class KubeCluster:
     async def health(self) -> ClusterHealth:
         if self._closed:
             return ClusterHealth(False, "closed")
-        reason = self._not_ready_reason()
-        if reason:
-            return ClusterHealth(False, reason)
-        total = len(self._nodes.config_nodes)
-        message = f"ready: {self._nodes.healthy()}/{total} nodes healthy"
-        problems = self._nodes.problems()
-        if problems:
-            message += "; " + ", ".join(f"{n}: {why}" for n, why in sorted(problems.items()))
-        return ClusterHealth(True, message)
+        return self._health.health()
 
     # Create and delete ---------------------------------------------------------------
 
@@ -364,7 +351,7 @@ class KubeCluster:
 
     def _client_or_raise(self) -> KubeClient:
         if self._client is None:
-            raise Refused(self._name, self._probe_error or "no client")
+            raise Refused(self._name, self._health.probe_error or "no client")
         return self._client
 
     async def _create(self, wanted: _Wanted, job: DispatchedJob) -> None:
@@ -605,58 +592,14 @@ class KubeCluster:
             return None
         return wanted
 
-    # Internals: nodes and readiness ----------------------------------------------------
-
-    async def _sync_nodes(self, items: list[JSON]) -> None:
-        self._nodes.replace(items)
-        self._report_nodes()
-
-    async def _node_event(self, kind: str, obj: JSON) -> None:
-        if kind == "DELETED":
-            self._nodes.remove(obj)
-        else:
-            self._nodes.put(obj)
-        self._report_nodes()
-
-    def _report_nodes(self) -> None:
-        now = self._clock.now()
-        for node, healthy in self._nodes.changes(not self._not_ready_reason()):
-            self._emit(NodeHealth(self._name, node, healthy, now))
-
-    def _not_ready_reason(self) -> str:
-        if self._probe_error:
-            return self._probe_error
-        for what, error in sorted(self._watch_errors.items()):
-            return f"watch of {what} failing (retrying with backoff): {error}"
-        return ""
-
-    def _readiness(self) -> None:
-        reason = self._not_ready_reason()
-        ready = not reason
-        if ready != self._ready:
-            self._ready = ready
-            if ready:
-                log.info("%s: ready", self._name)
-            else:
-                log.warning("%s: not ready: %s", self._name, reason)
-            self._emit(MemberReadiness(self._name, ready, reason, self._clock.now()))
-        self._report_nodes()
-
-    async def _watch_failed(self, what: str, error: ClusterError) -> None:
-        self._watch_errors[what] = error.message
-        self._readiness()
-
-    async def _watch_recovered(self, what: str) -> None:
-        self._watch_errors.pop(what, None)
-        self._readiness()
+    # Internals: readiness (fleet.clusters.kube.readiness) ------------------------------
 
     async def _probe(self) -> None:
         """Check that the member answers, takes Fleet's credentials and serves every kind."""
         client = self._client
         if client is None:
             return
-        self._probe_error = await calls.probe(client, self._name, self._kinds)
-        self._readiness()
+        self._health.probed(await calls.probe(client, self._name, self._kinds))
 
     async def _probe_loop(self) -> None:
         while True:
