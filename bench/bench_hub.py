@@ -78,6 +78,7 @@ import yaml
 from fleet.clusters.base import member_object_name
 from fleet.hub.objects import FINALIZER
 from fleet.testing import servers
+from fleet.testing.servers import cpu_seconds
 from tests.hub.cluster import Hub, one_pod_job, start_hub
 from tests.kube.conftest import Fleet, member_document
 from tests.kube.controlplane import Admin, ControlPlane, binaries, wait_for
@@ -222,15 +223,6 @@ class Seen:
         with self.lock:
             found = [c[object_name] for c in self.created.values() if object_name in c]
         return min(found) if found else None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of process ``pid`` so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:

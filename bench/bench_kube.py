@@ -48,6 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fleet.testing.servers import cpu_seconds
 from tests.kube.conftest import CRDS, Fleet, member_document, submission
 from tests.kube.controllers import controller_binaries
 from tests.kube.controlplane import ControlPlane, binaries
@@ -120,15 +121,6 @@ class Seen:
         with self.lock:
             times = self.running.get(job, {})
             return max(times.values()) if len(times) == pods else None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of process ``pid`` so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
