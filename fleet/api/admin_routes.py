@@ -333,7 +333,10 @@ async def quota_tree_history(
     body=RequestBody(YAML_MEDIA_TYPES, "One MemberCluster document."),
     description="The cell config is validated in full. Replacing it while jobs run there "
     "is refused (409, naming them) unless every running placement exists in the new "
-    "config. A PUT also puts a draining cluster back in service.",
+    "config, except when only a simulated member's spec.nodes changed: the jobs on a "
+    "node removed or relabelled are then preempted and queued again, as on a bad node. "
+    "A real member keeps the nodes observed in it (status.nodes). A PUT also puts a "
+    "draining cluster back in service.",
     replies=(
         Reply(201, "The member cluster was added.", admin_schemas.ClusterChange),
         Reply(200, "The member cluster's config was replaced.", admin_schemas.ClusterChange),
@@ -375,9 +378,8 @@ async def put_cluster(request: web.Request, *, name: str) -> web.Response:
                 "spec.kubeconfig" if model.spec.kubeconfig is not None else "spec.simulated",
             )
         )
-    vc_sizes: dict[str, int] = {}
     try:
-        vc_sizes = wiring.vc_gpus(model)
+        wiring.vc_gpus(model)
     except Exception as e:  # a cell config the allocator cannot build
         errors.append(error(f"cell config: {str(e)[:300]}", "spec.cells"))
     policy = wiring.kubeconfig_policy(svc.settings)
@@ -388,20 +390,19 @@ async def put_cluster(request: web.Request, *, name: str) -> web.Response:
             errors.append(error(str(e), "spec.kubeconfig.path"))
     if errors:
         raise ProblemError(invalid(errors))
-    document = yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
     backend = None
     if name not in svc.loop.members:  # a new member: connect it first
         backend = wiring.member_backend(model, svc.clock, policy)
         await wiring.start_member(backend)
     added = backend if backend is not None else SimulatedCluster(name, svc.clock)
     try:
-        change = await admin.put_cluster(svc.loop, model, document, lambda n: added, vc_sizes)
+        change = await admin.put_cluster(svc.loop, model, lambda n: added)
     except admin.ClusterConflict as e:
         raise ProblemError(conflict(str(e)[:2000])) from None
     finally:
         if backend is not None and svc.loop.members.get(name) is not backend:
             await backend.close()  # not added after all
-    svc.clusters = [c for c in svc.clusters if c.name != name] + [model]
+    svc.clusters = [c for c in svc.clusters if c.name != name] + [change.model or model]
     body = admin_schemas.ClusterChange(
         name=name, created=change.created, draining=change.draining, running=list(change.running)
     )

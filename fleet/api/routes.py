@@ -73,10 +73,10 @@ from fleet.core import snapshot
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.view import QueueView
-from fleet.manifests import convert
+from fleet.manifests import convert, topology
 from fleet.manifests.errors import SpecError
 from fleet.manifests.kinds import registry
-from fleet.manifests.models import ElasticQuotaTreeModel
+from fleet.manifests.models import ElasticQuotaTreeModel, MemberClusterModel
 from fleet.service import intake, wiring
 from fleet.service.wiring import Service
 from fleet.sim import forecast
@@ -874,9 +874,37 @@ async def list_clusters(request: web.Request) -> web.Response:
                     )
                     for vc, (size, u) in sorted(vcs.items())
                 ],
+                topology=cluster_nodes(cluster),
             )
         )
     return schemas.json_response(schemas.ClusterList(items=items))
+
+
+def cluster_nodes(cluster: MemberClusterModel) -> schemas.ClusterNodes | None:
+    """A member's nodes, GPU products and VC shortfalls, when its cells are built from
+    its nodes (None otherwise)."""
+    if not cluster.spec.built:
+        return None
+    nodes = set(cluster.cell_config().nodes())
+    gpus: dict[str, list[int]] = {}
+    for node in cluster.topology_nodes([]):
+        if node.name not in nodes:
+            continue
+        for product, count in topology.gpu_sets(node):
+            seen = gpus.setdefault(product, [0, 0])
+            seen[0] += count
+            seen[1] += 1
+    return schemas.ClusterNodes(
+        nodes=len(nodes),
+        gpu_types=[
+            schemas.GpuTypeCount(product=product, gpus=count, nodes=n)
+            for product, (count, n) in sorted(gpus.items())
+        ],
+        shortfalls=[
+            schemas.VcShortfall(vc=s.vc, path=s.path, asked=s.asked, held=s.held, reason=s.reason)
+            for s in cluster.shortfalls()
+        ],
+    )
 
 
 # Service ----------------------------------------------------------------------------------

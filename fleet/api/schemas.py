@@ -393,6 +393,37 @@ class VirtualClusterGpus(Schema):
     )
 
 
+class GpuTypeCount(Schema):
+    """GPUs of one product in a member described by its nodes."""
+
+    product: str = Field(description="The GPU product (nvidia.com/gpu.product).")
+    gpus: Count = Field(description="Its GPUs in the member's cells.")
+    nodes: Count = Field(description="The nodes that have GPUs of it.")
+
+
+class VcShortfall(Schema):
+    """A virtual cluster request the member's nodes cannot hold now (the VC keeps what
+    they can hold)."""
+
+    vc: str = Field(description="The virtual cluster.")
+    path: str = Field(description="The request's field path in the MemberCluster.")
+    asked: str = Field(description="What it asks, e.g. '4 node(s) within one rack'.")
+    held: Count = Field(description="How many of its nodes or GPUs (or cells) are held.")
+    reason: str = Field(description="Why no more can be held.")
+
+
+class ClusterNodes(Schema):
+    """What a member described by its nodes (spec.topology) has now."""
+
+    nodes: Count = Field(description="Nodes in its cells.")
+    gpu_types: list[GpuTypeCount] = Field(
+        default_factory=list, description="Its GPUs by product, by name."
+    )
+    shortfalls: list[VcShortfall] = Field(
+        default_factory=list, description="Virtual cluster requests it cannot hold now."
+    )
+
+
 class ClusterSummary(Schema):
     """A member cluster and its GPUs."""
 
@@ -414,6 +445,11 @@ class ClusterSummary(Schema):
     gpus: GpuCounts = Field(description="All GPUs of the cluster.")
     virtual_clusters: list[VirtualClusterGpus] = Field(
         default_factory=list, description="Per virtual cluster, in config order."
+    )
+    topology: ClusterNodes | None = Field(
+        default=None,
+        description="For a member whose cells are built from its nodes' labels: its nodes, "
+        "GPU products and the virtual cluster requests it cannot hold now.",
     )
 
 

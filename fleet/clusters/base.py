@@ -11,6 +11,13 @@ happens in the member comes back as :data:`MemberEvent` values from
 does not know which backend it talks to: the simulated one (:mod:`.sim`)
 and a Kubernetes one behave the same through this interface.
 
+A member described by its Nodes' labels (``spec.topology``) also reports its
+node list, as the topology reads it (:class:`NodesObserved`: each node's
+name, labels and GPU, cpu and memory amounts), after its first list and then
+whenever it changes; the loop builds the member's cells again from it.  A
+backend that follows its cell config's nodes (:class:`FollowsNodes`) is told
+when they change, and says which of them it found bad.
+
 Acting is idempotent, so that the loop can simply act again after a crash:
 
 * a job is known to a member by its key (``namespace/name``) and its object
@@ -40,11 +47,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from fleet.core.placement import PodPlacement
+
+if TYPE_CHECKING:
+    from fleet.manifests.topology import Topology
 
 #: The longest object name :func:`member_object_name` gives: Kubeflow names a
 #: replica's pod and service ``<job>-worker-<index>``, and with up to 10 000
@@ -250,10 +260,57 @@ class MemberReadiness:
     at: float
 
 
-MemberEvent = JobStarted | JobFinished | JobStopped | NodeHealth | JobRestarting | MemberReadiness
+@dataclass(frozen=True, slots=True)
+class ObservedNode:
+    """One Node of a member as the topology reads it: its name, labels, and its
+    GPU (``nvidia.com/gpu``, ``gpu.fleet.io/<product>``), ``cpu`` and ``memory``
+    amounts as Kubernetes quantities."""
+
+    name: str
+    labels: Mapping[str, str]
+    capacity: Mapping[str, str]
+
+    def document(self) -> dict[str, Any]:
+        """As a ``status.nodes`` entry of a MemberCluster."""
+        return {"name": self.name, "labels": dict(self.labels), "capacity": dict(self.capacity)}
+
+
+@dataclass(frozen=True, slots=True)
+class NodesObserved:
+    """The member's nodes that count for its topology changed: all of them, by name."""
+
+    cluster: str
+    nodes: tuple[ObservedNode, ...]
+    at: float
+
+
+MemberEvent = (
+    JobStarted
+    | JobFinished
+    | JobStopped
+    | NodeHealth
+    | JobRestarting
+    | MemberReadiness
+    | NodesObserved
+)
 
 
 # The interface -----------------------------------------------------------------------
+
+
+@runtime_checkable
+class FollowsNodes(Protocol):
+    """A backend that keeps the health of its cell config's nodes."""
+
+    def follow(self, nodes: Sequence[str], topology: Topology | None) -> list[str]:
+        """The member's cell config now has ``nodes`` (and, for a member described by
+        its Nodes, reads them through ``topology``; None: it reports no node list).
+
+        Returns the nodes among them that are bad now (as last reported), for
+        the new placer to mark bad at once; a removed node is forgotten, a new
+        one's health is reported as it changes from healthy.
+        """
+        ...
 
 
 class QueueWatch:

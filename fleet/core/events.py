@@ -132,6 +132,15 @@ class NodeHealthChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class Evicted:
+    """A running job loses its cells (a new cell config of its member cannot hold
+    it again): preempted at once, as on a bad node, with ``reason``."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaTreeReplaced:
     """A whole new quota tree."""
 
@@ -227,6 +236,7 @@ Event = (
     | FailedOver
     | Stopped
     | NodeHealthChanged
+    | Evicted
     | QuotaTreeReplaced
     | QuotaNodePatched
     | ClusterAdded
@@ -266,6 +276,10 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _stopped(state, event)
         case NodeHealthChanged():
             return _node_health(state, event)
+        case Evicted():
+            if event.key not in state.running:
+                raise UnknownJob(event.key)
+            return [_preempt_at_once(state, event.key, event.reason)]
         case QuotaTreeReplaced():
             return _tree_replaced(state, event)
         case QuotaNodePatched():
@@ -385,12 +399,14 @@ def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcom
     why = f"node {event.node} of {event.cluster} went bad"
     if event.reason:
         why += f": {event.reason}"
-    out: list[Outcome] = []
-    for key in jobs:
-        job = state.release(key).job
-        state.stopping[key] = job
-        out.append(state.move(key, JobState.PREEMPTED, why))
-    return out
+    return [_preempt_at_once(state, key, why) for key in jobs]
+
+
+def _preempt_at_once(state: SchedulerState, key: str, why: str) -> Outcome:
+    """Running job ``key`` holds nothing any more and waits for its pods to stop."""
+    job = state.release(key).job
+    state.stopping[key] = job
+    return state.move(key, JobState.PREEMPTED, why)
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:

@@ -27,13 +27,16 @@ import difflib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
-from fleet.clusters.base import MemberCluster
+import yaml
+
+from fleet.clusters.base import FollowsNodes, MemberCluster, ObservedNode
 from fleet.core import events, quota_change
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
-from fleet.manifests import placers
+from fleet.manifests import convert, placers, topology
 from fleet.manifests.models import MemberClusterModel
 from fleet.service.loop import SchedulerLoop
 from fleet.store import admin as admin_rows
@@ -190,26 +193,149 @@ class ClusterChange:
     draining: bool
     #: jobs running there now
     running: tuple[str, ...]
+    #: the member cluster in force after a PUT (a real member's with its stored nodes)
+    model: MemberClusterModel | None = None
+    #: (node, why) of the nodes that left a member described by its nodes
+    left: tuple[tuple[str, str], ...] = ()
+    #: jobs preempted because their cells left
+    preempted: tuple[str, ...] = ()
 
 
 def _running_in(loop: SchedulerLoop, name: str) -> tuple[str, ...]:
     return tuple(sorted(k for k, run in loop.state.running.items() if run.cluster == name))
 
 
+def document_of(model: MemberClusterModel) -> str:
+    """A member cluster as the YAML document the store keeps."""
+    return yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def observed_topology(model: MemberClusterModel) -> topology.Topology | None:
+    """How a real member's cells read its Nodes (None: a member that reports no node
+    list: a simulated one, or one whose physical cells are hand-written)."""
+    if model.spec.kubeconfig is None or not model.spec.built:
+        return None
+    return model.topology_spec()
+
+
+def with_nodes(model: MemberClusterModel, nodes: Sequence[ObservedNode]) -> MemberClusterModel:
+    """``model`` with ``status.nodes`` replaced by what its member observed."""
+    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["status"] = {"nodes": [node.document() for node in nodes]}
+    return MemberClusterModel.model_validate(data)
+
+
+def _with_status(model: MemberClusterModel, stored: MemberClusterModel) -> MemberClusterModel:
+    """A real member's new document keeps the nodes observed (the admin writes no status)."""
+    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data.pop("status", None)
+    if stored.status is not None:
+        data["status"] = stored.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return MemberClusterModel.model_validate(data)
+
+
+def _only_nodes_differ(old: MemberClusterModel, new: MemberClusterModel) -> bool:
+    """Whether two simulated members differ in ``spec.nodes`` alone."""
+
+    def rest(model: MemberClusterModel) -> dict[str, Any]:
+        data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["spec"].pop("nodes", None)
+        return data
+
+    return old.spec.simulated and new.spec.simulated and rest(old) == rest(new)
+
+
+def nodes_left(old: MemberClusterModel, new: MemberClusterModel) -> list[tuple[str, str]]:
+    """``(node, why)`` for every node of ``old``'s cells that ``new`` does not hold the
+    same way (:func:`fleet.manifests.topology.node_keys`): removed, relabelled, or its
+    GPUs, cpu or memory changed."""
+    before = old.topology_nodes([])
+    after = {n.name: n for n in new.topology_nodes([])}
+    old_keys = topology.node_keys(old.topology_spec(), before)
+    new_keys = topology.node_keys(new.topology_spec(), list(after.values()))
+    labels = {n.name: n.labels for n in before}
+    out: list[tuple[str, str]] = []
+    for node, key in old_keys.items():
+        if new_keys.get(node) == key:
+            continue
+        now = after.get(node)
+        if now is None:
+            out.append((node, REMOVED))
+        elif now.labels != labels.get(node):
+            out.append((node, RELABELLED))
+        else:
+            out.append((node, RESIZED))
+    return out
+
+
+#: Why a node left a member's cells (the jobs there are preempted with it).
+REMOVED: Final = "removed from the member"
+RELABELLED: Final = "relabelled"
+RESIZED: Final = "its GPUs, cpu or memory changed"
+
+
+async def _stored(loop: SchedulerLoop, name: str) -> MemberClusterModel | None:
+    """Member cluster ``name`` as the store holds it (None: not there)."""
+    async with loop.db.read() as session:
+        rows = await configuration.clusters(session)
+    row = next((r for r in rows if r.name == name), None)
+    return None if row is None else convert.load_clusters(row.document)[0]
+
+
+async def _marks(
+    loop: SchedulerLoop, model: MemberClusterModel
+) -> tuple[list[Transition], list[str]]:
+    """Mark bad again, in the placer just put in force, the nodes still there that were
+    bad: the stored marks, and the nodes the member last reported bad (its backend then
+    follows the new cells); the transitions, and the marked nodes no longer there."""
+    name = model.name
+    async with loop.db.read() as session:
+        marks = [row for row in await admin_rows.bad_nodes(session) if row.cluster == name]
+    changes: list[Transition] = []
+    gone: list[str] = []
+    for row in marks:
+        try:
+            health = events.NodeHealthChanged(name, row.node, False, row.reason)
+            changes += _moves(events.apply(loop.state, health))
+        except KeyError:
+            gone.append(row.node)
+    member = loop.members.get(name)
+    if isinstance(member, FollowsNodes):
+        nodes = sorted(model.cell_config().nodes())
+        for node in member.follow(nodes, observed_topology(model)):
+            health = events.NodeHealthChanged(name, node, False)
+            changes += _moves(events.apply(loop.state, health))
+    return changes, gone
+
+
+def _moves(out: Sequence[events.Outcome]) -> list[Transition]:
+    return [o for o in out if isinstance(o, Transition)]
+
+
 async def put_cluster(
     loop: SchedulerLoop,
     model: MemberClusterModel,
-    document: str,
     member: Callable[[str], MemberCluster],
-    vc_sizes: dict[str, int],
 ) -> ClusterChange:
-    """Add member cluster ``model`` or replace its config (refused while running jobs
-    would lose their cells); ``member(name)`` makes the backend of a new one."""
+    """Add member cluster ``model`` or replace its config; ``member(name)`` makes the
+    backend of a new one.
+
+    A replaced config is refused while running jobs would lose their cells,
+    except when a simulated member's ``spec.nodes`` alone changed: that is
+    :func:`replace_nodes`, as a real member's observed nodes are.  A real
+    member's document keeps the nodes stored for it (``status.nodes``).
+    """
     name = model.name
 
     async def work(loop: SchedulerLoop) -> ClusterChange:
-        placer = placers.placer(model)
+        nonlocal model
         created = name not in loop.state.placers
+        stored = None if created else await _stored(loop, name)
+        if stored is not None and model.spec.kubeconfig is not None:
+            model = _with_status(model, stored)
+        if stored is not None and _only_nodes_differ(stored, model):
+            return await replace_nodes(loop, stored, model, keep_draining=False)
+        placer = placers.placer(model)
         if created:
             events.apply(loop.state, events.ClusterAdded(placer))
             loop.add_member(name, member(name))
@@ -218,17 +344,9 @@ async def put_cluster(
                 events.apply(loop.state, events.ClusterReplaced(placer))
             except events.ClusterInUse as e:
                 raise ClusterConflict(str(e), e.jobs) from None
-        loop.vc_sizes[name] = dict(vc_sizes)
-        async with loop.db.read() as session:
-            marks = [row for row in await admin_rows.bad_nodes(session) if row.cluster == name]
-        gone: list[str] = []
-        for row in marks:  # the new config's nodes keep their marks
-            try:
-                events.apply(
-                    loop.state, events.NodeHealthChanged(name, row.node, False, row.reason)
-                )
-            except KeyError:
-                gone.append(row.node)
+        loop.vc_sizes[name] = convert.vc_gpus(model)
+        changes, gone = await _marks(loop, model)
+        document = document_of(model)
         now = loop.clock.now()
 
         async def save(session: Session) -> None:
@@ -236,11 +354,109 @@ async def put_cluster(
             for node in gone:
                 await admin_rows.set_node_health(session, name, node, True, "", now)
 
-        await loop.commit([], also=[save])
-        return ClusterChange(created, False, _running_in(loop, name))
+        await loop.commit(changes, also=[save])
+        return ClusterChange(created, False, _running_in(loop, name), model)
 
     change: ClusterChange = await loop.exclusive(work)
     return change
+
+
+async def replace_nodes(
+    loop: SchedulerLoop,
+    old: MemberClusterModel,
+    new: MemberClusterModel,
+    *,
+    keep_draining: bool = True,
+) -> ClusterChange:
+    """Put ``new`` in force for member ``old``, which differs from it in its nodes only
+    (run by the loop: from exclusive work, or for a member's :class:`NodesObserved`).
+
+    Every node of the current cells that ``new`` does not hold the same way
+    (:func:`nodes_left`) goes bad in the current placer, which preempts the
+    jobs there at once, as a bad node does; then ``new``'s placer holds every
+    other running job again where it runs.  A job it cannot hold again (its
+    virtual cluster's cells moved) is preempted too, alone (``Evicted``), and
+    the new placer is tried once more, which then holds the rest as it did.
+    The bad-node marks of the nodes still there carry over, and the new
+    document is stored with the transitions in one transaction; the
+    preempted jobs are then deleted in the member and queued again once
+    their pods stopped.  ``keep_draining``: a draining member stays draining
+    (a PUT puts it back in service).
+    """
+    name = new.name
+    placer = placers.placer(new)
+    draining = name in loop.state.draining
+    before = {k: r.cluster for k, r in loop.state.running.items()}
+    left = nodes_left(old, new)
+    changes: list[Transition] = []
+    for node, why in left:
+        try:
+            health = events.NodeHealthChanged(name, node, False, why)
+            changes += _moves(events.apply(loop.state, health))
+        except KeyError:
+            continue  # not in the cells in force (never built, or already gone)
+    try:
+        events.apply(loop.state, events.ClusterReplaced(placer))
+    except events.ClusterInUse as e:
+        why = f"the cells of {name} changed and no longer hold it"
+        for key in e.jobs:
+            changes += _moves(events.apply(loop.state, events.Evicted(key, why)))
+        try:  # a placer of its own: the refused one holds the jobs it took
+            events.apply(loop.state, events.ClusterReplaced(placers.placer(new)))
+        except events.ClusterInUse as again:  # the new cells keep the old ones' jobs apart
+            await loop.commit(changes, deletes=_stops(before, changes, loop))
+            raise ClusterConflict(str(again), again.jobs) from None
+    if draining and keep_draining:
+        events.apply(loop.state, events.ClusterDraining(name))
+    loop.vc_sizes[name] = convert.vc_gpus(new)
+    marked, gone = await _marks(loop, new)
+    changes += marked
+    for node, _ in left:
+        loop.failover.book.node_health(name, node, True)  # forgotten, not bad
+    deletes = _stops(before, changes, loop)
+    document = document_of(new)
+    now = loop.clock.now()
+
+    async def save(session: Session) -> None:
+        await configuration.put_cluster(session, name, document, now)
+        if draining and keep_draining:
+            await configuration.set_draining(session, name)
+        for node in gone:
+            await admin_rows.set_node_health(session, name, node, True, "", now)
+
+    await loop.commit(changes, deletes=deletes, also=[save])
+    preempted = tuple(key for key, _ in deletes)
+    added = sorted(set(new.cell_config().nodes()) - set(old.cell_config().nodes()))
+    log.info(
+        "member cluster %s: %d nodes; new: %s; left: %s; preempted: %s",
+        name,
+        len(new.cell_config().nodes()),
+        ", ".join(added) or "none",
+        ", ".join(f"{n} ({why})" for n, why in left) or "none",
+        ", ".join(preempted) or "none",
+    )
+    for short in new.shortfalls():
+        log.warning("member cluster %s: %s (holds %d)", name, short.message(), short.held)
+    return ClusterChange(
+        False, name in loop.state.draining, _running_in(loop, name), new, tuple(left), preempted
+    )
+
+
+async def nodes_observed(
+    loop: SchedulerLoop, name: str, nodes: Sequence[ObservedNode]
+) -> ClusterChange | None:
+    """Real member ``name`` observed ``nodes``: its stored document with them as
+    ``status.nodes`` is put in force (:func:`replace_nodes`); None when nothing
+    changed (or the member is gone, or reads no nodes any more)."""
+    if name not in loop.state.placers:
+        return None
+    old = await _stored(loop, name)
+    if old is None or observed_topology(old) is None:
+        return None
+    new = with_nodes(old, nodes)
+    if new.status == old.status:
+        return None
+    return await replace_nodes(loop, old, new)
 
 
 async def drain_cluster(loop: SchedulerLoop, name: str) -> ClusterChange:

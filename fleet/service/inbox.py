@@ -10,7 +10,10 @@ returning data — the transitions, the jobs to delete in members, the
 cancellation intents handled, the new jobs and the exclusive work to run —
 for the journal and the effects.  A member's report goes through the
 failover book first (:func:`member_report`): the news of an old copy is
-failover's, not the core's.  What the loop's own member calls came to
+failover's, not the core's; a member's node list (:class:`NodesObserved`)
+is not the core's either: the last one of each member is handed to the loop,
+which builds the member's cells again from it
+(:func:`fleet.service.admin.nodes_observed`).  What the loop's own member calls came to
 (:mod:`fleet.service.effects`) comes back the same way, as core events
 (:func:`outcomes`).  Nothing here does I/O.
 """
@@ -31,6 +34,7 @@ from fleet.clusters.base import (
     MemberEvent,
     MemberReadiness,
     NodeHealth,
+    NodesObserved,
 )
 from fleet.core import events
 from fleet.core.failover import Due, FailoverBook
@@ -132,6 +136,8 @@ class Taken:
     #: cancellation intents handled
     done: list[int] = field(default_factory=list)
     exclusive: list[Exclusive] = field(default_factory=list)
+    #: cluster -> the last node list it observed
+    observed: dict[str, NodesObserved] = field(default_factory=dict)
 
 
 def moves(outcomes: Sequence[events.Outcome]) -> list[Transition]:
@@ -163,6 +169,8 @@ def take(state: SchedulerState, book: FailoverBook, items: Sequence[Item]) -> Ta
             if run is not None:
                 taken.deletes.append((item.key, run.cluster))
             taken.changes += moves(out)
+        elif isinstance(item, FromMember) and isinstance(item.event, NodesObserved):
+            taken.observed[item.cluster] = item.event
         elif isinstance(item, FromMember):
             # Only a node going bad preempts (and so deletes) running jobs.
             held = (
@@ -221,6 +229,8 @@ def member_report(
         elif isinstance(event, JobStopped):
             if book.job_stopped(cluster, event.key, state):
                 return moves(events.apply(state, events.MemberJobStopped(event.key)))
+        elif isinstance(event, NodesObserved):
+            pass  # the loop's, not the core's (take)
         elif not book.job_report(cluster, event.key, state):
             pass  # the old copy of a job that failed over
         elif isinstance(event, JobStarted):

@@ -26,7 +26,10 @@ each stage is a module that returns data:
   (:mod:`fleet.service.views`).
 
 Administration (:mod:`fleet.service.admin`) runs as exclusive work and writes
-and acts through :meth:`SchedulerLoop.commit`.  **Time** comes from the
+and acts through :meth:`SchedulerLoop.commit`; so does the rebuilding of a
+member's cells from the node list it observed, which the loop hands, after
+the inbox's exclusive work, to :attr:`SchedulerLoop.on_nodes` (the service
+sets it; until then the last list of each member waits).  **Time** comes from the
 injected :class:`fleet.clock.Clock`: a cycle runs every ``schedule_interval``
 seconds of that clock and right after changes.
 """
@@ -41,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fleet.clock import Clock
-from fleet.clusters.base import MemberCluster
+from fleet.clusters.base import MemberCluster, NodesObserved
 from fleet.core import events
 from fleet.core.cycle import Decision, Wait, cycle
 from fleet.core.failover import Due
@@ -106,6 +109,10 @@ class SchedulerLoop:
         self.after_iteration: Callable[[SchedulerLoop], Awaitable[None]] | None = None
         #: traces and metrics (fleet.service.telemetry; the API sets it before the first iteration)
         self.telemetry: Telemetry | None = None
+        #: what a member's observed node list comes to (the service sets it:
+        #: fleet.service.admin.nodes_observed, then the service's own view)
+        self.on_nodes: Callable[[SchedulerLoop, NodesObserved], Awaitable[None]] | None = None
+        self._observed: dict[str, NodesObserved] = {}  # waiting for on_nodes
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -198,6 +205,13 @@ class SchedulerLoop:
             ]
         )
 
+    def follow_nodes(self, hook: Callable[[SchedulerLoop, NodesObserved], Awaitable[None]]) -> None:
+        """Hand the members' observed node lists to ``hook`` from now on (see
+        :attr:`on_nodes`); those that came before are handed over at once."""
+        self.on_nodes = hook
+        if self._observed:
+            self.mailbox.wake.set()
+
     def add_member(self, name: str, member: MemberCluster) -> None:
         """Act on and watch a member added while running (its placer comes by event)."""
         self.members[name] = member
@@ -278,6 +292,8 @@ class SchedulerLoop:
         now = self.clock.now()
         events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
         await self._take(items)
+        if not items and self._observed:
+            await self._nodes_observed()  # on_nodes was set since they came
         await self._fail_over()
         decisions = await self._cycle(now)
         rows = await self.clock.compute(self.journal.decisions, self.state, decisions)
@@ -344,6 +360,18 @@ class SchedulerLoop:
             # or is written on its own before the iteration ends (_iterate).
             self.journal.defer(self.state, taken.changes, (), now)
         await inbox.run_exclusive(taken.exclusive, self)
+        self._observed.update(taken.observed)
+        await self._nodes_observed()
+
+    async def _nodes_observed(self) -> None:
+        """Hand the members' last observed node lists to :attr:`on_nodes`."""
+        while self._observed and self.on_nodes is not None:
+            name = next(iter(self._observed))
+            observed = self._observed.pop(name)
+            try:
+                await self.on_nodes(self, observed)
+            except Exception:  # the member's next change reports its whole list again
+                log.exception("could not build the cells of %s from its nodes", name)
 
     async def _fail_over(self) -> None:
         """Fail over jobs unhealthy for too long; purge old copies (:mod:`.failover`)."""

@@ -49,10 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fleet.clock import Clock
-from fleet.clusters.base import MemberCluster
+from fleet.clusters.base import MemberCluster, NodesObserved
 from fleet.clusters.kube import kubeconfig
 from fleet.clusters.kube.cluster import KubeCluster
 from fleet.clusters.kube.kubeconfig import KubeconfigPolicy
@@ -148,8 +146,16 @@ async def _configuration(db: Database, settings: Settings, clock: Clock) -> tupl
     return tree_text, clusters_text
 
 
-def _dump(cluster: MemberClusterModel) -> str:
-    return yaml.safe_dump(cluster.model_dump(mode="json", by_alias=True, exclude_none=True))
+_dump = admin.document_of
+
+
+async def nodes_observed(svc: Service, loop: SchedulerLoop, observed: NodesObserved) -> None:
+    """A real member's nodes changed: its cells are built again from them
+    (:func:`fleet.service.admin.nodes_observed`) and the service shows them."""
+    change = await admin.nodes_observed(loop, observed.cluster, observed.nodes)
+    if change is not None and change.model is not None:
+        model = change.model
+        svc.clusters = [model if c.name == model.name else c for c in svc.clusters]
 
 
 def clusters_document(svc: Service) -> str:
@@ -176,7 +182,14 @@ def member_backend(
     nodes = sorted(cluster.cell_config().nodes())
     kinds = [k for k in registry.KINDS if cluster.runs(k.api_version, k.kind)]
     return KubeCluster(
-        cluster.name, clock, Path(ref.path), ref.context, nodes, policy=policy, kinds=kinds
+        cluster.name,
+        clock,
+        Path(ref.path),
+        ref.context,
+        nodes,
+        policy=policy,
+        kinds=kinds,
+        topology=admin.observed_topology(cluster),
     )
 
 
@@ -247,6 +260,7 @@ async def start(settings: Settings, clock: Clock) -> Service:
         raise
     svc = Service(settings, clock, db, tree, tree_text, clusters, loop, submissions)
     submissions.on_policies = functools.partial(policies_stored, svc)
+    loop.follow_nodes(functools.partial(nodes_observed, svc))
     await take_stored(svc)
     return svc
 
@@ -444,6 +458,7 @@ async def _lead(svc: Service, term: int) -> None:
         fenced, svc.settings, svc.clock, tree_text, clusters_text
     )
     svc.tree, svc.tree_document, svc.clusters, svc.loop = tree, tree_text, clusters, loop
+    loop.follow_nodes(functools.partial(nodes_observed, svc))
     await take_stored(svc)
     svc.loop_runs = True
     for hook in svc.on_role:  # telemetry first: before the loop's first iteration

@@ -173,6 +173,22 @@ def test_cancel_frees_what_the_job_holds_wherever_it_is(where: str) -> None:
     state.check_invariants()
 
 
+def test_an_evicted_job_alone_is_preempted_and_queued_once_stopped() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=4), make_job("b", gpus=4))
+    assert {k for k in state.running} == {"default/a", "default/b"}
+    out = events.apply(state, events.Evicted("default/a", "its cells moved"))
+    assert moves(out) == [("default/a", A, JobState.PREEMPTED)]
+    assert [t.reason for t in out] == ["its cells moved"]
+    assert "default/a" in state.stopping and set(state.running) == {"default/b"}
+    assert not state.placers["c1"].holds("default/a")
+    events.apply(state, events.Stopped("default/a"))
+    assert state.is_pending("default/a")
+    with pytest.raises(UnknownJob):
+        events.apply(state, events.Evicted("default/a", "not running"))
+    state.check_invariants()
+
+
 def test_a_bad_node_takes_no_new_work_and_its_jobs_are_preempted() -> None:
     state = fresh()
     admit(state, make_job("a", gpus=8))

@@ -36,7 +36,9 @@ one object name in a member is one job.
   :class:`~fleet.clusters.base.JobRestarting` (Restarting, and back) and
   :class:`~fleet.clusters.base.JobFinished` (Succeeded or Failed).
 * **Delete** removes the object and its pods (gracefully: the kubelets
-  and the garbage collector finish it); :class:`~fleet.clusters.base.JobStopped`
+  and the garbage collector finish it; a pod bound to a Node that is no
+  longer there has no kubelet to finish it and is deleted at once, as the
+  member's pod garbage collector would later); :class:`~fleet.clusters.base.JobStopped`
   is reported once neither the object nor any pod of that uid is left.
   Deletions that fail are retried with backoff.
 * **Health.**  The member is *ready* when its kubeconfig passes the
@@ -48,6 +50,11 @@ one object name in a member is one job.
   when its Node exists, is Ready and is not cordoned; a change is reported
   as :class:`~fleet.clusters.base.NodeHealth` (nothing while the member is
   not ready).  :mod:`.readiness` keeps this and reports it.
+* **Nodes.**  A member described by its Nodes' labels (``topology``)
+  reports the Nodes its topology counts as
+  :class:`~fleet.clusters.base.NodesObserved` (after the first list, then
+  on changes, at most once a second); when the loop has built its cells
+  again it tells :meth:`KubeCluster.follow` the new cell config's nodes.
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ from fleet.clusters.kube.watches import Watcher
 from fleet.core.placement import PodPlacement
 from fleet.manifests.kinds import registry
 from fleet.manifests.kinds.base import Kind, Phase
+from fleet.manifests.topology import Topology
 
 log = logging.getLogger("fleet.clusters.kube")
 
@@ -104,6 +112,9 @@ PROBE_INTERVAL: Final = 2.0
 SYNC_TIMEOUT: Final = 10.0
 
 JSON = dict[str, Any]
+
+#: Delete options of a pod whose Node is gone (no kubelet will confirm it stopped).
+_AT_ONCE: Final = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
 
 
 @dataclass(slots=True)
@@ -136,6 +147,7 @@ class KubeCluster:
         nodes: Sequence[str],
         *,
         policy: KubeconfigPolicy,
+        topology: Topology | None = None,
         scheduler: str = objects.SCHEDULER_NAME,
         kinds: Sequence[Kind] = registry.KINDS,
         probe_interval: float = PROBE_INTERVAL,
@@ -158,7 +170,7 @@ class KubeCluster:
         self._jobs: dict[Ident, JSON] = {}  # Fleet's objects in the member, of every kind
         self._listed: set[str] = set()  # the kinds whose objects were listed
         self._binder = binder.PodBinder(name, self._bindable)
-        self._health = Readiness(name, clock, NodeTracker(nodes), self._emit)
+        self._health = Readiness(name, clock, NodeTracker(nodes), self._emit, topology)
         self._watchers: list[Watcher] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._retry = asyncio.Event()
@@ -232,6 +244,7 @@ class KubeCluster:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._health.close()
         if self._client is not None:
             await self._client.close()
         self._events.put_nowait(None)
@@ -252,6 +265,11 @@ class KubeCluster:
         if self._closed:
             return ClusterHealth(False, "closed")
         return self._health.health()
+
+    def follow(self, nodes: Sequence[str], topology: Topology | None) -> list[str]:
+        """The cell config's nodes are now ``nodes``; the bad ones among them
+        (:class:`~fleet.clusters.base.FollowsNodes`)."""
+        return self._health.follow(list(nodes), topology)
 
     # Create and delete ---------------------------------------------------------------
 
@@ -451,6 +469,14 @@ class KubeCluster:
         for kind in self._kinds if wanted.kind is None else (wanted.kind,):
             await calls.delete(client, f"{self._path(kind, namespace)}/{name}")
         for (ns, pod), obj in self._binder.pods.of_uid(wanted.uid) if wanted.uid else ():
+            node = obj.get("spec", {}).get("nodeName")
+            if node and not self._health.nodes.exists(str(node)):
+                # No kubelet will finish it: gone at once, as the pod garbage collector does.
+                with contextlib.suppress(NotFound):
+                    await client.request(
+                        "DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}", body=_AT_ONCE
+                    )
+                continue
             if objects.meta(obj).get("deletionTimestamp"):
                 continue
             with contextlib.suppress(NotFound):

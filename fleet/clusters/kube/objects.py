@@ -13,7 +13,8 @@ need other objects in the member first (a TrainJob its runtime):
 :func:`member_objects` returns them with the object, which then refers to
 them (:meth:`~fleet.manifests.kinds.base.Kind.dependencies`).  The other
 functions read what the member says: an object's phase (its kind reads it), a
-Node's health, and the Binding and Event objects the pod binder posts.
+Node's health and what its topology reads of it (:func:`observed_node`), and
+the Binding and Event objects the pod binder posts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from fleet.clusters.base import DispatchedJob
+from fleet.clusters.base import DispatchedJob, ObservedNode
+from fleet.core import resources
 from fleet.core.digits import parse_digits
 from fleet.core.placement import PodPlacement
 from fleet.manifests import models
@@ -177,6 +179,34 @@ def node_health(node: Mapping[str, Any]) -> tuple[bool, str]:
                 return True, ""
             return False, f"NotReady ({c.get('reason') or c.get('status')})"
     return False, "NotReady (no Ready condition)"
+
+
+def observed_node(node: Mapping[str, Any]) -> ObservedNode:
+    """What a member's topology reads of a Node: its name, labels, its GPUs from
+    ``status.capacity`` (``nvidia.com/gpu`` and ``gpu.fleet.io/<product>``: a GPU
+    that a device plugin marks unhealthy leaves allocatable, not the cells; the
+    cells keep their indices) and its ``cpu`` and ``memory`` from
+    ``status.allocatable`` (the capacity when a Node reports none)."""
+    status = node.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    capacity = status.get("capacity")
+    capacity = capacity if isinstance(capacity, Mapping) else {}
+    allocatable = status.get("allocatable")
+    allocatable = allocatable if isinstance(allocatable, Mapping) else capacity
+    amounts: dict[str, str] = {}
+    for name, value in sorted(capacity.items()):
+        if name == resources.GPU or str(name).startswith(resources.TYPED_GPU_PREFIX):
+            amounts[str(name)] = str(value)
+    for name in (resources.CPU, resources.MEMORY):
+        value = allocatable.get(name, capacity.get(name))
+        if value is not None:
+            amounts[name] = str(value)
+    found = labels(node)
+    return ObservedNode(
+        str(meta(node).get("name", "")),
+        {str(k): str(v) for k, v in sorted(found.items())},
+        amounts,
+    )
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
