@@ -18,7 +18,21 @@ member) or replaces its cell config (``ClusterReplaced``, refused with the
 jobs named unless every running placement exists in the new config); a
 DELETE drains it (``ClusterDraining``: nothing new is admitted there) and
 :func:`finish_drains`, run after every iteration, removes it
-(``ClusterRemoved``) once nothing runs there any more.
+(``ClusterRemoved``) once nothing runs there any more.  The stored bad-node
+marks of the new config's nodes, and the nodes its backend last reported
+bad (:class:`~fleet.clusters.base.FollowsNodes`, which then follows the new
+nodes), are marked bad again in the new placer.
+
+A member described by its nodes gets a new node list through
+:func:`replace_nodes`, from a PUT of a simulated member whose ``spec.nodes``
+alone changed and from a real member's observed Nodes
+(:func:`nodes_observed`, its stored document with ``status.nodes``
+replaced): the nodes that left (:func:`nodes_left`) go bad in the placer in
+force, which preempts their jobs at once; the new placer then holds the
+other running jobs again (a job it cannot hold is preempted alone,
+``Evicted``, and a fresh placer tried once more); the marks carry over and
+the new document is stored with the transitions in one transaction.  A
+real member's PUT keeps its stored ``status.nodes``.
 """
 
 from __future__ import annotations

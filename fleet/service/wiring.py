@@ -10,7 +10,10 @@ credentials from a plugin that is not allowed: :mod:`fleet.clusters.kube.kubecon
 checked again whenever a member connects) — builds one cell placer
 (:mod:`fleet.manifests.placers`) and one member backend per cluster, and
 starts the scheduler loop, which rebuilds the core's state from the jobs in
-the database.  :func:`stop` undoes it in reverse.  The API
+the database.  A real member described by its nodes reports them to the
+loop, which builds its cells again (:func:`nodes_observed`, set as the
+loop's :attr:`~fleet.service.loop.SchedulerLoop.on_nodes`) and shows the new
+document in :attr:`Service.clusters`.  :func:`stop` undoes it in reverse.  The API
 (:mod:`fleet.api.app`) calls both from its ``cleanup_ctx``; tests call them
 directly on a virtual clock.
 
