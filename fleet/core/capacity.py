@@ -51,7 +51,7 @@ from fleet.core.capacity_nodes import FreeNodes, Overlay, fits, may_use, scratch
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement, RestoreError
-from fleet.core.resources import Resources
+from fleet.core.resources import Resources, typed_gpu
 
 _MODE_RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
 
@@ -424,6 +424,16 @@ class CapacityPlacer(Placer):
 
     def allocated(self) -> Resources:
         return self._free.allocated()
+
+    def node_capacities(self) -> dict[str, Resources]:
+        out: dict[str, Resources] = {}
+        for name, node in self._free.nodes.items():
+            typed = Resources({typed_gpu(node.sku): node.gpus}) if node.sku and node.gpus else None
+            out[name] = node.capacity if typed is None else node.capacity + typed
+        return out
+
+    def bad_nodes(self) -> frozenset[str]:
+        return frozenset(self._free.bad)
 
     def free_gpus(self) -> int:
         return self._free.free_gpus()

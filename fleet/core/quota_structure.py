@@ -77,11 +77,14 @@ class QuotaStructure:
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
     _protects: bool
+    #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
+    auto: bool
 
     # Construction -------------------------------------------------------------
     def _init_structure(self, root: QuotaNodeSpec) -> None:
         """Validate ``root`` and flatten it into this object; raise :class:`QuotaError`."""
         self.warnings = validate(root)
+        self.auto = root.auto
         self._names = []
         self._index = {}
         self._parent = []
@@ -144,6 +147,7 @@ class QuotaStructure:
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
         other.warnings = list(self.warnings)
+        other.auto = self.auto
         # Immutable after build (set_node replaces entries, never mutates them).
         other._names = self._names
         other._index = self._index
@@ -290,6 +294,7 @@ class QuotaStructure:
                 path=self._spec_path[i],
                 preempt_min_runtime=self._own_runtime[i][0],
                 reclaim_min_runtime=self._own_runtime[i][1],
+                auto=self.auto and i == 0,
             )
 
         return make(0)
