@@ -11,6 +11,9 @@ changes nothing), so that the shell only translates.
 Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
 the state, and the placers' own mutators are reached only through here and
 the cycle.  An event that cannot be applied raises and changes nothing.
+A change of clusters or node health counts the members' capacity again
+and gives a root of ``capacity: auto`` its new figures (:func:`_recounted`,
+:mod:`fleet.core.inventory`); a replaced tree's auto root is filled in too.
 """
 
 from __future__ import annotations

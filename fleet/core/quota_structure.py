@@ -20,6 +20,9 @@ Theory of operation:
   ``max`` of None means the node sets no limit.
 * Namespaces are listed per leaf, and indexed namespace → leaf for
   :meth:`queue_for_namespace`.
+* ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
+  members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
+  :meth:`to_spec` and copies, so every rebuilt tree stays auto.
 * :meth:`set_node` rebuilds the whole tree as a spec with the one change
   (:meth:`_spec_with`), validates it, and only then writes the change: on
   :class:`QuotaError` nothing changes.  It replaces list entries and never

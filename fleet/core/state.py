@@ -17,6 +17,12 @@ itself, and for a job that grew later, one unit per growth step
 (:mod:`fleet.core.charges`).  The unit's :class:`~fleet.core.charges.Charge`
 is the one record of its mode; the quota tree and the placer hold the same
 object.
+
+The state also keeps the members' healthy capacity (:attr:`SchedulerState.inventory`,
+:mod:`fleet.core.inventory`), counted from the placers' nodes by
+:meth:`SchedulerState.refresh_inventory`, which the cluster and node-health
+events call; a root of ``capacity: auto`` gets it as its ``min`` and ``max``
+when the state is built.
 """
 
 from __future__ import annotations
