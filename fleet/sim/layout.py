@@ -101,7 +101,9 @@ def philly_node_counts(text: str, where: str) -> dict[str, int]:
     return out
 
 
-def _member(name: str, cells: dict[str, Any] | None, described: dict[str, Any] | None) -> dict[str, Any]:
+def _member(
+    name: str, cells: dict[str, Any] | None, described: dict[str, Any] | None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"simulated": True}
     if described is not None:
         spec.update(described)
