@@ -242,7 +242,7 @@ class CapacityPlacer(Placer):
                 f"the cpu and memory free on {where}"
             )
         free = self._free.free_of(job)
-        sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
+        sku = f" of type {' or '.join(job.gpu_types)}" if job.gpu_types else ""
         return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
 
     def _try(
