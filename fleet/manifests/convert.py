@@ -27,6 +27,12 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
   kind that cannot be resized in place;
 * allowed clusters from the policy's ``clusterAffinity`` resolved against the
   known MemberClusters;
+* GPU types: the type the job names (``fleet.io/gpu-type``, the templates'
+  ``nvidia.com/gpu.product``) and its GPU templates' selector and node
+  affinity terms on GPU labels narrow the GPU types of the members it may
+  use (:mod:`fleet.manifests.gpu_terms`): one type is the job's
+  ``gpu_sku``, several its ``gpu_skus``; none is a problem at the field that
+  excluded the last;
 * what the document refers to, resolved first (:meth:`WorkloadModel.resolve`):
   a TrainJob's training runtime, among the registered runtimes and those the
   same submission registers (:func:`load_submitted` returns them); the

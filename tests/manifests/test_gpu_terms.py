@@ -270,6 +270,20 @@ def test_invalid_requirements_on_other_keys_are_left_to_the_member(tree: QuotaTr
     assert (job.gpu_sku, job.gpu_skus) == (None, ())
 
 
+def test_a_name_is_accepted_only_where_every_member_having_it_agrees(tree: QuotaTree) -> None:
+    """``A100`` of member ``x`` has 80 GB, that of ``y`` 40 GB: a job asking more than
+    40 GiB may not take the name (it would be placed on ``y`` too)."""
+    members = convert.load_clusters(
+        dump(
+            make_cluster("x", cells=cells({"A100": {MEMORY: "81920"}, "H100": H100})),
+            make_cluster("y", cells=cells({"A100": {MEMORY: "40960"}})),
+        )
+    )
+    doc = job_with([expr(MEMORY, "Gt", "40960")])
+    job = convert.to_job(model_of(doc), policy=None, tree=tree, seq=1, clusters=members)
+    assert (job.gpu_sku, job.gpu_skus) == ("H100", ())
+
+
 # A GPU type's attributes ----------------------------------------------------------------
 
 
