@@ -17,6 +17,10 @@ itself, and for a job that grew later, one unit per growth step
 (:mod:`fleet.core.charges`).  The unit's :class:`~fleet.core.charges.Charge`
 is the one record of its mode; the quota tree and the placer hold the same
 object.
+
+A job of several GPU types runs narrowed to the one it was admitted on
+(``Running.job``: :meth:`~fleet.core.jobs.Job.on`) and is queued again
+asking for all of them (:meth:`SchedulerState.enqueue`).
 """
 
 from __future__ import annotations
@@ -405,7 +409,12 @@ class SchedulerState:
         return Transition(job.key, None, JobState.QUEUED, f"queued in {job.queue}")
 
     def enqueue(self, job: Job) -> None:
-        """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
+        """Put ``job`` in its queue's pending list (in order); no lifecycle move.
+
+        A job of several GPU types that ran on one of them is queued asking for
+        all of them again (:meth:`~fleet.core.jobs.Job.asked`).
+        """
+        job = job.asked()
         self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
         self.waiting.queued(job)
