@@ -36,7 +36,8 @@ Theory of operation:
   units leave (only those of other queues stay taken), and a gang those
   slots cannot hold is refused before any victim is looked at
   (:meth:`~fleet.core.capacity_held.HeldUnits.may_free`).
-* A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
+* A job with GPU types (:attr:`~fleet.core.jobs.Job.gpu_types`: its one SKU,
+  or its several) only lands on nodes of one of them (``skus`` maps node to
   SKU); a job without one lands anywhere.  The pods of a job that ask for no
   GPU go to the CPU-only nodes whatever the SKU, when the cluster has any.
 """
@@ -242,7 +243,7 @@ class CapacityPlacer(Placer):
                 f"the cpu and memory free on {where}"
             )
         free = self._free.free_of(job)
-        sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
+        sku = f" of type {' or '.join(job.gpu_types)}" if job.gpu_types else ""
         return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
 
     def _try(

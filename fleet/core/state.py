@@ -23,6 +23,10 @@ The state also keeps the members' healthy capacity (:attr:`SchedulerState.invent
 :meth:`SchedulerState.refresh_inventory`, which the cluster and node-health
 events call; a root of ``capacity: auto`` gets it as its ``min`` and ``max``
 when the state is built.
+
+A job of several GPU types runs narrowed to the one it was admitted on
+(``Running.job``: :meth:`~fleet.core.jobs.Job.on`) and is queued again
+asking for all of them (:meth:`SchedulerState.enqueue`).
 """
 
 from __future__ import annotations
@@ -439,7 +443,12 @@ class SchedulerState:
         return Transition(job.key, None, JobState.QUEUED, f"queued in {job.queue}")
 
     def enqueue(self, job: Job) -> None:
-        """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
+        """Put ``job`` in its queue's pending list (in order); no lifecycle move.
+
+        A job of several GPU types that ran on one of them is queued asking for
+        all of them again (:meth:`~fleet.core.jobs.Job.asked`).
+        """
+        job = job.asked()
         self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
         self.waiting.queued(job)

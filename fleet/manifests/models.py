@@ -41,16 +41,17 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from fleet.core import resources
-from fleet.core.cells.spec import CellConfig
+from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.quota_rules import node_message
 from fleet.core.resources import QuantityError, Resources
-from fleet.manifests import _cells
+from fleet.manifests import _cells, topology
 from fleet.manifests.errors import Problem, quote, shorten_quoted
 from fleet.manifests.names import NAMESPACE, OBJECT_NAME, NameRule, name_problem
 
@@ -537,20 +538,94 @@ class KindRef(_Owned):
 DEFAULT_MEMBER_KIND: Final = ("kubeflow.org/v1", "PyTorchJob")
 
 
+class NodeModel(_Owned):
+    """One node of a member: a simulated member's ``spec.nodes``, a real one's ``status.nodes``."""
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=253)]
+    labels: dict[str, StrictStr] = Field(default_factory=dict)
+    #: ``nvidia.com/gpu`` (or ``gpu.fleet.io/<product>`` per product), ``cpu``, ``memory``
+    capacity: QuantityMap = Field(default_factory=dict)
+
+
+class TopologyModel(_Owned):
+    """How to read a member's cells from its Nodes (:mod:`fleet.manifests.topology`)."""
+
+    #: label keys of the levels above the node, widest first
+    levels: list[Annotated[StrictStr, Field(min_length=1)]] = Field(default_factory=list)
+    #: label whose value is the number of GPUs in each NVLink/NUMA group of a node
+    gpu_group: Annotated[StrictStr, Field(min_length=1)] | None = None
+    #: the nodes that count; none: every node with GPUs
+    node_selector: LabelSelector | None = None
+
+
+class VCRequestModel(_Owned):
+    """What a virtual cluster is owed, in the member's own terms."""
+
+    nodes: Count | None = None
+    gpus: Count | None = None
+    node_selector: LabelSelector | None = None
+    #: a level label key: the request is one cell of that level
+    within: Annotated[StrictStr, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_amount(self) -> VCRequestModel:
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("set exactly one of `nodes` and `gpus`")
+        return self
+
+
+class VCRequestsModel(_Owned):
+    requests: list[VCRequestModel] = Field(default_factory=list)
+
+
 class MemberClusterSpec(_Owned):
     simulated: StrictBool = False
     kubeconfig: KubeconfigRef | None = None
-    cells: dict[str, Any]
+    #: a hand-written HiveD cell config; wins over ``topology`` and
+    #: ``virtualClusters`` where it gives ``physicalCluster`` / ``virtualClusters``
+    cells: dict[str, Any] | None = None
+    topology: TopologyModel | None = None
+    #: a simulated member's nodes (a real member's come from its Node objects)
+    nodes: list[NodeModel] | None = None
+    virtual_clusters: dict[str, VCRequestsModel] | None = None
     #: The workload kinds the member runs (their CRDs and controllers are
     #: installed there).  None: every kind on a simulated member, PyTorchJob
     #: alone on a real one.
     kinds: list[KindRef] | None = None
 
+    @field_validator("cells", "topology", "nodes", "virtual_clusters", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:  # absent is fine, an explicit null is a mistake
+            raise ValueError("expected a mapping (key: value), not null")
+        return value
+
     @model_validator(mode="after")
     def _one_backend(self) -> MemberClusterSpec:
         if self.simulated == (self.kubeconfig is not None):
             raise ValueError("set exactly one of `simulated: true` and `kubeconfig`")
+        if self.nodes is not None and not self.simulated:
+            raise ValueError(
+                "`nodes` lists a simulated member's nodes; a real member's come from its "
+                "Node objects (describe them with `topology`)"
+            )
+        if self.cells is None and self.topology is None and self.nodes is None:
+            raise ValueError(
+                "set `cells` (a HiveD cell config) or `topology` (cells from Node labels)"
+            )
         return self
+
+    @property
+    def built(self) -> bool:
+        """Whether the physical cells are built from nodes (not hand-written)."""
+        given = self.topology is not None or self.nodes is not None
+        return given and (self.cells is None or "physicalCluster" not in self.cells)
+
+
+class MemberClusterStatus(_Owned):
+    """What Fleet observed of a real member: its Nodes, as the topology reads them."""
+
+    nodes: list[NodeModel] = Field(default_factory=list)
 
 
 class MemberClusterModel(_Owned):
@@ -558,6 +633,7 @@ class MemberClusterModel(_Owned):
     kind: Literal["MemberCluster"]
     metadata: ObjectMeta
     spec: MemberClusterSpec
+    status: MemberClusterStatus | None = None
 
     @property
     def name(self) -> str:
@@ -569,16 +645,80 @@ class MemberClusterModel(_Owned):
 
     #: The loaded cell config, kept after the first call (the model is frozen).
     _cell_config: CellConfig | None = PrivateAttr(default=None)
+    _shortfalls: list[topology.Shortfall] = PrivateAttr(default_factory=list)
 
     def cell_config(self) -> CellConfig:
         """The validated HiveD cell config (raises CellConfigError if invalid).
 
         Loaded once per model: every submission asks for it (GPU types,
-        capacity), and building a large cluster's topology is not cheap.
+        capacity), and building a large cluster's topology is not cheap.  A
+        member described by its topology builds it from its nodes
+        (:mod:`fleet.manifests.topology`): a simulated member's own list, where
+        every problem is an error; a real member's observed Nodes, where a
+        virtual cluster holds what it can (:meth:`shortfalls`).
         """
         if self._cell_config is None:
-            self._cell_config = _cells.load(self.spec.cells)
+            if not self.spec.built and not self.spec.virtual_clusters:
+                assert self.spec.cells is not None
+                self._cell_config = _cells.load(self.spec.cells)
+            else:
+                config, short = topology.cell_config(
+                    self.topology_spec(),
+                    self.topology_nodes([]),
+                    self.vc_requests(),
+                    cells=self.spec.cells,
+                    strict=self.spec.simulated,
+                )
+                self._cell_config, self._shortfalls = config, short
         return self._cell_config
+
+    def shortfalls(self) -> list[topology.Shortfall]:
+        """The virtual cluster requests the member's nodes cannot hold now."""
+        self.cell_config()
+        return list(self._shortfalls)
+
+    def topology_spec(self) -> topology.Topology:
+        spec = self.spec.topology
+        if spec is None:
+            return topology.Topology()
+        selector = spec.node_selector
+        return topology.Topology(
+            tuple(spec.levels), spec.gpu_group, selector.matches if selector is not None else None
+        )
+
+    def topology_nodes(self, problems: list[Problem]) -> list[topology.Node]:
+        """The nodes the topology reads: ``spec.nodes``, or the observed ``status.nodes``."""
+        if self.spec.nodes is not None:
+            given, where = self.spec.nodes, "spec.nodes"
+        else:
+            given, where = (self.status.nodes if self.status else []), "status.nodes"
+        out: list[topology.Node] = []
+        seen: set[str] = set()
+        for i, node in enumerate(given):
+            path = f"{where}[{i}]"
+            if node.name in seen:
+                problems.append((f"{path}.name", f"duplicate node {quote(node.name)}"))
+                continue
+            seen.add(node.name)
+            capacity, bad = parse_resources(node.capacity, f"{path}.capacity")
+            problems.extend(bad)
+            out.append(topology.Node(node.name, dict(node.labels), capacity, path))
+        return out
+
+    def vc_requests(self) -> dict[str, list[topology.Request]]:
+        out: dict[str, list[topology.Request]] = {}
+        for vc, asked in (self.spec.virtual_clusters or {}).items():
+            out[vc] = [
+                topology.Request(
+                    r.nodes,
+                    r.gpus,
+                    r.node_selector.matches if r.node_selector is not None else None,
+                    r.within,
+                    f"spec.virtualClusters.{vc}.requests[{i}]",
+                )
+                for i, r in enumerate(asked.requests)
+            ]
+        return out
 
     def runs(self, api_version: str, kind: str) -> bool:
         """Whether the member runs jobs of this kind (:attr:`MemberClusterSpec.kinds`)."""
@@ -588,4 +728,34 @@ class MemberClusterModel(_Owned):
         return any(k.api_version == api_version and k.kind == kind for k in listed)
 
     def problems(self) -> list[Problem]:
-        return _cells.problems(self.spec.cells)
+        if not self.spec.built and not self.spec.virtual_clusters:
+            assert self.spec.cells is not None
+            return _cells.problems(self.spec.cells)
+        problems: list[Problem] = []
+        nodes = self.topology_nodes(problems)
+        gpus = sum(n.capacity.get(resources.GPU, 0) for n in nodes)
+        if gpus > _cells.MAX_LEAF_CELLS:
+            limit = f"{_cells.MAX_LEAF_CELLS:_}"
+            problems.append(
+                ("spec.nodes", f"{gpus} GPUs; a member cluster may have at most {limit}")
+            )
+        levels = self.spec.topology.levels if self.spec.topology else []
+        for vc, asked in (self.spec.virtual_clusters or {}).items():
+            for i, r in enumerate(asked.requests):
+                if r.within is not None and r.within not in levels:
+                    problems.append(
+                        (
+                            f"spec.virtualClusters.{vc}.requests[{i}].within",
+                            f"{quote(r.within)} is not a level of spec.topology.levels "
+                            f"({', '.join(levels) or 'none'})",
+                        )
+                    )
+        if self.spec.cells is not None:
+            problems.extend(_cells.size_problems(self.spec.cells))
+        if problems:
+            return problems
+        try:
+            self.cell_config()
+        except CellConfigError as e:
+            return [(e.path, e.message)]
+        return []
