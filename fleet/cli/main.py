@@ -106,7 +106,19 @@ def _check_quota(args: argparse.Namespace) -> int:
         clusters, rc = _load_clusters(args.clusters, args.max_input_size)
         if clusters is None:
             return rc or 1
-        held = inventory.inventory({c.name: c.cell_config() for c in clusters})
+        unknown = [c.name for c in clusters if _watched(c)]
+        if unknown:
+            _warn(
+                args.clusters,
+                [
+                    f"member cluster {name} is described by its Node objects: its capacity "
+                    "is known to the running service only and is not counted here"
+                    for name in unknown
+                ],
+            )
+            warnings += len(unknown)
+        counted = {c.name: c.cell_config() for c in clusters if c.name not in unknown}
+        held = inventory.inventory(counted)
         root = tree.to_spec()
         short = inventory.overpromised(inventory.spec_guarantees(root), held)
         for s in short:
@@ -124,6 +136,13 @@ def _check_quota(args: argparse.Namespace) -> int:
         f"{_plural(len(leaves), 'leaf queue')} ({', '.join(leaves)}){capacity}; {warned}"
     )
     return 0
+
+
+def _watched(cluster: MemberClusterModel) -> bool:
+    """A real member whose cells come from its Node objects, none of them in the file."""
+    spec = cluster.spec
+    observed = cluster.status is not None and bool(cluster.status.nodes)
+    return spec.kubeconfig is not None and spec.built and not observed
 
 
 def _quantities(values: Resources) -> list[tuple[str, str]]:

@@ -197,3 +197,16 @@ def test_capacity_auto_errors_name_their_field(
     err = capsys.readouterr().err
     assert "spec.root.max: node 'root': capacity: auto makes the root's max" in err
     assert "spec.root.children[0].capacity: node 'research': capacity: auto is for the root" in err
+
+
+def test_check_quota_says_which_members_it_cannot_count_offline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tree = POLICIES / "quota" / "auto-tree.yaml"
+    clusters = POLICIES / "clusters" / "described-members.yaml"  # real, cells from Nodes
+    assert cli.main(["check", "quota", str(tree), "--clusters", str(clusters)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"warning: {clusters}: member cluster prod-east is described by its Node objects: "
+        "its capacity is known to the running service only and is not counted here"
+    ) in err
