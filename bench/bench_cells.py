@@ -18,7 +18,7 @@ walks every cell of the cluster and shows up as 40-90 ms latency spikes (the
 ``max``).  ``--no-gc-freeze`` measures without it; the header line says which.
 
     .venv/bin/python bench/bench_cells.py [--jobs N] [--config HIVED_YAML --stream CSV]
-        [--no-gc-freeze]
+        [--no-gc-freeze] [--skip-labelled]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import hashlib
 import heapq
 import random
 import statistics
@@ -43,7 +44,8 @@ from fleet.core.charges import charge_for
 from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.placement import NoFit, Placer
 from fleet.core.resources import GPU, Resources
-from fleet.testing.cells import rack_config
+from fleet.manifests.models import MemberClusterModel
+from fleet.testing.cells import RACK_LABEL, labelled_member, rack_config
 
 HIVED_PEER = "HiveD Go allocator: ~530 jobs/s over the whole loop, p99 0.68-0.79 ms/gang, 1 % waits"
 TARGETS = "targets: >= 10,000 jobs/s over the whole loop, gang fit+bind p99 <= 0.35 ms"
@@ -101,7 +103,9 @@ def run(
     arrivals: list[Arrival],
     node_gpus: dict[str, int],
     freeze: bool = True,
-) -> None:
+) -> str:
+    """Replay ``arrivals`` on ``placer``, print the figures; the placements' digest."""
+    digest = hashlib.sha256()
     if freeze:
         # What a service does after start-up: the built cluster is never garbage.
         gc.collect()
@@ -139,6 +143,7 @@ def run(
                 gang_latency.append(time.perf_counter() - t0)
                 gang_cpu.append(time.thread_time() - c0)
             placed_pods[job.key] = [(p.node, len(p.gpus)) for p in fit.pods]
+            digest.update(repr((job.key, [(p.node, p.gpus) for p in fit.pods])).encode())
             for p in fit.pods:
                 used[p.node] += len(p.gpus)
                 free_total -= len(p.gpus)
@@ -178,6 +183,22 @@ def run(
     print(f"  waits: {waits} of {len(arrivals)} ({100 * waits / max(1, len(arrivals)):.2f} %)")
     median = statistics.median(frag_samples) if frag_samples else 0.0
     print(f"  fragmentation (median share of free GPUs unable to host 8): {median:.3f}")
+    print(f"  placements digest: {digest.hexdigest()[:16]}")
+    return digest.hexdigest()
+
+
+def labelled_config(racks: int = 125, vcs: int = 20, owed: int = 6) -> MemberClusterModel:
+    """:func:`default_config`'s cluster as a member describes itself (module docstring)."""
+    requests = [{"nodes": 8, "within": RACK_LABEL}] * owed
+    doc = labelled_member(
+        racks,
+        8,
+        8,
+        {f"vc{v:02d}": requests for v in range(vcs)},
+        pairs=True,
+        address="r{r:03d}-n{n}",
+    )
+    return MemberClusterModel.model_validate(doc)
 
 
 def main() -> None:
@@ -187,6 +208,11 @@ def main() -> None:
     parser.add_argument("--stream", help="CSV: id,vc,pods,gpus_per_pod,release_after")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-capacity", action="store_true")
+    parser.add_argument(
+        "--skip-labelled",
+        action="store_true",
+        help="do not also build the default cluster from 1,000 labelled nodes and run on it",
+    )
     parser.add_argument(
         "--no-gc-freeze",
         action="store_true",
@@ -212,7 +238,25 @@ def main() -> None:
     print(f"peer to beat: {HIVED_PEER}")
     print(TARGETS)
     freeze = not args.no_gc_freeze
-    run("CellPlacer (HiveD cells)", CellPlacer("bench", config), arrivals, node_gpus, freeze)
+    hand = run("CellPlacer (HiveD cells)", CellPlacer("bench", config), arrivals, node_gpus, freeze)
+    if not args.config and not args.skip_labelled:
+        t0, c0 = time.perf_counter(), time.process_time()
+        model = labelled_config()
+        built = model.cell_config()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(
+            f"== cells built from {len(built.nodes())} labelled nodes (fleet.manifests.topology): "
+            f"{wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU (validate, build, load)"
+        )
+        labelled = run(
+            "CellPlacer on the cells built from labelled nodes",
+            CellPlacer("bench", built),
+            arrivals,
+            node_gpus,
+            freeze,
+        )
+        same = "yes" if labelled == hand else "NO"
+        print(f"  same placements as the hand-written cells: {same}")
     # HiveD keeps a VC's guaranteed jobs in the VC; Fleet lets them use the
     # shared pool too.  Waits compare like for like only under the same rule.
     run(

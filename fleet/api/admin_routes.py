@@ -6,7 +6,10 @@ does); anything wrong is a problem and nothing changes.  The change itself
 is handed to the scheduler loop (:mod:`fleet.service.admin`), which applies it to
 the core and stores it in one transaction; the handler then answers with
 what happened.  ``?dryRun=All`` answers what a tree change would do now and
-changes nothing.  A real member's kubeconfig is checked before anything is
+changes nothing.  Every tree change answers what the tree promises beyond
+the members' healthy capacity (``overpromised``, :mod:`fleet.core.inventory`),
+the dry run too; it is a report, and the tree is applied all the same.  A
+real member's kubeconfig is checked before anything is
 stored or connected (:mod:`fleet.clusters.kube.kubeconfig`): a path that
 resolves outside ``--kubeconfig-dir``, a user that runs a credential plugin
 (unless allowed), or a file that cannot be read is a 422 on
@@ -34,6 +37,7 @@ from fleet.api.admin_schemas import (
     MovedJob,
     NodeHealthChange,
     OverLimitNode,
+    Overpromised,
     TreeChange,
 )
 from fleet.api.problems import (
@@ -119,6 +123,7 @@ def _answer(svc: Service, result: admin.TreeChangeResult, warnings: list[str]) -
         moved=[MovedJob(job=m.job, from_queue=m.old, to_queue=m.new) for m in effect.moved],
         failed=[FailedJob(job=f.job, reason=f.reason) for f in effect.failed],
         warnings=warnings,
+        overpromised=[Overpromised(**s.quantities()) for s in result.overpromised],
     )
     return json_response(body)
 

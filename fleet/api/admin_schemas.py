@@ -63,6 +63,23 @@ class FailedJob(Schema):
     reason: str = Field(description="Why.")
 
 
+class Overpromised(Schema):
+    """One resource the tree guarantees beyond the members' healthy capacity."""
+
+    resource: str = Field(
+        description="nvidia.com/gpu, cpu, memory, or gpu.fleet.io/<type> for one GPU type."
+    )
+    promised: str = Field(
+        description="What the tree guarantees: its root's children's min in sum, or the "
+        "root's own min where it is written and larger (a quantity)."
+    )
+    held: str = Field(
+        description="The healthy capacity of the member clusters in service: bad nodes and "
+        "draining clusters left out (a quantity)."
+    )
+    short: str = Field(description="promised - held (a quantity).")
+
+
 class TreeChange(Schema):
     """What a quota tree change did, or (``dryRun``) would do right now."""
 
@@ -72,6 +89,12 @@ class TreeChange(Schema):
     moved: list[MovedJob] = Field(description="Jobs whose queue changes.")
     failed: list[FailedJob] = Field(description="Jobs failed because no leaf takes them.")
     warnings: list[str] = Field(default_factory=list, description="The tree's warnings.")
+    overpromised: list[Overpromised] = Field(
+        default_factory=list,
+        description="What the tree promises beyond what the members hold, per resource "
+        "and GPU type; empty when it promises no more than exists. A report, not an error: "
+        "the tree is applied all the same.",
+    )
 
 
 class TreeVersion(Schema):

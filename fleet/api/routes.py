@@ -23,7 +23,10 @@ pending jobs with one query of the leaf's live rows (JSON paths of the
 stored documents).  The detail shows the core job's pod sets, with each
 set's own minimum where the job's kind sets one (its model reads the stored
 document again) and, for a waiting job, its gang's condition worded as
-Volcano's PodGroup words it (:func:`unschedulable`).  Every error is a
+Volcano's PodGroup words it (:func:`unschedulable`).  The quota tree is
+answered as its administrator wrote it; as JSON, with the ``status`` the
+view gives (:func:`tree_status`: the root's figures in force, what the
+members hold, what the tree promises beyond that).  Every error is a
 :class:`~fleet.api.problems.ProblemError`.
 """
 
@@ -35,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import pydantic
+import yaml
 from aiohttp import web
 
 from fleet.api import admin_routes, auth, keys, live, openapi, params, routing, schemas
@@ -72,11 +76,18 @@ from fleet.api.submissions import (
 from fleet.core import snapshot
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
-from fleet.core.view import QueueView
+from fleet.core.resources import format_quantity
+from fleet.core.view import LoopView, QueueView
 from fleet.manifests import convert, topology
 from fleet.manifests.errors import SpecError
 from fleet.manifests.kinds import registry
-from fleet.manifests.models import ElasticQuotaTreeModel, MemberClusterModel
+from fleet.manifests.models import (
+    ElasticQuotaTreeModel,
+    ElasticQuotaTreeStatus,
+    MemberClusterModel,
+    QuotaShortfall,
+    RootCapacity,
+)
 from fleet.service import intake, wiring
 from fleet.service.wiring import Service
 from fleet.sim import forecast
@@ -697,20 +708,59 @@ async def get_queue(request: web.Request, *, name: str) -> web.Response:
     return schemas.json_response(schemas.QueueDetail(**_queue_fields(found), pending=pending))
 
 
+def tree_status(view: LoopView) -> dict[str, Any]:
+    """The ``status`` of the tree in force: the root's figures (with ``capacity: auto``,
+    the members' capacity), the members' healthy capacity, and what the tree
+    promises beyond it (:mod:`fleet.core.inventory`)."""
+    root = view.queues[0] if view.queues else None
+    held = view.inventory.limits()
+    status = ElasticQuotaTreeStatus(
+        capacity="auto" if view.auto else None,
+        root=None if root is None else RootCapacity(min=dict(root.min), max=root.max),
+        held={r: format_quantity(r, v) for r, v in held.items()},
+        overpromised=[QuotaShortfall(**s.quantities()) for s in view.overpromised],
+    )
+    found: dict[str, Any] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return found
+
+
+def with_status(document: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The tree ``document`` as an object, with ``status`` as its status."""
+    written = yaml.safe_load(document)
+    tree = dict(written) if isinstance(written, dict) else {}
+    tree["status"] = dict(status)
+    return tree
+
+
 @TABLE.route(
     "GET",
     "/api/v1/quota-tree",
     "getQuotaTree",
-    "The ElasticQuotaTree in force, as YAML",
+    "The ElasticQuotaTree in force, as YAML (or, with its status, as JSON)",
     "queues",
+    description="As YAML (the default), the document as written (a root of "
+    "`capacity: auto` stays so). As JSON (`Accept: application/json`), the same object "
+    "with its `status`: the root's figures in force (with `capacity: auto`, the members' "
+    "healthy capacity), that capacity (`held`: bad nodes and draining clusters left out), "
+    "and `overpromised`: every resource and GPU type the tree guarantees beyond it "
+    "(`{resource, promised, held, short}`; empty when it promises no more than exists).",
     replies=(
-        Reply(200, "The tree.", ElasticQuotaTreeModel, ("application/yaml",)),
+        Reply(
+            200,
+            "The tree and its status.",
+            ElasticQuotaTreeModel,
+            ("application/yaml", schemas.JSON),
+        ),
         UNAUTHORIZED,
         problem(404, "No tree is loaded yet."),
     ),
 )
 async def get_quota_tree(request: web.Request) -> web.Response:
-    return web.Response(text=_svc(request).tree_document, content_type="application/yaml")
+    svc = _svc(request)
+    accept = request.headers.get("Accept", "")
+    if schemas.JSON in accept and "yaml" not in accept:
+        return web.json_response(with_status(svc.tree_document, tree_status(svc.loop.view)))
+    return web.Response(text=svc.tree_document, content_type="application/yaml")
 
 
 @TABLE.route(

@@ -8,7 +8,10 @@ never calls ``sys.exit`` itself, so tests call ``main([...])`` directly.
 server uses (:mod:`fleet.manifests`), prints every error (document index and field
 path) and every warning (prefixed ``warning:``) on stderr, a one-line ``OK``
 summary on stdout when there is no error, and exits 1 on any error.
-``check jobs`` routes jobs with ``--quota`` and, with ``--clusters``, checks
+``check quota`` with ``--clusters`` also warns, one line per resource, where
+the tree guarantees more than the clusters hold (:mod:`fleet.core.inventory`,
+every node healthy): a warning, as the server's answer is a report, so the
+exit status stays 0.  ``check jobs`` routes jobs with ``--quota`` and, with ``--clusters``, checks
 cluster affinity, the kinds each member runs, GPU types and the server's fit
 test (:mod:`fleet.manifests.fit`: a resource no node offers, a pod no node
 holds, a gang no cluster holds), all through the server's own functions.  Input files are read by
@@ -36,7 +39,8 @@ from fleet.cli.inputs import (
     parse_size,
     read_input,
 )
-from fleet.core import quota
+from fleet.core import inventory, quota
+from fleet.core.resources import Resources, format_quantity
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError, SpecIssue
 from fleet.manifests.models import MemberClusterModel
@@ -82,27 +86,73 @@ def _load_tree(path: str, max_size: int) -> tuple[quota.QuotaTree | None, int]:
     return tree, 0
 
 
+def _load_clusters(path: str, max_size: int) -> tuple[list[MemberClusterModel] | None, int]:
+    text = _read(path, max_size)
+    if text is None:
+        return None, 1
+    try:
+        return convert.load_clusters(text), 0
+    except SpecError as e:
+        return None, _report(path, e.issues)
+
+
 def _check_quota(args: argparse.Namespace) -> int:
     tree, rc = _load_tree(args.file, args.max_input_size)
     if tree is None:
         return rc or 1
+    warnings = len(tree.warnings)
+    capacity = ""
+    if args.clusters is not None:
+        clusters, rc = _load_clusters(args.clusters, args.max_input_size)
+        if clusters is None:
+            return rc or 1
+        unknown = [c.name for c in clusters if _watched(c)]
+        if unknown:
+            _warn(
+                args.clusters,
+                [
+                    f"member cluster {name} is described by its Node objects: its capacity "
+                    "is known to the running service only and is not counted here"
+                    for name in unknown
+                ],
+            )
+            warnings += len(unknown)
+        counted = {c.name: c.cell_config() for c in clusters if c.name not in unknown}
+        held = inventory.inventory(counted)
+        root = tree.to_spec()
+        short = inventory.overpromised(inventory.spec_guarantees(root), held)
+        for s in short:
+            _warn(args.file, [f"the tree promises more than the member clusters hold: {s}"])
+        warnings += len(short)
+        if root.auto:
+            figures = ", ".join(f"{r} {quantity}" for r, quantity in _quantities(held.limits()))
+            capacity = f"; capacity: auto ({figures or 'nothing'})"
+    elif tree.auto:
+        capacity = "; capacity: auto (give --clusters to see the figures)"
     leaves = tree.leaves()
-    warned = _plural(len(tree.warnings), "warning")
+    warned = _plural(warnings, "warning")
     print(
         f"OK: {args.file}: quota tree with {_plural(len(tree.nodes()), 'node')}, "
-        f"{_plural(len(leaves), 'leaf queue')} ({', '.join(leaves)}); {warned}"
+        f"{_plural(len(leaves), 'leaf queue')} ({', '.join(leaves)}){capacity}; {warned}"
     )
     return 0
 
 
+def _watched(cluster: MemberClusterModel) -> bool:
+    """A real member whose cells come from its Node objects, none of them in the file."""
+    spec = cluster.spec
+    observed = cluster.status is not None and bool(cluster.status.nodes)
+    return spec.kubeconfig is not None and spec.built and not observed
+
+
+def _quantities(values: Resources) -> list[tuple[str, str]]:
+    return [(r, format_quantity(r, v)) for r, v in sorted(values.items())]
+
+
 def _check_clusters(args: argparse.Namespace) -> int:
-    text = _read(args.file, args.max_input_size)
-    if text is None:
-        return 1
-    try:
-        clusters = convert.load_clusters(text)
-    except SpecError as e:
-        return _report(args.file, e.issues)
+    clusters, rc = _load_clusters(args.file, args.max_input_size)
+    if clusters is None:
+        return rc or 1
     names = ", ".join(c.name for c in clusters)
     print(f"OK: {args.file}: {_plural(len(clusters), 'member cluster')} ({names})")
     return 0
@@ -198,6 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q = what.add_parser("quota", help="an ElasticQuotaTree file", parents=[inputs])
     q.add_argument("file", metavar="FILE", help="YAML file with exactly one ElasticQuotaTree")
+    q.add_argument(
+        "--clusters",
+        metavar="CLUSTERS",
+        help="MemberCluster file: warn where the tree guarantees more than these clusters "
+        "hold (per resource and GPU type, every node healthy), and show the figures of a "
+        "root of capacity: auto",
+    )
     q.set_defaults(handler=_check_quota)
     j = what.add_parser(
         "jobs", help="jobs and PropagationPolicies (a submission)", parents=[inputs]

@@ -149,6 +149,12 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
         "openb_node_list_gpu_node.csv beside the pod list",
     )
     g.add_argument("-o", "--output", metavar="DIR", required=True, help="where to write")
+    g.add_argument(
+        "--nodes",
+        action="store_true",
+        help="describe the member by its labelled nodes (spec.topology, spec.nodes, virtual "
+        "clusters as requests) instead of a hand-written cell config",
+    )
     g.set_defaults(handler=gen_clusters)
 
 
@@ -162,7 +168,7 @@ def gen_clusters(args: argparse.Namespace) -> int:
     layout = importlib.import_module("fleet.sim.layout")
     traces = importlib.import_module("fleet.sim.traces")
     try:
-        result = layout.generate(Path(args.trace), args.format)
+        result = layout.generate(Path(args.trace), args.format, args.nodes)
     except traces.TraceError as e:
         return _error(str(e))
     out = Path(args.output)

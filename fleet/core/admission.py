@@ -24,6 +24,15 @@ Theory of operation:
   refuses the bind, the victims are put back exactly where they were and
   the job is placed afresh without preemption, or waits.
 
+A job of several GPU types (``Job.gpu_skus``) is admitted one type at a
+time, in its order (:func:`admit`): each try is the job narrowed to that type
+(:meth:`~fleet.core.jobs.Job.on`), asked of the tree with its GPUs typed
+``gpu.fleet.io/<type>`` (so a typed ``max`` holds for the type it would use)
+and placed on that type's cells or nodes alone; the first type it starts on
+is the one it runs on and is charged for.  If none starts, it waits with
+every type's reason, under the GPUs it asked for (types and terms); if one
+try must borrow in the first pass and no other starts, it is deferred.
+
 A victim is a unit (:mod:`fleet.core.charges`): a job's first unit stops the
 whole job; a growth step of an elastic job stops only the pods it grew
 into, and the job keeps running with the rest.
@@ -94,7 +103,31 @@ class Plan:
 
 
 def admit(run: CycleRun, job: Job) -> Outcome:
-    """Admit ``job`` at the largest size that can start now, or say why it waits."""
+    """Admit ``job`` at the largest size that can start now, or say why it waits;
+    a job of several GPU types on the first of them that it starts on."""
+    if not job.gpu_terms and not job.gpu_skus:
+        return _admit(run, job)
+    types = job.gpu_skus or job.gpu_types
+    reasons: list[str] = []
+    deferred = False
+    for sku in types:
+        outcome = _admit(run, job.on(sku) if job.gpu_skus else job)
+        if isinstance(outcome, Started):
+            return outcome
+        if isinstance(outcome, Defer):
+            deferred = True
+        elif outcome.reason not in reasons:
+            reasons.append(outcome.reason)
+    if deferred:
+        run.last_block = None
+        return DEFER
+    if len(types) > 1:
+        run.last_block = None  # each type's try left its own
+    return Waits(f"waits for GPUs of {job.gpu_ask}: " + "; ".join(reasons))
+
+
+def _admit(run: CycleRun, job: Job) -> Outcome:
+    """:func:`admit` on the job's one type, or any (the job as it comes)."""
     start, least = job.start_size, job.gang_size
     verdict: Mode | QuotaBlock | None = None
     key = None

@@ -36,7 +36,8 @@ Theory of operation:
   units leave (only those of other queues stay taken), and a gang those
   slots cannot hold is refused before any victim is looked at
   (:meth:`~fleet.core.capacity_held.HeldUnits.may_free`).
-* A job with a GPU SKU only lands on nodes of that SKU (``skus`` maps node to
+* A job with GPU types (:attr:`~fleet.core.jobs.Job.gpu_types`: its one SKU,
+  or its several) only lands on nodes of one of them (``skus`` maps node to
   SKU); a job without one lands anywhere.  The pods of a job that ask for no
   GPU go to the CPU-only nodes whatever the SKU, when the cluster has any.
 """
@@ -51,7 +52,7 @@ from fleet.core.capacity_nodes import FreeNodes, Overlay, fits, may_use, scratch
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import BindError, Fit, NoFit, Placer, PodPlacement, RestoreError
-from fleet.core.resources import Resources
+from fleet.core.resources import Resources, typed_gpu
 
 _MODE_RANK = {Mode.OPPORTUNISTIC: 0, Mode.BORROWED: 1, Mode.GUARANTEED: 2}
 
@@ -242,7 +243,7 @@ class CapacityPlacer(Placer):
                 f"the cpu and memory free on {where}"
             )
         free = self._free.free_of(job)
-        sku = f" of type {job.gpu_sku}" if job.gpu_sku else ""
+        sku = f" of type {' or '.join(job.gpu_types)}" if job.gpu_types else ""
         return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
 
     def _try(
@@ -424,6 +425,16 @@ class CapacityPlacer(Placer):
 
     def allocated(self) -> Resources:
         return self._free.allocated()
+
+    def node_capacities(self) -> dict[str, Resources]:
+        out: dict[str, Resources] = {}
+        for name, node in self._free.nodes.items():
+            typed = Resources({typed_gpu(node.sku): node.gpus}) if node.sku and node.gpus else None
+            out[name] = node.capacity if typed is None else node.capacity + typed
+        return out
+
+    def bad_nodes(self) -> frozenset[str]:
+        return frozenset(self._free.bad)
 
     def free_gpus(self) -> int:
         return self._free.free_gpus()

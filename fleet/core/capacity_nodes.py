@@ -176,8 +176,8 @@ class FreeNodes:
         return None
 
     def free_of(self, job: Job) -> int:
-        """The free GPUs ``job`` could use (of its SKU, when it names one)."""
-        if job.gpu_sku is None:
+        """The free GPUs ``job`` could use (of its types, when it names some)."""
+        if not job.gpu_types:
             return self.free_gpus()
         return sum(len(n.free_gpus) for n in self.nodes.values() if sku_ok(job, n))
 
@@ -330,8 +330,10 @@ def pool_takes(pod_gpus: int, node_gpus: int, cpu_nodes: bool) -> bool:
 
 
 def sku_ok(job: Job, node: Node) -> bool:
-    """Whether ``job`` may land on ``node``: it names no GPU type, or the node's."""
-    return job.gpu_sku is None or node.sku == job.gpu_sku
+    """Whether ``job`` may land on ``node``: it names no GPU type, or the node's is
+    one of its types."""
+    types = job.gpu_types
+    return not types or node.sku in types
 
 
 def scratch(node: Node, overlay: Overlay) -> tuple[dict[str, int], list[int]]:

@@ -49,7 +49,7 @@ def place(
     question = (
         tuple(p.request for p in pods),
         mode,
-        job.gpu_sku,
+        job.gpu_types,
         job.pinned_cell_id,
         job.queue if mode is Mode.GUARANTEED else None,
     )
@@ -127,7 +127,8 @@ def idle_question(run: CycleRun, job: Job) -> str | None:
     found = place(run, job, pods, Mode.OPPORTUNISTIC, ())
     if isinstance(found, Fit):
         return None
-    question = (tuple(p.request for p in pods), Mode.OPPORTUNISTIC, job.gpu_sku, job.pinned_cell_id)
+    requests = tuple(p.request for p in pods)
+    question = (requests, Mode.OPPORTUNISTIC, job.gpu_types, job.pinned_cell_id)
     run.places.idle[((*question, None), job.clusters)] = found
     return found
 
@@ -147,7 +148,7 @@ def place_with_preemption(
     # A borrowed job may preempt only opportunistic jobs, whatever its queue
     # and priority, and none start before the last pass: a failed question
     # holds for the cycle until a release in that cluster.
-    question = ("preempt", tuple(p.request for p in pods), job.gpu_sku, job.pinned_cell_id)
+    question = ("preempt", tuple(p.request for p in pods), job.gpu_types, job.pinned_cell_id)
     wide = question[1:]
     held = _held_by_cluster(run, released) if released else None
     for load, _, placer in placers:

@@ -11,6 +11,9 @@ changes nothing), so that the shell only translates.
 Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
 the state, and the placers' own mutators are reached only through here and
 the cycle.  An event that cannot be applied raises and changes nothing.
+A change of clusters or node health counts the members' capacity again
+and gives a root of ``capacity: auto`` its new figures (:func:`_recounted`,
+:mod:`fleet.core.inventory`); a replaced tree's auto root is filled in too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleet.core import lifecycle
+from fleet.core import inventory, lifecycle
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError, restore_order
@@ -275,7 +278,7 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
         case Stopped():
             return _stopped(state, event)
         case NodeHealthChanged():
-            return _node_health(state, event)
+            return _recounted(state, _node_health(state, event))
         case Evicted():
             if event.key not in state.running:
                 raise UnknownJob(event.key)
@@ -285,15 +288,15 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
         case QuotaNodePatched():
             return _node_patched(state, event)
         case ClusterAdded():
-            return _cluster_added(state, event)
+            return _recounted(state, _cluster_added(state, event))
         case ClusterReplaced():
-            return _cluster_replaced(state, event)
+            return _recounted(state, _cluster_replaced(state, event))
         case ClusterDraining():
-            return _cluster_draining(state, event)
+            return _recounted(state, _cluster_draining(state, event))
         case ClusterReadiness():
             return _cluster_readiness(state, event)
         case ClusterRemoved():
-            return _cluster_removed(state, event)
+            return _recounted(state, _cluster_removed(state, event))
         case ClockAdvanced():
             return _clock(state, event)
         case QuotaCutsRestored():
@@ -493,7 +496,31 @@ def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
 
 
 def _tree_replaced(state: SchedulerState, event: QuotaTreeReplaced) -> list[Outcome]:
-    return _retree(state, QuotaTree.build(event.root))
+    return _retree(state, QuotaTree.build(inventory.with_capacity(event.root, state.inventory)))
+
+
+def _recounted(state: SchedulerState, out: list[Outcome]) -> list[Outcome]:
+    """After a change of clusters or node health: count the inventory again and, when
+    it changed under a root of ``capacity: auto``, give the root the new figures.
+
+    The members' capacity changed, not the administrator's tree: a root left
+    over its new ``max`` (a member draining with its jobs still running)
+    admits nothing new until it is within it, but no quota cut starts, so
+    ``--quota-cut-grace`` never preempts for it.
+    """
+    if not state.refresh_inventory() or not state.tree.auto:
+        return out
+    root = state.tree.to_spec()
+    filled = inventory.with_capacity(root, state.inventory)
+    if filled.min == root.min and filled.max == root.max:
+        return out
+    cut = state.cut_since.get(root.name)
+    out = out + _retree(state, QuotaTree.build(filled))
+    if cut is None:
+        state.cut_since.pop(root.name, None)
+    else:
+        state.cut_since[root.name] = cut
+    return out
 
 
 def _node_patched(state: SchedulerState, event: QuotaNodePatched) -> list[Outcome]:

@@ -13,10 +13,21 @@ least ``min_members`` otherwise.  A non-gang (incremental) job may start with
 one pod and grow later.
 
 Priority classes map names to integers; a negative priority is opportunistic.
+
+GPU types: a job may use any leaf type (no type named), exactly one
+(``gpu_sku``), or any of several (``gpu_skus``, in the order they are tried,
+and ``gpu_terms``, the terms they were chosen by, for the reasons).  A job of
+several types is tried on one type at a time (:meth:`Job.on`: ``gpu_sku`` set,
+``gpu_skus`` kept), so that its quota charge types its GPUs by the type it is
+placed on (``gpu.fleet.io/<type>``) and a typed ``max`` holds for that type;
+the running job is that narrowed job, and a job queued again asks for all its
+types again (:meth:`Job.asked`).  :attr:`Job.gpu_types` is what the placers
+read: the types a job may be placed on now (empty: any).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,6 +132,13 @@ class Job:
     #: The queue came from the namespace's leaf (not ``schedulingPolicy.queue``),
     #: so the job follows its namespace when the tree moves it.
     queue_from_namespace: bool = False
+    #: The GPU types the job accepts when they are several, in the order they are
+    #: tried (empty: one type, ``gpu_sku``, or any); with ``gpu_sku`` also set, the
+    #: job is narrowed to that one of them (:meth:`on`).
+    gpu_skus: tuple[str, ...] = ()
+    #: The GPU attribute terms the types were chosen by, as a human reads them
+    #: (empty: none but an exact type); the waiting reasons name them.
+    gpu_terms: str = ""
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
     #: Quota charge of every pod, and of the smallest start (computed, shared).
@@ -130,6 +148,9 @@ class Job:
     gang_size: int = field(init=False, repr=False, compare=False)
     #: How many pods the first admission asks for at most (computed).
     start_size: int = field(init=False, repr=False, compare=False)
+    #: The leaf types the job may be placed on now: ``gpu_sku``, else ``gpu_skus``
+    #: (empty: any type) (computed).
+    gpu_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         pods = _expand(self.groups)
@@ -146,6 +167,8 @@ class Job:
         object.__setattr__(self, "start_size", start)
         object.__setattr__(self, "request", _charge(pods, self.gpu_sku))
         object.__setattr__(self, "gang_request", _charge(pods[:gang], self.gpu_sku))
+        types = (self.gpu_sku,) if self.gpu_sku else self.gpu_skus
+        object.__setattr__(self, "gpu_types", types)
 
     def __lt__(self, other: Job) -> bool:
         """Queue order (:func:`sort_key`): sorted lists of jobs bisect without a
@@ -182,6 +205,8 @@ class Job:
             self.pinned_cell_id,
             self.target,
             self.queue_from_namespace,
+            self.gpu_skus,
+            self.gpu_terms,
         )
 
     @property
@@ -220,7 +245,27 @@ class Job:
             self.clusters,
             self.pinned_cell_id,
             self.target,
+            self.gpu_skus,
+            self.gpu_terms,
         )
+
+    def on(self, sku: str) -> Job:
+        """The job narrowed to one of its several GPU types (tried, then run, on it)."""
+        return dataclasses.replace(self, gpu_sku=sku)
+
+    def asked(self) -> Job:
+        """The job as it asks to be queued: a narrowed job of several types widened again."""
+        if self.gpu_skus and self.gpu_sku:
+            return dataclasses.replace(self, gpu_sku=None)
+        return self
+
+    @property
+    def gpu_ask(self) -> str:
+        """The GPU types the job asks for, for a human (empty: any type): ``A`` or
+        ``A or B (terms)``."""
+        types = self.gpu_skus or ((self.gpu_sku,) if self.gpu_sku else ())
+        text = " or ".join(types)
+        return f"{text} ({self.gpu_terms})" if text and self.gpu_terms else text
 
 
 @functools.lru_cache(maxsize=4096)

@@ -245,6 +245,15 @@ class Placer:
         """Resources held by placed pods."""
         raise NotImplementedError
 
+    def node_capacities(self) -> dict[str, Resources]:
+        """Node -> what it holds, healthy or not: ``nvidia.com/gpu``, cpu, memory and its
+        GPUs by type (``gpu.fleet.io/<type>``); see :mod:`fleet.core.inventory`."""
+        return {}
+
+    def bad_nodes(self) -> frozenset[str]:
+        """The nodes marked bad (:meth:`set_node_health`)."""
+        return frozenset()
+
     def check_invariants(self) -> None:
         """Raise :class:`~fleet.core.checks.InvariantError` when internal indexes
         disagree with a recount.

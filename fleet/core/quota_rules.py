@@ -8,6 +8,14 @@ names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
 ``max`` is never above anything); ``min <= max``; no negative quantity.  A root
 whose ``min`` differs from its ``max`` is accepted with a warning.
+
+A root whose capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`) has the
+members' healthy capacity as its ``min`` and ``max``
+(:func:`fleet.core.inventory.with_capacity`), a figure that moves with the
+members: its children are not held to it (neither their ``min`` in sum nor
+each one's ``max``), since a drained member must not make the tree in force
+invalid; a tree that promises more than the members hold is reported
+instead (:func:`fleet.core.inventory.overpromised`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ class QuotaNodeSpec:
     path: str = "spec.root"
     preempt_min_runtime: float | None = None
     reclaim_min_runtime: float | None = None
+    #: ``capacity: auto`` (the root only): ``min`` and ``max`` are the members' healthy
+    #: capacity, filled in by :func:`fleet.core.inventory.with_capacity`
+    auto: bool = False
 
 
 def node_message(node: str, what: str) -> str:
@@ -98,6 +109,14 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                 )
             )
         seen[name] = node.path
+        if node.auto and parent is not None:
+            problems.append(
+                QuotaError(
+                    name,
+                    "capacity: auto is for the root node only",
+                    path=f"{node.path}.capacity",
+                )
+            )
         for field, vec in (("min", node.min), ("max", node.max)):
             if vec is None:
                 continue
@@ -130,7 +149,12 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                             path=f"{node.path}.min",
                         )
                     )
-        if parent is not None and parent.max is not None and node.max is not None:
+        if (
+            parent is not None
+            and not parent.auto
+            and parent.max is not None
+            and node.max is not None
+        ):
             for r, cap in node.max.items():
                 if r in parent.max and cap > parent.max[r]:
                     problems.append(
@@ -162,7 +186,7 @@ def validate(root: QuotaNodeSpec) -> list[str]:
             ns_owner[ns] = name
         for child in node.children:
             visit(child, node)
-        if node.children:
+        if node.children and not node.auto:
             total: dict[str, int] = {}
             for child in node.children:
                 for r, v in child.min.items():
@@ -184,9 +208,10 @@ def validate(root: QuotaNodeSpec) -> list[str]:
         first.errors = problems
         raise first
     warnings: list[str] = []
-    if (root.max is None and root.min) or (
+    differs = (root.max is None and root.min) or (
         root.max is not None and root.min != Resources(root.max)
-    ):
+    )
+    if differs and not root.auto:
         shown_max = "unlimited" if root.max is None else _show(root.max)
         warnings.append(
             f"root node {root.name!r}: min {_show(root.min)} differs from max "

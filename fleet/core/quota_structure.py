@@ -20,6 +20,9 @@ Theory of operation:
   ``max`` of None means the node sets no limit.
 * Namespaces are listed per leaf, and indexed namespace → leaf for
   :meth:`queue_for_namespace`.
+* ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
+  members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
+  :meth:`to_spec` and copies, so every rebuilt tree stays auto.
 * :meth:`set_node` rebuilds the whole tree as a spec with the one change
   (:meth:`_spec_with`), validates it, and only then writes the change: on
   :class:`QuotaError` nothing changes.  It replaces list entries and never
@@ -77,11 +80,14 @@ class QuotaStructure:
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
     _protects: bool
+    #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
+    auto: bool
 
     # Construction -------------------------------------------------------------
     def _init_structure(self, root: QuotaNodeSpec) -> None:
         """Validate ``root`` and flatten it into this object; raise :class:`QuotaError`."""
         self.warnings = validate(root)
+        self.auto = root.auto
         self._names = []
         self._index = {}
         self._parent = []
@@ -144,6 +150,7 @@ class QuotaStructure:
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
         other.warnings = list(self.warnings)
+        other.auto = self.auto
         # Immutable after build (set_node replaces entries, never mutates them).
         other._names = self._names
         other._index = self._index
@@ -290,6 +297,7 @@ class QuotaStructure:
                 path=self._spec_path[i],
                 preempt_min_runtime=self._own_runtime[i][0],
                 reclaim_min_runtime=self._own_runtime[i][1],
+                auto=self.auto and i == 0,
             )
 
         return make(0)

@@ -14,6 +14,12 @@ exists, or that two units claim, raises
 are queued again in their own order (priority, then submission).
 :func:`to_plain` and :func:`from_plain` turn a snapshot into JSON-ready
 values and back.
+
+A job of several GPU types is recorded as it asks (its types, none chosen);
+a running one is restored narrowed to the type its first unit is charged for
+(``gpu.fleet.io/<type>``: :func:`running_job`), as the cycle left it.  A
+record written before jobs had several types reads as a job of one type or
+none.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from fleet.core.jobs import Job, Mode, ReplicaGroup
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement, RestoreError, restore_order
 from fleet.core.quota import QuotaTree
-from fleet.core.resources import Resources
+from fleet.core.resources import Resources, typed_gpu
 from fleet.core.state import Running, SchedulerState, Unit
 
 __all__ = [
@@ -99,7 +105,7 @@ def restore(
         placer = state.placers.get(record.cluster)
         if placer is None:
             raise RestoreError(f"{record.job.key}: member cluster {record.cluster} is unknown")
-        run = Running(record.job, record.cluster)
+        run = Running(running_job(record.job, record.units), record.cluster)
         for unit in sorted(record.units, key=lambda u: step_of(u.charge.key)):
             placer.restore(run.job_for(unit), unit.charge, unit.pods)
             state.hold(run, unit.charge, unit.pods)
@@ -114,6 +120,20 @@ def restore(
         state.enqueue(job)
         state.phase[job.key] = JobState.QUEUED
     return state
+
+
+def running_job(job: Job, units: Iterable[Unit]) -> Job:
+    """``job`` narrowed to the GPU type its first unit is charged for, when it has
+    several types and none is chosen yet (as the cycle admitted it); else ``job``."""
+    if not job.gpu_skus or job.gpu_sku:
+        return job
+    first = min(units, key=lambda u: step_of(u.charge.key), default=None)
+    if first is None:
+        return job
+    for sku in job.gpu_skus:
+        if first.charge.request[typed_gpu(sku)]:
+            return job.on(sku)
+    return job
 
 
 # Plain values ---------------------------------------------------------------------
@@ -143,6 +163,10 @@ def job_to_plain(job: Job) -> dict[str, Any]:
         "pinned_cell_id": job.pinned_cell_id,
         "target": job.target,
         "queue_from_namespace": job.queue_from_namespace,
+        # several GPU types and their terms are written only when there are some
+        # (records written before jobs had them read the same)
+        **({"gpu_skus": list(job.gpu_skus)} if job.gpu_skus else {}),
+        **({"gpu_terms": job.gpu_terms} if job.gpu_terms else {}),
     }
 
 
@@ -163,6 +187,8 @@ def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
         pinned_cell_id=d["pinned_cell_id"],
         target=d["target"],
         queue_from_namespace=d["queue_from_namespace"],
+        gpu_skus=tuple(d.get("gpu_skus", ())),
+        gpu_terms=d.get("gpu_terms", ""),
     )
 
 

@@ -17,6 +17,16 @@ itself, and for a job that grew later, one unit per growth step
 (:mod:`fleet.core.charges`).  The unit's :class:`~fleet.core.charges.Charge`
 is the one record of its mode; the quota tree and the placer hold the same
 object.
+
+The state also keeps the members' healthy capacity (:attr:`SchedulerState.inventory`,
+:mod:`fleet.core.inventory`), counted from the placers' nodes by
+:meth:`SchedulerState.refresh_inventory`, which the cluster and node-health
+events call; a root of ``capacity: auto`` gets it as its ``min`` and ``max``
+when the state is built.
+
+A job of several GPU types runs narrowed to the one it was admitted on
+(``Running.job``: :meth:`~fleet.core.jobs.Job.on`) and is queued again
+asking for all of them (:meth:`SchedulerState.enqueue`).
 """
 
 from __future__ import annotations
@@ -27,9 +37,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import checks, lifecycle
+from fleet.core import checks, inventory, lifecycle
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
+from fleet.core.inventory import Inventory
 from fleet.core.jobs import Job, Mode, position, sort_key
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, PodPlacement
@@ -363,7 +374,34 @@ class SchedulerState:
         #: running jobs that may hold fewer pods than they can run (a superset)
         self.partial: set[str] = set()
         self._order = 0
+        #: the healthy capacity of the clusters in service (:meth:`refresh_inventory`)
+        self.inventory = Inventory()
+        #: cluster -> (its placer, that placer's node capacities), read once per placer
+        self._node_caps: dict[str, tuple[Placer, dict[str, Resources]]] = {}
+        self.refresh_inventory()
+        if tree.auto:  # capacity: auto: the root holds what the members hold
+            root = inventory.with_capacity(tree.to_spec(), self.inventory)
+            tree.set_node(root.name, min=root.min, max=root.max)
         checks.built(self)
+
+    def refresh_inventory(self) -> bool:
+        """Count the members' healthy capacity again (:mod:`fleet.core.inventory`: the
+        placers' nodes, without their bad nodes and the draining clusters); whether it
+        changed.  Events call it after every change of clusters or node health."""
+        caps: dict[str, dict[str, Resources]] = {}
+        for name, placer in self.placers.items():
+            known = self._node_caps.get(name)
+            if known is None or known[0] is not placer:
+                known = (placer, placer.node_capacities())
+                self._node_caps[name] = known
+            caps[name] = known[1]
+        for name in [n for n in self._node_caps if n not in self.placers]:
+            del self._node_caps[name]
+        bad = {name: placer.bad_nodes() for name, placer in self.placers.items()}
+        found = inventory.total(caps, bad, self.draining)
+        changed = found != self.inventory
+        self.inventory = found
+        return changed
 
     def sync_queues(self) -> None:
         """One queue per leaf of the tree, in the tree's order (pending jobs kept)."""
@@ -405,7 +443,12 @@ class SchedulerState:
         return Transition(job.key, None, JobState.QUEUED, f"queued in {job.queue}")
 
     def enqueue(self, job: Job) -> None:
-        """Put ``job`` in its queue's pending list (in order); no lifecycle move."""
+        """Put ``job`` in its queue's pending list (in order); no lifecycle move.
+
+        A job of several GPU types that ran on one of them is queued asking for
+        all of them again (:meth:`~fleet.core.jobs.Job.asked`).
+        """
+        job = job.asked()
         self.queues[job.queue].add(job)
         self._pending_keys[job.key] = job.queue
         self.waiting.queued(job)

@@ -3,8 +3,9 @@
 Theory of operation: :func:`project` turns the core's state into an
 immutable :class:`LoopView` — queues as ``kubectl get queue`` would show
 them, pending jobs with their reasons, GPUs per member and virtual cluster,
-the members drained and not ready, and which jobs changed since the view
-before.  The API, the dashboard and telemetry read only that view, never
+the members drained and not ready, the members' healthy capacity and what
+the tree promises beyond it (:mod:`fleet.core.inventory`), and which jobs
+changed since the view before.  The API, the dashboard and telemetry read only that view, never
 the state; the service decides when a view is made
 (:mod:`fleet.service.views`).  A pending job's view is reused from one
 projection to the next while its record and reason stay the same (the
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from fleet.core import inventory
+from fleet.core.inventory import Inventory, Shortfall
 from fleet.core.jobs import Job
 from fleet.core.resources import Resources, format_quantity
 from fleet.core.state import SchedulerState
@@ -81,6 +84,12 @@ class LoopView:
     draining: frozenset[str] = frozenset()
     #: member clusters that are not ready (nothing is dispatched to them)
     unready: frozenset[str] = frozenset()
+    #: the healthy capacity of the members in service (:mod:`fleet.core.inventory`)
+    inventory: Inventory = field(default_factory=Inventory)
+    #: what the tree's guarantees promise beyond that capacity, by resource
+    overpromised: tuple[Shortfall, ...] = ()
+    #: the root's capacity is ``auto``: its min and max (in ``queues``) are the capacity
+    auto: bool = False
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -181,5 +190,8 @@ def project(
         recent,
         frozenset(state.draining),
         frozenset(state.unready),
+        state.inventory,
+        inventory.overpromised(inventory.tree_guarantees(tree), state.inventory),
+        tree.auto,
     )
     return published, fresh

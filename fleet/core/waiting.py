@@ -55,7 +55,7 @@ def idle_key(job: Job) -> IdleKey | None:
     start = job.start_size
     if job.gang_size != start:
         return None
-    return (job.groups, start, job.gpu_sku, job.pinned_cell_id, job.clusters)
+    return (job.groups, start, job.gpu_types, job.pinned_cell_id, job.clusters)
 
 
 @dataclass(frozen=True, slots=True)

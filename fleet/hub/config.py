@@ -142,6 +142,10 @@ class TreeDoor:
             told += f"; {len(effect.over_limit)} queue(s) over a limit admit nothing new"
         if warnings:
             told += "; " + "; ".join(warnings)
+        if result.overpromised:
+            told += "; it promises more than the member clusters hold: " + "; ".join(
+                str(s) for s in result.overpromised
+            )
         log.info("hub: ElasticQuotaTree %s %s", key, told)
         await self._answer(obj, generation, True, "TreeApplied", told)
         self.changed()

@@ -27,6 +27,12 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
   kind that cannot be resized in place;
 * allowed clusters from the policy's ``clusterAffinity`` resolved against the
   known MemberClusters;
+* GPU types: the type the job names (``fleet.io/gpu-type``, the templates'
+  ``nvidia.com/gpu.product``) and its GPU templates' selector and node
+  affinity terms on GPU labels narrow the GPU types of the members it may
+  use (:mod:`fleet.manifests.gpu_terms`): one type is the job's
+  ``gpu_sku``, several its ``gpu_skus``; none is a problem at the field that
+  excluded the last;
 * what the document refers to, resolved first (:meth:`WorkloadModel.resolve`):
   a TrainJob's training runtime, among the registered runtimes and those the
   same submission registers (:func:`load_submitted` returns them); the
@@ -67,9 +73,9 @@ from typing import Any
 
 import pydantic
 
-from fleet.core import jobs, quota
+from fleet.core import jobs, quota, resources
 from fleet.core.jobs import Job, ReplicaGroup
-from fleet.manifests import documents, fit, models
+from fleet.manifests import documents, fit, gpu_terms, models
 from fleet.manifests.documents import Document
 from fleet.manifests.errors import Problem, SpecError, SpecIssue, quote, shorten
 from fleet.manifests.kinds import registry
@@ -262,31 +268,81 @@ def _running(
     return usable, msg
 
 
-def cluster_leaf_types(clusters: Sequence[MemberClusterModel]) -> dict[str, tuple[str, ...]]:
-    """Cluster name -> its leaf cell types (the GPU types a job may name)."""
-    return {c.name: c.cell_config().leaf_types for c in clusters}
+def cluster_leaf_types(
+    clusters: Sequence[MemberClusterModel],
+) -> dict[str, tuple[gpu_terms.Candidate, ...]]:
+    """Cluster name -> its GPU leaf cell types with their attributes (the GPU types
+    a job may ask for)."""
+    out: dict[str, tuple[gpu_terms.Candidate, ...]] = {}
+    for c in clusters:
+        config = c.cell_config()
+        out[c.name] = tuple(
+            gpu_terms.Candidate(c.name, leaf, config.labels_of(leaf)) for leaf in config.leaf_types
+        )
+    return out
 
 
-def _sku_problems(
+def _gpu_types(
     job_doc: WorkloadModel,
-    sku: str,
+    sku: str | None,
+    sets: Sequence[PodSet],
     allowed: frozenset[str] | None,
     clusters: Sequence[MemberClusterModel],
-    leaf_types: Mapping[str, tuple[str, ...]] | None,
-) -> list[Problem]:
-    """A problem if no member cluster the job may use has leaf cells of type ``sku``."""
+    leaf_types: Mapping[str, tuple[gpu_terms.Candidate, ...]] | None,
+) -> tuple[str | None, tuple[str, ...], str, list[Problem]]:
+    """The job's GPU types: ``(gpu_sku, gpu_skus, gpu_terms, problems)``.
+
+    The GPU pod templates' selector entries and node affinity on GPU labels
+    (:mod:`fleet.manifests.gpu_terms`) and the type the job names (``sku``)
+    narrow the GPU types of the member clusters the job may use: one type is
+    ``gpu_sku``, several are ``gpu_skus``; none is a problem at the field that
+    excluded the last.  Without terms the named type is taken as it is (no
+    member cluster having it is the problem); without clusters nothing is
+    narrowed.
+    """
+    problems: list[Problem] = []
+    gpu_templates = {s.template for s in sets if s.per_pod[resources.GPU] > 0}
+    asks = [
+        ask
+        for _, path, template in job_doc.templates()
+        if path in gpu_templates
+        and (ask := gpu_terms.template_terms(template, path, problems)).asks
+    ]
+    # The exact product a selector names is the type itself (checked as ``sku``).
+    terms = [
+        gpu_terms.TemplateTerms(
+            tuple(r for r in ask.selector if r.key != models.GPU_PRODUCT_LABEL), ask.terms
+        )
+        for ask in asks
+    ]
+    text = gpu_terms.describe(terms)
+    if problems or not clusters or not (sku or text):
+        return sku, (), text if clusters else "", problems
     types = leaf_types if leaf_types is not None else cluster_leaf_types(clusters)
     usable = [c.name for c in clusters if allowed is None or c.name in allowed]
-    if not usable or any(sku in types.get(name, ()) for name in usable):
-        return []
-    have = "; ".join(
-        f"{name}: {', '.join(shorten(t) for t in types.get(name, ())) or '-'}" for name in usable
-    )
-    msg = (
-        f"GPU type {quote(sku)} is not a leaf cell type of any member cluster "
-        f"the job may use ({have})"
-    )
-    return [(job_doc.gpu_sku_path() or "", msg)]
+    if not usable:
+        return sku, (), text, []
+    candidates = [cand for name in usable for cand in types.get(name, ())]
+    path = job_doc.gpu_sku_path() or ""
+
+    def exact_refused() -> Problem:
+        have = "; ".join(
+            f"{name}: {', '.join(shorten(c.name) for c in types.get(name, ())) or '-'}"
+            for name in usable
+        )
+        msg = (
+            f"GPU type {quote(sku or '')} is not a leaf cell type of any member cluster "
+            f"the job may use ({have})"
+        )
+        return (path, msg)
+
+    exact = (path, sku) if sku else None
+    names, problems = gpu_terms.accepted(exact, asks, candidates, exact_refused)
+    if problems:
+        return None, (), text, problems
+    if len(names) == 1:
+        return names[0], (), text, []
+    return None, names, text, []
 
 
 def _pin_problems(
@@ -340,7 +396,7 @@ def _build(
     seq: int,
     priority_classes: Mapping[str, int],
     clusters: Sequence[MemberClusterModel],
-    leaf_types: Mapping[str, tuple[str, ...]] | None = None,
+    leaf_types: Mapping[str, tuple[gpu_terms.Candidate, ...]] | None = None,
 ) -> tuple[Job | None, list[Problem]]:
     problems = job_doc.problems()
     if problems:
@@ -367,7 +423,8 @@ def _build(
         problems.append((path, f"an opportunistic job (class {pclass}) is always preemptible"))
 
     scratch: list[Problem] = []  # the pod sets' problems were reported by problems() above
-    groups = replica_groups(job_doc.pod_sets(scratch))
+    sets = job_doc.pod_sets(scratch)
+    groups = replica_groups(sets)
     min_members = job_doc.gang_minimum()[0]
     target = job_doc.start_pods()
 
@@ -385,9 +442,10 @@ def _build(
         allowed, problem = _running(job_doc, allowed, clusters)
         if problem:
             problems.append(("kind", problem))
-    sku = job_doc.gpu_sku(scratch)
-    if sku and clusters:
-        problems.extend(_sku_problems(job_doc, sku, allowed, clusters, leaf_types))
+    sku, skus, terms, found = _gpu_types(
+        job_doc, job_doc.gpu_sku(scratch), sets, allowed, clusters, leaf_types
+    )
+    problems.extend(found)
     pinned = job_doc.metadata.annotations.get(models.PINNED_CELL_ANNOTATION) or None
     if pinned and clusters and queue:
         problems.extend(_pin_problems(job_doc, pinned, queue, allowed, clusters))
@@ -405,6 +463,8 @@ def _build(
         preemptible=preemptible,
         gpu_sku=sku,
         clusters=allowed,
+        gpu_skus=skus,
+        gpu_terms=terms,
         priority_class=pclass,
         pinned_cell_id=pinned,
         target=target,

@@ -259,9 +259,27 @@ class QuotaNodeModel(_Owned):
     #: Fleet's own fields (durations such as ``10m``), inherited by children unless set.
     preempt_min_runtime: Duration | None = None
     reclaim_min_runtime: Duration | None = None
+    #: Fleet's own field, on the root only: ``auto`` leaves the root's ``min`` and ``max``
+    #: to Fleet, the members' healthy capacity (:mod:`fleet.core.inventory`).
+    capacity: Literal["auto"] | None = None
 
-    def to_spec(self, path: str, problems: list[Problem]) -> QuotaNodeSpec:
-        """The exact core node (``path`` names it); quantity problems, naming it, are appended."""
+    def to_spec(self, path: str, problems: list[Problem], *, root: bool = False) -> QuotaNodeSpec:
+        """The exact core node (``path`` names it); quantity problems, naming it, are appended.
+
+        ``root``: the node is the tree's root, the one node that may say ``capacity: auto``.
+        """
+        auto = self.capacity == "auto"
+        if auto and not root:
+            what = "capacity: auto is for the root node only (the members' capacity is the root's)"
+            problems.append((f"{path}.capacity", node_message(self.name, what)))
+        elif auto:
+            for field, given in (("min", self.min), ("max", self.max)):
+                if given is not None:
+                    what = (
+                        f"capacity: auto makes the root's {field} the members' healthy capacity; "
+                        f"remove {field}, or remove capacity to write the figures"
+                    )
+                    problems.append((f"{path}.{field}", node_message(self.name, what)))
         min_, p1 = parse_resources(self.min or {}, f"{path}.min")
         max_: Resources | None = None
         problems.extend((p, node_message(self.name, m)) for p, m in p1)
@@ -285,6 +303,7 @@ class QuotaNodeModel(_Owned):
             reclaim_min_runtime=None
             if self.reclaim_min_runtime is None
             else parse_duration(self.reclaim_min_runtime),
+            auto=auto and root,
         )
 
 
@@ -312,15 +331,46 @@ class ElasticQuotaTreeSpec(_Owned):
     root: QuotaNodeModel
 
 
+class QuotaShortfall(_Foreign):
+    """One resource the tree promises beyond what the members hold (quantities)."""
+
+    resource: StrictStr
+    promised: StrictStr
+    held: StrictStr
+    short: StrictStr
+
+
+class RootCapacity(_Foreign):
+    """The root's figures in force (with ``capacity: auto``, the members' capacity)."""
+
+    min: dict[str, StrictStr] = Field(default_factory=dict)
+    max: dict[str, StrictStr] | None = None
+
+
+class ElasticQuotaTreeStatus(_Foreign):
+    """What Fleet observes of the tree in force: written by Fleet, ignored when a tree
+    is written (as Kubernetes ignores ``status`` in a change of ``spec``)."""
+
+    #: the root's ``capacity`` as written (``auto``), or absent
+    capacity: StrictStr | None = None
+    root: RootCapacity | None = None
+    #: the members' healthy capacity per resource (the clusters in service, bad nodes left out)
+    held: dict[str, StrictStr] = Field(default_factory=dict)
+    #: what the tree guarantees beyond ``held``; empty when it promises no more than exists
+    overpromised: list[QuotaShortfall] = Field(default_factory=list)
+
+
 class ElasticQuotaTreeModel(_Owned):
     api_version: Literal["scheduling.sigs.k8s.io/v1beta1"]
     kind: Literal["ElasticQuotaTree"]
     metadata: ObjectMeta
     spec: ElasticQuotaTreeSpec
+    #: Fleet's report on the tree in force (``GET /api/v1/quota-tree``); ignored on input.
+    status: ElasticQuotaTreeStatus | None = None
 
     def to_spec(self) -> tuple[QuotaNodeSpec, list[Problem]]:
         problems: list[Problem] = []
-        root = self.spec.root.to_spec("spec.root", problems)
+        root = self.spec.root.to_spec("spec.root", problems, root=True)
         return root, problems
 
     def problems(self) -> list[Problem]:

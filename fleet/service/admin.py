@@ -8,10 +8,15 @@ new tree version (with author and diff) or the node's health mark, the
 job transitions that followed and the deletion intents for the pods that
 must stop, all in one transaction; only then are the pods deleted in their
 members.  A dry run computes :func:`fleet.core.quota_change.preview` and
-changes nothing.  At start, :func:`restore` marks the stored bad nodes in
-the placers again and gives the core the stored times of quota cuts and
-the clusters being drained, so a restart neither revives a bad node, nor
-resets the ``--quota-cut-grace`` clock, nor forgets a drain.
+changes nothing.  Either way the answer says what the new tree promises
+beyond the members' healthy capacity (:func:`fleet.core.inventory.overpromised`,
+against the inventory the state keeps), and a root of ``capacity: auto`` is
+given that capacity as its ``min`` and ``max``; the core gives it the new
+figures whenever a cluster or node change below moves the capacity.  At
+start, :func:`restore` marks the stored bad nodes in the placers again and
+gives the core the stored times of quota cuts and the clusters being
+drained, so a restart neither revives a bad node, nor resets the
+``--quota-cut-grace`` clock, nor forgets a drain.
 
 Member clusters: a PUT adds a cluster (``ClusterAdded``, a new simulated
 member) or replaces its cell config (``ClusterReplaced``, refused with the
@@ -46,7 +51,8 @@ from typing import Any, Final
 import yaml
 
 from fleet.clusters.base import FollowsNodes, MemberCluster, ObservedNode
-from fleet.core import events, quota_change
+from fleet.core import events, inventory, quota_change
+from fleet.core.inventory import Shortfall
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
 from fleet.core.state import Transition
@@ -76,6 +82,8 @@ class TreeChangeResult:
     effect: quota_change.TreeChangeEffect
     #: running jobs stopped because no leaf takes them any more
     stopped: tuple[str, ...] = ()
+    #: what the tree promises beyond the members' healthy capacity (:mod:`fleet.core.inventory`)
+    overpromised: tuple[Shortfall, ...] = ()
 
 
 def diff(old: str, new: str) -> str:
@@ -106,9 +114,12 @@ async def change_tree(
     """Replace the quota tree with the validated ``root`` (its YAML ``document``)."""
 
     async def work(loop: SchedulerLoop) -> TreeChangeResult:
-        effect = quota_change.preview(loop.state, QuotaTree.build(root))
+        held = loop.state.inventory
+        tree = QuotaTree.build(inventory.with_capacity(root, held))
+        short = inventory.overpromised(inventory.spec_guarantees(root), held)
+        effect = quota_change.preview(loop.state, tree)
         if dry_run:
-            return TreeChangeResult(None, effect)
+            return TreeChangeResult(None, effect, overpromised=short)
         before = {k: r.cluster for k, r in loop.state.running.items()}
         out = events.apply(loop.state, events.QuotaTreeReplaced(root))
         changes = [o for o in out if isinstance(o, Transition)]
@@ -124,7 +135,7 @@ async def change_tree(
 
         await loop.commit(changes, deletes=deletes, also=[save])
         loop.tree_document = document
-        return TreeChangeResult(version[0], effect, tuple(key for key, _ in deletes))
+        return TreeChangeResult(version[0], effect, tuple(key for key, _ in deletes), short)
 
     result: TreeChangeResult = await loop.exclusive(work)
     return result

@@ -16,7 +16,10 @@ several applications in one process (the tests) never share instruments.
   ``fleet_`` in place of ``kueue_``; counters and histograms are fed by the
   loop's hooks (:meth:`Telemetry.cycle`, :meth:`Telemetry.queued`,
   :meth:`Telemetry.dispatch_failed`), gauges are read from the loop's
-  published view at collection time.  The Prometheus exporter writes them to
+  published view at collection time; ``fleet_quota_overpromised{resource}``
+  (Fleet's own) is what the quota tree guarantees beyond the members'
+  healthy capacity (:mod:`fleet.core.inventory`), 0 for every resource the
+  members hold when it promises no more.  The Prometheus exporter writes them to
   a registry of this object, served on ``/metrics``; an OTLP exporter pushes
   them too when ``otlp_endpoint`` is set.
 * **Logs.**  :func:`configure_logging`: one JSON object per line (or a text
@@ -90,6 +93,22 @@ class GpusLike(Protocol):
     def vcs(self) -> Mapping[str, tuple[int, int]]: ...
 
 
+class ShortfallLike(Protocol):
+    """What the tree promises beyond the members' capacity in one resource
+    (``fleet.core.inventory.Shortfall``)."""
+
+    @property
+    def resource(self) -> str: ...
+    def quantities(self) -> dict[str, str]: ...
+
+
+class InventoryLike(Protocol):
+    """The members' healthy capacity (``fleet.core.inventory.Inventory``)."""
+
+    @property
+    def declared(self) -> frozenset[str]: ...
+
+
 class ViewLike(Protocol):
     """What the gauges read of the loop's published view (``fleet.core.view.LoopView``)."""
 
@@ -99,6 +118,10 @@ class ViewLike(Protocol):
     def pending(self) -> Mapping[str, Sequence[object]]: ...
     @property
     def clusters(self) -> Mapping[str, GpusLike]: ...
+    @property
+    def inventory(self) -> InventoryLike: ...
+    @property
+    def overpromised(self) -> Sequence[ShortfallLike]: ...
 
 
 #: Histogram buckets in seconds: cycles take milliseconds, admission waits minutes to days.
@@ -255,6 +278,14 @@ class Telemetry:
             unit="1",
             description="1 when a member cluster is ready, 0 when not.",
         )
+        meter.create_observable_gauge(
+            "fleet_quota_overpromised",
+            [self._observe_overpromised],
+            unit="1",
+            description="What the quota tree guarantees beyond the members' healthy "
+            "capacity, per resource and GPU type (GPUs, CPU cores, bytes); 0 when it "
+            "promises no more than exists.",
+        )
         #: job key -> when it (last) became pending, for the admission wait time
         self._queued_since: dict[str, float] = {}
 
@@ -371,6 +402,18 @@ class Telemetry:
                 free = max(0, total - used)
                 out.append(Observation(free, {"cluster": name, "vc": vc, "state": "free"}))
         return out
+
+    def _observe_overpromised(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        from fleet.core.resources import parse_value  # cores, bytes, counts (as Kubernetes)
+
+        view = self._view()
+        short = {s.resource: s.quantities()["short"] for s in view.overpromised}
+        return [
+            Observation(float(parse_value(short.get(r, 0))), {"resource": r})
+            for r in sorted(set(view.inventory.declared) | set(short))
+        ]
 
     def _observe_health(self, options: CallbackOptions) -> Iterable[Observation]:
         if self._health is None:

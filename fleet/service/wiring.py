@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fleet.clock import Clock
 from fleet.clusters.base import MemberCluster, NodesObserved
 from fleet.clusters.kube import kubeconfig
@@ -519,14 +521,30 @@ async def refresh_configuration(svc: Service) -> None:
     await take_stored(svc)
 
 
+def without_status(document: str) -> str:
+    """A tree document without the ``status`` Fleet writes (``GET /api/v1/quota-tree``
+    shows one): a written status is ignored, as Kubernetes ignores it in a change of
+    ``spec``, and the document is stored as written when it has none."""
+    try:
+        found = yaml.safe_load(document)
+    except yaml.YAMLError:
+        return document
+    if not isinstance(found, dict) or "status" not in found:
+        return document
+    return yaml.safe_dump({k: v for k, v in found.items() if k != "status"}, sort_keys=False)
+
+
 async def change_tree(
     svc: Service, document: str, author: str, *, dry_run: bool = False
 ) -> tuple[admin.TreeChangeResult, list[str]]:
     """Validate the ElasticQuotaTree ``document`` in full, then apply it (or preview
     it with ``dry_run``): the change and the warnings.  Raises
     :class:`~fleet.manifests.errors.SpecError` (nothing changes) when it is refused.
-    ``PUT /api/v1/quota-tree`` and the hub's ElasticQuotaTree both come here."""
+    ``PUT /api/v1/quota-tree`` and the hub's ElasticQuotaTree both come here; a root of
+    ``capacity: auto`` is given the members' healthy capacity by the core, as at start
+    (:mod:`fleet.core.inventory`)."""
     tree, warnings = convert.load_quota(document)
+    document = without_status(document)
     result = await admin.change_tree(svc.loop, tree.to_spec(), document, author, dry_run=dry_run)
     if not dry_run:
         svc.tree = tree

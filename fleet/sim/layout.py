@@ -17,6 +17,14 @@ filled up to a whole rack; nodes that no queue owns form the shared pool.
   the pod list, grouped by GPU model and GPUs per node (one pool per group);
   each synthetic tenant owns an equal share of every pool (rounded down; the
   rest is shared).
+
+With ``nodes=True`` (``gen-clusters --nodes``) the member describes itself
+instead, as a member whose cells are built from Node labels
+(:mod:`fleet.manifests.topology`): ``spec.topology`` with one level
+(:data:`RACK_LABEL` for Philly's racks, :data:`POOL_LABEL` for openb's pools),
+``spec.nodes`` labelled with it (and openb's GPU model as
+``nvidia.com/gpu.product``), and each virtual cluster as requests of whole
+nodes.  Built, it gives the same cells as the hand-written form.
 """
 
 from __future__ import annotations
@@ -36,6 +44,10 @@ from fleet.sim.traces import NODE_GPUS, TraceError, TraceJob
 RACK_NODES: Final = 8
 PHILLY_NODES_FILE: Final = "philly_vc_nodes_helios.csv"
 OPENB_NODES_FILE: Final = "openb_node_list_gpu_node.csv"
+#: Level labels of the generated nodes (``--nodes``).
+RACK_LABEL: Final = "topology.fleet.io/rack"
+POOL_LABEL: Final = "topology.fleet.io/pool"
+GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +101,25 @@ def philly_node_counts(text: str, where: str) -> dict[str, int]:
     return out
 
 
-def philly(jobs: Sequence[TraceJob], node_counts: Mapping[str, int], source: str) -> Layout:
+def _member(
+    name: str, cells: dict[str, Any] | None, described: dict[str, Any] | None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"simulated": True}
+    if described is not None:
+        spec.update(described)
+    else:
+        spec["cells"] = cells
+    return {
+        "apiVersion": "fleet.io/v1alpha1",
+        "kind": "MemberCluster",
+        "metadata": {"name": name, "labels": {"trace": name}},
+        "spec": spec,
+    }
+
+
+def philly(
+    jobs: Sequence[TraceJob], node_counts: Mapping[str, int], source: str, nodes: bool = False
+) -> Layout:
     """The Philly layout (module docstring); ``source`` names the files in the headers."""
     sizes = {f"vc-{traces._label(vc)}": n for vc, n in node_counts.items()}
     largest: dict[str, int] = {}
@@ -109,41 +139,47 @@ def philly(jobs: Sequence[TraceJob], node_counts: Mapping[str, int], source: str
         f"(Helios' node counts{sized}),\n"
         f"in {racks} racks of {RACK_NODES} nodes ({racks * RACK_NODES - owned} shared)."
     )
-    cluster = {
-        "apiVersion": "fleet.io/v1alpha1",
-        "kind": "MemberCluster",
-        "metadata": {"name": "philly", "labels": {"trace": "philly"}},
-        "spec": {
-            "simulated": True,
-            "cells": {
-                "physicalCluster": {
-                    "skuTypes": {"GPU": {"gpu": 1}},
-                    "cellTypes": {
-                        "NODE": {
-                            "childCellType": "GPU",
-                            "childCellNumber": NODE_GPUS,
-                            "isNodeLevel": True,
-                        },
-                        "RACK": {"childCellType": "NODE", "childCellNumber": RACK_NODES},
-                    },
-                    "physicalCells": [
-                        {
-                            "cellType": "RACK",
-                            "cellChildren": [
-                                {"cellAddress": f"philly-node-{r * RACK_NODES + n:04d}"}
-                                for n in range(RACK_NODES)
-                            ],
-                        }
-                        for r in range(racks)
-                    ],
+    cells = {
+        "physicalCluster": {
+            "skuTypes": {"GPU": {"gpu": 1}},
+            "cellTypes": {
+                "NODE": {
+                    "childCellType": "GPU",
+                    "childCellNumber": NODE_GPUS,
+                    "isNodeLevel": True,
                 },
-                "virtualClusters": {
-                    queue: {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": n}]}
-                    for queue, n in queues.items()
-                },
+                "RACK": {"childCellType": "NODE", "childCellNumber": RACK_NODES},
             },
+            "physicalCells": [
+                {
+                    "cellType": "RACK",
+                    "cellChildren": [
+                        {"cellAddress": f"philly-node-{r * RACK_NODES + n:04d}"}
+                        for n in range(RACK_NODES)
+                    ],
+                }
+                for r in range(racks)
+            ],
+        },
+        "virtualClusters": {
+            queue: {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": n}]}
+            for queue, n in queues.items()
         },
     }
+    described = {
+        "topology": {"levels": [RACK_LABEL]},
+        "nodes": [
+            {
+                "name": f"philly-node-{r * RACK_NODES + n:04d}",
+                "labels": {RACK_LABEL: f"rack-{r:03d}"},
+                "capacity": {"nvidia.com/gpu": NODE_GPUS},
+            }
+            for r in range(racks)
+            for n in range(RACK_NODES)
+        ],
+        "virtualClusters": {queue: {"requests": [{"nodes": n}]} for queue, n in queues.items()},
+    }
+    cluster = _member("philly", cells, described if nodes else None)
     leaves = {queue: n * NODE_GPUS for queue, n in queues.items()}
     return Layout(_dump(header, [cluster]), _quota("philly", leaves, total, header))
 
@@ -169,7 +205,7 @@ def openb_nodes(text: str, where: str) -> list[_NodeGroup]:
     return [_NodeGroup(m, g, tuple(names)) for (m, g), names in sorted(groups.items())]
 
 
-def openb(groups: Sequence[_NodeGroup], source: str) -> Layout:
+def openb(groups: Sequence[_NodeGroup], source: str, nodes: bool = False) -> Layout:
     """The openb layout (module docstring)."""
     if not groups:
         raise TraceError(f"{source}: no GPU node")
@@ -178,6 +214,8 @@ def openb(groups: Sequence[_NodeGroup], source: str) -> Layout:
     cell_types: dict[str, dict[str, Any]] = {}
     physical: list[dict[str, Any]] = []
     vcs: dict[str, list[dict[str, Any]]] = {t: [] for t in tenants}
+    node_list: list[dict[str, Any]] = []
+    requests: dict[str, list[dict[str, Any]]] = {t: [] for t in tenants}
     owned = dict.fromkeys(tenants, 0)
     total = 0
     for group in groups:
@@ -194,10 +232,17 @@ def openb(groups: Sequence[_NodeGroup], source: str) -> Layout:
             {"cellType": pool, "cellChildren": [{"cellAddress": n} for n in group.names]}
         )
         total += group.gpus * len(group.names)
+        labels = {POOL_LABEL: pool.lower(), GPU_PRODUCT: group.model}
+        node_list.extend(
+            {"name": n, "labels": labels, "capacity": {"nvidia.com/gpu": group.gpus}}
+            for n in group.names
+        )
         share = len(group.names) // len(tenants)
         if share:
             for t in tenants:
                 vcs[t].append({"cellType": f"{pool}.{node}", "cellNumber": share})
+                selector = {"matchLabels": {POOL_LABEL: pool.lower()}}
+                requests[t].append({"nodes": share, "nodeSelector": selector})
                 owned[t] += share * group.gpus
     header = (
         f"Generated by `fleet simulate gen-clusters --format openb` from {source}.\n"
@@ -205,37 +250,34 @@ def openb(groups: Sequence[_NodeGroup], source: str) -> Layout:
         f"by GPU model and size; {len(tenants)} synthetic tenants\n"
         "(the trace has none) each own an equal share of every pool."
     )
-    cluster = {
-        "apiVersion": "fleet.io/v1alpha1",
-        "kind": "MemberCluster",
-        "metadata": {"name": "openb", "labels": {"trace": "openb"}},
-        "spec": {
-            "simulated": True,
-            "cells": {
-                "physicalCluster": {
-                    "skuTypes": skus,
-                    "cellTypes": cell_types,
-                    "physicalCells": physical,
-                },
-                "virtualClusters": {
-                    t: {"virtualCells": cells} for t, cells in vcs.items() if cells
-                },
-            },
+    cells = {
+        "physicalCluster": {
+            "skuTypes": skus,
+            "cellTypes": cell_types,
+            "physicalCells": physical,
         },
+        "virtualClusters": {t: {"virtualCells": cells} for t, cells in vcs.items() if cells},
     }
+    described = {
+        "topology": {"levels": [POOL_LABEL]},
+        "nodes": node_list,
+        "virtualClusters": {t: {"requests": asks} for t, asks in requests.items() if asks},
+    }
+    cluster = _member("openb", cells, described if nodes else None)
     return Layout(_dump(header, [cluster]), _quota("openb", owned, total, header))
 
 
-def generate(trace: Path, fmt: str) -> Layout:
-    """The layout for trace file ``trace`` of format ``fmt`` (its capacity file beside it)."""
+def generate(trace: Path, fmt: str, nodes: bool = False) -> Layout:
+    """The layout for trace file ``trace`` of format ``fmt`` (its capacity file beside it);
+    ``nodes``: members described by labelled nodes (module docstring)."""
     if fmt == "philly":
-        nodes = trace.parent / PHILLY_NODES_FILE
+        where = trace.parent / PHILLY_NODES_FILE
         jobs = traces.read_philly(_text(trace), str(trace))
-        counts = philly_node_counts(_text(nodes), str(nodes))
-        return philly(jobs, counts, f"{trace.name} and {nodes.name}")
+        counts = philly_node_counts(_text(where), str(where))
+        return philly(jobs, counts, f"{trace.name} and {where.name}", nodes)
     if fmt == "openb":
-        nodes = trace.parent / OPENB_NODES_FILE
-        return openb(openb_nodes(_text(nodes), str(nodes)), nodes.name)
+        where = trace.parent / OPENB_NODES_FILE
+        return openb(openb_nodes(_text(where), str(where)), where.name, nodes)
     raise TraceError(f"gen-clusters reads philly or openb traces, not {fmt!r}")
 
 

@@ -67,3 +67,52 @@ def rack_config(
 def cell_placer(cluster: str = "c1", **config: Any) -> CellPlacer:
     """A :class:`CellPlacer` over :func:`rack_config` (``racks``, ``nodes``, ``gpus``, ...)."""
     return CellPlacer(cluster, load_cell_config(rack_config(**config)))
+
+
+#: Level label keys of :func:`labelled_member`'s nodes.
+RACK_LABEL = "topology.fleet.io/rack"
+GROUP_LABEL = "topology.fleet.io/gpu-group"
+
+
+def labelled_member(
+    racks: int,
+    nodes: int,
+    gpus: int,
+    vcs: Mapping[str, Sequence[dict[str, Any]]] | None = None,
+    *,
+    pairs: bool = False,
+    address: str = "r{r}n{n}",
+    labels: Mapping[str, str] | None = None,
+    name: str = "c1",
+) -> dict[str, Any]:
+    """A simulated MemberCluster document that describes :func:`rack_config`'s racks by
+    their nodes' labels (``spec.topology`` and ``spec.nodes``) instead of cells.
+
+    ``vcs``: VC -> its requests (``{nodes: N, within: RACK_LABEL}`` ...).  Built,
+    it gives the same cells as :func:`rack_config` (other type names).
+    """
+    node_list = []
+    for r in range(racks):
+        for n in range(nodes):
+            node_labels = {RACK_LABEL: f"r{r:05d}", **(labels or {})}
+            if pairs:
+                node_labels[GROUP_LABEL] = "2"
+            node_list.append(
+                {
+                    "name": address.format(r=r, n=n),
+                    "labels": node_labels,
+                    "capacity": {"nvidia.com/gpu": gpus},
+                }
+            )
+    topology: dict[str, Any] = {"levels": [RACK_LABEL]}
+    if pairs:
+        topology["gpuGroup"] = GROUP_LABEL
+    spec: dict[str, Any] = {"simulated": True, "topology": topology, "nodes": node_list}
+    if vcs:
+        spec["virtualClusters"] = {vc: {"requests": list(asks)} for vc, asks in vcs.items()}
+    return {
+        "apiVersion": "fleet.io/v1alpha1",
+        "kind": "MemberCluster",
+        "metadata": {"name": name},
+        "spec": spec,
+    }

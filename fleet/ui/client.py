@@ -138,10 +138,13 @@ class Api:
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
+        accept: str | None = None,
     ) -> tuple[int, str, bytes]:
         """``(status, content type, body)``; :class:`ApiProblem` for any 4xx/5xx answer."""
         session = await _session(self.request.app)
-        extra = {"Content-Type": content_type} if content_type else None
+        extra = {"Content-Type": content_type} if content_type else {}
+        if accept:
+            extra["Accept"] = accept
         try:
             async with session.request(
                 method,
@@ -165,7 +168,7 @@ class Api:
         return status, kind, data
 
     async def json(self, url: str, params: Mapping[str, str] | None = None) -> Any:
-        _, _, data = await self.call("GET", url, params=params)
+        _, _, data = await self.call("GET", url, params=params, accept="application/json")
         return json.loads(data)
 
     async def text(self, url: str) -> str:

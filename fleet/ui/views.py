@@ -162,10 +162,13 @@ async def logout(request: web.Request) -> web.StreamResponse:
 async def tree(request: web.Request) -> web.Response:
     api = Api(request)
     try:
-        me = await _me(api)
-        nodes = (await api.json("/api/v1/queues"))["items"]
+        me, queues, tree_doc = await asyncio.gather(
+            _me(api), api.json("/api/v1/queues"), api.json("/api/v1/quota-tree")
+        )
     except ApiProblem as e:
         return await _problem_page(request, e)
+    nodes = queues["items"]
+    status = tree_doc.get("status") or {}
     depth = present.depths(nodes)
     needle = request.query.get("q", "").strip()
     shown = [n for n in nodes if needle.lower() in n["name"].lower()] if needle else nodes
@@ -191,6 +194,9 @@ async def tree(request: web.Request) -> web.Response:
         "next": _url("/ui/", q=needle, page=page + 1) if start + TREE_PAGE < len(shown) else None,
         "vc_class": present.vc_class,
         "watch": "any",
+        "overpromised": status.get("overpromised") or [],
+        "auto": status.get("capacity") == "auto",
+        "held": status.get("held") or {},
     }
     return await _render(request, "tree.html", context)
 

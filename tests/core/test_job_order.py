@@ -40,6 +40,8 @@ OTHER: dict[str, object] = {
     "pinned_cell_id": "cell-1",
     "target": 1,
     "queue_from_namespace": True,
+    "gpu_skus": ("A100", "H100"),
+    "gpu_terms": "GPU memory > 40960",
 }
 
 

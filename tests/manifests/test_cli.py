@@ -149,3 +149,64 @@ def test_plan_calls_the_lazily_imported_planner(
         "json",
         "cells",
     )
+
+
+def test_check_quota_warns_where_the_tree_promises_more_than_the_clusters_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = (POLICIES / "clusters" / "example.yaml").read_text(encoding="utf-8")
+    edge = tmp_path / "edge.yaml"  # 8 A100s, 96 cpu, 960Gi
+    edge.write_text(
+        "apiVersion: fleet.io/v1alpha1\nkind: MemberCluster\nmetadata:\n  "
+        + example[example.index("name: edge") :],
+        encoding="utf-8",
+    )
+    tree = POLICIES / "quota" / "auto-tree.yaml"
+    assert cli.main(["check", "quota", str(tree), "--clusters", str(edge)]) == 0
+    out, err = capsys.readouterr()
+    assert "capacity: auto (cpu 96, gpu.fleet.io/A100 8, memory 960Gi, nvidia.com/gpu 8)" in out
+    assert out.rstrip().endswith("; 4 warnings")
+    lines = err.splitlines()
+    assert len(lines) == 4 and all(
+        line.startswith(f"warning: {tree}: the tree promises more than the member clusters hold: ")
+        for line in lines
+    )
+    assert lines[-1].endswith(
+        "nvidia.com/gpu: the tree guarantees 48, the members hold 8 (40 short)"
+    )
+    assert "gpu.fleet.io/H100: the tree guarantees 8, the members hold 0 (8 short)" in err
+    # The same tree against the clusters it was written for promises nothing more.
+    clusters = POLICIES / "clusters" / "example.yaml"
+    assert cli.main(["check", "quota", str(tree), "--clusters", str(clusters)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.rstrip().endswith("nvidia.com/gpu 48); 0 warnings")
+
+
+def test_capacity_auto_errors_name_their_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (POLICIES / "quota" / "auto-tree.yaml").read_text(encoding="utf-8")
+    broken = tmp_path / "tree.yaml"
+    broken.write_text(
+        text.replace("    capacity: auto\n", "    capacity: auto\n    max: {cpu: 1}\n").replace(
+            "      - name: research\n", "      - name: research\n        capacity: auto\n"
+        ),
+        encoding="utf-8",
+    )
+    assert cli.main(["check", "quota", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.root.max: node 'root': capacity: auto makes the root's max" in err
+    assert "spec.root.children[0].capacity: node 'research': capacity: auto is for the root" in err
+
+
+def test_check_quota_says_which_members_it_cannot_count_offline(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tree = POLICIES / "quota" / "auto-tree.yaml"
+    clusters = POLICIES / "clusters" / "described-members.yaml"  # real, cells from Nodes
+    assert cli.main(["check", "quota", str(tree), "--clusters", str(clusters)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"warning: {clusters}: member cluster prod-east is described by its Node objects: "
+        "its capacity is known to the running service only and is not counted here"
+    ) in err

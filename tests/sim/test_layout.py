@@ -55,3 +55,31 @@ def test_gen_clusters_names_a_missing_capacity_file(tmp_path: Path) -> None:
         layout.generate(trace, "philly")
     with pytest.raises(TraceError, match="philly or openb"):
         layout.generate(trace, "armada")
+
+
+def _structure(cluster: object) -> list[tuple[object, ...]]:
+    """Every physical cell as (depth, node, GPU index, children): the cells without names."""
+    config = cluster.cell_config()  # type: ignore[attr-defined]
+    out: list[tuple[object, ...]] = []
+
+    def walk(cell: object, depth: int) -> None:
+        out.append((depth, cell.node, cell.leaf_index, len(cell.children)))  # type: ignore[attr-defined]
+        for child in cell.children:  # type: ignore[attr-defined]
+            walk(child, depth + 1)
+
+    for top in config.physical_cells:
+        walk(top, 0)
+    return out
+
+
+@pytest.mark.parametrize(("trace", "fmt"), [(PHILLY, "philly"), (OPENB, "openb")])
+def test_nodes_form_builds_the_cells_of_the_hand_written_form(trace: Path, fmt: str) -> None:
+    hand = layout.generate(trace, fmt)
+    described = layout.generate(trace, fmt, nodes=True)
+    assert hand.quota == described.quota
+    (by_cells,) = convert.load_clusters(hand.clusters)
+    (by_nodes,) = convert.load_clusters(described.clusters)
+    assert by_nodes.spec.cells is None and by_nodes.spec.nodes
+    assert _structure(by_nodes) == _structure(by_cells)
+    assert wiring.vc_gpus(by_nodes) == wiring.vc_gpus(by_cells)
+    assert by_nodes.cell_config().nodes() == by_cells.cell_config().nodes()

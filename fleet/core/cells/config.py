@@ -30,6 +30,11 @@ its chains are kept apart (``CellConfig.cpu_cells``), their nodes' cpu and
 memory take the pods that ask for no GPU, and a virtual cluster may not own
 their cells (a queue's cpu and memory are guaranteed by the quota tree).
 
+A skuType may give its GPU's attributes as node labels (``labels: {key:
+value}``: a label key and a label value as Kubernetes writes them, a number
+read as its decimal text); a GPU skuType's labels always name its product
+(``nvidia.com/gpu.product``), the skuType's name unless they say otherwise.
+
 The result is a :class:`fleet.core.cells.spec.CellConfig`.  Every error is a
 :class:`CellConfigError` whose ``path`` is the dotted field path under ``path``
 (default ``spec.cells``).
@@ -38,11 +43,13 @@ The result is a :class:`fleet.core.cells.spec.CellConfig`.  Every error is a
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fleet.core import resources
 from fleet.core.cells.spec import (
+    GPU_PRODUCT_LABEL,
     CellConfig,
     CellConfigError,
     CellType,
@@ -148,7 +155,48 @@ def _parse_skus(raw: Any, path: str) -> dict[str, SkuType]:
                 raise CellConfigError(_join(spath, key), str(e)) from e
         if not any(amounts.values()):
             raise CellConfigError(spath, f"skuType {name} has no gpu, cpu or memory")
-        out[str(name)] = SkuType(str(name), amounts["gpu"], amounts["cpu"], amounts["memory"])
+        labels = _parse_labels(spec.get("labels"), _join(spath, "labels"))
+        if amounts["gpu"] and GPU_PRODUCT_LABEL not in labels:
+            labels[GPU_PRODUCT_LABEL] = str(name)
+        out[str(name)] = SkuType(
+            str(name),
+            amounts["gpu"],
+            amounts["cpu"],
+            amounts["memory"],
+            tuple(sorted(labels.items())),
+        )
+    return out
+
+
+#: A label key's name part and a label value (Kubernetes' qualified name and label
+#: value: alphanumerics, ``-``, ``_`` and ``.`` inside, at most 63 characters).
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+#: A label key's prefix: a DNS subdomain.
+_LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _parse_labels(raw: Any, path: str) -> dict[str, str]:
+    """A skuType's ``labels``: label keys to label values (a number as its text)."""
+    if raw is None:
+        return {}
+    raw = _mapping(raw, path, "labels")
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        kpath = _join(path, str(key))
+        prefix, _, name = str(key).rpartition("/")
+        if (
+            not isinstance(key, str)
+            or not _LABEL_NAME.fullmatch(name)
+            or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.fullmatch(prefix)))
+            or (not prefix and "/" in key)
+        ):
+            raise CellConfigError(kpath, f"{key!r} is not a label key")
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise CellConfigError(kpath, f"a label value is a string, got {value!r}")
+        text = str(value)
+        if text and not _LABEL_NAME.fullmatch(text):
+            raise CellConfigError(kpath, f"{text!r} is not a label value")
+        out[key] = text
     return out
 
 

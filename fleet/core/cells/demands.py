@@ -5,7 +5,8 @@ without ``skuTypes``, with them the largest of ``ceil(gpu/sku.gpu)``,
 ``ceil(cpu/sku.cpu)`` and ``ceil(memory/sku.memory)`` (None: a pod asking GPUs
 of a CPU-only sku does not fit).  A gang's *demands* are ``(pod index, leaf
 cells)`` pairs, largest first, which is the order every packing places pods in.
-The leaf types tried are the job's ``gpu_sku`` or every leaf type in order of
+The leaf types tried are the job's (:attr:`~fleet.core.jobs.Job.gpu_types`:
+its one type, or its several in its order) or every leaf type in order of
 first appearance; chains come from the topology.  Because cells of one level
 of a chain all hold the same number of leaves, the lowest level that can hold
 ``n`` leaves is a lookup in the allocator's per-level weights — a bound that
@@ -69,11 +70,10 @@ def demands(
 
 def leaf_types(state: PlacerState, job: Job) -> list[str]:
     """Leaf types ``job`` may use here, in the order they are tried."""
-    if job.gpu_sku:
-        types = [job.gpu_sku] if job.gpu_sku in state.topo.leaf_chains else []
-    else:
-        types = list(state.config.leaf_types)
-    return [t for t in types if state.topo.leaf_chains.get(t)]
+    chains = state.topo.leaf_chains
+    wanted = job.gpu_types
+    types = list(wanted) if wanted else list(state.config.leaf_types)
+    return [t for t in types if chains.get(t)]
 
 
 def lowest_level_in(state: PlacerState, chain: str, need: int) -> int:

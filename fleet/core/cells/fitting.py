@@ -75,7 +75,8 @@ def fit(
         return NoFit(cluster, why)
     leaf_types = demands.leaf_types(state, job)
     if not leaf_types:
-        return NoFit(cluster, f"no leaf cells of type {job.gpu_sku} in {cluster}")
+        types = " or ".join(job.gpu_types) or str(None)  # (the text it always was)
+        return NoFit(cluster, f"no leaf cells of type {types} in {cluster}")
     if (
         kind == KIND_SHARED
         and not state.held.get(job.key)
@@ -382,8 +383,8 @@ def why_not(
     cluster = state.cluster
     gpus = sum(p.gpus for p in pods)
     what = f"{len(pods)} pod(s) / {gpus} GPU(s)"
-    if job.gpu_sku:
-        what += f" of {job.gpu_sku}"
+    if job.gpu_types:
+        what += f" of {' or '.join(job.gpu_types)}"
     tail = "" if preempt else " without preemption"
     if kind == KIND_VC and vc is not None:
         doomed = health.doomed_cells(state).get(vc, 0)

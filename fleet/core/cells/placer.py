@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.core import checks, resources
+from fleet.core import checks, inventory, resources
 from fleet.core.capacity import CapacityPlacer
 from fleet.core.cells import (
     binding,
@@ -158,6 +158,15 @@ class CellPlacer(Placer):
         """Sum of the placed pods' requests (kept incrementally)."""
         cpu = self.cpu
         return self.state.allocated if cpu is None else self.state.allocated + cpu.allocated()
+
+    def node_capacities(self) -> dict[str, Resources]:
+        """Node -> what it holds (:func:`fleet.core.inventory.node_capacities`)."""
+        return inventory.node_capacities(self.config)
+
+    def bad_nodes(self) -> frozenset[str]:
+        cpu = self.cpu
+        bad = frozenset(self.state.bad)
+        return bad if cpu is None else bad | cpu.bad_nodes()
 
     def blind_to_queue(self, job: Job, mode: Mode) -> bool:
         """A guaranteed job of a queue with no VC (and no pinned cell) here, that holds

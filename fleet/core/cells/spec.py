@@ -16,6 +16,12 @@ cells the allocator hands out: their nodes' cpu and memory (the skuType's
 amounts times the node's leaves) take the pods that ask for no GPU, placed by
 cpu and memory (:meth:`CellConfig.cpu_nodes`).  Everything else
 (``physical_cells``, ``leaf_types``, ``chains``) is the GPU cells alone.
+
+A GPU leaf type's *attributes* are node labels (:attr:`SkuType.labels`,
+:meth:`CellConfig.labels_of`): ``nvidia.com/gpu.product`` (the type's name
+unless its skuType says otherwise), ``nvidia.com/gpu.memory`` (MiB) and any
+other label the skuType gives.  Jobs choose GPU types by them
+(:mod:`fleet.manifests.gpu_terms`).
 """
 
 from __future__ import annotations
@@ -36,14 +42,21 @@ class CellConfigError(ValueError):
         self.message = message
 
 
+#: The node label that names a GPU's product (NVIDIA GPU feature discovery's).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
 @dataclass(frozen=True, slots=True)
 class SkuType:
-    """Resources of one leaf cell of this type (``gpu`` count, cpu milli, memory bytes)."""
+    """Resources of one leaf cell of this type (``gpu`` count, cpu milli, memory bytes)
+    and the GPU's attributes, as node labels (sorted ``(key, value)`` pairs; a GPU
+    type's always name its product, by default the type's name)."""
 
     name: str
     gpu: int
     cpu: int
     memory: int
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +157,14 @@ class CellConfig:
                     )
                 out[leaf.node] = out.get(leaf.node, Resources()) + add
         return out
+
+    def labels_of(self, leaf_type: str) -> dict[str, str]:
+        """The attributes of a GPU leaf type, as node labels: its skuType's, else
+        (no skuTypes) its product alone, named as the type."""
+        sku = self.sku_types.get(leaf_type)
+        if sku is not None and sku.labels:
+            return dict(sku.labels)
+        return {GPU_PRODUCT_LABEL: leaf_type}
 
     def chain_levels(self, chain: str) -> list[CellType]:
         """The cell types of ``chain`` from the leaf (index 0, level 1) to the top."""

@@ -3,7 +3,8 @@
 Theory of operation: a kind's pod template is Kubernetes' ``PodTemplateSpec``;
 Fleet reads each container's requests (falling back to limits per resource,
 as Kubernetes defaults them) and the pod's ``nodeSelector`` (where a job may
-name its GPU type).  One pod's request is the sum over its containers, at
+name its GPU type); the GPU terms of its ``nodeSelector`` and node affinity
+are read by :mod:`fleet.manifests.gpu_terms`.  One pod's request is the sum over its containers, at
 least its largest init container.  Only Fleet places pods: a template that
 names its node or scheduler, or carries a label or annotation Fleet writes
 itself (:data:`fleet.manifests.models.FLEET_WRITTEN_KEYS`), is refused at that
