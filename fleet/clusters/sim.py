@@ -20,7 +20,8 @@ ended job stays in the member, as a finished PyTorchJob stays in Kubernetes,
 until it is deleted, so creating it again with the same uid still does
 nothing; creating a new run of its name (another uid) replaces it, as Fleet
 frees a name once its job ended.  A simulator can also mark nodes bad or healthy (reported as
-:class:`NodeHealth`; jobs there keep running) and make the member
+:class:`NodeHealth`; jobs there keep running; :meth:`SimulatedCluster.follow`
+says which are bad when the cells change) and make the member
 unreachable (:class:`ClusterUnavailable` for create and delete; running jobs
 go on).
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NoReturn
 
@@ -53,6 +55,9 @@ from fleet.clusters.base import (
     QueueWatch,
     split_key,
 )
+
+if TYPE_CHECKING:
+    from fleet.manifests.topology import Topology
 
 DURATION_ANNOTATION: Final = "fleet.io/simulated-duration"
 OUTCOME_ANNOTATION: Final = "fleet.io/simulated-outcome"
@@ -221,6 +226,12 @@ class SimulatedCluster:
         else:
             self._bad_nodes.add(node)
         self._events.put_nowait(NodeHealth(self._name, node, healthy, self._clock.now()))
+
+    def follow(self, nodes: Sequence[str], topology: Topology | None) -> list[str]:
+        """The cells now have ``nodes``: the bad ones among them (a node that left is
+        forgotten; :class:`~fleet.clusters.base.FollowsNodes`)."""
+        self._bad_nodes &= set(nodes)
+        return [n for n in nodes if n in self._bad_nodes]
 
     def set_reachable(self, reachable: bool, message: str = "unreachable") -> None:
         """Make create and delete fail with ``message`` (or work again); jobs keep running.

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
+from fleet.api import keys
 from fleet.api.routes import cluster_nodes
+from fleet.clusters.sim import SimulatedCluster
 from fleet.core.charges import Charge
 from fleet.core.jobs import Job
 from fleet.core.placement import Placer, RestoreError
@@ -223,6 +225,28 @@ async def test_a_gang_the_new_cells_cannot_hold_again_is_preempted_alone(
     wide = await job(api, "wide")
     assert wide["state"] == "Running", wide["reason"]
     await held_once(api, "wide", "small")
+
+
+async def test_a_node_the_member_reported_bad_stays_bad_in_the_new_cells(
+    labs: Callable[[dict[str, Any]], Awaitable[Api]],
+) -> None:
+    one_rack = [node("n-0", "r1"), node("n-1", "r1")]
+    doc = member(one_rack)
+    api = await labs(doc)
+    sim = api.client.app[keys.SERVICE].loop.members["labs"]
+    assert isinstance(sim, SimulatedCluster)
+    sim.set_node_health("n-0", False)
+    await api.settle()
+    bigger = copy.deepcopy(doc)
+    bigger["spec"]["nodes"] = [*one_rack, node("n-2", "r1")]
+    await put(api, bigger)
+    for name in ("a", "b", "c"):
+        await submit(api, name, workers=1, gpus=4)
+    await api.settle()
+    placed = {n: await job(api, n) for n in ("a", "b", "c")}
+    nodes = sorted(p["node"] for j in placed.values() for p in j["placement"] or [])
+    assert nodes == ["n-1", "n-2"], placed
+    assert sorted(j["state"] for j in placed.values()) == ["Queued", "Running", "Running"]
 
 
 async def test_other_changes_of_a_simulated_member_keep_the_refusal_under_running_jobs(
