@@ -153,8 +153,10 @@ def submission(
     toleration: int | None = None,
     purge_mode: str | None = None,
     restart_policy: str = "OnFailure",
+    affinity: dict[str, Any] | None = None,
 ) -> str:
-    """A PropagationPolicy and the PyTorchJob it selects (Master-less, ``workers`` pods).
+    """A PropagationPolicy and the PyTorchJob it selects (Master-less, ``workers`` pods;
+    ``affinity``: its pod template's).
 
     A job meant to fail has ``restart_policy="Never"`` (with ``OnFailure`` the
     operator restarts a pod that failed).
@@ -189,6 +191,9 @@ def submission(
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
     run_policy = {"schedulingPolicy": {"priorityClass": priority_class}} if priority_class else {}
+    template: dict[str, Any] = {"containers": [container]}
+    if affinity is not None:
+        template["affinity"] = affinity
     job = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
@@ -199,7 +204,7 @@ def submission(
                 "Worker": {
                     "replicas": workers,
                     "restartPolicy": restart_policy,
-                    "template": {"spec": {"containers": [container]}},
+                    "template": {"spec": template},
                 }
             },
         },

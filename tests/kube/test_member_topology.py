@@ -44,8 +44,11 @@ spec:
 """
 
 
-def add_lab_node(plane: ControlPlane, name: str) -> None:
-    """A KWOK Node of 4 A100-80GB GPUs in zone z1, rack r1, selected by the topology."""
+def add_lab_node(
+    plane: ControlPlane, name: str, product: str = A100, memory: str = "81920"
+) -> None:
+    """A KWOK Node of 4 GPUs (A100-80GB unless told) in zone z1, rack r1, selected by
+    the topology."""
     plane.add_node(name, 4)
     plane.admin.request(
         "PATCH",
@@ -53,8 +56,8 @@ def add_lab_node(plane: ControlPlane, name: str) -> None:
         {
             "metadata": {
                 "labels": {
-                    "nvidia.com/gpu.product": A100,
-                    "nvidia.com/gpu.memory": "81920",
+                    "nvidia.com/gpu.product": product,
+                    "nvidia.com/gpu.memory": memory,
                     ZONE: "z1",
                     RACK: "r1",
                     SELECTED: "true",
@@ -167,3 +170,34 @@ def test_a_member_described_by_labels_gets_its_cells_and_follows_its_nodes(
     # the cells (within a second): the job was preempted by the first.
     messages = [e["message"] for e in moved["events"]]
     assert any(m.startswith(f"node {there} of alpha went bad") for m in messages), messages
+
+
+def test_a_job_asking_for_more_than_40_gib_per_gpu_lands_on_the_80_gb_gpus_only(
+    fleet_factory: Any, alpha: ControlPlane
+) -> None:
+    add_lab_node(alpha, LAB[2], "NVIDIA-A100-SXM4-40GB", "40960")
+    fleet: Fleet = fleet_factory([labelled_member(alpha)], quota=QUOTA)
+    wait_for(lambda: nodes_are(fleet, *LAB), "the three labelled nodes in the cells", 30)
+    types = view(fleet)["topology"]["gpuTypes"]
+    assert {t["product"]: t["nodes"] for t in types} == {A100: 2, "NVIDIA-A100-SXM4-40GB": 1}
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40960"]}
+            ]
+        }
+    ]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}
+        }
+    }
+    for name in ("big-0", "big-1", "big-2"):
+        fleet.submit(submission(name, workers=1, gpus=4, affinity=affinity))
+    placed = [fleet.wait_state(name, "Running") for name in ("big-0", "big-1")]
+    assert {p["node"] for job in placed for p in job["placement"]} == set(LAB[:2])
+    # The 80 GB GPUs are busy: the third waits, though the 40 GB node is free.
+    waiting = fleet.wait_state("big-2", "Queued")
+    assert waiting["cluster"] is None
+    assert "GPU memory > 40960" in str(waiting)
+    assert all(c.get("job") is None for c in cell_map(fleet)[LAB[2]]["cells"])
