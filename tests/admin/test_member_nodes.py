@@ -178,6 +178,7 @@ async def test_a_node_added_to_spec_nodes_becomes_usable_and_running_jobs_stay(
     await held_once(api, "first", "second")
 
 
+@pytest.mark.interpreted_core  # replaces CellPlacer.restore; CI runs it interpreted
 async def test_a_gang_the_new_cells_cannot_hold_again_is_preempted_alone(
     labs: Callable[[dict[str, Any]], Awaitable[Api]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

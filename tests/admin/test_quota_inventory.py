@@ -12,7 +12,7 @@ from fleet.service.settings import POLICIES
 from tests.admin.conftest import YAML, Api
 
 #: The example members (policies/clusters/example.yaml): 48 GPUs (32 A100, 16 H100),
-#: 576 cpu, 5760Gi.  The auto tree's guarantees fit them.
+#: 768 cpu, 6Ti.  The auto tree's guarantees fit them.
 AUTO = yaml.safe_load((POLICIES / "quota" / "auto-tree.yaml").read_text(encoding="utf-8"))
 CLUSTERS = list(yaml.safe_load_all((POLICIES / "clusters" / "example.yaml").read_text()))
 JSON = {"Accept": "application/json"}
@@ -132,7 +132,7 @@ async def test_an_auto_root_follows_the_member_clusters(api: Api) -> None:
         "held": "0",
         "short": "8",
     }
-    assert short[GPU]["short"] == "8" and short["memory"]["held"] == "4800Gi"
+    assert short[GPU]["short"] == "8" and short["memory"]["held"] == "5120Gi"
 
 
 async def test_capacity_errors_name_their_field(api: Api) -> None:
