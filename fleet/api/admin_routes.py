@@ -340,7 +340,8 @@ async def quota_tree_history(
     "is refused (409, naming them) unless every running placement exists in the new "
     "config, except when only a simulated member's spec.nodes changed: the jobs on a "
     "node removed or relabelled are then preempted and queued again, as on a bad node. "
-    "A real member keeps the nodes observed in it (status.nodes). A PUT also puts a "
+    "A real member keeps the nodes observed in it (status.nodes); a virtual cluster request "
+    "those nodes cannot hold is refused (422, at the request's path). A PUT also puts a "
     "draining cluster back in service.",
     replies=(
         Reply(201, "The member cluster was added.", admin_schemas.ClusterChange),
@@ -404,6 +405,8 @@ async def put_cluster(request: web.Request, *, name: str) -> web.Response:
         change = await admin.put_cluster(svc.loop, model, lambda n: added)
     except admin.ClusterConflict as e:
         raise ProblemError(conflict(str(e)[:2000])) from None
+    except admin.NotHeld as e:
+        raise ProblemError(invalid([error(s.message(), s.path) for s in e.shortfalls])) from None
     finally:
         if backend is not None and svc.loop.members.get(name) is not backend:
             await backend.close()  # not added after all

@@ -645,7 +645,7 @@ class MemberClusterModel(_Owned):
 
     #: The loaded cell config, kept after the first call (the model is frozen).
     _cell_config: CellConfig | None = PrivateAttr(default=None)
-    _shortfalls: list[topology.Shortfall] = PrivateAttr(default_factory=list)
+    _shortfalls: list[topology.Unmet] = PrivateAttr(default_factory=list)
 
     def cell_config(self) -> CellConfig:
         """The validated HiveD cell config (raises CellConfigError if invalid).
@@ -672,7 +672,7 @@ class MemberClusterModel(_Owned):
                 self._cell_config, self._shortfalls = config, short
         return self._cell_config
 
-    def shortfalls(self) -> list[topology.Shortfall]:
+    def shortfalls(self) -> list[topology.Unmet]:
         """The virtual cluster requests the member's nodes cannot hold now."""
         self.cell_config()
         return list(self._shortfalls)

@@ -45,7 +45,7 @@ whose every node the request's ``nodeSelector`` selects, optionally
 N nodes or GPUs).  :func:`virtual_clusters` turns them into HiveD virtual
 cells with the allocator's buddy count per chain (a cell of a level is free,
 or split from a free cell above), chains in order, each request taking what
-it can from the first chains; what cannot be held is a :class:`Shortfall`
+it can from the first chains; what cannot be held is an :class:`Unmet`
 with its reason, which a strict caller (a simulated member's own node list,
 ``PUT /api/v1/clusters``, ``fleet check``) raises as a
 :class:`~fleet.core.cells.spec.CellConfigError` at the request's path, and a
@@ -106,7 +106,7 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
-class Shortfall:
+class Unmet:
     """What a VC request asked and what the member could hold of it, and why."""
 
     vc: str
@@ -387,7 +387,7 @@ def _unique_addresses(cells: list[_Cell]) -> None:
 
 def virtual_clusters(
     built: Built, requests: Mapping[str, Sequence[Request]]
-) -> tuple[dict[str, Any], list[Shortfall]]:
+) -> tuple[dict[str, Any], list[Unmet]]:
     """HiveD ``virtualClusters`` for the requests, and what could not be held."""
     free: dict[str, list[int]] = {}
     for chain, chain_types in built.chain_types.items():
@@ -395,14 +395,14 @@ def virtual_clusters(
         counts[0] = sum(1 for top in built.tops if top.type == chain)
         free[chain] = counts
     out: dict[str, Any] = {}
-    short: list[Shortfall] = []
+    short: list[Unmet] = []
     for vc, asks in requests.items():
         cells: dict[str, int] = {}
         for ask in asks:
             taken, reason = _hold(built, free, ask, cells)
             want = 1 if ask.within else (ask.nodes or ask.gpus or 0)
             if taken < want:
-                short.append(Shortfall(vc, ask.path, _asked(ask), taken, reason))
+                short.append(Unmet(vc, ask.path, _asked(ask), taken, reason))
         out[vc] = {
             "virtualCells": [{"cellType": path, "cellNumber": n} for path, n in cells.items()]
         }
@@ -549,7 +549,7 @@ def cell_config(
     cells: Mapping[str, Any] | None = None,
     strict: bool,
     path: str = "spec",
-) -> tuple[CellConfig, list[Shortfall]]:
+) -> tuple[CellConfig, list[Unmet]]:
     """The member's cell config: hand-written ``cells`` where given, built elsewhere.
 
     ``cells.physicalCluster`` wins over the topology, ``cells.virtualClusters``
@@ -569,7 +569,7 @@ def cell_config(
             where, message = built.problems[0]
             raise CellConfigError(where, message)
         physical = built.physical
-    short: list[Shortfall] = []
+    short: list[Unmet] = []
     if "virtualClusters" in hand:
         vcs = hand["virtualClusters"]
     elif built is not None:

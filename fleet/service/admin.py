@@ -202,6 +202,14 @@ class UnknownCluster(KeyError):
         return str(self.args[0]) if self.args else "no such member cluster"
 
 
+class NotHeld(ValueError):
+    """Virtual cluster requests a real member's observed nodes cannot hold."""
+
+    def __init__(self, shortfalls: list[topology.Unmet]) -> None:
+        super().__init__("; ".join(s.message() for s in shortfalls))
+        self.shortfalls = shortfalls
+
+
 class ClusterConflict(Exception):
     """A new cell config that running jobs forbid; ``jobs`` names them."""
 
@@ -345,6 +353,10 @@ async def put_cluster(
     """Add member cluster ``model`` or replace its config; ``member(name)`` makes the
     backend of a new one.
 
+    A real member's virtual cluster requests that the nodes observed in it
+    cannot hold are refused (:class:`NotHeld`), unless its stored config
+    already could not hold them (its nodes went away meanwhile).
+
     A replaced config is refused while running jobs would lose their cells,
     except when a simulated member's ``spec.nodes`` alone changed: that is
     :func:`replace_nodes`, as a real member's observed nodes are.  A real
@@ -358,6 +370,10 @@ async def put_cluster(
         stored = None if created else await _stored(loop, name)
         if stored is not None and model.spec.kubeconfig is not None:
             model = _with_status(model, stored)
+            before = {(s.vc, s.path) for s in stored.shortfalls()}
+            new = [s for s in model.shortfalls() if (s.vc, s.path) not in before]
+            if model.status is not None and model.status.nodes and new:
+                raise NotHeld(new)
         if stored is not None and _only_nodes_differ(stored, model):
             return await replace_nodes(loop, stored, model, keep_draining=False)
         placer = placers.placer(model)

@@ -23,6 +23,7 @@ from fleet.service import admin
 from fleet.service.settings import POLICIES
 from fleet.testing.documents import pytorchjob
 from tests.admin.conftest import YAML, Api
+from tests.clusters.kubeconfigs import config
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = "fleet.io/rack"
@@ -294,3 +295,30 @@ def test_a_real_members_shortfalls_and_gpu_types_are_listed() -> None:
         8,
     )
     assert short.reason
+
+
+async def test_a_real_members_request_its_observed_nodes_cannot_hold_is_refused(
+    api_with: Callable[..., Awaitable[Api]], tmp_path: Path, kubeconfigs: Path
+) -> None:
+    (kubeconfigs / "far.yaml").write_text(config(), encoding="utf-8")
+    doc = member(two_racks(), {"team-a": {"requests": [{"nodes": 2}]}})
+    doc["metadata"]["name"] = "far"
+    del doc["spec"]["simulated"], doc["spec"]["nodes"]
+    doc["spec"]["kubeconfig"] = {"path": "far.yaml"}
+    doc["status"] = {"nodes": two_racks()}  # as Fleet stored what it observed
+    clusters = tmp_path / "far.yaml"
+    clusters.write_text(yaml.safe_dump(doc))
+    api = await api_with(clusters=clusters, quota=POLICIES / "quota" / "team-tree.yaml")
+    wanted = copy.deepcopy(doc)
+    del wanted["status"]
+    wanted["spec"]["virtualClusters"]["team-a"]["requests"] = [{"nodes": 5}]
+    problem = await api.call(
+        "PUT", "/api/v1/clusters/far", data=yaml.safe_dump(wanted), headers=YAML, status=422
+    )
+    (error,) = problem["errors"]
+    assert error["path"] == "spec.virtualClusters.team-a.requests[0]"
+    assert "asks 5 node(s)" in error["message"]
+    wanted["spec"]["virtualClusters"]["team-a"]["requests"] = [{"nodes": 3}]
+    await api.call(
+        "PUT", "/api/v1/clusters/far", data=yaml.safe_dump(wanted), headers=YAML, status=200
+    )
