@@ -491,7 +491,12 @@ def test_a_job_of_the_http_door_is_shown_on_the_hub_and_cancelled_from_there(
         obj = wait_for(shown, "the HTTP door's job on the hub, Running", 30)
         assert obj["metadata"]["annotations"]["fleet.io/job-uid"] == uid
         assert obj["metadata"]["finalizers"] == ["fleet.io/hub"]
-        assert "ScheduleBindingSucceed" in reasons(hub, ns, "from-http")
+        # The Event is written beside the status, not before it: wait for it too.
+        wait_for(
+            lambda: "ScheduleBindingSucceed" in reasons(hub, ns, "from-http"),
+            "the HTTP door's job's ScheduleBindingSucceed Event",
+            30,
+        )
         # Deleting it on the hub cancels the job, as for the hub's own jobs.
         kubectl_ok(hub, "delete", "pytorchjob", "from-http", "-n", ns, "--timeout=30s")
         job_now = fleet.request("GET", f"/api/v1/jobs/{ns}/from-http")

@@ -155,7 +155,7 @@ def test_check_quota_warns_where_the_tree_promises_more_than_the_clusters_hold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     example = (POLICIES / "clusters" / "example.yaml").read_text(encoding="utf-8")
-    edge = tmp_path / "edge.yaml"  # 8 A100s, 96 cpu, 960Gi
+    edge = tmp_path / "edge.yaml"  # 8 A100s, 128 cpu, 1Ti
     edge.write_text(
         "apiVersion: fleet.io/v1alpha1\nkind: MemberCluster\nmetadata:\n  "
         + example[example.index("name: edge") :],
@@ -164,7 +164,7 @@ def test_check_quota_warns_where_the_tree_promises_more_than_the_clusters_hold(
     tree = POLICIES / "quota" / "auto-tree.yaml"
     assert cli.main(["check", "quota", str(tree), "--clusters", str(edge)]) == 0
     out, err = capsys.readouterr()
-    assert "capacity: auto (cpu 96, gpu.fleet.io/A100 8, memory 960Gi, nvidia.com/gpu 8)" in out
+    assert "capacity: auto (cpu 128, gpu.fleet.io/A100 8, memory 1Ti, nvidia.com/gpu 8)" in out
     assert out.rstrip().endswith("; 4 warnings")
     lines = err.splitlines()
     assert len(lines) == 4 and all(
