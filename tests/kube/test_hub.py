@@ -424,7 +424,7 @@ def test_the_hub_says_why_it_refuses_and_waits_for_a_policy(hub: Hub, tmp_path: 
 
         invalid = wait_for(refused, "huge refused", 30)
         assert "spec.pytorchReplicaSpecs.Master" in invalid["message"], invalid
-        assert "InvalidSpec" in reasons(hub, ns, "huge")
+        wait_for(lambda: "InvalidSpec" in reasons(hub, ns, "huge"), "the InvalidSpec Event", 30)
         with pytest.raises(AssertionError, match="404"):
             fleet.request("GET", f"/api/v1/jobs/{ns}/huge")
         # A tree that breaks a rule is refused whole; the tree in force stays.
@@ -442,7 +442,11 @@ def test_the_hub_says_why_it_refuses_and_waits_for_a_policy(hub: Hub, tmp_path: 
 
         accepted = wait_for(answered, "the tree's answer", 30)
         assert accepted["status"] == "False" and "research" in accepted["message"], accepted
-        assert "InvalidTree" in reasons(hub, "kube-system", "fleet")
+        wait_for(
+            lambda: "InvalidTree" in reasons(hub, "kube-system", "fleet"),
+            "the InvalidTree Event",
+            30,
+        )
         assert fleet.request("GET", "/api/v1/queues") == before
         # Deleting the hub's policy removes the stored one.
         kubectl_ok(hub, "delete", "pp", "late", "-n", ns)
