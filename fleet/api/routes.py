@@ -76,7 +76,7 @@ from fleet.api.submissions import (
 from fleet.core import snapshot
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
-from fleet.core.resources import format_quantity
+from fleet.core.resources import TYPED_GPU_PREFIX, format_quantity
 from fleet.core.view import LoopView, QueueView
 from fleet.manifests import convert, topology
 from fleet.manifests.errors import SpecError
@@ -265,6 +265,15 @@ def _summary(row: JobRow) -> schemas.JobSummary:
         cluster=row.cluster,
         submitted_at=_time(row.created_at),
     )
+
+
+def _gpu_type(row: JobRow) -> str | None:
+    """The GPU type a job's running units are charged for (``gpu.fleet.io/<type>``)."""
+    for unit in row.units:
+        for name in unit.get("request", {}):
+            if name.startswith(TYPED_GPU_PREFIX):
+                return str(name).removeprefix(TYPED_GPU_PREFIX)
+    return None
 
 
 def _placement(row: JobRow) -> list[schemas.ReplicaPlacement]:
@@ -468,6 +477,9 @@ async def get_job(
         placement=_placement(row),
         pod_sets=sets,
         gang_minimum=job.gang_size,
+        gpu_types=list(job.gpu_types),
+        gpu_terms=job.gpu_terms,
+        gpu_type=_gpu_type(row),
         reason=reason,
         unschedulable=unschedulable(job, sets, reason) if waiting and reason else None,
         suspended=row.suspended,

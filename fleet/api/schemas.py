@@ -211,6 +211,21 @@ class JobDetail(Schema):
         description="Pods that must start together (the gang's minimum in total; 1 for a "
         "job whose pods may start one at a time).",
     )
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        description="The GPU types (leaf cell types) the job accepts, in the order they are "
+        "tried: the one it names, or those its node-affinity terms on nvidia.com/gpu.* "
+        "labels match; empty: any type.",
+    )
+    gpu_terms: str = Field(
+        default="",
+        description="What its GPU terms ask, in words (e.g. 'GPU memory > 40960'); empty: none.",
+    )
+    gpu_type: str | None = Field(
+        default=None,
+        description="The GPU type its running pods use and its quota is charged for "
+        "(gpu.fleet.io/<type>); null when it does not run or names no type.",
+    )
     reason: str | None = Field(
         default=None,
         description="Why the job waits (e.g. 'queue team-a at max nvidia.com/gpu 16/16'); "

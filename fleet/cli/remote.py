@@ -428,6 +428,13 @@ def _describe(args: argparse.Namespace) -> int:
         when = estimate.get("time") or "not within the forecast"
         print(f"{'Estimated start:':17}{when} (assumes: {estimate.get('assumes', '')})")
     print(f"{'Gang minimum:':16}{job.get('gangMinimum', '-')} pods start together")
+    types = job.get("gpuTypes") or []
+    if types or job.get("gpuType"):
+        asked = ", ".join(types) or "-"
+        if job.get("gpuTerms"):
+            asked += f" ({job['gpuTerms']})"
+        used = f"; runs on {job['gpuType']}" if job.get("gpuType") else ""
+        print(f"{'GPU types:':16}{asked}{used}")
     if job.get("unschedulable"):
         print(f"{'Unschedulable:':16}{job['unschedulable']}")
     print("Pod sets:")

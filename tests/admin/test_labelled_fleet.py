@@ -67,6 +67,9 @@ async def test_members_built_from_labels_place_jobs_by_gpu_attributes_and_follow
     assert (state, cluster, len(nodes)) == ("Running", "a100-80", 2)
     # A100s of either memory, not Hopper: the first A100 type.
     assert (await placed(api, "any-a100"))[:2] == ("Running", "a100-40")
+    detail = await api.call("GET", "/api/v1/jobs/team-b/big-memory", status=200)
+    assert detail["gpuTypes"] == [A100_80, H100]  # what its terms accept, in order
+    assert (detail["gpuTerms"], detail["gpuType"]) == ("GPU memory > 40960", A100_80)
     tree = api.client.app[keys.SERVICE].loop.state.tree
     used = tree.used("team-b")
     assert used[f"gpu.fleet.io/{A100_80}"] == 16 and used[f"gpu.fleet.io/{A100_40}"] == 4
@@ -96,6 +99,7 @@ async def test_members_built_from_labels_place_jobs_by_gpu_attributes_and_follow
     used = tree.used("team-b")
     assert used[f"gpu.fleet.io/{H100}"] == 16 and used[f"gpu.fleet.io/{A100_80}"] == 0
     job = await api.call("GET", "/api/v1/jobs/team-b/big-memory", status=200)
+    assert job["gpuType"] == H100
     assert any(f"node {gone}" in str(e) and "removed" in str(e) for e in job["events"]), job
 
     for title, maps in (("before", before), ("running", running), ("after", after)):
