@@ -47,6 +47,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from fleet.core import resources
+from fleet.core.cells.config import label_problem
 from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.core.quota import QuotaNodeSpec
 from fleet.core.quota_rules import node_message
@@ -700,6 +701,10 @@ class MemberClusterModel(_Owned):
                 problems.append((f"{path}.name", f"duplicate node {quote(node.name)}"))
                 continue
             seen.add(node.name)
+            for key, value in node.labels.items():
+                wrong = label_problem(key, value)
+                if wrong is not None:
+                    problems.append((f"{path}.labels.{key}", wrong))
             capacity, bad = parse_resources(node.capacity, f"{path}.capacity")
             problems.extend(bad)
             out.append(topology.Node(node.name, dict(node.labels), capacity, path))

@@ -328,7 +328,7 @@ def _node_cell(
                 (
                     f"{node.path}.labels.{topology.gpu_group}" if node.path else node.name,
                     f"node {node.name}: GPU group size {text!r} must be a whole number "
-                    f"dividing its {gpus} {leaf} GPUs; the node is built without groups",
+                    f"dividing its {gpus} GPUs ({leaf}); the node is built without groups",
                 )
             )
     leaves = [_Cell(leaf, str(first + i), [], [node], 1, "gpu") for i in range(gpus)]

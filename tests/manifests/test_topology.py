@@ -285,3 +285,11 @@ def test_the_build_is_the_same_whatever_the_node_order() -> None:
     a = model(member(nodes)).cell_config()
     b = model(member(list(reversed(nodes)))).cell_config()
     assert a.physical_cells == b.physical_cells and a.cell_types == b.cell_types
+
+
+def test_a_node_label_kubernetes_would_refuse_is_refused_at_its_path() -> None:
+    nodes = [racked("h-0", H100, "z1", "r1")]
+    nodes[0]["labels"]["nvidia.com/gpu.product"] = "H100 80GB"
+    [(path, message)] = problems(member(nodes))
+    assert path == "spec.nodes[0].labels.nvidia.com/gpu.product"
+    assert message == "'H100 80GB' is not a label value"

@@ -61,7 +61,7 @@ from fleet.core.cells.spec import (
 from fleet.core.digits import parse_digits
 from fleet.core.resources import QuantityError
 
-__all__ = ["load_cell_config", "load_hived_file_dict"]
+__all__ = ["label_problem", "load_cell_config", "load_hived_file_dict"]
 
 
 def load_hived_file_dict(data: Mapping[str, Any]) -> CellConfig:
@@ -175,6 +175,24 @@ _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
+def label_problem(key: object, value: object) -> str | None:
+    """Why ``key: value`` is not a Kubernetes label (a number value as its text), or None."""
+    prefix, _, name = str(key).rpartition("/")
+    if (
+        not isinstance(key, str)
+        or not _LABEL_NAME.fullmatch(name)
+        or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.fullmatch(prefix)))
+        or (not prefix and "/" in key)
+    ):
+        return f"{key!r} is not a label key"
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return f"a label value is a string, got {value!r}"
+    text = str(value)
+    if text and not _LABEL_NAME.fullmatch(text):
+        return f"{text!r} is not a label value"
+    return None
+
+
 def _parse_labels(raw: Any, path: str) -> dict[str, str]:
     """A skuType's ``labels``: label keys to label values (a number as its text)."""
     if raw is None:
@@ -182,21 +200,10 @@ def _parse_labels(raw: Any, path: str) -> dict[str, str]:
     raw = _mapping(raw, path, "labels")
     out: dict[str, str] = {}
     for key, value in raw.items():
-        kpath = _join(path, str(key))
-        prefix, _, name = str(key).rpartition("/")
-        if (
-            not isinstance(key, str)
-            or not _LABEL_NAME.fullmatch(name)
-            or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.fullmatch(prefix)))
-            or (not prefix and "/" in key)
-        ):
-            raise CellConfigError(kpath, f"{key!r} is not a label key")
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise CellConfigError(kpath, f"a label value is a string, got {value!r}")
-        text = str(value)
-        if text and not _LABEL_NAME.fullmatch(text):
-            raise CellConfigError(kpath, f"{text!r} is not a label value")
-        out[key] = text
+        problem = label_problem(key, value)
+        if problem is not None:
+            raise CellConfigError(_join(path, str(key)), problem)
+        out[key] = str(value)
     return out
 
 
