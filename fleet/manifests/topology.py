@@ -16,7 +16,8 @@ and expands it exactly as it does a hand-written one.
   ``gpu.fleet.io/<product>`` (then ``nvidia.com/gpu`` is their total and is
   not read), and each becomes its own cell type, its GPU indices following
   the first product's.  A product is one leaf cell type (its name made safe
-  for cell type paths) whose skuType holds one GPU, the smallest share of
+  for cell type paths, ``-2`` added when two products read alike; its typed
+  quota is ``gpu.fleet.io/<that name>``) whose skuType holds one GPU, the smallest share of
   cpu and memory per GPU among its nodes, and the ``nvidia.com/gpu.*`` labels
   all its nodes agree on (``nvidia.com/gpu.memory`` in MiB, the family...):
   the attributes a job's node affinity is matched against.
@@ -256,8 +257,14 @@ def physical_cluster(topology: Topology, nodes: Sequence[Node]) -> Built:
             )
             first += gpus
     tops: list[_Cell] = []
+    leaves: set[str] = set()
     for product in sorted(per_product):
-        leaf = type_name(product)
+        leaf = stem = type_name(product)
+        n = 1
+        while leaf in leaves:  # two products made alike by type_name ("A100.40GB", "A100-40GB")
+            n += 1
+            leaf = f"{stem}-{n}"
+        leaves.add(leaf)
         cpu = min(c for c, _ in shares[product])
         memory = min(m for _, m in shares[product])
         sku: dict[str, Any] = {"gpu": 1, "labels": _shared_labels(product, per_product[product])}

@@ -293,3 +293,14 @@ def test_a_node_label_kubernetes_would_refuse_is_refused_at_its_path() -> None:
     [(path, message)] = problems(member(nodes))
     assert path == "spec.nodes[0].labels.nvidia.com/gpu.product"
     assert message == "'H100 80GB' is not a label value"
+
+
+def test_two_products_whose_names_read_alike_stay_two_types() -> None:
+    dotted = racked("a", H100, "z1", "r1")
+    dashed = racked("b", H100, "z1", "r2")
+    dotted["labels"]["nvidia.com/gpu.product"] = "X.1"
+    dashed["labels"]["nvidia.com/gpu.product"] = "X-1"
+    config = model(member([dotted, dashed])).cell_config()
+    assert sorted(config.leaf_types) == ["X-1", "X-1-2"]
+    products = {config.labels_of(t)["nvidia.com/gpu.product"] for t in config.leaf_types}
+    assert products == {"X.1", "X-1"}
