@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,8 +64,15 @@ def test_apply_a_tree_edit_a_node_and_read_them_back(
         capsys, "edit", "quota", "team-a", "--max", "nvidia.com/gpu=16", "--server", server
     )
     assert (code, err, out) == (0, "", "quota tree version 3 in force\n")
-    code, out, _ = fleet(capsys, "get", "queues", "-o", "json", "--server", server)
-    queues = {q["name"]: q for q in json.loads(out)["items"]}
+    # The queues are the loop's view: read while an iteration runs, it is the last
+    # one published, and the next iteration's end publishes the edit.
+    deadline = time.monotonic() + 10
+    while True:
+        code, out, _ = fleet(capsys, "get", "queues", "-o", "json", "--server", server)
+        queues = {q["name"]: q for q in json.loads(out)["items"]}
+        if queues["team-a"]["max"]["nvidia.com/gpu"] == "16" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert queues["team-a"]["max"]["nvidia.com/gpu"] == "16"
     assert queues["sandbox"]["max"]["nvidia.com/gpu"] == "4"
 
