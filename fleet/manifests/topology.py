@@ -62,7 +62,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fleet.core import resources
-from fleet.core.cells.spec import CellConfig, CellConfigError
+from fleet.core.cells import config as loader
+from fleet.core.cells.spec import CellConfig, CellConfigError, VirtualClusterSpec
 
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_TYPE_LABEL: Final = "fleet.io/gpu-type"
@@ -212,7 +213,7 @@ class _Types:
         name = self.by_shape.get(key)
         if name is not None:
             return name
-        name = stem = f"{base}-{level_name(level) if '/' in level or '.' in level else level}"
+        stem = f"{base}-{level_name(level)}"
         name = f"{stem}{leaves}"
         n = 1
         while name in self.raw:
@@ -515,8 +516,6 @@ def _hold(
 
 def empty_config(vcs: Iterable[str]) -> CellConfig:
     """The cell config of a member whose nodes are not known yet (or count none)."""
-    from fleet.core.cells.spec import VirtualClusterSpec
-
     return CellConfig(
         sku_types={},
         cell_types={},
@@ -564,8 +563,6 @@ def cell_config(
     held raises :class:`CellConfigError` at its path; otherwise the shortfalls
     are returned and the VCs hold what they can.
     """
-    from fleet.core.cells import config as loader
-
     hand = dict(cells or {})
     if "physicalCluster" in hand:
         physical = hand["physicalCluster"]
