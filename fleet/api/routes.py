@@ -74,6 +74,7 @@ from fleet.api.submissions import (
     read_submission,
 )
 from fleet.core import snapshot
+from fleet.core.fair_share import FairShareView
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
 from fleet.core.resources import TYPED_GPU_PREFIX, format_quantity
@@ -662,7 +663,20 @@ def _queue_fields(q: QueueView) -> dict[str, object]:
         "used": dict(q.used),
         "borrowed": dict(q.borrowed),
         "admitted": q.admitted,
+        "fair_share": None if q.fair_share is None else _fair_share(q.fair_share),
     }
+
+
+def _fair_share(f: FairShareView) -> schemas.FairShare:
+    return schemas.FairShare(
+        weight=f.weight,
+        half_life_seconds=f.half_life,
+        decayed_usage={r: round(v, 3) for r, v in f.decayed.items()},
+        share=None if f.share is None else round(f.share, 6),
+        rank=f.rank,
+        siblings=f.siblings,
+        explanation=f.explanation,
+    )
 
 
 @TABLE.route(

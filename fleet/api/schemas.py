@@ -338,6 +338,34 @@ class _QueueFields(Schema):
     used: Quantities = Field(description="What admitted jobs use, in this node's subtree.")
     borrowed: Quantities = Field(description="The part of used that is above min.")
     admitted: Count = Field(description="Admitted (holding) jobs in this node's subtree.")
+    fair_share: FairShare | None = Field(
+        default=None, description="Leaves only: the queue's fair share and why (null: not a leaf)."
+    )
+
+
+class FairShare(Schema):
+    """A leaf queue's fair share: what orders borrowing among queues and reclaims."""
+
+    weight: float = Field(description="The queue's fairSharing.weight (default 1).")
+    half_life_seconds: float = Field(
+        description="The fairSharing.halfLife in force, in seconds (0: no memory)."
+    )
+    decayed_usage: dict[str, float] = Field(
+        description="Decayed usage per resource in resource-hours (cpu in cores, memory in "
+        "GiB); empty without memory."
+    )
+    share: float | None = Field(
+        description="The fairness key: decayed usage (without memory, usage) over min "
+        "(else max) and weight, the largest over the resources; lower borrows first and "
+        "gives back last. Null without min or max."
+    )
+    rank: Annotated[int, Field(ge=1)] = Field(
+        description="Its place among its parent's leaf queues (1: borrows first)."
+    )
+    siblings: Annotated[int, Field(ge=1)] = Field(
+        description="How many leaf queues its parent has, itself included."
+    )
+    explanation: str = Field(description="Why it comes where it does, in a sentence.")
 
 
 class QueueSummary(_QueueFields):

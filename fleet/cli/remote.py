@@ -400,6 +400,8 @@ def _job_path(ref: str) -> str:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if args.kind == "queue":
+        return _describe_queue(args)
     _, job = request(_server(args), "GET", _job_path(args.job))
     if args.output != "table":
         _emit(job, args.output)
@@ -455,6 +457,38 @@ def _describe(args: argparse.Namespace) -> int:
     print("Events:")
     events = [(e["time"], e["type"], e["reason"], e["message"]) for e in job["events"]]
     print("  " + table(("TIME", "TYPE", "REASON", "MESSAGE"), events).replace("\n", "\n  "))
+    return 0
+
+
+def _describe_queue(args: argparse.Namespace) -> int:
+    path = f"/api/v1/queues/{urllib.parse.quote(args.job, safe='')}"
+    _, queue = request(_server(args), "GET", path)
+    if args.output != "table":
+        _emit(queue, args.output)
+        return 0
+    print(f"{'Name:':16}{queue['name']}")
+    print(f"{'Parent:':16}{queue.get('parent') or '-'}")
+    if queue.get("namespaces"):
+        print(f"{'Namespaces:':16}{', '.join(queue['namespaces'])}")
+    for label, key in (("Min", "min"), ("Max", "max"), ("Used", "used"), ("Borrowed", "borrowed")):
+        print(f"{label + ':':16}{_quantities(queue.get(key) or {}) or '-'}")
+    print(f"{'Admitted:':16}{queue.get('admitted', 0)}")
+    fair = queue.get("fairShare")
+    if fair:
+        half_life = fair["halfLifeSeconds"]
+        memory = f"half-life {half_life / 3600:g}h" if half_life else "no memory"
+        print(f"{'Fair share:':16}weight {fair['weight']:g}, {memory}")
+        usage = ", ".join(f"{r}={v:g}" for r, v in fair["decayedUsage"].items())
+        print(f"{'Decayed usage:':16}{usage + ' (resource-hours)' if usage else '-'}")
+        share = "-" if fair.get("share") is None else f"{fair['share']:.4g}"
+        print(f"{'Share:':16}{share} (rank {fair['rank']} of {fair['siblings']})")
+        print(f"{'Why:':16}{fair['explanation']}")
+    print("Pending:")
+    rows = [
+        (p["position"], p["job"], p["priority"], _quantities(p["request"]), p["reason"])
+        for p in queue.get("pending", [])
+    ]
+    print("  " + table(("#", "JOB", "PRIORITY", "REQUEST", "REASON"), rows).replace("\n", "\n  "))
     return 0
 
 
@@ -559,10 +593,13 @@ def add_parsers(sub: Any) -> None:
     g.set_defaults(handler=_guard(_get))
 
     d = sub.add_parser(
-        "describe", help="one job in detail: placement, reason, events", parents=[server, output]
+        "describe",
+        help="one job in detail (placement, reason, events), or one queue (quota, fair "
+        "share and why, pending jobs)",
+        parents=[server, output],
     )
-    d.add_argument("kind", choices=("job",), help="what to describe")
-    d.add_argument("job", metavar="NAMESPACE/NAME", help="the job")
+    d.add_argument("kind", choices=("job", "queue"), help="what to describe")
+    d.add_argument("job", metavar="NAMESPACE/NAME|QUEUE", help="the job, or the queue's name")
     d.set_defaults(handler=_guard(_describe))
 
     x = sub.add_parser(

@@ -466,6 +466,7 @@ def commit(run: CycleRun, job: Job, plan: Plan) -> str | None:
     running = state.start(job, fit.cluster)
     state.hold(running, charge, fit.pods)
     state.move(job.key, JobState.ADMITTED)
+    state.entered(charge)
     run.touch(job.queue)
     run.admitted.setdefault(job.queue, set()).add(job.key)
     run.places.bound(fit.cluster)

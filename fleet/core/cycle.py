@@ -29,9 +29,11 @@ Theory of operation:
    a heap (:mod:`fleet.core.fair_heap`) keyed by their *share*: the largest
    ratio, over the resources the queue's ``min`` names, of what it uses to
    what it is guaranteed (a queue without ``min`` uses its ``max``; without
-   either it sorts last).  The queue furthest below its share is served
-   first; its key is recomputed after each admission (lazily: a stale key is
-   re-pushed when popped).  Many gangs are admitted per cycle, not one head
+   either it sorts last); with ``fairSharing`` in the tree, what it held
+   lately (its decayed usage) over its weight (:mod:`fleet.core.fair_share`).
+   The queue furthest below its share is served first; its key is
+   recomputed after each admission (lazily: a stale key is re-pushed when
+   popped).  Many gangs are admitted per cycle, not one head
    per queue.  Within a queue, jobs are taken in priority order, then
    submission order.  A ``StrictFIFO`` queue stops at the first job that
    cannot start; a ``BestEffortFIFO`` queue (the default) lets the jobs
@@ -148,7 +150,9 @@ def _finish(run: CycleRun) -> None:
 def share(run: CycleRun, queue: str) -> float:
     """The queue's fairness key; cached until its usage changes (``run.touch``).
 
-    The ratio of :meth:`~fleet.core.quota.QuotaTree.share_of`, or infinity for
+    The ratio of :meth:`~fleet.core.quota.QuotaTree.share_of` (with fair
+    share's memory or weights in the tree, :meth:`~fleet.core.fair_share.FairUsage.key`:
+    the decayed usage over the weight), or infinity for
     a queue with neither ``min`` nor ``max`` (it sorts last).  Queues below
     their share (ratio under 1) come before those at or above it, as the
     ratio's own order says; a flat number keeps the heap's comparisons cheap.
@@ -160,7 +164,8 @@ def share(run: CycleRun, queue: str) -> float:
 
 
 def _share(state: SchedulerState, queue: str) -> float:
-    ratio = state.tree.share_of(queue)
+    tree = state.tree
+    ratio = state.fair.key(tree, queue) if tree.fair_any else tree.share_of(queue)
     return math.inf if ratio is None else ratio
 
 

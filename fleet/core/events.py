@@ -220,6 +220,15 @@ class ClockAdvanced:
 
 
 @dataclass(frozen=True, slots=True)
+class FairUsageRestored:
+    """After a restart: each queue's decayed average held (:mod:`fleet.core.fair_share`)
+    as stored at ``at``; the next ``ClockAdvanced`` decays it to its time."""
+
+    averages: Mapping[str, Mapping[str, float]]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaCutsRestored:
     """After a restart: the grace in force before a cut node's newest over-limit jobs
     are preempted (``--quota-cut-grace``; None: never), and since when each node was
@@ -248,6 +257,7 @@ Event = (
     | ClusterReadiness
     | ClusterRemoved
     | ClockAdvanced
+    | FairUsageRestored
     | QuotaCutsRestored
     | MemberJobStarted
     | MemberJobFinished
@@ -301,6 +311,10 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
             return _clock(state, event)
         case QuotaCutsRestored():
             return _cuts_restored(state, event)
+        case FairUsageRestored():
+            state.fair.restore(event.averages, event.at)
+            state.refresh_fair_keys()
+            return []
         case MemberJobStarted():
             if state.phase.get(event.key) is JobState.DISPATCHED:
                 return _started(state, Started(event.key))
@@ -489,6 +503,7 @@ def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
     if event.now < state.now:
         raise ValueError(f"the clock cannot go back from {state.now} to {event.now}")
     state.now = event.now
+    state.advance_fair(event.now)
     if state.cut_since:
         still = {b.node for b in state.tree.over_limits()}
         state.cut_since = {n: t for n, t in state.cut_since.items() if n in still}
@@ -583,6 +598,7 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
         out.append(state.move(key, JobState.FAILED, why))
     del old  # its usage is not carried: every kept unit was charged to ``tree``
     tree.grandfather()
+    state.refresh_fair_keys()  # the decayed usage is kept by queue name
     # A node still over since an earlier change keeps that change's time.
     state.cut_since = {b.node: state.cut_since.get(b.node, state.now) for b in tree.over_limits()}
     pending = state.pending()

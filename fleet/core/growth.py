@@ -85,6 +85,7 @@ def _try(run: CycleRun, owner: Running, unit_job: Job, pods: tuple[Pod, ...]) ->
     charge = charges.charge_for(owner.job, mode, request, step, since=run.now)
     placer.bind(unit_job, charge, fit)
     state.hold(owner, charge, fit.pods)
+    state.entered(charge)
     run.places.bound(owner.cluster)
     run.touch(owner.job.queue)
     run.decisions.append(

@@ -3,8 +3,10 @@
 Theory of operation: a reclaim search blocked at a node on a resource takes
 the leaves under that node that have reclaimable units
 (:class:`~fleet.core.quota_admitted.AdmittedJobs`, ``lending``) in one order:
-their cheapest unit's priority, most borrowed of the resource first, that
-unit's newest submission, then leaf (:func:`lend_key`).  :class:`LendingOrder`
+their cheapest unit's priority, most borrowed of the resource first (with
+fair share's memory on, :mod:`fleet.core.fair_share`: the largest fairness
+key first, :attr:`LendingOrder.figures`), that unit's newest submission, then
+leaf (:func:`lend_key`).  :class:`LendingOrder`
 builds that order when a search first asks for a (node, resource) and then
 keeps it: an admission or release of a borrowed unit marks its leaf
 (:meth:`LendingOrder.mark`), and the next search moves each marked leaf in the
@@ -21,14 +23,25 @@ from fleet.core.checks import InvariantError
 from fleet.core.quota_admitted import Admitted, AdmittedJobs, cheapest_first
 
 #: A lending leaf's place in a reclaim search: its cheapest job's priority, minus
-#: what it borrows of the blocking resource, minus that job's submission number.
-LendKey = tuple[int, int, int]
+#: its figure (what it borrows of the blocking resource, or its fairness key),
+#: minus that job's submission number.
+LendKey = tuple[int, float, int]
 
 
-def lend_key(head: Admitted, borrowed: int) -> LendKey:
-    """Where a leaf whose cheapest reclaimable job is ``head`` and that borrows
-    ``borrowed`` of the blocking resource comes in a reclaim search."""
-    return (head.priority, -borrowed, -head.seq)
+def lend_key(head: Admitted, figure: float) -> LendKey:
+    """Where a leaf whose cheapest reclaimable job is ``head`` and whose figure
+    (:func:`figure`) is ``figure`` comes in a reclaim search."""
+    return (head.priority, -figure, -head.seq)
+
+
+def figure(
+    figures: dict[int, float] | None, borr: list[dict[str, int]], leaf: int, resource: str
+) -> float:
+    """A lending leaf's figure: what it borrows of ``resource`` or, with fair share's
+    memory on (``figures`` given), its fairness key (the larger goes first)."""
+    if figures is None:
+        return borr[leaf].get(resource, 0)
+    return figures.get(leaf, 0.0)
 
 
 class LendingOrder:
@@ -49,6 +62,17 @@ class LendingOrder:
         self.keys: dict[tuple[int, str], dict[int, LendKey]] = {}
         #: leaves whose borrowed jobs changed since the orders were last brought up to date
         self.dirty: set[int] = set()
+        #: leaf -> its fairness key, when some leaf has fair share's memory (None:
+        #: leaves are ordered by what they borrow); set by :meth:`set_figures`
+        self.figures: dict[int, float] | None = None
+
+    def set_figures(self, figures: dict[int, float] | None) -> None:
+        """The leaves' fairness keys changed (or memory went on or off): the kept
+        orders are built again when next asked."""
+        self.figures = figures
+        self.index.clear()
+        self.keys.clear()
+        self.dirty.clear()
 
     def mark(self, leaf: int) -> None:
         """A borrowed unit of ``leaf`` was admitted or released: its place may move."""
@@ -74,7 +98,7 @@ class LendingOrder:
         if index is None:
             admitted = self.admitted
             keys = {
-                leaf: lend_key(admitted.head(leaf), borr[leaf].get(resource, 0))
+                leaf: lend_key(admitted.head(leaf), figure(self.figures, borr, leaf, resource))
                 for leaf in admitted.lending
                 if node in paths[leaf]
             }
@@ -102,7 +126,7 @@ class LendingOrder:
                     )
                 del index[i]
             if head is not None:
-                new = keys[leaf] = lend_key(head, borr[leaf].get(r, 0))
+                new = keys[leaf] = lend_key(head, figure(self.figures, borr, leaf, r))
                 bisect.insort(index, (new, leaf))
 
     def check_invariants(
@@ -116,7 +140,7 @@ class LendingOrder:
             keys = {
                 leaf: lend_key(
                     min(leaf_borrowed[leaf].values(), key=cheapest_first),
-                    borr[leaf].get(r, 0),
+                    figure(self.figures, borr, leaf, r),
                 )
                 for leaf, recs in enumerate(leaf_borrowed)
                 if recs and node in paths[leaf] and leaf not in dirty

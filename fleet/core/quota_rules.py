@@ -6,7 +6,8 @@ depth first in document order, collects every broken rule, and raises a
 node, the resource and the field path: unique node
 names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
-``max`` is never above anything); ``min <= max``; no negative quantity.  A root
+``max`` is never above anything); ``min <= max``; no negative quantity; a
+finite ``fairSharing.halfLife`` and a weight above 0.  A root
 whose ``min`` differs from its ``max`` is accepted with a warning.
 
 A root whose capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`) has the
@@ -23,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleet.core.resources import ZERO, Resources, format_quantity
+
+#: The largest ``fairSharing.weight`` (a typo guard: weights are relative).
+MAX_WEIGHT = 1_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,11 @@ class QuotaNodeSpec:
     #: ``capacity: auto`` (the root only): ``min`` and ``max`` are the members' healthy
     #: capacity, filled in by :func:`fleet.core.inventory.with_capacity`
     auto: bool = False
+    #: ``fairSharing.halfLife`` (seconds; 0: no memory) and ``fairSharing.weight`` as
+    #: written; None: inherited from the parent (at the root: no memory, weight 1).
+    #: See :mod:`fleet.core.fair_share`.
+    fair_half_life: float | None = None
+    fair_weight: float | None = None
 
 
 def node_message(node: str, what: str) -> str:
@@ -139,6 +148,22 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                         name, f"{field} must be a finite duration", path=f"{node.path}.{field}"
                     )
                 )
+        if node.fair_half_life is not None and not 0 <= node.fair_half_life < float("inf"):
+            problems.append(
+                QuotaError(
+                    name,
+                    "fairSharing.halfLife must be a finite duration (0: no memory)",
+                    path=f"{node.path}.fairSharing.halfLife",
+                )
+            )
+        if node.fair_weight is not None and not 0 < node.fair_weight <= MAX_WEIGHT:
+            problems.append(
+                QuotaError(
+                    name,
+                    f"fairSharing.weight must be above 0 and at most {MAX_WEIGHT:g}",
+                    path=f"{node.path}.fairSharing.weight",
+                )
+            )
         if node.max is not None:
             for r, cap in node.max.items():
                 if node.min[r] > cap:

@@ -23,6 +23,10 @@ Theory of operation:
 * ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
   members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
   :meth:`to_spec` and copies, so every rebuilt tree stays auto.
+* The inherited settings (``preemptMinRuntime``, ``reclaimMinRuntime``,
+  ``fairSharing``) are kept as written (``_own_*``, for :meth:`to_spec`) and
+  in force, each node's own value or else its parent's (``_runtime``,
+  ``_fair``).
 * :meth:`set_node` rebuilds the whole tree as a spec with the one change
   (:meth:`_spec_with`), validates it, and only then writes the change: on
   :class:`QuotaError` nothing changes.  It replaces list entries and never
@@ -80,6 +84,11 @@ class QuotaStructure:
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
     _protects: bool
+    _own_fair: list[tuple[float | None, float | None]]  # as written: halfLife, weight
+    #: in force (inherited): node -> (fairSharing.halfLife seconds (0: no memory), weight)
+    _fair: list[tuple[float, float]]
+    #: some node has a half-life or a weight other than 1 (:mod:`fleet.core.fair_share`)
+    fair_any: bool
     #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
     auto: bool
 
@@ -97,6 +106,7 @@ class QuotaStructure:
         self._max = []
         self._namespaces = []
         self._own_runtime = []
+        self._own_fair = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -109,6 +119,7 @@ class QuotaStructure:
             self._max.append(node.max)
             self._namespaces.append(tuple(node.namespaces))
             self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
+            self._own_fair.append((node.fair_half_life, node.fair_weight))
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -146,6 +157,18 @@ class QuotaStructure:
             )
         self._runtime = runtime
         self._protects = any(p or r for p, r in runtime)
+        fair: list[tuple[float, float]] = []
+        for i in range(n):
+            parent_fair = fair[self._parent[i]] if self._parent[i] >= 0 else (0.0, 1.0)
+            half_life, weight = self._own_fair[i]
+            fair.append(
+                (
+                    parent_fair[0] if half_life is None else half_life,
+                    parent_fair[1] if weight is None else weight,
+                )
+            )
+        self._fair = fair
+        self.fair_any = any(h > 0 or w != 1.0 for h, w in fair)
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -162,6 +185,9 @@ class QuotaStructure:
         other._own_runtime = self._own_runtime
         other._runtime = self._runtime
         other._protects = self._protects
+        other._own_fair = self._own_fair
+        other._fair = self._fair
+        other.fair_any = self.fair_any
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -257,6 +283,10 @@ class QuotaStructure:
         """(preemptMinRuntime, reclaimMinRuntime) in force at the node, in seconds (0: none)."""
         return self._runtime[self._node(name)]
 
+    def fair_sharing(self, name: str) -> tuple[float, float]:
+        """(fairSharing.halfLife in seconds (0: no memory), weight) in force at the node."""
+        return self._fair[self._node(name)]
+
     def protects(self) -> bool:
         """Whether any node sets a minimum runtime."""
         return self._protects  # computed with ``_runtime``: the cycle asks per job
@@ -297,6 +327,8 @@ class QuotaStructure:
                 path=self._spec_path[i],
                 preempt_min_runtime=self._own_runtime[i][0],
                 reclaim_min_runtime=self._own_runtime[i][1],
+                fair_half_life=self._own_fair[i][0],
+                fair_weight=self._own_fair[i][1],
                 auto=self.auto and i == 0,
             )
 

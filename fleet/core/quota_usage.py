@@ -233,6 +233,7 @@ class QuotaUsage(QuotaStructure):
         other._cut = set(self._cut)
         other._admitted = self._admitted.copy()
         other._lend = LendingOrder(other._admitted)  # built again when a search asks
+        other._lend.figures = None if self._lend.figures is None else dict(self._lend.figures)
 
     # Usage --------------------------------------------------------------------
     def used(self, name: str) -> Resources:
@@ -446,6 +447,31 @@ class QuotaUsage(QuotaStructure):
         asked for a (node, resource), then kept as borrowed jobs come and go.  Not
         to be changed by the caller."""
         return self._lend.order(node, resource, self._paths, self._borr, self._names)
+
+    def set_fair_keys(self, keys: dict[str, float] | None) -> None:
+        """The leaves' fairness keys (:mod:`fleet.core.fair_share`), by which the reclaim
+        search takes lending leaves when some leaf has fair share's memory; None: by
+        what they borrow."""
+        self._lend.set_figures(
+            None if keys is None else {self._index[n]: k for n, k in keys.items()}
+        )
+
+    def fair_key_moved(self, queue: str, key: float) -> None:
+        """One leaf's fairness key moved (an entry penalty): its place in the kept
+        reclaim orders moves with it."""
+        figures = self._lend.figures
+        if figures is not None:
+            leaf = self._index[queue]
+            figures[leaf] = key
+            self._lend.mark(leaf)
+
+    def lend_figure(self, leaf: int, resource: str, gone: int) -> float:
+        """A lending leaf's place in a reclaim search (larger goes first): what it
+        borrows of ``resource`` less ``gone``, or its fairness key with memory on."""
+        figures = self._lend.figures
+        if figures is None:
+            return self._borr[leaf].get(resource, 0) - gone
+        return figures.get(leaf, 0.0)
 
     def _charge(self, rec: Admitted, sign: int) -> None:
         path = self._paths[rec.leaf]

@@ -21,9 +21,10 @@ Theory of operation:
   victim's chain of nodes off the requester's path stays above its own ``min``
   in the resource (:func:`_givable`).  Order: lowest priority, then the leaf
   borrowing most of the first still-blocking resource (recomputed after each
-  pick), then newest (of one job, its last growth step first:
-  :func:`~fleet.core.quota_admitted.cheapest_first`).  Every job of one leaf
-  borrows from the same leaf, so each leaf's reclaimable jobs are kept
+  pick; with fair share's memory on, the leaf with the largest fairness key,
+  :meth:`~fleet.core.quota_usage.QuotaUsage.lend_figure`), then newest (of one
+  job, its last growth step first: :func:`~fleet.core.quota_admitted.cheapest_first`).
+  Every job of one leaf borrows from the same leaf, so each leaf's reclaimable jobs are kept
   sorted cheapest first (the *per-leaf borrowed order*, cached on the tree
   in ``_borrowed_order`` until the leaf's jobs change, built by
   :func:`_sorted_borrowed`) and leaves sit in a heap
@@ -210,10 +211,10 @@ def reclaim_victims(
         orders[other] = ordered
         pos[other] = 0
 
-    def borrowed(other: int, r: str) -> int:
-        return tree._borr[other].get(r, 0) - removed.get(other, {}).get(r, 0)
+    def borrowed(other: int, r: str) -> float:
+        return tree.lend_figure(other, r, removed.get(other, {}).get(r, 0))
 
-    def lower_key(other: int, r: str) -> tuple[int, int, int]:
+    def lower_key(other: int, r: str) -> tuple[int, float, int]:
         head = orders[other][pos[other]]
         return (head.priority, -borrowed(other, r), -head.seq)
 
@@ -289,13 +290,12 @@ def _search_in_order(
     blocking = deficits[0][1]
     index = tree.lending_order(top, blocking)
     cursor = 0
-    again: list[tuple[tuple[int, int, int], int]] = []
+    again: list[tuple[tuple[int, float, int], int]] = []
     chains: dict[int, tuple[int, ...]] = {}
     orders: dict[int, list[Admitted]] = {}
     pos: dict[int, int] = {}
     picked: list[Admitted] = []
     borrowed_order = tree._admitted.borrowed_order
-    borr = tree._borr
 
     def order_of(other: int) -> list[Admitted]:
         ordered = orders.get(other)
@@ -306,10 +306,10 @@ def _search_in_order(
             orders[other] = ordered
         return ordered
 
-    def lower_key(other: int, r: str) -> tuple[int, int, int]:
+    def lower_key(other: int, r: str) -> tuple[int, float, int]:
         head = order_of(other)[pos.get(other, 0)]
         gone = removed.get(other)
-        borrowed = borr[other].get(r, 0) - (gone.get(r, 0) if gone else 0)
+        borrowed = tree.lend_figure(other, r, gone.get(r, 0) if gone else 0)
         return (head.priority, -borrowed, -head.seq)
 
     while deficits:
@@ -349,7 +349,7 @@ def _search_in_order(
         gone = removed.get(other)
         actual = (
             rec.priority,
-            -(borr[other].get(blocking, 0) - (gone.get(blocking, 0) if gone else 0)),
+            -tree.lend_figure(other, blocking, gone.get(blocking, 0) if gone else 0),
             -rec.seq,
         )
         if actual > key:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from fleet.core import checks, inventory, lifecycle
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
+from fleet.core.fair_share import FairUsage
 from fleet.core.inventory import Inventory
 from fleet.core.jobs import Job, Mode, position, sort_key
 from fleet.core.lifecycle import JobState
@@ -378,11 +380,44 @@ class SchedulerState:
         self.inventory = Inventory()
         #: cluster -> (its placer, that placer's node capacities), read once per placer
         self._node_caps: dict[str, tuple[Placer, dict[str, Resources]]] = {}
+        #: each queue's decayed usage (:mod:`fleet.core.fair_share`)
+        self.fair = FairUsage(now)
+        self.refresh_fair_keys()
         self.refresh_inventory()
         if tree.auto:  # capacity: auto: the root holds what the members hold
             root = inventory.with_capacity(tree.to_spec(), self.inventory)
             tree.set_node(root.name, min=root.min, max=root.max)
         checks.built(self)
+
+    def advance_fair(self, now: float) -> None:
+        """Decay the queues' usage to ``now`` (:meth:`FairUsage.advance`); the reclaim
+        order follows the new keys."""
+        if self.fair.advance(self.tree, now) or not self.tree.fair_any:
+            self.refresh_fair_keys()
+
+    def refresh_fair_keys(self) -> None:
+        """Give the tree every leaf's fairness key for its reclaim order (none without
+        fair share's memory or weights: it orders by what leaves borrow)."""
+        tree = self.tree
+        if not tree.fair_any:
+            if tree._lend.figures is not None:
+                tree.set_fair_keys(None)
+            return
+        self.fair.seed(tree)
+        keys: dict[str, float] = {}
+        for leaf in tree.leaves():
+            key = self.fair.key(tree, leaf)
+            keys[leaf] = math.inf if key is None else key
+        tree.set_fair_keys(keys)
+
+    def entered(self, charge: Charge) -> None:
+        """A unit was admitted by the cycle: its queue's entry penalty
+        (:meth:`FairUsage.entered`), with fair share's memory on."""
+        tree = self.tree
+        if tree.fair_any and charge.mode is not Mode.OPPORTUNISTIC:
+            self.fair.entered(tree, charge.queue, charge.request)
+            key = self.fair.key(tree, charge.queue)
+            tree.fair_key_moved(charge.queue, math.inf if key is None else key)
 
     def refresh_inventory(self) -> bool:
         """Count the members' healthy capacity again (:mod:`fleet.core.inventory`: the

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import inventory
+from fleet.core import fair_share, inventory
+from fleet.core.fair_share import FairShareView
 from fleet.core.inventory import Inventory, Shortfall
 from fleet.core.jobs import Job
 from fleet.core.resources import Resources, format_quantity
@@ -41,6 +42,8 @@ class QueueView:
     borrowed: Mapping[str, str]
     admitted: int
     pending: int
+    #: a leaf's fair share, its order among its siblings and why (None: not a leaf)
+    fair_share: FairShareView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +125,7 @@ def project(
     for leaf, jobs in pending_by_leaf.items():
         for node in tree.path_to_root(leaf):
             counts[node] = counts.get(node, 0) + len(jobs)
+    shares = fair_share.explain(tree, state.fair)
     queues = tuple(
         QueueView(
             name=node,
@@ -134,6 +138,7 @@ def project(
             borrowed=_quantities(tree.borrowed_used(node)),
             admitted=tree.admitted_count(node),
             pending=counts.get(node, 0),
+            fair_share=shares.get(node),
         )
         for node in tree.nodes()
     )

@@ -39,6 +39,7 @@ from pydantic import (
     PlainValidator,
     PrivateAttr,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -50,7 +51,7 @@ from fleet.core import resources
 from fleet.core.cells.config import label_problem
 from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.core.quota import QuotaNodeSpec
-from fleet.core.quota_rules import node_message
+from fleet.core.quota_rules import MAX_WEIGHT, node_message
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells, topology
 from fleet.manifests.errors import Problem, quote, shorten_quoted
@@ -251,6 +252,15 @@ def parse_resources(
 # ElasticQuotaTree ----------------------------------------------------------------
 
 
+class FairSharingModel(_Owned):
+    """``fairSharing`` of a tree node (:mod:`fleet.core.fair_share`), inherited by its subtree."""
+
+    #: how fast past usage is forgotten (``24h``); ``0``: no memory (the instant usage)
+    half_life: Duration | None = None
+    #: the node's weight against its siblings (default 1)
+    weight: Annotated[StrictInt | StrictFloat, Field(gt=0, le=MAX_WEIGHT)] | None = None
+
+
 class QuotaNodeModel(_Owned):
     name: Name
     min: QuantityMap | None = None
@@ -263,6 +273,8 @@ class QuotaNodeModel(_Owned):
     #: Fleet's own field, on the root only: ``auto`` leaves the root's ``min`` and ``max``
     #: to Fleet, the members' healthy capacity (:mod:`fleet.core.inventory`).
     capacity: Literal["auto"] | None = None
+    #: Fleet's own field: fair share with memory (:class:`FairSharingModel`)
+    fair_sharing: FairSharingModel | None = None
 
     def to_spec(self, path: str, problems: list[Problem], *, root: bool = False) -> QuotaNodeSpec:
         """The exact core node (``path`` names it); quantity problems, naming it, are appended.
@@ -305,6 +317,12 @@ class QuotaNodeModel(_Owned):
             if self.reclaim_min_runtime is None
             else parse_duration(self.reclaim_min_runtime),
             auto=auto and root,
+            fair_half_life=None
+            if self.fair_sharing is None or self.fair_sharing.half_life is None
+            else parse_duration(self.fair_sharing.half_life),
+            fair_weight=None
+            if self.fair_sharing is None or self.fair_sharing.weight is None
+            else float(self.fair_sharing.weight),
         )
 
 

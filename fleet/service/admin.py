@@ -172,10 +172,11 @@ async def set_node_health(
 
 async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
     """After the state is rebuilt: stored bad nodes and quota cut times (see the
-    docstring), and the ``--quota-cut-grace`` in force."""
+    docstring), the ``--quota-cut-grace`` in force, and the queues' decayed usage."""
     async with loop.db.read() as session:
         bad = await admin_rows.bad_nodes(session)
         cuts = await admin_rows.quota_cuts(session)
+        usage, usage_at = await admin_rows.queue_usage(session)
         rows = await configuration.clusters(session)
     for row in bad:
         if row.cluster in loop.state.placers:
@@ -186,6 +187,8 @@ async def restore(loop: SchedulerLoop, *, grace: float | None = None) -> None:
             except KeyError:
                 continue  # the cluster's config no longer has the node
     events.apply(loop.state, events.QuotaCutsRestored(grace, cuts))
+    if usage:
+        events.apply(loop.state, events.FairUsageRestored(usage, usage_at))
     for cluster in rows:
         if cluster.draining and cluster.name in loop.state.placers:
             events.apply(loop.state, events.ClusterDraining(cluster.name))

@@ -21,6 +21,11 @@ each stage is a module that returns data:
   intent, as the store's typed values, in one transaction — only then:
 * **Effects** (:mod:`fleet.service.effects`): create and delete in the
   members; what the calls came to goes back through the inbox as core events.
+* **Fair share's memory**: with ``fairSharing`` in the tree, the queues'
+  decayed usage (:mod:`fleet.core.fair_share`) is stored every
+  :data:`FAIR_SAVE_EVERY` seconds of the clock and when the loop stops, in
+  a journal transaction of its own (:func:`fleet.store.admin.replace_queue_usage`);
+  :func:`fleet.service.admin.restore` gives it back at the next start.
 * **Views**: the immutable :class:`LoopView` the API reads, the core's
   projection of the state (:mod:`fleet.core.view`), made when it is read
   (:mod:`fleet.service.views`).
@@ -59,12 +64,16 @@ from fleet.service.collector import cycle_paused
 from fleet.service.failover import Failover
 from fleet.service.journal import Also, Journal
 from fleet.service.telemetry import Telemetry
+from fleet.store import admin as admin_rows
 from fleet.store.database import Database, Session
 
 log = logging.getLogger("fleet.service.loop")
 
 #: Event-loop turns the loop gives members' watches before writing deferred records.
 _TURNS_BEFORE_FLUSH = 2
+#: Seconds of the clock between two stores of the queues' decayed usage (a crash
+#: forgets at most this much of it: little against a half-life of hours).
+FAIR_SAVE_EVERY = 600.0
 
 
 def _paused_cycle(state: SchedulerState) -> list[Decision]:
@@ -113,6 +122,7 @@ class SchedulerLoop:
         #: fleet.service.admin.nodes_observed, then the service's own view)
         self.on_nodes: Callable[[SchedulerLoop, NodesObserved], Awaitable[None]] | None = None
         self._observed: dict[str, NodesObserved] = {}  # waiting for on_nodes
+        self._fair_saved = -FAIR_SAVE_EVERY  # when the decayed usage was last stored
 
     # Lifecycle --------------------------------------------------------------------------
     async def start(
@@ -140,6 +150,7 @@ class SchedulerLoop:
         self._task = asyncio.create_task(self._run(), name="fleet-scheduler-loop")
 
     async def stop(self) -> None:
+        ran = self._task is not None  # a loop that never ran (a follower) has nothing to keep
         tasks = [t for t in (self._task, *self._watchers) if t is not None]
         for task in tasks:
             task.cancel()
@@ -150,6 +161,8 @@ class SchedulerLoop:
         self._watchers.clear()
         try:
             await self.flush()
+            if ran:
+                await self._save_fair(self.state.now)
         except Exception:  # the open intents are carried out again at the next start
             log.exception("could not record what the members were told before stopping")
 
@@ -301,6 +314,8 @@ class SchedulerLoop:
         if self.journal.due:
             await self.flush()  # what the inbox deferred, when the cycle wrote nothing
         await self._act(actions)
+        if self.state.tree.fair_any and now - self._fair_saved >= FAIR_SAVE_EVERY:
+            await self._save_fair(now)
         if self.after_iteration is not None:
             await self.after_iteration(self)
         # The reasons of waiting jobs live in the core (``state.waiting``): the
@@ -384,6 +399,19 @@ class SchedulerLoop:
         done = await self.failover.purge(self.state, self.members)
         if done:
             await self.journal.record(self.state, [], now, done=done)
+
+    async def _save_fair(self, now: float) -> None:
+        """Store the queues' decayed usage (fair share's memory) as of the state's time."""
+        if not self.state.tree.fair_any:
+            return
+        self._fair_saved = now
+        averages = self.state.fair.records(self.state.tree)
+        at = self.state.fair.at
+
+        async def write(session: Session) -> None:
+            await admin_rows.replace_queue_usage(session, averages, at)
+
+        await self.journal.record(self.state, [], now, also=[write])
 
     def _failover_write(self, due: Sequence[Due], now: float) -> Also:
         """The failed-over jobs' narrowed records and purge intents, for the journal."""

@@ -20,7 +20,7 @@ from sqlalchemy import Table, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from fleet.store import paging
-from fleet.store.models import AuditRow, NodeHealthRow, QuotaCutRow, QuotaTreeRow
+from fleet.store.models import AuditRow, NodeHealthRow, QueueUsageRow, QuotaCutRow, QuotaTreeRow
 
 # Audit ------------------------------------------------------------------------------
 
@@ -150,3 +150,26 @@ async def replace_quota_cuts(session: AsyncSession, cuts: Mapping[str, float]) -
     await session.execute(delete(QuotaCutRow))
     for node, since in sorted(cuts.items()):
         session.add(QuotaCutRow(node=node, since=since))
+
+
+# Fair share's memory --------------------------------------------------------------------------
+
+
+async def queue_usage(session: AsyncSession) -> tuple[dict[str, dict[str, float]], float]:
+    """Each queue's stored decayed averages, and the time they are at (0.0: none stored)."""
+    found = await session.execute(select(QueueUsageRow).order_by(QueueUsageRow.queue))
+    rows = list(found.scalars())
+    averages = {
+        row.queue: {str(r): float(v) for r, v in row.averages.items() if isinstance(v, int | float)}
+        for row in rows
+    }
+    return averages, max((row.at for row in rows), default=0.0)
+
+
+async def replace_queue_usage(
+    session: AsyncSession, averages: Mapping[str, Mapping[str, float]], at: float
+) -> None:
+    """Store exactly ``averages`` (queue -> resource -> decayed average) as of ``at``."""
+    await session.execute(delete(QueueUsageRow))
+    for queue, avg in sorted(averages.items()):
+        session.add(QueueUsageRow(queue=queue, averages=dict(avg), at=at))

@@ -28,6 +28,8 @@ virtual time is recorded as it is.
 * ``node_health``: nodes marked bad (or healthy again) by an administrator.
 * ``quota_cuts``: when a tree change left a node over its limits (the
   ``--quota-cut-grace`` clock survives a restart).
+* ``queue_usage``: each queue's decayed usage for fair share with memory
+  (:mod:`fleet.core.fair_share`), as of ``at``: kept across restarts.
 * ``leases``: the scheduler's leader, its term and lease (PostgreSQL only).
 * ``job_inbox``: jobs stored by any replica, until the leader picks them up
   (PostgreSQL only).
@@ -203,6 +205,17 @@ class QuotaCutRow(Base):
 
     node: Mapped[str] = mapped_column(String(253), primary_key=True)
     since: Mapped[float] = mapped_column(Float)
+
+
+class QueueUsageRow(Base):
+    """A queue's decayed average held per resource (fair share's memory), as of ``at``."""
+
+    __tablename__ = "queue_usage"
+
+    queue: Mapped[str] = mapped_column(String(253), primary_key=True)
+    #: resource -> the decayed average held, in the resource's base unit
+    averages: Mapped[dict[str, Any]] = mapped_column(JSON)
+    at: Mapped[float] = mapped_column(Float)
 
 
 class UnhealthyJobRow(Base):

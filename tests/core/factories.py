@@ -77,6 +77,8 @@ def make_node(spec: Mapping[str, Any], path: str = "spec.root") -> QuotaNodeSpec
         path=path,
         preempt_min_runtime=spec.get("preemptMinRuntime"),
         reclaim_min_runtime=spec.get("reclaimMinRuntime"),
+        fair_half_life=spec.get("fairSharing", {}).get("halfLife"),
+        fair_weight=spec.get("fairSharing", {}).get("weight"),
     )
 
 

@@ -9,10 +9,14 @@ none of them: the same admissions (job and cluster), preemptions and waits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from fleet.core import events
 from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.cycle_memory import ALL_SHORTCUTS, NO_SHORTCUTS, Shortcuts
 from fleet.core.state import SchedulerState
@@ -45,16 +49,37 @@ job_spec = st.tuples(
 )
 
 
-def fresh_state() -> SchedulerState:
-    return make_state(TREE, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)})
+#: TREE with fair share's memory (a 10-minute half-life) and team-b weighing twice.
+FAIR_TREE: dict[str, Any] = {
+    "name": "root",
+    "min": {"nvidia.com/gpu": 12},
+    "max": {"nvidia.com/gpu": 16},
+    "fairSharing": {"halfLife": 600.0},
+    "children": [
+        {"name": "team-a", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 16}},
+        {
+            "name": "team-b",
+            "min": {"nvidia.com/gpu": 4},
+            "max": {"nvidia.com/gpu": 12},
+            "fairSharing": {"weight": 2.0},
+        },
+        {"name": "team-c", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8}},
+    ],
+}
+
+
+def fresh_state(tree: Mapping[str, Any] = TREE) -> SchedulerState:
+    return make_state(tree, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)})
 
 
 def outcome(
     state: SchedulerState,
     specs: list[tuple[str, int, int, int]],
     shortcuts: Shortcuts = ALL_SHORTCUTS,
+    step: float = 0.0,
 ) -> list[object]:
-    """Submit ``specs`` in three waves, a cycle after each; what each cycle decided."""
+    """Submit ``specs`` in three waves, a cycle after each; what each cycle decided.
+    ``step``: seconds of the clock between two waves (fair share's memory moves)."""
     seen: list[object] = []
     per_wave = max(1, len(specs) // 3)
     for start in range(0, len(specs), per_wave):
@@ -70,6 +95,8 @@ def outcome(
                     seq=start + n,
                 ),
             )
+        if step:
+            events.apply(state, events.ClockAdvanced(start * step))
         decisions = cycle(state, float(start), shortcuts=shortcuts)
         state.check_invariants()
         confirm_stops(state, decisions)
@@ -135,6 +162,18 @@ def test_each_shortcut_changes_no_decision(
 ) -> None:
     with_shortcut = outcome(fresh_state(), specs, SHORTCUTS[name])
     one_by_one = outcome(fresh_state(), specs, NO_SHORTCUTS)
+    assert with_shortcut == one_by_one
+
+
+@pytest.mark.parametrize("name", list(SHORTCUTS))
+@settings(max_examples=40, deadline=None)
+@given(specs=st.lists(job_spec, min_size=1, max_size=30))
+@example(specs=OWED_AFTER_WHAT_IF)
+def test_each_shortcut_changes_no_decision_with_fair_share_memory(
+    name: str, specs: list[tuple[str, int, int, int]]
+) -> None:
+    with_shortcut = outcome(fresh_state(FAIR_TREE), specs, SHORTCUTS[name], step=120.0)
+    one_by_one = outcome(fresh_state(FAIR_TREE), specs, NO_SHORTCUTS, step=120.0)
     assert with_shortcut == one_by_one
 
 
