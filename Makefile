@@ -66,13 +66,15 @@ plan: install
 	$(VENV)/bin/fleet plan --quota policies/quota/team-tree.yaml --clusters policies/clusters/example.yaml --jobs policies/jobs/examples.yaml
 
 # The Philly policy comparison of the README: clusters and quota sized from the
-# trace, then fleet, capacity and private on the first SIM_JOBS jobs
-# (SIM_LIMIT= for the whole trace); results in simulation/philly/.
+# trace, then fleet, fleet-no-memory, capacity and private on the first SIM_JOBS
+# jobs (SIM_LIMIT= for the whole trace; SIM_LOAD=0.6,0.8,1.0 at those offered
+# loads); results in simulation/philly/.
 SIM_JOBS ?= 5000
 SIM_LIMIT ?= --limit $(SIM_JOBS)
 PHILLY := data/traces/philly-vc/philly_vc_jobs.csv
 simulate-philly: install
 	$(VENV)/bin/fleet simulate gen-clusters --trace $(PHILLY) --format philly -o simulation/philly
 	$(VENV)/bin/fleet simulate --trace $(PHILLY) --clusters simulation/philly/clusters.yaml \
-	  --quota simulation/philly/quota.yaml --compare fleet,capacity,private $(SIM_LIMIT) \
+	  --quota simulation/philly/quota.yaml --compare fleet,fleet-no-memory,capacity,private \
+	  $(SIM_LIMIT) $(if $(SIM_LOAD),--load $(SIM_LOAD)) \
 	  -o simulation/philly/compare

@@ -6,7 +6,13 @@ the trace (:mod:`fleet.sim.traces`), replays it under one policy or, with
 results (:mod:`fleet.sim.report`): with ``-o DIR`` the files of one replay in
 ``DIR`` or of each policy in ``DIR/<policy>/`` plus the comparison's table
 (``DIR/compare.txt``) and plots; on stdout the summary (one policy) or the
-table (a comparison).  ``fleet simulate gen-clusters --trace T --format
+table (a comparison).  ``--load F`` first rescales the trace's submission
+times so that its offered load on the clusters is ``F``
+(:mod:`fleet.sim.load`), printing the load before and after on stderr;
+``--load A,B,...`` replays at each load in turn, each load's files in
+``DIR/load-<F>/`` laid out as above, and prints each load's table and one
+table of the figures by load (also ``DIR/compare.txt``, with the plot
+``DIR/load.png``).  ``fleet simulate gen-clusters --trace T --format
 philly|openb -o DIR`` writes ``DIR/clusters.yaml`` and ``DIR/quota.yaml``
 sized from the trace's capacity hints (:mod:`fleet.sim.layout`).  Input that
 cannot be used is one ``error:`` line per problem on stderr and exit status
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import re
 import sys
 import time
@@ -41,6 +48,24 @@ def parse_span(text: str) -> float:
             f"{text[:60]!r} is not a positive time span (examples: 30d, 12h, 90m, 3600)"
         )
     return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def parse_loads(text: str) -> list[float]:
+    """The loads of ``0.8`` or ``0.6,0.8,1.0``: positive numbers, each given once."""
+    out: list[float] = []
+    for part in text.split(","):
+        try:
+            value = float(part.strip())
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()[:60]!r} is not a positive load (examples: 0.8, or 0.6,0.8,1.0)"
+            )
+        if value in out:
+            raise argparse.ArgumentTypeError(f"load {value:g} is given twice")
+        out.append(value)
+    return out
 
 
 def _positive(text: str) -> int:
@@ -74,17 +99,25 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--policy",
-        choices=("fleet", "capacity", "private"),
+        choices=("fleet", "capacity", "private", "fleet-no-memory"),
         default="fleet",
         help="fleet: cell allocator with elastic quota (default); capacity: the "
         "capacity-only placer with the same quota; private: every queue alone on its "
-        "min, no borrowing",
+        "min, no borrowing; fleet-no-memory: fleet with every fairSharing.halfLife 0",
     )
     p.add_argument(
         "--compare",
         metavar="A,B,...",
         help="replay under each of these policies (e.g. fleet,capacity,private) and print "
         "a comparison table; overrides --policy",
+    )
+    p.add_argument(
+        "--load",
+        metavar="F[,F...]",
+        type=parse_loads,
+        help="scale the trace's submission times so that its offered load (GPU-seconds "
+        "asked over the clusters' GPUs x the submission span) is F, keeping run times and "
+        "order; several loads replay each in turn (e.g. 0.6,0.8,1.0)",
     )
     p.add_argument(
         "--until",
@@ -253,10 +286,16 @@ def from_live(args: argparse.Namespace) -> int:
     return 0
 
 
+def _day(seconds: float) -> str:
+    return f"{seconds / 86400:,.2f} d"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.simulate_command is not None:  # pragma: no cover - argparse dispatches
         return int(args.handler(args))
     if args.from_live is not None:
+        if args.load is not None:
+            return _error("--load scales a trace; --from-live replays no trace")
         return from_live(args)
     missing = [f"--{n}" for n in ("clusters", "quota", "trace") if getattr(args, n) is None]
     if missing:
@@ -264,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
     traces = importlib.import_module("fleet.sim.traces")
     policies = importlib.import_module("fleet.sim.policies")
     engine = importlib.import_module("fleet.sim.engine")
+    load = importlib.import_module("fleet.sim.load")
     report = importlib.import_module("fleet.sim.report")
     convert = importlib.import_module("fleet.manifests.convert")
     errors = importlib.import_module("fleet.manifests.errors")
@@ -294,40 +334,77 @@ def run(args: argparse.Namespace) -> int:
         return _error(str(e))
     if args.limit is not None:
         jobs = jobs[: args.limit]
-    replays = []
-    for name in names:
-        progress = _Progress(name, sys.stderr) if sys.stderr.isatty() else None
-        try:
-            replays.append(
-                engine.run(
-                    jobs,
-                    tree_text,
-                    clusters_text,
-                    name,
-                    until=args.until,
-                    sample_every=args.sample_every,
-                    progress=progress,
-                )
+    # Each load's jobs, all scaled before any replay runs (a load that cannot be is an error).
+    runs: dict[float | None, Any] = {}
+    if args.load is None:
+        runs[None] = jobs
+    else:
+        gpus = engine.cluster_gpus(clusters)
+        for target in args.load:
+            try:
+                runs[target], done = load.scaled(jobs, gpus, target)
+            except traces.TraceError as e:
+                return _error(str(e))
+            print(
+                f"load {target:g}: offered load {done.before:.3f} -> {done.after:.3f} "
+                f"(submissions over {_day(done.span_before)} -> {_day(done.span_after)})",
+                file=sys.stderr,
             )
-        except traces.TraceError as e:
-            return _error(str(e))
-        finally:
-            if progress is not None:
-                progress.close()
+    by_load: dict[float | None, list[Any]] = {}
+    for target, scaled in runs.items():
+        replays = by_load.setdefault(target, [])
+        for name in names:
+            progress = _Progress(name, sys.stderr) if sys.stderr.isatty() else None
+            try:
+                replays.append(
+                    engine.run(
+                        scaled,
+                        tree_text,
+                        clusters_text,
+                        name,
+                        until=args.until,
+                        sample_every=args.sample_every,
+                        progress=progress,
+                    )
+                )
+            except traces.TraceError as e:
+                return _error(str(e))
+            finally:
+                if progress is not None:
+                    progress.close()
     out = Path(args.output) if args.output else None
-    summaries: dict[str, Any] = {}
-    for r in replays:
-        if out is None:
-            summaries[r.policy] = report.summary(r)
-        else:
-            summaries[r.policy] = report.write(r, out / r.policy if args.compare else out)
-    if not args.compare:
-        print(json.dumps(summaries[names[0]], indent=2))
-        return 0
-    table = report.compare_table(summaries)
-    print(table, end="")
+    several = len(by_load) > 1
+    summaries: dict[float | None, dict[str, Any]] = {}
+    texts: list[str] = []
+    for target, replays in by_load.items():
+        where = out
+        if out is not None and several:
+            where = out / f"load-{target:g}"
+        summaries[target] = {}
+        for r in replays:
+            if where is None:
+                summaries[target][r.policy] = report.summary(r)
+            else:
+                directory = where / r.policy if args.compare else where
+                summaries[target][r.policy] = report.write(r, directory)
+        if not args.compare and not several:
+            print(json.dumps(summaries[target][names[0]], indent=2))
+            return 0
+        table = report.compare_table(summaries[target])
+        texts.append(f"Load {target:g}\n{table}" if several else table)
+        if where is not None and args.compare:
+            if several:
+                (where / "compare.txt").write_text(table, encoding="utf-8")
+            for path in report.plot(replays, where):
+                print(f"wrote {path}", file=sys.stderr)
+    if several:
+        loads = {t: s for t, s in summaries.items() if t is not None}
+        texts.append(report.load_table(loads))
+    text = "\n".join(texts)
+    print(text, end="")
     if out is not None:
-        (out / "compare.txt").write_text(table, encoding="utf-8")
-        for path in report.plot(replays, out):
-            print(f"wrote {path}", file=sys.stderr)
+        (out / "compare.txt").write_text(text, encoding="utf-8")
+        if several:
+            for path in report.plot_loads(loads, out):
+                print(f"wrote {path}", file=sys.stderr)
     return 0

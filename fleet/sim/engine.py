@@ -27,8 +27,13 @@ with :data:`fleet.store.database.Durability` ``FAST``: the same schema and
 the same writes as the service, without waiting for the disk, since the file
 is thrown away.  Per-job results are read back from the store at the end
 (its jobs and their events, :mod:`fleet.store.replays`), the record the
-service keeps anyway; per-queue time series are sampled from the loop's
-state every ``sample_every`` seconds of virtual time.
+service keeps anyway: besides starts and ends, the reason of each
+preemption (:func:`fleet.store.replays.preemption_reasons`) and whether the
+job ran past a time limit (an event named in :data:`PAST_DEADLINE`).
+Per-queue time series are sampled from the loop's state every
+``sample_every`` seconds of virtual time; the replay also keeps each leaf's
+``min`` GPUs and fair-share weight, what :mod:`fleet.sim.report` measures
+the queues' shares against.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import math
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -81,6 +86,10 @@ Seed = Callable[[Session], Awaitable[None]]
 Observer = Callable[[Database, float], Awaitable[None]]
 #: Events that end a job's run in the store's event log.
 _RUN_ENDS: Final = frozenset({"Preempted", "Succeeded", "Failed", "Cancelled"})
+#: Event reasons that say a job ran past its own deadline or its queue's run-time limit.
+PAST_DEADLINE: Final = ("DeadlineExceeded", "MaxRuntimeExceeded")
+#: A leaf's fair-share weight while the tree gives none.
+DEFAULT_WEIGHT: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +110,10 @@ class JobResult:
     preemptions: int
     #: GPU-seconds the job ran, over all its runs (a preempted run counts until it stopped).
     gpu_seconds: float
+    #: The reason of each preemption, in order.
+    preempted_for: tuple[str, ...] = ()
+    #: The :data:`PAST_DEADLINE` reasons among the job's events, in that order.
+    past_deadline: tuple[str, ...] = ()
 
     @property
     def queueing_delay(self) -> float | None:
@@ -133,6 +146,10 @@ class Replay:
     horizon: float
     wall_s: float
     iterations: int
+    #: Each leaf's ``min`` GPUs in the policy's tree (0: none).
+    min_gpus: Mapping[str, int] = field(default_factory=dict)
+    #: Each leaf's fair-share weight (:data:`DEFAULT_WEIGHT` while the tree gives none).
+    weights: Mapping[str, float] = field(default_factory=dict)
 
 
 def _priority(trace_job: TraceJob) -> int:
@@ -231,6 +248,11 @@ def _node_gpus(clusters: Sequence[MemberClusterModel]) -> dict[tuple[str, str], 
     return out
 
 
+def cluster_gpus(clusters: Sequence[MemberClusterModel]) -> int:
+    """The GPUs of all the clusters' nodes (a replay's ``gpus``)."""
+    return sum(_node_gpus(clusters).values())
+
+
 def _sample(loop: SchedulerLoop, node_gpus: Mapping[tuple[str, str], int], now: float) -> Sample:
     state = loop.state
     tree = state.tree
@@ -306,6 +328,7 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
                 preempted[job_id] = preempted.get(job_id, 0) + 1
         for job_id, at in since.items():  # still running at the end
             ran[job_id] = ran.get(job_id, 0.0) + end - at
+        reasons = await replays.preemption_reasons(session)
     out: list[JobResult] = []
     for key, row in rows.items():
         tj = by_key.get(key) or seeded[row.id]
@@ -327,6 +350,8 @@ async def _results(db: Database, jobs: Sequence[TraceJob], end: float) -> list[J
                 mode=row.mode,
                 preemptions=preempted.get(row.id, 0),
                 gpu_seconds=tj.total_gpus * ran.get(row.id, 0.0),
+                preempted_for=tuple(reasons.get(row.id, ())),
+                past_deadline=tuple(r for r in PAST_DEADLINE if r in first),
             )
         )
     return out
@@ -448,6 +473,8 @@ async def replay(
         horizon=end,
         wall_s=time.perf_counter() - started,
         iterations=loop.iterations,
+        min_gpus={q: tree.min_of(q)[resources.GPU] for q in tree.leaves()},
+        weights=dict.fromkeys(tree.leaves(), DEFAULT_WEIGHT),
     )
 
 

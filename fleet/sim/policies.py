@@ -1,4 +1,4 @@
-"""The policies a replay compares: three configurations of the same core, never code paths.
+"""The policies a replay compares: four configurations of the same core, never code paths.
 
 Theory of operation: a policy is a quota tree text and one placer per member
 cluster; the scheduler loop, the cycle and the members are the same for all.
@@ -20,6 +20,11 @@ The placers are built by the one builder of placers,
   the tree has no way to say "at most zero" (a zero limit reads as no limit).
   Opportunistic jobs are not charged to ``max`` and still run on idle
   cells, as in HiveD.
+* ``fleet-no-memory``: ``fleet`` with fair share's memory off: every tree
+  node that has ``fairSharing`` gets ``halfLife: 0`` (no decayed usage: the
+  order among siblings follows what they hold at the instant), weights
+  kept; a node without ``fairSharing`` is left as it is.  On a tree that
+  sets no ``fairSharing`` it is ``fleet``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from fleet.core.placement import Placer
 from fleet.manifests import placers as placer_builder
 from fleet.manifests.models import MemberClusterModel
 
-POLICIES: Final = ("fleet", "capacity", "private")
+POLICIES: Final = ("fleet", "capacity", "private", "fleet-no-memory")
+#: The half-life that turns fair share's memory off.
+NO_MEMORY: Final = 0
 
 
 class PolicyError(ValueError):
@@ -55,16 +62,29 @@ def check(names: Sequence[str]) -> list[str]:
 
 
 def tree_text(policy: str, text: str) -> str:
-    """The quota tree document ``policy`` runs with (``private``: every leaf's max = min)."""
-    if policy != "private":
+    """The quota tree document ``policy`` runs with (module docstring)."""
+    if policy == "private":
+        change = _cap_leaves
+    elif policy == "fleet-no-memory":
+        change = _forget
+    else:
         return text
     docs = [d for d in yaml.safe_load_all(text) if d is not None]
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "ElasticQuotaTree":
             root = (doc.get("spec") or {}).get("root")
             if isinstance(root, dict):
-                _cap_leaves(root)
+                change(root)
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _forget(node: dict[str, Any]) -> None:
+    sharing = node.get("fairSharing")
+    if isinstance(sharing, dict):
+        node["fairSharing"] = {**sharing, "halfLife": NO_MEMORY}
+    for child in node.get("children") or []:
+        if isinstance(child, dict):
+            _forget(child)
 
 
 def _cap_leaves(node: dict[str, Any]) -> None:

@@ -8,7 +8,10 @@ session the caller opened.  Three readers use them:
 
 * a replay's results (:func:`fleet.sim.engine.replay`): every job's outcome
   columns and the whole event log, in id order, as columns rather than ORM
-  objects (a trace is a hundred thousand rows);
+  objects (a trace is a hundred thousand rows), and why each job was
+  preempted (:func:`preemption_reasons`, the one place a replay reads
+  preemption reasons from; the events say only that a job was preempted, so
+  each reason is :data:`UNKNOWN_REASON`);
 * a forecast (:func:`fleet.sim.forecast.forecast`): copies of the jobs that
   hold cells and of those that wait (:func:`holding_copies`,
   :func:`waiting_copies`), their documents as JSON *text*, which the worker
@@ -37,6 +40,9 @@ from fleet.store.models import JobEventRow, JobRow
 
 #: The reasons of the events that start and end a run (for expected runs).
 _RUN_REASONS: Final = ("Running", "Succeeded", "Failed")
+
+#: The reason of a preemption whose record does not say why.
+UNKNOWN_REASON: Final = "unknown"
 
 #: What a forecast copies of a job: its documents as JSON text.
 _COPY: Final = select(
@@ -85,6 +91,21 @@ async def event_log(session: AsyncSession) -> Sequence[Row[int, float, str]]:
         select(JobEventRow.job_id, JobEventRow.time, JobEventRow.reason).order_by(JobEventRow.id)
     )
     return found.all()
+
+
+async def preemption_reasons(session: AsyncSession) -> dict[int, list[str]]:
+    """Job id -> the reason of each of its preemptions, in order (jobs preempted at least once).
+
+    One :data:`UNKNOWN_REASON` per ``Preempted`` event of the job: the event
+    log records that a job was preempted, not why.
+    """
+    found = await session.execute(
+        select(JobEventRow.job_id).where(JobEventRow.reason == "Preempted").order_by(JobEventRow.id)
+    )
+    out: dict[int, list[str]] = {}
+    for (job_id,) in found:
+        out.setdefault(job_id, []).append(UNKNOWN_REASON)
+    return out
 
 
 async def waiting_copies(

@@ -15,6 +15,7 @@ from fleet.testing.documents import pytorchjob
 
 ROOT = Path(__file__).resolve().parents[2]
 PHILLY = ROOT / "data" / "traces" / "philly-vc" / "philly_vc_jobs.csv"
+OPENB = ROOT / "data" / "traces" / "alibaba-openb-2023" / "openb_pod_list_default.csv"
 POLICIES = ROOT / "policies"
 #: Fields of summary.json that measure the run itself (wall clock), not the replay.
 WALL_FIELDS = ("wall_s", "jobs_per_s")
@@ -152,6 +153,13 @@ def test_without_an_output_directory_the_summary_goes_to_stdout(
         (["--compare", "fleet,fleet"], "error: policy 'fleet' is given twice"),
         (["--until", "soon"], "'soon' is not a positive time span"),
         (["--limit", "0"], "'0' is not a positive whole number"),
+        (["--load", "fast"], "'fast' is not a positive load (examples: 0.8, or 0.6,0.8,1.0)"),
+        (["--load", "0"], "'0' is not a positive load"),
+        (["--load", "-0.5"], "'-0.5' is not a positive load"),
+        (["--load", "nan"], "'nan' is not a positive load"),
+        (["--load", "inf"], "'inf' is not a positive load"),
+        (["--load", "0.6,,1"], "'' is not a positive load"),
+        (["--load", "0.8,0.80"], "load 0.8 is given twice"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(
@@ -257,3 +265,115 @@ def test_from_live_reports_what_a_proposed_tree_would_do(
     missing.write_text(tree.replace("name: team-a", "name: team-z"))
     assert main(["simulate", "--from-live", server, "--quota", str(missing)]) == 1
     assert "no leaf for the queue of job(s) team-a/first (team-a)" in capsys.readouterr().err
+
+
+def test_load_scales_the_submissions_and_a_higher_load_waits_longer(
+    philly_layout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = simulate(
+        philly_layout,
+        tmp_path,
+        "--limit",
+        "300",
+        "--load",
+        "0.5,4",
+        "--compare",
+        "fleet,fleet-no-memory",
+        "--sample-every",
+        "30m",
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("load ")]
+    assert [line.split(":")[0] for line in lines] == ["load 0.5", "load 4"]
+    assert all(" -> " in line and "submissions over" in line for line in lines)
+    before = {line.split("offered load ")[1].split(" ->")[0] for line in lines}
+    assert len(before) == 1  # the same trace before scaling
+    assert lines[0].split("-> ")[1].startswith("0.500") and lines[1].split("-> ")[1].startswith(
+        "4.000"
+    )
+    low, high = (
+        json.loads((tmp_path / f"load-{f}" / "fleet" / "summary.json").read_text("utf-8"))
+        for f in ("0.5", "4")
+    )
+    assert low["offered_load"] == pytest.approx(0.5, abs=1e-3)
+    assert high["offered_load"] == pytest.approx(4.0, abs=1e-3)
+    assert low["jobs"] == high["jobs"] == 300 and high["finished"] == 300
+    assert high["queueing_delay_s"]["mean"] > low["queueing_delay_s"]["mean"]
+    for f in ("0.5", "4"):
+        assert (tmp_path / f"load-{f}" / "fleet-no-memory" / "jobs.csv").is_file()
+        assert (tmp_path / f"load-{f}" / "compare.txt").read_text("utf-8") in out
+        assert (tmp_path / f"load-{f}" / "vc-mean.png").is_file()
+    assert "By load" in out and (tmp_path / "compare.txt").read_text("utf-8") == out
+    rows = [line.split() for line in out.split("By load")[1].splitlines()[2:]]
+    assert [r[:2] for r in rows] == [
+        ["0.5", "fleet"],
+        ["0.5", "fleet-no-memory"],
+        ["4", "fleet"],
+        ["4", "fleet-no-memory"],
+    ]
+    assert (tmp_path / "load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_trace_submitted_at_one_moment_has_no_load_to_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "simulate",
+            "--format",
+            "fleet",
+            "--trace",
+            str(POLICIES / "sim" / "lab-gang.yaml"),
+            "--clusters",
+            str(POLICIES / "clusters" / "lab-2.yaml"),
+            "--quota",
+            str(POLICIES / "lab" / "quota-one-vc.yaml"),
+            "--load",
+            "0.8",
+            "-o",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "all submitted at one moment" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_alibaba_openb_pods_replay_under_a_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout = tmp_path / "layout"
+    args = ["simulate", "gen-clusters", "--trace", str(OPENB), "--format", "openb"]
+    assert main([*args, "-o", str(layout)]) == 0
+    capsys.readouterr()
+    code = main(
+        [
+            "simulate",
+            "--format",
+            "openb",
+            "--trace",
+            str(OPENB),
+            "--clusters",
+            str(layout / "clusters.yaml"),
+            "--quota",
+            str(layout / "quota.yaml"),
+            "--limit",
+            "300",
+            "--load",
+            "1.1",
+            "-o",
+            str(tmp_path / "out"),
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "load 1.1: offered load " in err and "-> 1.100" in err
+    summary = without_wall(tmp_path / "out" / "summary.json")
+    printed = json.loads(out)  # one load, one policy: the summary
+    assert {k: v for k, v in printed.items() if k not in WALL_FIELDS} == summary
+    assert summary["offered_load"] == pytest.approx(1.1, abs=1e-3)
+    assert summary["jobs"] == summary["finished"] == 300
+    assert set(summary["past_deadline"]) == {"jobs", "DeadlineExceeded", "MaxRuntimeExceeded"}
+    assert summary["fairness"]["windows"] >= 0

@@ -39,6 +39,12 @@ EXPECTED: dict[tuple[str, str], dict[str, tuple[float, float, int, str]]] = {
         "lab-vc1/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
         "lab/default-0": (10 * M, H + 10 * M, 0, "guaranteed"),
     },
+    ("lab-vc-safety", "fleet-no-memory"): {  # the tree sets no fairSharing: fleet's answer
+        "lab-vc1/vc1-0": (0, H, 0, "guaranteed"),
+        "lab-vc1/vc1-1": (0, 2 * H, 1, "guaranteed"),
+        "lab-vc1/vc1-2": (H + 10 * M, 2 * H + 10 * M, 0, "borrowed"),
+        "lab/default-0": (10 * M, H + 10 * M, 0, "guaranteed"),
+    },
     ("lab-vc-safety", "private"): {
         "lab-vc1/vc1-0": (0, H, 0, "guaranteed"),
         "lab-vc1/vc1-1": (H, 2 * H, 0, "guaranteed"),
