@@ -88,8 +88,6 @@ Observer = Callable[[Database, float], Awaitable[None]]
 _RUN_ENDS: Final = frozenset({"Preempted", "Succeeded", "Failed", "Cancelled"})
 #: Event reasons that say a job ran past its own deadline or its queue's run-time limit.
 PAST_DEADLINE: Final = ("DeadlineExceeded", "MaxRuntimeExceeded")
-#: A leaf's fair-share weight while the tree gives none.
-DEFAULT_WEIGHT: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +146,7 @@ class Replay:
     iterations: int
     #: Each leaf's ``min`` GPUs in the policy's tree (0: none).
     min_gpus: Mapping[str, int] = field(default_factory=dict)
-    #: Each leaf's fair-share weight (:data:`DEFAULT_WEIGHT` while the tree gives none).
+    #: Each leaf's fair-share weight (``fairSharing.weight`` in force, 1 by default).
     weights: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -474,7 +472,7 @@ async def replay(
         wall_s=time.perf_counter() - started,
         iterations=loop.iterations,
         min_gpus={q: tree.min_of(q)[resources.GPU] for q in tree.leaves()},
-        weights=dict.fromkeys(tree.leaves(), DEFAULT_WEIGHT),
+        weights={leaf: tree.fair_sharing(leaf)[1] for leaf in tree.leaves()},
     )
 
 

@@ -42,6 +42,9 @@ from fleet.sim.traces import NODE_GPUS, TraceError, TraceJob
 
 #: Nodes of one rack in generated Philly clusters.
 RACK_NODES: Final = 8
+#: The half-life of fair share's memory in the trees gen-clusters writes (Kueue's
+#: and Slurm's examples use a day or more).
+FAIR_HALF_LIFE: Final = "24h"
 PHILLY_NODES_FILE: Final = "philly_vc_nodes_helios.csv"
 OPENB_NODES_FILE: Final = "openb_node_list_gpu_node.csv"
 #: Level labels of the generated nodes (``--nodes``).
@@ -64,7 +67,8 @@ def _dump(header: str, documents: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _quota(name: str, leaves: Mapping[str, int], total: int, header: str) -> str:
-    """The ElasticQuotaTree: one leaf per queue, min its GPUs, max twice that."""
+    """The ElasticQuotaTree: one leaf per queue, min its GPUs, max twice that, and fair
+    share with a day's memory (:data:`FAIR_HALF_LIFE`) on the root."""
     children = [
         {
             "name": queue,
@@ -83,6 +87,7 @@ def _quota(name: str, leaves: Mapping[str, int], total: int, header: str) -> str
                 "name": "root",
                 "min": {"nvidia.com/gpu": total},
                 "max": {"nvidia.com/gpu": total},
+                "fairSharing": {"halfLife": FAIR_HALF_LIFE},
                 "children": children,
             }
         },

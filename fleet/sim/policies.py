@@ -9,9 +9,11 @@ The placers are built by the one builder of placers,
   (:class:`~fleet.core.cells.placer.CellPlacer`): guaranteed work inside each
   queue's virtual cluster, borrowing up to ``max`` and opportunistic jobs on
   idle cells anywhere, reclaimed when the owner needs them.
-* ``capacity``: the same quota tree, and the capacity-only placer
+* ``capacity``: the same quota tree without fair share's memory (as
+  ``fleet-no-memory``), and the capacity-only placer
   (:class:`~fleet.core.capacity.CapacityPlacer`) over the same nodes: no
-  topology, no virtual clusters; a gang fits wherever enough GPUs are free.
+  topology, no virtual clusters; a gang fits wherever enough GPUs are free
+  (the HiveD paper's YARN-CS baseline).
 * ``private``: every leaf's ``max`` is lowered to its ``min`` for each
   resource ``min`` names (no borrowing; limits ``min`` does not name, such as
   ``kube-queue/max-jobs``, stay), with the cell allocator: each tenant alone
@@ -20,7 +22,8 @@ The placers are built by the one builder of placers,
   the tree has no way to say "at most zero" (a zero limit reads as no limit).
   Opportunistic jobs are not charged to ``max`` and still run on idle
   cells, as in HiveD.
-* ``fleet-no-memory``: ``fleet`` with fair share's memory off: every tree
+* ``fleet-no-memory``: ``fleet`` with fair share's memory off (as ``capacity``
+  has it: YARN's capacity scheduler orders queues by what they use now): every tree
   node that has ``fairSharing`` gets ``halfLife: 0`` (no decayed usage: the
   order among siblings follows what they hold at the instant), weights
   kept; a node without ``fairSharing`` is left as it is.  On a tree that
@@ -40,7 +43,7 @@ from fleet.manifests.models import MemberClusterModel
 
 POLICIES: Final = ("fleet", "capacity", "private", "fleet-no-memory")
 #: The half-life that turns fair share's memory off.
-NO_MEMORY: Final = 0
+NO_MEMORY: Final = "0s"
 
 
 class PolicyError(ValueError):
@@ -65,7 +68,7 @@ def tree_text(policy: str, text: str) -> str:
     """The quota tree document ``policy`` runs with (module docstring)."""
     if policy == "private":
         change = _cap_leaves
-    elif policy == "fleet-no-memory":
+    elif policy in ("fleet-no-memory", "capacity"):
         change = _forget
     else:
         return text

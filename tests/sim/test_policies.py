@@ -47,9 +47,9 @@ def test_fleet_no_memory_sets_every_half_life_to_zero_and_keeps_the_weights() ->
     text = policies.tree_text("fleet-no-memory", TREE)
     tree_doc, other = yaml.safe_load_all(text)
     got = nodes(tree_doc["spec"]["root"])
-    assert got["root"]["fairSharing"] == {"halfLife": 0, "weight": 2}
-    assert got["team-a"]["fairSharing"] == {"weight": 3, "halfLife": 0}
-    assert got["a1"]["fairSharing"] == {"halfLife": 0}
+    assert got["root"]["fairSharing"] == {"halfLife": "0s", "weight": 2}
+    assert got["team-a"]["fairSharing"] == {"weight": 3, "halfLife": "0s"}
+    assert got["a1"]["fairSharing"] == {"halfLife": "0s"}
     assert "fairSharing" not in got["a2"] and "fairSharing" not in got["team-b"]
     assert {k: v for k, v in got["team-b"].items()} == {
         "name": "team-b",
@@ -58,7 +58,7 @@ def test_fleet_no_memory_sets_every_half_life_to_zero_and_keeps_the_weights() ->
     assert got["team-a"]["min"] == {"nvidia.com/gpu": 8} and got["root"]["max"] == {
         "nvidia.com/gpu": 16
     }
-    assert "halfLife: 0\n" in text
+    assert "halfLife: 0s\n" in text
     assert other == {
         "apiVersion": "v1",
         "kind": "Note",
@@ -84,3 +84,8 @@ def test_fleet_no_memory_is_a_known_policy_with_the_cell_allocator() -> None:
         policies.PolicyError, match="known: fleet, capacity, private, fleet-no-memory"
     ):
         policies.check(["fair"])
+
+
+def test_capacity_runs_without_fair_share_memory_as_yarn_capacity_scheduler_does() -> None:
+    assert policies.tree_text("capacity", TREE) == policies.tree_text("fleet-no-memory", TREE)
+    assert policies.tree_text("fleet", TREE) == TREE
