@@ -20,6 +20,10 @@ Theory of operation:
   ``max`` of None means the node sets no limit.
 * Namespaces are listed per leaf, and indexed namespace → leaf for
   :meth:`queue_for_namespace`.
+* Per-user limits (``limits.perUser``) are kept per leaf as written
+  (:meth:`per_user`, None where there are none) and read by
+  :mod:`fleet.core.user_limits`; :meth:`has_per_user` says whether any leaf
+  has some.
 * ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
   members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
   :meth:`to_spec` and copies, so every rebuilt tree stays auto.
@@ -80,6 +84,9 @@ class QuotaStructure:
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
     _protects: bool
+    #: node -> its ``limits.perUser`` (None: none); immutable after build
+    _per_user: list[Resources | None]
+    _any_per_user: bool
     #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
     auto: bool
 
@@ -97,6 +104,7 @@ class QuotaStructure:
         self._max = []
         self._namespaces = []
         self._own_runtime = []
+        self._per_user = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -109,6 +117,7 @@ class QuotaStructure:
             self._max.append(node.max)
             self._namespaces.append(tuple(node.namespaces))
             self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
+            self._per_user.append(node.per_user)
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -146,6 +155,7 @@ class QuotaStructure:
             )
         self._runtime = runtime
         self._protects = any(p or r for p, r in runtime)
+        self._any_per_user = any(limits is not None for limits in self._per_user)
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -162,6 +172,8 @@ class QuotaStructure:
         other._own_runtime = self._own_runtime
         other._runtime = self._runtime
         other._protects = self._protects
+        other._per_user = self._per_user
+        other._any_per_user = self._any_per_user
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -261,6 +273,17 @@ class QuotaStructure:
         """Whether any node sets a minimum runtime."""
         return self._protects  # computed with ``_runtime``: the cycle asks per job
 
+    def per_user(self, name: str) -> Resources | None:
+        """The node's ``limits.perUser`` (None: none), ``runningJobs`` as
+        ``kube-queue/max-jobs``; a cheap lookup, asked per job that names a user."""
+        if not self._any_per_user:
+            return None
+        return self._per_user[self._node(name)]
+
+    def has_per_user(self) -> bool:
+        """Whether any leaf has ``limits.perUser``."""
+        return self._any_per_user
+
     def namespaces_of(self, name: str) -> tuple[str, ...]:
         return self._namespaces[self._node(name)]
 
@@ -298,6 +321,7 @@ class QuotaStructure:
                 preempt_min_runtime=self._own_runtime[i][0],
                 reclaim_min_runtime=self._own_runtime[i][1],
                 auto=self.auto and i == 0,
+                per_user=self._per_user[i],
             )
 
         return make(0)
