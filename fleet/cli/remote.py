@@ -399,7 +399,37 @@ def _job_path(ref: str) -> str:
     return _object_path("jobs", "job", ref)
 
 
+def _describe_queue(args: argparse.Namespace) -> int:
+    """``fleet describe queue NAME``: its quota, usage, and per-user limits with each
+    user's use."""
+    path = f"/api/v1/queues/{urllib.parse.quote(args.job, safe='')}"
+    _, queue = request(_server(args), "GET", path)
+    if args.output != "table":
+        _emit(queue, args.output)
+        return 0
+    print(f"{'Name:':16}{queue['name']}")
+    print(f"{'Parent:':16}{queue.get('parent') or '-'}")
+    print(f"{'Namespaces:':16}{', '.join(queue.get('namespaces', [])) or '-'}")
+    print(f"{'Min:':16}{_quantities(queue.get('min', {}))}")
+    print(f"{'Max:':16}{_quantities(queue.get('max', {}), 'unlimited')}")
+    print(f"{'Used:':16}{_quantities(queue.get('used', {}))}")
+    print(f"{'Admitted:':16}{queue.get('admitted', 0)} jobs")
+    print(f"{'Pending:':16}{len(queue.get('pending', []))} jobs")
+    per_user = queue.get("perUser")
+    if per_user:
+        limits = ", ".join(f"{k}={v}" for k, v in per_user["limits"].items())
+        print(f"{'Per user:':16}{limits}")
+        rows = [
+            (u["user"], u["runningJobs"], _quantities(u.get("resources", {})))
+            for u in per_user.get("users", [])
+        ]
+        print("  " + table(("USER", "JOBS", "RESOURCES"), rows).replace("\n", "\n  "))
+    return 0
+
+
 def _describe(args: argparse.Namespace) -> int:
+    if args.kind == "queue":
+        return _describe_queue(args)
     _, job = request(_server(args), "GET", _job_path(args.job))
     if args.output != "table":
         _emit(job, args.output)
@@ -411,6 +441,7 @@ def _describe(args: argparse.Namespace) -> int:
         ("API version", "apiVersion"),
         ("UID", "uid"),
         ("Queue", "queue"),
+        ("User", "user"),
         ("State", "state"),
         ("Priority class", "priorityClass"),
         ("Priority", "priority"),
@@ -559,10 +590,12 @@ def add_parsers(sub: Any) -> None:
     g.set_defaults(handler=_guard(_get))
 
     d = sub.add_parser(
-        "describe", help="one job in detail: placement, reason, events", parents=[server, output]
+        "describe",
+        help="one job in detail (placement, reason, events), or one queue (quota, per-user use)",
+        parents=[server, output],
     )
-    d.add_argument("kind", choices=("job",), help="what to describe")
-    d.add_argument("job", metavar="NAMESPACE/NAME", help="the job")
+    d.add_argument("kind", choices=("job", "queue"), help="what to describe")
+    d.add_argument("job", metavar="NAMESPACE/NAME|QUEUE", help="the job, or the queue")
     d.set_defaults(handler=_guard(_describe))
 
     x = sub.add_parser(

@@ -138,7 +138,7 @@ def reason(
     )
 
 
-def shown(values: Mapping[str, int]) -> dict[str, str]:
+def shown(values: Resources | Mapping[str, int]) -> dict[str, str]:
     """``values`` as the API shows them: quantities by resource, the count of jobs as
     ``runningJobs``."""
     return {per_user_field(r): format_quantity(r, v) for r, v in sorted(values.items())}
