@@ -68,9 +68,8 @@ failover rule in force.
 
 from __future__ import annotations
 
-import dataclasses
-
 import base64
+import dataclasses
 import datetime
 import hashlib
 import json

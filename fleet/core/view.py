@@ -2,7 +2,8 @@
 
 Theory of operation: :func:`project` turns the core's state into an
 immutable :class:`LoopView` — queues as ``kubectl get queue`` would show
-them (a leaf with ``limits.perUser`` with its limits and each user's use), pending jobs with their reasons, GPUs per member and virtual cluster,
+them (a leaf with ``limits.perUser`` with its limits and each user's
+use), pending jobs with their reasons, GPUs per member and virtual cluster,
 the members drained and not ready, the members' healthy capacity and what
 the tree promises beyond it (:mod:`fleet.core.inventory`), and which jobs
 changed since the view before.  The API, the dashboard and telemetry read only that view, never
