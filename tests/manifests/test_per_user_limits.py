@@ -6,10 +6,12 @@ import pathlib
 import textwrap
 
 import pytest
+import yaml
 
 from fleet.core.resources import GPU, MAX_JOBS, Resources
 from fleet.manifests import convert
 from fleet.manifests.errors import SpecError
+from fleet.testing.documents import pytorchjob
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "policies" / "quota" / "per-user-tree.yaml"
 
@@ -73,3 +75,15 @@ def test_bad_per_user_values_are_errors_at_their_paths(limits: str, path: str, w
     found = paths(tree_yaml(limits))
     assert found[0][0] == f"spec.root.children[0].{path}", found
     assert words in found[0][1]
+
+
+def test_a_jobs_user_is_its_fleet_io_user_label() -> None:
+    tree, _ = convert.load_quota(EXAMPLE.read_text())
+    docs = list(yaml.safe_load_all(pytorchjob("train", namespace="team-a")))
+    for doc in docs:
+        if doc["kind"] == "PyTorchJob":
+            doc["metadata"]["labels"] = {"fleet.io/user": "alice"}
+    labelled = convert.load_submission(yaml.safe_dump_all(docs), tree)
+    plain = convert.load_submission(pytorchjob("train", namespace="team-a"), tree)
+    assert [j.user for j in labelled] == ["alice"]
+    assert [j.user for j in plain] == [""]
