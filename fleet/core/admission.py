@@ -94,12 +94,18 @@ class Waits:
         object.__setattr__(self, "reason", reason)
 
 
-class OverUserLimit(Waits):
-    """The job could start but its user's cap in its queue says no (``reason``): the
-    cycle decides nothing else from it (no bulk wait behind it)."""
+@dataclass(frozen=True, slots=True)
+class OverUserLimit:
+    """The job could start but its user's cap in its queue says no (``reason``): it
+    waits, and the cycle decides nothing else from it (no bulk wait behind it)."""
+
+    reason: str
+
+    def __init__(self, reason: str) -> None:
+        object.__setattr__(self, "reason", reason)
 
 
-Outcome = Started | Waits | Defer
+Outcome = Started | Waits | OverUserLimit | Defer
 
 
 @dataclass(slots=True)
@@ -194,7 +200,7 @@ def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
         start_plan = found
         if limits is not None:
             capped = _within_user_cap(run, job, found, limits)
-            if isinstance(capped, Waits):
+            if isinstance(capped, OverUserLimit):
                 return capped
             start_plan = capped
         refused = commit(run, job, start_plan)
@@ -209,7 +215,9 @@ def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
     return Waits(reason)
 
 
-def _within_user_cap(run: CycleRun, job: Job, found: Plan, limits: Resources) -> Plan | Waits:
+def _within_user_cap(
+    run: CycleRun, job: Job, found: Plan, limits: Resources
+) -> Plan | OverUserLimit:
     """``found`` (a start of ``job``), or the largest start at most as large that keeps
     its user within ``limits``, or why not (:class:`OverUserLimit`)."""
     held = run.state.users.of(job.queue, job.user)
