@@ -23,6 +23,9 @@ Theory of operation (``docs/design/api-and-access.md``; tokens in :mod:`fleet.ap
 * **Answers**: no ``Authorization`` header, a malformed one or an unknown
   token is a 401 problem with ``WWW-Authenticate: Bearer``; a valid token
   whose role is too small is a 403 problem.
+* **Users**: a job's user (for a leaf's per-user limits, ``limits.perUser``)
+  is the name of the token that submitted it (:func:`user_of`); on a server
+  without tokens, the job's ``fleet.io/user`` label, read with the job.
 * **Audit**: every request to a route that changes something (a route with
   an ``audit`` kind) is recorded once it is answered, whatever the outcome:
   the caller's token name, the time, the route, the status and the problem's
@@ -87,6 +90,13 @@ def caller(request: web.Request) -> Caller:
     """The caller of ``request`` (set by :func:`access_middleware`)."""
     found: Caller | None = request.get(keys.CALLER_KEY)
     return found if found is not None else NO_TOKENS_CALLER
+
+
+def user_of(who: Caller) -> str | None:
+    """The user a job ``who`` submits counts against (a leaf's ``limits.perUser``):
+    its token's name; None on a server without tokens, where the job's label
+    ``fleet.io/user`` says who (a label anyone may write yields to a token)."""
+    return None if who is NO_TOKENS_CALLER else who.name
 
 
 def namespaces_of(who: Caller, tree: QuotaTree) -> list[str]:

@@ -191,6 +191,9 @@ async def submit_jobs(request: web.Request) -> web.Response:
             policies=svc.policies,
         )
     submitted, registering = parsed.jobs, parsed.runtimes
+    user = auth.user_of(auth.caller(request))
+    if user is not None:  # the token's name, not a label anyone may write
+        submitted = [s.by(user) for s in submitted]
     if registering and not auth.caller(request).admin:
         names = ", ".join(r.key for r in registering)
         raise auth.forbidden(
@@ -474,6 +477,7 @@ async def get_job(
     detail = schemas.JobDetail(
         **_summary(row).model_dump(),
         preemptible=job.preemptible,
+        user=job.user or None,
         request=schemas.quantities(job.request),
         placement=_placement(row),
         pod_sets=sets,
@@ -664,6 +668,17 @@ def _queue_fields(q: QueueView) -> dict[str, object]:
         "borrowed": dict(q.borrowed),
         "admitted": q.admitted,
         "fair_share": None if q.fair_share is None else _fair_share(q.fair_share),
+        "per_user": None
+        if q.per_user is None
+        else schemas.PerUser(
+            limits=dict(q.per_user.limits),
+            users=[
+                schemas.PerUserUse(
+                    user=u.user, running_jobs=u.running_jobs, resources=dict(u.resources)
+                )
+                for u in q.per_user.users
+            ],
+        ),
     }
 
 

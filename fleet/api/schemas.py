@@ -49,6 +49,12 @@ def quantities(amounts: Amounts) -> dict[str, str]:
     return Resources(amounts).to_quantities()
 
 
+def _absent(value: object) -> bool:
+    """A field left out of the JSON when it has no value (a field added later, so that
+    answers without it read as they did)."""
+    return value is None
+
+
 class Schema(BaseModel):
     """Base of every response model: camelCase JSON, frozen, no unknown fields."""
 
@@ -192,6 +198,12 @@ class JobDetail(Schema):
     priority_class: str = Field(description="The priority class named by the job.")
     priority: int = Field(description="The class's value; negative is opportunistic.")
     preemptible: bool = Field(description="Whether other jobs may preempt it.")
+    user: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Whose per-user limits (limits.perUser) it counts against: the name of "
+        "the token that submitted it, else its fleet.io/user label; absent: nobody's.",
+    )
     mode: Mode | None = Field(
         default=None,
         description="guaranteed, borrowed or opportunistic while admitted; null otherwise.",
@@ -326,6 +338,25 @@ class JobList(Schema):
 # Queues -------------------------------------------------------------------------------
 
 
+class PerUserUse(Schema):
+    """What one user's holding jobs (admitted, dispatched, running) hold in a leaf."""
+
+    user: str = Field(description="The user: a token's name, or a job's fleet.io/user label.")
+    running_jobs: int = Field(description="The user's holding jobs in the queue.")
+    resources: Quantities = Field(description="What those jobs request, growth steps included.")
+
+
+class PerUser(Schema):
+    """A leaf's per-user limits and each user's current use."""
+
+    limits: dict[str, str] = Field(
+        description="The leaf's limits.perUser: runningJobs and resource quantities."
+    )
+    users: list[PerUserUse] = Field(
+        default_factory=list, description="Every user holding something there, by name."
+    )
+
+
 class _QueueFields(Schema):
     name: str = Field(description="The node's name in the quota tree.")
     parent: str | None = Field(description="The parent node; null for the root.")
@@ -366,6 +397,11 @@ class FairShare(Schema):
         description="How many leaf queues its parent has, itself included."
     )
     explanation: str = Field(description="Why it comes where it does, in a sentence.")
+    per_user: PerUser | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="A leaf's limits.perUser with each user's current use; absent: none.",
+    )
 
 
 class QueueSummary(_QueueFields):

@@ -69,6 +69,7 @@ failover rule in force.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -171,6 +172,11 @@ class Submitted:
     policy_index: int | None
     #: Where the policy came from: the job's own submission, or the stored ones.
     policy_source: PolicySource | None = None
+
+    def by(self, user: str) -> Submitted:
+        """The same submission, its job's user ``user`` (the submitting token's name,
+        which wins over the job's ``fleet.io/user`` label)."""
+        return dataclasses.replace(self, job=dataclasses.replace(self.job, user=user))
 
 
 def new_jobs(submitted: Sequence[Submitted]) -> list[intake.NewJob]:

@@ -399,6 +399,53 @@ def _job_path(ref: str) -> str:
     return _object_path("jobs", "job", ref)
 
 
+def _describe_queue(args: argparse.Namespace) -> int:
+    """``fleet describe queue NAME``: its quota, usage, fair share and why, per-user
+    limits with each user's use, and its waiting jobs."""
+    path = f"/api/v1/queues/{urllib.parse.quote(args.job, safe='')}"
+    _, queue = request(_server(args), "GET", path)
+    if args.output != "table":
+        _emit(queue, args.output)
+        return 0
+    print(f"{'Name:':16}{queue['name']}")
+    print(f"{'Parent:':16}{queue.get('parent') or '-'}")
+    print(f"{'Namespaces:':16}{', '.join(queue.get('namespaces', [])) or '-'}")
+    print(f"{'Min:':16}{_quantities(queue.get('min', {}))}")
+    print(f"{'Max:':16}{_quantities(queue.get('max', {}), 'unlimited')}")
+    print(f"{'Used:':16}{_quantities(queue.get('used', {}))}")
+    print(f"{'Borrowed:':16}{_quantities(queue.get('borrowed', {}))}")
+    print(f"{'Admitted:':16}{queue.get('admitted', 0)} jobs")
+    print(f"{'Pending:':16}{len(queue.get('pending', []))} jobs")
+    fair = queue.get("fairShare")
+    if fair:
+        half_life = fair["halfLifeSeconds"]
+        memory = f"half-life {half_life / 3600:g}h" if half_life else "no memory"
+        print(f"{'Fair share:':16}weight {fair['weight']:g}, {memory}")
+        usage = ", ".join(f"{r}={v:g}" for r, v in fair["decayedUsage"].items())
+        print(f"{'Decayed usage:':16}{usage + ' (resource-hours)' if usage else '-'}")
+        share = "-" if fair.get("share") is None else f"{fair['share']:.4g}"
+        print(f"{'Share:':16}{share} (rank {fair['rank']} of {fair['siblings']})")
+        print(f"{'Why:':16}{fair['explanation']}")
+    per_user = queue.get("perUser")
+    if per_user:
+        limits = ", ".join(f"{k}={v}" for k, v in per_user["limits"].items())
+        print(f"{'Per user:':16}{limits}")
+        rows = [
+            (u["user"], u["runningJobs"], _quantities(u.get("resources", {})))
+            for u in per_user.get("users", [])
+        ]
+        print("  " + table(("USER", "JOBS", "RESOURCES"), rows).replace("\n", "\n  "))
+    pending = [
+        (p["position"], p["job"], p["priority"], _quantities(p["request"]), p["reason"])
+        for p in queue.get("pending", [])
+    ]
+    if pending:
+        print("Waiting:")
+        header = ("#", "JOB", "PRIORITY", "REQUEST", "REASON")
+        print("  " + table(header, pending).replace("\n", "\n  "))
+    return 0
+
+
 def _describe(args: argparse.Namespace) -> int:
     if args.kind == "queue":
         return _describe_queue(args)
@@ -413,6 +460,7 @@ def _describe(args: argparse.Namespace) -> int:
         ("API version", "apiVersion"),
         ("UID", "uid"),
         ("Queue", "queue"),
+        ("User", "user"),
         ("State", "state"),
         ("Priority class", "priorityClass"),
         ("Priority", "priority"),
@@ -457,38 +505,6 @@ def _describe(args: argparse.Namespace) -> int:
     print("Events:")
     events = [(e["time"], e["type"], e["reason"], e["message"]) for e in job["events"]]
     print("  " + table(("TIME", "TYPE", "REASON", "MESSAGE"), events).replace("\n", "\n  "))
-    return 0
-
-
-def _describe_queue(args: argparse.Namespace) -> int:
-    path = f"/api/v1/queues/{urllib.parse.quote(args.job, safe='')}"
-    _, queue = request(_server(args), "GET", path)
-    if args.output != "table":
-        _emit(queue, args.output)
-        return 0
-    print(f"{'Name:':16}{queue['name']}")
-    print(f"{'Parent:':16}{queue.get('parent') or '-'}")
-    if queue.get("namespaces"):
-        print(f"{'Namespaces:':16}{', '.join(queue['namespaces'])}")
-    for label, key in (("Min", "min"), ("Max", "max"), ("Used", "used"), ("Borrowed", "borrowed")):
-        print(f"{label + ':':16}{_quantities(queue.get(key) or {}) or '-'}")
-    print(f"{'Admitted:':16}{queue.get('admitted', 0)}")
-    fair = queue.get("fairShare")
-    if fair:
-        half_life = fair["halfLifeSeconds"]
-        memory = f"half-life {half_life / 3600:g}h" if half_life else "no memory"
-        print(f"{'Fair share:':16}weight {fair['weight']:g}, {memory}")
-        usage = ", ".join(f"{r}={v:g}" for r, v in fair["decayedUsage"].items())
-        print(f"{'Decayed usage:':16}{usage + ' (resource-hours)' if usage else '-'}")
-        share = "-" if fair.get("share") is None else f"{fair['share']:.4g}"
-        print(f"{'Share:':16}{share} (rank {fair['rank']} of {fair['siblings']})")
-        print(f"{'Why:':16}{fair['explanation']}")
-    print("Pending:")
-    rows = [
-        (p["position"], p["job"], p["priority"], _quantities(p["request"]), p["reason"])
-        for p in queue.get("pending", [])
-    ]
-    print("  " + table(("#", "JOB", "PRIORITY", "REQUEST", "REASON"), rows).replace("\n", "\n  "))
     return 0
 
 
@@ -595,7 +611,7 @@ def add_parsers(sub: Any) -> None:
     d = sub.add_parser(
         "describe",
         help="one job in detail (placement, reason, events), or one queue (quota, fair "
-        "share and why, pending jobs)",
+        "share and why, per-user use, pending jobs)",
         parents=[server, output],
     )
     d.add_argument("kind", choices=("job", "queue"), help="what to describe")

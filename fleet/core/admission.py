@@ -33,6 +33,19 @@ is the one it runs on and is charged for.  If none starts, it waits with
 every type's reason, under the GPUs it asked for (types and terms); if one
 try must borrow in the first pass and no other starts, it is deferred.
 
+A job whose user (:attr:`~fleet.core.jobs.Job.user`) is capped in its queue
+(``limits.perUser``, :mod:`fleet.core.user_limits`) is tried as any job is;
+the cap is the last question, asked of the start found: a start over it is
+narrowed to the largest start within it that can start (a bisection among
+the smaller sizes, :func:`_within_user_cap`), and when there is none the
+job waits (:class:`OverUserLimit`), preempting nobody.  So a job that cannot
+start anyway keeps the reason it would have without the cap, worded from
+the same figures, and everything the cycle remembers from a try (the shape
+memory, the reclaim and victim memories, the bulk waits behind it) is what
+any user's job of that shape would have met: a job stopped by its user's
+cap stops or parks no other job.  A job that names no user, or whose queue
+has no per-user limit, pays one attribute test.
+
 A victim is a unit (:mod:`fleet.core.charges`): a job's first unit stops the
 whole job; a growth step of an elastic job stops only the pods it grew
 into, and the job keeps running with the rest.
@@ -42,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.core import cluster_choice, quota_victims, timestamps
+from fleet.core import cluster_choice, quota_victims, timestamps, user_limits
 from fleet.core.charges import Charge, charge_for
 from fleet.core.cycle_context import CycleRun, Pass
 from fleet.core.cycle_memory import Remembered
@@ -81,7 +94,18 @@ class Waits:
         object.__setattr__(self, "reason", reason)
 
 
-Outcome = Started | Waits | Defer
+@dataclass(frozen=True, slots=True)
+class OverUserLimit:
+    """The job could start but its user's cap in its queue says no (``reason``): it
+    waits, and the cycle decides nothing else from it (no bulk wait behind it)."""
+
+    reason: str
+
+    def __init__(self, reason: str) -> None:
+        object.__setattr__(self, "reason", reason)
+
+
+Outcome = Started | Waits | OverUserLimit | Defer
 
 
 @dataclass(slots=True)
@@ -105,29 +129,35 @@ class Plan:
 def admit(run: CycleRun, job: Job) -> Outcome:
     """Admit ``job`` at the largest size that can start now, or say why it waits;
     a job of several GPU types on the first of them that it starts on."""
+    limits = run.state.tree.per_user(job.queue) if job.user else None
     if not job.gpu_terms and not job.gpu_skus:
-        return _admit(run, job)
+        return _admit(run, job, limits)
     types = job.gpu_skus or job.gpu_types
     reasons: list[str] = []
     deferred = False
+    capped = False
     for sku in types:
-        outcome = _admit(run, job.on(sku) if job.gpu_skus else job)
+        outcome = _admit(run, job.on(sku) if job.gpu_skus else job, limits)
         if isinstance(outcome, Started):
             return outcome
         if isinstance(outcome, Defer):
             deferred = True
-        elif outcome.reason not in reasons:
-            reasons.append(outcome.reason)
+        else:
+            capped = capped or isinstance(outcome, OverUserLimit)
+            if outcome.reason not in reasons:
+                reasons.append(outcome.reason)
     if deferred:
         run.last_block = None
         return DEFER
-    if len(types) > 1:
+    if len(types) > 1 or capped:
         run.last_block = None  # each type's try left its own
-    return Waits(f"waits for GPUs of {job.gpu_ask}: " + "; ".join(reasons))
+    text = f"waits for GPUs of {job.gpu_ask}: " + "; ".join(reasons)
+    return OverUserLimit(text) if capped else Waits(text)
 
 
-def _admit(run: CycleRun, job: Job) -> Outcome:
-    """:func:`admit` on the job's one type, or any (the job as it comes)."""
+def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
+    """:func:`admit` on the job's one type, or any (the job as it comes), its user
+    held to ``limits`` (its queue's ``limits.perUser``, if any)."""
     start, least = job.start_size, job.gang_size
     verdict: Mode | QuotaBlock | None = None
     key = None
@@ -167,7 +197,13 @@ def _admit(run: CycleRun, job: Job) -> Outcome:
         deferred = deferred or smaller_deferred
         reason = reason or smaller_reason
     if isinstance(found, Plan):
-        refused = commit(run, job, found)
+        start_plan = found
+        if limits is not None:
+            capped = _within_user_cap(run, job, found, limits)
+            if isinstance(capped, OverUserLimit):
+                return capped
+            start_plan = capped
+        refused = commit(run, job, start_plan)
         return STARTED if refused is None else Waits(refused)
     if deferred:
         return DEFER
@@ -177,6 +213,24 @@ def _admit(run: CycleRun, job: Job) -> Outcome:
         could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)
         run.shapes.put(key, Remembered(reason, run.last_block), could_reclaim)
     return Waits(reason)
+
+
+def _within_user_cap(
+    run: CycleRun, job: Job, found: Plan, limits: Resources
+) -> Plan | OverUserLimit:
+    """``found`` (a start of ``job``), or the largest start at most as large that keeps
+    its user within ``limits``, or why not (:class:`OverUserLimit`)."""
+    held = run.state.users.of(job.queue, job.user)
+    size = len(found.pods)
+    most = user_limits.most_pods(job, held, limits, job.gang_size, size)
+    if most == size:
+        return found
+    smaller = _largest_start(run, job, job.gang_size, most)[0] if most >= job.gang_size else None
+    if smaller is not None:
+        return smaller
+    run.last_block = None
+    request = job.request_of(found.pods)
+    return OverUserLimit(user_limits.reason(job.queue, job.user, held, limits, request))
 
 
 def _largest_start(run: CycleRun, job: Job, lo: int, hi: int) -> tuple[Plan | None, bool, str]:

@@ -7,7 +7,8 @@ keyed ``namespace/name#2``, ``#3`` …, each classified on its own (a growth
 step above the queue's ``min`` is borrowed even when the job's first unit is
 guaranteed).  A :class:`Charge` is that unit's record: its mode, its request
 and what victim rules need (queue, priority, submission order,
-preemptibility).  The scheduler state, the quota tree and the placers all
+preemptibility), and the job's user (:attr:`~fleet.core.jobs.Job.user`), whose
+per-user counters the unit is counted in.  The scheduler state, the quota tree and the placers all
 keep the *same* frozen object, so a unit's mode is recorded once.
 """
 
@@ -37,6 +38,8 @@ class Charge:
     request: Resources
     #: when the unit was admitted (the core's clock); minimum runtimes count from it
     since: float = 0.0
+    #: the job's user (empty: none), counted per leaf by :mod:`fleet.core.user_limits`
+    user: str = ""
 
     def __init__(
         self,
@@ -49,6 +52,7 @@ class Charge:
         mode: Mode,
         request: Resources,
         since: float = 0.0,
+        user: str = "",
     ) -> None:
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "job", job)
@@ -59,6 +63,7 @@ class Charge:
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "request", request)
         object.__setattr__(self, "since", since)
+        object.__setattr__(self, "user", user)
 
     @property
     def is_growth(self) -> bool:
@@ -86,6 +91,7 @@ def charge_for(
         mode,
         job.request if request is None else request,
         since,
+        job.user,
     )
 
 

@@ -208,7 +208,8 @@ def serve(
                 # for the borrowing pass.
                 deferred[order.names[rank]] = (i, order.ends[rank])
             else:
-                _waited(run, order, rank, jobs, i, outcome.reason, lists)
+                capped = isinstance(outcome, admission.OverUserLimit)
+                _waited(run, order, rank, jobs, i, outcome.reason, lists, capped=capped)
         rank = order.next()
     return deferred
 
@@ -332,8 +333,14 @@ def _waited(
     at: int,
     reason: str,
     lists: dict[str, list[Job]] | None,
+    *,
+    capped: bool = False,
 ) -> None:
     """The job at ``at`` waits for ``reason``; then what follows from it.
+
+    A job its user's cap stopped (``capped``: it could start otherwise,
+    :class:`~fleet.core.admission.OverUserLimit`) says nothing of the jobs
+    behind it: the queue goes on with the next one.
 
     A StrictFIFO queue stops there (:func:`_stop_strict`).  Otherwise, with bulk
     waits on, the jobs behind it that provably wait too are waited at once
@@ -350,7 +357,7 @@ def _waited(
         _stop_strict(run, order, rank, job)
         return
     block = run.last_block
-    if run.shortcuts.bulk_wait:
+    if run.shortcuts.bulk_wait and not capped:
         name = order.names[rank]
         end = order.ends[rank]
         if block is None:

@@ -9,7 +9,9 @@ verdict: a growth step above the queue's ``min`` is borrowed and is the
 first thing taken back when another job needs the room, while the job keeps
 the pods it started with.  The growth unit is bound in its placer under the
 unit key, so placers and the quota tree offer it as a victim on its own.
-Only the jobs the state tracks as possibly partial are visited
+A job whose user is capped in its queue (``limits.perUser``,
+:mod:`fleet.core.user_limits`) grows by no more pods than keep the user
+within the caps.  Only the jobs the state tracks as possibly partial are visited
 (:meth:`~fleet.core.state.SchedulerState.partial_jobs`), not every running
 job: a cycle after a batch of submissions pays nothing for complete jobs.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleet.core import charges
+from fleet.core import charges, user_limits
 from fleet.core.cycle_context import CycleRun
 from fleet.core.decisions import Admit
 from fleet.core.jobs import Job, Mode, Pod
@@ -34,6 +36,10 @@ def grow(run: CycleRun) -> None:
             continue
         placed = {p.pod for p in owner.pods}
         missing = tuple(p for p in owner.job.pods if p.name not in placed)
+        if owner.job.user:
+            missing = _within_cap(run, owner.job, missing)
+            if not missing:
+                continue
         step = 1 + max(charges.step_of(u.charge.key) for u in owner.units)
         unit_job = _unit_job(owner.job, charges.unit_key(owner.job.key, step))
         if _try(run, owner, unit_job, missing):
@@ -49,6 +55,23 @@ def grow(run: CycleRun) -> None:
             else:
                 hi = mid - 1
         _try(run, owner, unit_job, missing[:best])
+
+
+def _within_cap(run: CycleRun, job: Job, missing: tuple[Pod, ...]) -> tuple[Pod, ...]:
+    """The first of ``missing`` that ``job``'s user may still take in its queue: all of
+    them without a per-user limit there (bisection: more pods ask no less)."""
+    limits = run.state.tree.per_user(job.queue)
+    if limits is None:
+        return missing
+    held = run.state.users.of(job.queue, job.user)
+    lo, hi = 0, len(missing)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if user_limits.over_cap(held, limits, job.request_of(missing[:mid]) - ONE_JOB) is None:
+            lo = mid
+        else:
+            hi = mid - 1
+    return missing[:lo]
 
 
 def _unit_job(job: Job, key: str) -> Job:

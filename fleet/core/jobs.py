@@ -23,6 +23,11 @@ placed on (``gpu.fleet.io/<type>``) and a typed ``max`` holds for that type;
 the running job is that narrowed job, and a job queued again asks for all its
 types again (:meth:`Job.asked`).  :attr:`Job.gpu_types` is what the placers
 read: the types a job may be placed on now (empty: any).
+
+A job may name its *user* (:attr:`Job.user`, empty: none): who submitted it,
+whose per-user limits of its queue (``limits.perUser``,
+:mod:`fleet.core.user_limits`) it counts against.  The shell decides who that
+is; the core only compares names.
 """
 
 from __future__ import annotations
@@ -139,6 +144,9 @@ class Job:
     #: The GPU attribute terms the types were chosen by, as a human reads them
     #: (empty: none but an exact type); the waiting reasons name them.
     gpu_terms: str = ""
+    #: Who submitted the job, for its queue's per-user limits (empty: nobody named,
+    #: no per-user limit applies).
+    user: str = ""
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
     #: Quota charge of every pod, and of the smallest start (computed, shared).
@@ -207,6 +215,7 @@ class Job:
             self.queue_from_namespace,
             self.gpu_skus,
             self.gpu_terms,
+            self.user,
         )
 
     @property

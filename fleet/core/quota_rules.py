@@ -7,8 +7,10 @@ node, the resource and the field path: unique node
 names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
 ``max`` is never above anything); ``min <= max``; no negative quantity; a
-finite ``fairSharing.halfLife`` and a weight above 0.  A root
-whose ``min`` differs from its ``max`` is accepted with a warning.
+finite ``fairSharing.halfLife`` and a weight above 0; per-user limits
+(``limits.perUser``, :attr:`QuotaNodeSpec.per_user`) on leaves only, none
+negative.  A root whose ``min`` differs from its ``max`` is accepted with a
+warning.
 
 A root whose capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`) has the
 members' healthy capacity as its ``min`` and ``max``
@@ -23,7 +25,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet.core.resources import ZERO, Resources, format_quantity
+from fleet.core.resources import MAX_JOBS, ZERO, Resources, format_quantity
+
+#: How ``limits.perUser`` names the count of a user's running jobs; the core keeps
+#: it as ``kube-queue/max-jobs`` (every job's first unit charges one of it).
+RUNNING_JOBS = "runningJobs"
+
+
+def per_user_field(resource: str) -> str:
+    """The ``limits.perUser`` field that caps ``resource`` (``runningJobs`` for jobs)."""
+    return RUNNING_JOBS if resource == MAX_JOBS else resource
+
 
 #: The largest ``fairSharing.weight`` (a typo guard: weights are relative).
 MAX_WEIGHT = 1_000_000.0
@@ -58,6 +70,10 @@ class QuotaNodeSpec:
     #: See :mod:`fleet.core.fair_share`.
     fair_half_life: float | None = None
     fair_weight: float | None = None
+    #: ``limits.perUser`` (leaves only): what one user's holding jobs may hold at most
+    #: in this queue, ``runningJobs`` kept as ``kube-queue/max-jobs``
+    #: (:mod:`fleet.core.user_limits`); None: no per-user limit
+    per_user: Resources | None = None
 
 
 def node_message(node: str, what: str) -> str:
@@ -188,6 +204,26 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                             f"max {fmt(r, cap)} is above the max "
                             f"{format_quantity(r, parent.max[r])} of its parent {parent.name!r}",
                             path=f"{node.path}.max",
+                        )
+                    )
+        if node.per_user is not None:
+            where = f"{node.path}.limits.perUser"
+            if node.children:
+                problems.append(
+                    QuotaError(
+                        name,
+                        "limits.perUser is for leaves only, but it has children",
+                        path=where,
+                    )
+                )
+            for r, v in node.per_user.items():
+                if v < 0:
+                    field = per_user_field(r)
+                    problems.append(
+                        QuotaError(
+                            name,
+                            f"limits.perUser.{field} {format_quantity(r, v)} is negative",
+                            path=f"{where}.{field}",
                         )
                     )
         if node.children and node.namespaces:

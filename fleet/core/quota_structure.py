@@ -20,6 +20,10 @@ Theory of operation:
   ``max`` of None means the node sets no limit.
 * Namespaces are listed per leaf, and indexed namespace → leaf for
   :meth:`queue_for_namespace`.
+* Per-user limits (``limits.perUser``) are kept per leaf as written
+  (:meth:`per_user`, None where there are none) and read by
+  :mod:`fleet.core.user_limits`; :meth:`has_per_user` says whether any leaf
+  has some.
 * ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
   members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
   :meth:`to_spec` and copies, so every rebuilt tree stays auto.
@@ -89,6 +93,9 @@ class QuotaStructure:
     _fair: list[tuple[float, float]]
     #: some node has a half-life or a weight other than 1 (:mod:`fleet.core.fair_share`)
     fair_any: bool
+    #: node -> its ``limits.perUser`` (None: none); immutable after build
+    _per_user: list[Resources | None]
+    _any_per_user: bool
     #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
     auto: bool
 
@@ -107,6 +114,7 @@ class QuotaStructure:
         self._namespaces = []
         self._own_runtime = []
         self._own_fair = []
+        self._per_user = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -120,6 +128,7 @@ class QuotaStructure:
             self._namespaces.append(tuple(node.namespaces))
             self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
             self._own_fair.append((node.fair_half_life, node.fair_weight))
+            self._per_user.append(node.per_user)
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -169,6 +178,7 @@ class QuotaStructure:
             )
         self._fair = fair
         self.fair_any = any(h > 0 or w != 1.0 for h, w in fair)
+        self._any_per_user = any(limits is not None for limits in self._per_user)
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -188,6 +198,8 @@ class QuotaStructure:
         other._own_fair = self._own_fair
         other._fair = self._fair
         other.fair_any = self.fair_any
+        other._per_user = self._per_user
+        other._any_per_user = self._any_per_user
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -291,6 +303,17 @@ class QuotaStructure:
         """Whether any node sets a minimum runtime."""
         return self._protects  # computed with ``_runtime``: the cycle asks per job
 
+    def per_user(self, name: str) -> Resources | None:
+        """The node's ``limits.perUser`` (None: none), ``runningJobs`` as
+        ``kube-queue/max-jobs``; a cheap lookup, asked per job that names a user."""
+        if not self._any_per_user:
+            return None
+        return self._per_user[self._node(name)]
+
+    def has_per_user(self) -> bool:
+        """Whether any leaf has ``limits.perUser``."""
+        return self._any_per_user
+
     def namespaces_of(self, name: str) -> tuple[str, ...]:
         return self._namespaces[self._node(name)]
 
@@ -330,6 +353,7 @@ class QuotaStructure:
                 fair_half_life=self._own_fair[i][0],
                 fair_weight=self._own_fair[i][1],
                 auto=self.auto and i == 0,
+                per_user=self._per_user[i],
             )
 
         return make(0)

@@ -19,7 +19,8 @@ A job of several GPU types is recorded as it asks (its types, none chosen);
 a running one is restored narrowed to the type its first unit is charged for
 (``gpu.fleet.io/<type>``: :func:`running_job`), as the cycle left it.  A
 record written before jobs had several types reads as a job of one type or
-none.
+none.  A job's user (:attr:`~fleet.core.jobs.Job.user`) is written only when
+it names one, so a record written before jobs had one reads as a job of none.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ def job_to_plain(job: Job) -> dict[str, Any]:
         # (records written before jobs had them read the same)
         **({"gpu_skus": list(job.gpu_skus)} if job.gpu_skus else {}),
         **({"gpu_terms": job.gpu_terms} if job.gpu_terms else {}),
+        # the user likewise (records written before jobs named one read the same)
+        **({"user": job.user} if job.user else {}),
     }
 
 
@@ -189,6 +192,7 @@ def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
         queue_from_namespace=d["queue_from_namespace"],
         gpu_skus=tuple(d.get("gpu_skus", ())),
         gpu_terms=d.get("gpu_terms", ""),
+        user=d.get("user", ""),
     )
 
 
@@ -216,6 +220,7 @@ def unit_from_plain(job: Job, d: Mapping[str, Any]) -> Unit:
         Mode(d["mode"]),
         Resources(d["request"]),
         float(d.get("since", 0.0)),  # records written before minimum runtimes: unprotected
+        job.user,
     )
     return Unit(charge, tuple(PodPlacement(p, n, tuple(g)) for p, n, g in d["pods"]))
 

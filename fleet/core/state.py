@@ -24,6 +24,10 @@ The state also keeps the members' healthy capacity (:attr:`SchedulerState.invent
 events call; a root of ``capacity: auto`` gets it as its ``min`` and ``max``
 when the state is built.
 
+What each user's holding jobs hold per leaf (:attr:`SchedulerState.users`,
+:mod:`fleet.core.user_limits`) is counted with the units, in
+:meth:`SchedulerState.count_unit`, through which every unit comes and goes.
+
 A job of several GPU types runs narrowed to the one it was admitted on
 (``Running.job``: :meth:`~fleet.core.jobs.Job.on`) and is queued again
 asking for all of them (:meth:`SchedulerState.enqueue`).
@@ -50,6 +54,7 @@ from fleet.core.quota import QuotaTree
 from fleet.core.reason_texts import ReasonTexts
 from fleet.core.resources import Resources
 from fleet.core.unknown_job import UnknownJob as UnknownJob
+from fleet.core.user_limits import UserUse
 from fleet.core.waiting import IdleKey, WaitBook, idle_key
 
 
@@ -355,6 +360,9 @@ class SchedulerState:
         #: (what the service shows as a VC's usage; kept by :meth:`hold` and
         #: :meth:`release_unit`, and by :meth:`count_unit` where units move otherwise)
         self.guaranteed_gpus: dict[tuple[str, str], int] = {}
+        #: per leaf and user, what the units of the user's holding jobs request
+        #: (kept by :meth:`count_unit`, as :attr:`guaranteed_gpus` is)
+        self.users = UserUse()
         #: preempted jobs whose pods the shell has not yet confirmed stopped
         self.stopping: dict[str, Job] = {}
         self.phase: dict[str, JobState] = {}
@@ -578,8 +586,12 @@ class SchedulerState:
         return unit
 
     def count_unit(self, cluster: str, unit: Unit, sign: int) -> None:
-        """Add (``sign`` 1) or take away (-1) ``unit``'s GPUs in :attr:`guaranteed_gpus`."""
-        if unit.charge.mode is not Mode.GUARANTEED:
+        """Add (``sign`` 1) or take away (-1) ``unit``'s GPUs in :attr:`guaranteed_gpus`,
+        and its request in its user's counters (:attr:`users`)."""
+        charge = unit.charge
+        if charge.user:
+            self.users.count(charge.queue, charge.user, charge.request, sign)
+        if charge.mode is not Mode.GUARANTEED:
             return
         gpus = sum(len(pod.gpus) for pod in unit.pods)
         if not gpus:
@@ -652,6 +664,11 @@ class SchedulerState:
                 f"guaranteed GPUs per cluster and queue drifted: kept "
                 f"{sorted(self.guaranteed_gpus.items())}, recount {sorted(gpus.items())}"
             )
+        self.users.check(
+            (unit.charge.queue, unit.charge.user, unit.charge.request)
+            for run in self.running.values()
+            for unit in run.units
+        )
         queued = [j.key for q in self.queues.values() for j in q.pending]
         keys = {j.key: q.name for q in self.queues.values() for j in q.pending}
         if len(keys) != len(queued):

@@ -2,7 +2,8 @@
 
 Theory of operation: :func:`project` turns the core's state into an
 immutable :class:`LoopView` — queues as ``kubectl get queue`` would show
-them, pending jobs with their reasons, GPUs per member and virtual cluster,
+them (a leaf with ``limits.perUser`` with its limits and each user's
+use), pending jobs with their reasons, GPUs per member and virtual cluster,
 the members drained and not ready, the members' healthy capacity and what
 the tree promises beyond it (:mod:`fleet.core.inventory`), and which jobs
 changed since the view before.  The API, the dashboard and telemetry read only that view, never
@@ -17,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import fair_share, inventory
+from fleet.core import fair_share, inventory, user_limits
 from fleet.core.fair_share import FairShareView
 from fleet.core.inventory import Inventory, Shortfall
 from fleet.core.jobs import Job
-from fleet.core.resources import Resources, format_quantity
+from fleet.core.resources import MAX_JOBS, Resources, format_quantity
 from fleet.core.state import SchedulerState
 
 #: Views whose changed jobs the published view remembers (LoopView.recent).
@@ -44,6 +45,25 @@ class QueueView:
     pending: int
     #: a leaf's fair share, its order among its siblings and why (None: not a leaf)
     fair_share: FairShareView | None = None
+    #: a leaf's ``limits.perUser`` and what each user holds there (None: no such limits)
+    per_user: PerUserView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserUseView:
+    """What one user's holding jobs hold in a leaf: jobs, and resources as quantities."""
+
+    user: str
+    running_jobs: int
+    resources: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PerUserView:
+    """A leaf's per-user limits (``runningJobs`` and quantities) and each user's use."""
+
+    limits: Mapping[str, str]
+    users: tuple[UserUseView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +126,22 @@ def _limits(values: Resources | None) -> dict[str, str] | None:
     return {r: format_quantity(r, v) for r, v in sorted(values.items())}
 
 
+def _per_user(state: SchedulerState, node: str) -> PerUserView | None:
+    """The leaf's ``limits.perUser`` and every user's use there (None: no such limits)."""
+    limits = state.tree.per_user(node)
+    if limits is None:
+        return None
+    users = tuple(
+        UserUseView(
+            user,
+            held.get(MAX_JOBS, 0),
+            _quantities({r: v for r, v in held.items() if r != MAX_JOBS}),
+        )
+        for user, held in state.users.users(node).items()
+    )
+    return PerUserView(user_limits.shown(limits), users)
+
+
 #: job key -> (its record, its view) in the last published view, to reuse
 PendingMemo = dict[str, tuple[Job, PendingView]]
 
@@ -139,6 +175,7 @@ def project(
             admitted=tree.admitted_count(node),
             pending=counts.get(node, 0),
             fair_share=shares.get(node),
+            per_user=_per_user(state, node),
         )
         for node in tree.nodes()
     )

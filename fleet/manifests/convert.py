@@ -33,6 +33,9 @@ A job of any kind Fleet runs (:mod:`fleet.manifests.kinds`) becomes a core
   use (:mod:`fleet.manifests.gpu_terms`): one type is the job's
   ``gpu_sku``, several its ``gpu_skus``; none is a problem at the field that
   excluded the last;
+* user: the ``fleet.io/user`` label (empty: none), for the queue's per-user
+  limits; a server with tokens puts the submitting token's name in its place
+  (:func:`fleet.api.auth.user_of`);
 * what the document refers to, resolved first (:meth:`WorkloadModel.resolve`):
   a TrainJob's training runtime, among the registered runtimes and those the
   same submission registers (:func:`load_submitted` returns them); the
@@ -470,6 +473,7 @@ def _build(
         target=target,
         # the queue is always the namespace's leaf (an explicit queue must name it)
         queue_from_namespace=True,
+        user=job_doc.metadata.labels.get(models.USER_LABEL, ""),
     )
     return job, []
 

@@ -51,7 +51,7 @@ from fleet.core import resources
 from fleet.core.cells.config import label_problem
 from fleet.core.cells.spec import CellConfig, CellConfigError
 from fleet.core.quota import QuotaNodeSpec
-from fleet.core.quota_rules import MAX_WEIGHT, node_message
+from fleet.core.quota_rules import MAX_WEIGHT, RUNNING_JOBS, node_message
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells, topology
 from fleet.manifests.errors import Problem, quote, shorten_quoted
@@ -75,6 +75,9 @@ TRAINING_RUNTIME_ANNOTATION: Final = "fleet.io/training-runtime"
 #: member and on their pods (:mod:`fleet.clusters.kube.objects`, the pod binder), and
 #: reads back: a submission that carries one is refused
 #: (:func:`fleet.manifests.kinds.pods.written_key_problems`).
+#: The label that names a job's user where no token does (a server without tokens,
+#: the hub's objects): whose ``limits.perUser`` the job counts against.
+USER_LABEL: Final = "fleet.io/user"
 FLEET_WRITTEN_KEYS: Final = frozenset(
     {
         "fleet.io/job-uid",
@@ -261,6 +264,37 @@ class FairSharingModel(_Owned):
     weight: Annotated[StrictInt | StrictFloat, Field(gt=0, le=MAX_WEIGHT)] | None = None
 
 
+class QuotaLimitsModel(_Owned):
+    """A leaf's ``limits``: ``perUser`` caps what one user's jobs hold in the queue
+    (``runningJobs``: a count of jobs; any other key a resource quantity)."""
+
+    per_user: dict[str, Any] | None = None
+
+    def to_per_user(self, node: str, path: str, problems: list[Problem]) -> Resources | None:
+        """``perUser`` as the core keeps it (``runningJobs`` as ``kube-queue/max-jobs``);
+        problems name ``path.perUser.<field>``."""
+        if self.per_user is None:
+            return None
+        where = f"{path}.perUser"
+        quantities: dict[str, Any] = {}
+        values: dict[str, int] = {}
+        for name, value in self.per_user.items():
+            if name == RUNNING_JOBS:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    what = f"runningJobs must be a whole number of jobs, 0 or more, not {value!r}"
+                    problems.append((f"{where}.{name}", node_message(node, what)))
+                else:
+                    values[resources.MAX_JOBS] = value
+            elif name == resources.MAX_JOBS:
+                what = "a user's jobs are counted by runningJobs"
+                problems.append((f"{where}.{name}", node_message(node, what)))
+            else:
+                quantities[name] = value
+        parsed, found = parse_resources(quantities, where, limits=True)
+        problems.extend((p, node_message(node, m)) for p, m in found)
+        return Resources.limits({**values, **parsed.amounts})
+
+
 class QuotaNodeModel(_Owned):
     name: Name
     min: QuantityMap | None = None
@@ -275,6 +309,9 @@ class QuotaNodeModel(_Owned):
     capacity: Literal["auto"] | None = None
     #: Fleet's own field: fair share with memory (:class:`FairSharingModel`)
     fair_sharing: FairSharingModel | None = None
+    #: Fleet's own field, on leaves only: ``{perUser: {runningJobs: 4, nvidia.com/gpu: 16}}``
+    #: caps what each user's jobs hold in the queue (:mod:`fleet.core.user_limits`).
+    limits: QuotaLimitsModel | None = None
 
     def to_spec(self, path: str, problems: list[Problem], *, root: bool = False) -> QuotaNodeSpec:
         """The exact core node (``path`` names it); quantity problems, naming it, are appended.
@@ -323,6 +360,9 @@ class QuotaNodeModel(_Owned):
             fair_weight=None
             if self.fair_sharing is None or self.fair_sharing.weight is None
             else float(self.fair_sharing.weight),
+            per_user=None
+            if self.limits is None
+            else self.limits.to_per_user(self.name, f"{path}.limits", problems),
         )
 
 

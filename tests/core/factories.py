@@ -12,7 +12,8 @@ from fleet.core.decisions import Preempt
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaNodeSpec, QuotaTree
-from fleet.core.resources import Resources
+from fleet.core.quota_rules import RUNNING_JOBS
+from fleet.core.resources import MAX_JOBS, Resources
 from fleet.core.state import SchedulerState
 
 _seq = itertools.count(1)
@@ -35,6 +36,7 @@ def make_job(
     preemptible: bool = True,
     sku: str | None = None,
     clusters: frozenset[str] | None = None,
+    user: str = "",
 ) -> Job:
     per_pod: dict[str, str | int] = {}
     if gpus:
@@ -59,6 +61,7 @@ def make_job(
         preemptible=preemptible,
         gpu_sku=sku,
         clusters=clusters,
+        user=user,
     )
 
 
@@ -79,6 +82,16 @@ def make_node(spec: Mapping[str, Any], path: str = "spec.root") -> QuotaNodeSpec
         reclaim_min_runtime=spec.get("reclaimMinRuntime"),
         fair_half_life=spec.get("fairSharing", {}).get("halfLife"),
         fair_weight=spec.get("fairSharing", {}).get("weight"),
+        per_user=_per_user(spec.get("limits", {}).get("perUser")),
+    )
+
+
+def _per_user(given: Mapping[str, Any] | None) -> Resources | None:
+    """``{"runningJobs": 4, "nvidia.com/gpu": 16}`` as the core keeps it."""
+    if given is None:
+        return None
+    return Resources.limits(
+        {(MAX_JOBS if r == RUNNING_JOBS else r): int(v) for r, v in given.items()}
     )
 
 

@@ -49,6 +49,19 @@ job_spec = st.tuples(
 )
 
 
+#: The same tree with per-user limits on two of its leaves (``limits.perUser``).
+USER_TREE = {
+    **TREE,
+    "children": [
+        {**TREE["children"][0], "limits": {"perUser": {"runningJobs": 2, "nvidia.com/gpu": 6}}},
+        {**TREE["children"][1], "limits": {"perUser": {"nvidia.com/gpu": 4}}},
+        TREE["children"][2],
+    ],
+}
+#: Who submits the jobs of the trees with per-user limits, in turn (empty: nobody).
+USERS = ("alice", "bob", "", "alice", "carol")
+
+
 #: TREE with fair share's memory (a 10-minute half-life) and team-b weighing twice.
 FAIR_TREE: dict[str, Any] = {
     "name": "root",
@@ -72,11 +85,16 @@ def fresh_state(tree: Mapping[str, Any] = TREE) -> SchedulerState:
     return make_state(tree, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)})
 
 
+def user_state() -> SchedulerState:
+    return make_state(USER_TREE, {"c1": make_nodes(2, gpus=8), "c2": make_nodes(1, gpus=4)})
+
+
 def outcome(
     state: SchedulerState,
     specs: list[tuple[str, int, int, int]],
     shortcuts: Shortcuts = ALL_SHORTCUTS,
     step: float = 0.0,
+    users: tuple[str, ...] = ("",),
 ) -> list[object]:
     """Submit ``specs`` in three waves, a cycle after each; what each cycle decided.
     ``step``: seconds of the clock between two waves (fair share's memory moves)."""
@@ -93,6 +111,7 @@ def outcome(
                     gpus=gpus,
                     priority=priority,
                     seq=start + n,
+                    user=users[(start + n) % len(users)],
                 ),
             )
         if step:
@@ -177,6 +196,20 @@ def test_each_shortcut_changes_no_decision_with_fair_share_memory(
     assert with_shortcut == one_by_one
 
 
+@pytest.mark.parametrize("name", list(SHORTCUTS))
+@settings(max_examples=60, deadline=None)
+@given(specs=st.lists(job_spec, min_size=1, max_size=30))
+@example(specs=OWED_AFTER_WHAT_IF)
+def test_each_shortcut_changes_no_decision_under_per_user_limits(
+    name: str, specs: list[tuple[str, int, int, int]]
+) -> None:
+    """Jobs of several users, two leaves capping them: a job its user's cap stops
+    makes no other job wait, with or without the shortcuts."""
+    with_shortcut = outcome(user_state(), specs, SHORTCUTS[name], users=USERS)
+    one_by_one = outcome(user_state(), specs, NO_SHORTCUTS, users=USERS)
+    assert with_shortcut == one_by_one
+
+
 def test_a_full_root_waits_the_rest_of_the_queue_with_the_limit_named() -> None:
     state = make_state(TREE, {"c1": make_nodes(2, gpus=8)})
     for i in range(4):
@@ -208,8 +241,18 @@ def cell_state() -> SchedulerState:
     return SchedulerState(make_tree(TREE), {"c1": c1, "c2": c2})
 
 
+def user_cell_state() -> SchedulerState:
+    """:func:`cell_state` on the tree with per-user limits."""
+    c1 = cell_placer("c1", racks=1, nodes=2, gpus=8, vcs={"team-a": [("RACK.NODE", 1)]})
+    c2 = cell_placer("c2", racks=1, nodes=1, gpus=4, vcs={"team-c": [("RACK.NODE", 1)]})
+    return SchedulerState(make_tree(USER_TREE), {"c1": c1, "c2": c2})
+
+
 def mixed_outcome(
-    state: SchedulerState, specs: list[tuple[str, int, int, int, bool, int]], shortcuts: Shortcuts
+    state: SchedulerState,
+    specs: list[tuple[str, int, int, int, bool, int]],
+    shortcuts: Shortcuts,
+    users: tuple[str, ...] = ("",),
 ) -> list[object]:
     seen: list[object] = []
     for n, (queue, pods, gpus, priority, gang, least) in enumerate(specs):
@@ -222,6 +265,7 @@ def mixed_outcome(
             seq=n,
             gang=gang,
             min_members=least,
+            user=users[n % len(users)],
         )
         submit(state, job)
         if n % 4 == 3 or n == len(specs) - 1:
@@ -266,6 +310,21 @@ def test_the_shortcuts_change_no_decision_for_partial_and_incremental_jobs(
     fresh = cell_state if placers == "cells" else fresh_state
     assert mixed_outcome(fresh(), specs, ALL_SHORTCUTS) == mixed_outcome(
         fresh(), specs, NO_SHORTCUTS
+    )
+
+
+@pytest.mark.parametrize("placers", ["capacity", "cells"])
+@settings(max_examples=60, deadline=None)
+@given(specs=st.lists(mixed_spec, min_size=1, max_size=28))
+@example(specs=PREEMPTED_WITH_GROWTH)
+def test_the_shortcuts_change_no_decision_for_partial_jobs_under_per_user_limits(
+    placers: str, specs: list[tuple[str, int, int, int, bool, int]]
+) -> None:
+    """Partial and incremental jobs of several users: starts narrowed by a cap and
+    growth held to it decide the same with and without the shortcuts."""
+    fresh = user_cell_state if placers == "cells" else user_state
+    assert mixed_outcome(fresh(), specs, ALL_SHORTCUTS, USERS) == mixed_outcome(
+        fresh(), specs, NO_SHORTCUTS, USERS
     )
 
 

@@ -70,6 +70,11 @@ def acts(decisions: list[Decision]) -> list[Decision]:
 
 
 class ParkingMachine(RuleBasedStateMachine):
+    #: the tree every state starts from (and a replaced tree is edited from)
+    tree: dict[str, Any] = TREE
+    #: who submits the jobs, in turn (empty: nobody named)
+    users: tuple[str, ...] = ("",)
+
     def __init__(self) -> None:
         super().__init__()
         self.states: dict[str, SchedulerState] = {name: self.make() for name in MODES}
@@ -81,7 +86,7 @@ class ParkingMachine(RuleBasedStateMachine):
 
     def make(self) -> SchedulerState:
         """A fresh scheduler state (capacity placers)."""
-        return make_state(TREE, CLUSTERS)
+        return make_state(self.tree, CLUSTERS)
 
     def node_name(self, node: int) -> str:
         return f"node-{node}"
@@ -135,6 +140,7 @@ class ParkingMachine(RuleBasedStateMachine):
                 min_members=least,
                 preemptible=preemptible or priority < 0,
                 seq=self.count,
+                user=self.users[self.count % len(self.users)],
             )
             self.each(events.Submitted(job))
             # Not looked at yet: no reason, even behind a parked tail.
@@ -232,7 +238,7 @@ class ParkingMachine(RuleBasedStateMachine):
             out["children"] = [edit(c) for c in spec.get("children", [])]
             return out
 
-        self.each(events.QuotaTreeReplaced(make_node(edit(TREE))))
+        self.each(events.QuotaTreeReplaced(make_node(edit(self.tree))))
 
     @rule(seconds=st.sampled_from([1.0, 10.0, 40.0]))
     def advance(self, seconds: float) -> None:
@@ -282,7 +288,7 @@ class CellParkingMachine(ParkingMachine):
             "c1": CellPlacer("c1", load_cell_config(rack_config(1, 2, 8, {"team-a": VC}))),
             "c2": CellPlacer("c2", load_cell_config(rack_config(1, 2, 4, {"team-b": VC}))),
         }
-        return SchedulerState(make_tree(TREE), placers)
+        return SchedulerState(make_tree(self.tree), placers)
 
     def node_name(self, node: int) -> str:
         return f"r0n{node}"
@@ -296,3 +302,55 @@ CellParkingMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestCellParkingMachine = CellParkingMachine.TestCase
+
+
+#: :data:`TREE` with per-user limits on two leaves (``limits.perUser``).
+USER_TREE: dict[str, Any] = {
+    **TREE,
+    "children": [
+        {
+            **TREE["children"][0],
+            "children": [
+                {
+                    **TREE["children"][0]["children"][0],
+                    "limits": {"perUser": {"runningJobs": 3, GPU: 8}},
+                },
+                {**TREE["children"][0]["children"][1], "limits": {"perUser": {GPU: 4}}},
+            ],
+        },
+        TREE["children"][1],
+    ],
+}
+
+
+class UserParkingMachine(ParkingMachine):
+    """The machine on a tree with per-user limits, the jobs submitted by several
+    users in turn (and some by nobody)."""
+
+    tree = USER_TREE
+    users = ("alice", "bob", "", "alice")
+
+
+UserParkingMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestUserParkingMachine = UserParkingMachine.TestCase
+
+
+class UserCellParkingMachine(CellParkingMachine):
+    """:class:`UserParkingMachine` on the cell allocator."""
+
+    tree = USER_TREE
+    users = ("alice", "bob", "", "alice")
+
+
+UserCellParkingMachine.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestUserCellParkingMachine = UserCellParkingMachine.TestCase
