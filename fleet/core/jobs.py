@@ -23,6 +23,10 @@ placed on (``gpu.fleet.io/<type>``) and a typed ``max`` holds for that type;
 the running job is that narrowed job, and a job queued again asks for all its
 types again (:meth:`Job.asked`).  :attr:`Job.gpu_types` is what the placers
 read: the types a job may be placed on now (empty: any).
+
+A job may carry its own deadline (``active_deadline``: seconds of run time,
+from its kind's ``activeDeadlineSeconds``; None: none): the core ends a job
+whose run time reaches it (:mod:`fleet.core.run_limits`).
 """
 
 from __future__ import annotations
@@ -139,6 +143,9 @@ class Job:
     #: The GPU attribute terms the types were chosen by, as a human reads them
     #: (empty: none but an exact type); the waiting reasons name them.
     gpu_terms: str = ""
+    #: The job's own deadline: seconds of run time, counted from admission and
+    #: over every run (:mod:`fleet.core.run_limits`); None: none.
+    active_deadline: float | None = None
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
     #: Quota charge of every pod, and of the smallest start (computed, shared).
@@ -207,6 +214,7 @@ class Job:
             self.queue_from_namespace,
             self.gpu_skus,
             self.gpu_terms,
+            self.active_deadline,
         )
 
     @property

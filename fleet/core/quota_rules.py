@@ -6,7 +6,8 @@ depth first in document order, collects every broken rule, and raises a
 node, the resource and the field path: unique node
 names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
-``max`` is never above anything); ``min <= max``; no negative quantity.  A root
+``max`` is never above anything); ``min <= max``; no negative quantity;
+minimum runtimes finite, ``maxRuntime`` finite and above zero.  A root
 whose ``min`` differs from its ``max`` is accepted with a warning.
 
 A root whose capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`) has the
@@ -21,8 +22,16 @@ instead (:func:`fleet.core.inventory.overpromised`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from fleet.core.resources import ZERO, Resources, format_quantity
+
+
+class MaxRuntimeAction(StrEnum):
+    """What ``maxRuntime`` does to a job that reaches it."""
+
+    FAIL = "Fail"  # the job fails
+    REQUEUE = "Requeue"  # the job is preempted and queued again, its run time counted afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,10 @@ class QuotaNodeSpec:
     ``preempt_min_runtime`` and ``reclaim_min_runtime`` (seconds; None:
     inherited from the parent, or none at the root) protect a job that has
     run for less than that from in-queue priority preemption and from
-    reclaim respectively.
+    reclaim respectively.  ``max_runtime`` (seconds; None: inherited, or none
+    at the root) ends a job of the subtree whose run time reaches it, as
+    ``max_runtime_action`` says (None: inherited, :attr:`MaxRuntimeAction.FAIL`
+    at the root).
     """
 
     name: str
@@ -49,6 +61,8 @@ class QuotaNodeSpec:
     #: ``capacity: auto`` (the root only): ``min`` and ``max`` are the members' healthy
     #: capacity, filled in by :func:`fleet.core.inventory.with_capacity`
     auto: bool = False
+    max_runtime: float | None = None
+    max_runtime_action: MaxRuntimeAction | None = None
 
 
 def node_message(node: str, what: str) -> str:
@@ -139,6 +153,14 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                         name, f"{field} must be a finite duration", path=f"{node.path}.{field}"
                     )
                 )
+        if node.max_runtime is not None and not 0 < node.max_runtime < float("inf"):
+            problems.append(
+                QuotaError(
+                    name,
+                    "maxRuntime must be a finite duration above zero",
+                    path=f"{node.path}.maxRuntime",
+                )
+            )
         if node.max is not None:
             for r, cap in node.max.items():
                 if node.min[r] > cap:

@@ -20,6 +20,10 @@ Theory of operation:
   ``max`` of None means the node sets no limit.
 * Namespaces are listed per leaf, and indexed namespace → leaf for
   :meth:`queue_for_namespace`.
+* Minimum runtimes and ``maxRuntime`` / ``maxRuntimeAction`` are kept as
+  written (``_own_runtime``, ``_own_limit``, for :meth:`to_spec`) and as in
+  force at each node, inherited from the parent where a node sets none
+  (``_runtime``, ``_limit``), computed once at build.
 * ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
   members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
   :meth:`to_spec` and copies, so every rebuilt tree stays auto.
@@ -40,7 +44,7 @@ from __future__ import annotations
 from typing import Final
 
 from fleet.core.checks import InvariantError
-from fleet.core.quota_rules import QuotaNodeSpec, validate
+from fleet.core.quota_rules import MaxRuntimeAction, QuotaNodeSpec, validate
 from fleet.core.resources import Resources
 
 
@@ -80,6 +84,9 @@ class QuotaStructure:
     #: in force (inherited): node -> (preemptMinRuntime, reclaimMinRuntime) seconds, 0: none
     _runtime: list[tuple[float, float]]
     _protects: bool
+    _own_limit: list[tuple[float | None, MaxRuntimeAction | None]]  # as written
+    #: in force (inherited): node -> (maxRuntime seconds, 0: none; its action)
+    _limit: list[tuple[float, MaxRuntimeAction]]
     #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
     auto: bool
 
@@ -97,6 +104,7 @@ class QuotaStructure:
         self._max = []
         self._namespaces = []
         self._own_runtime = []
+        self._own_limit = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -109,6 +117,7 @@ class QuotaStructure:
             self._max.append(node.max)
             self._namespaces.append(tuple(node.namespaces))
             self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
+            self._own_limit.append((node.max_runtime, node.max_runtime_action))
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -146,6 +155,14 @@ class QuotaStructure:
             )
         self._runtime = runtime
         self._protects = any(p or r for p, r in runtime)
+        limit: list[tuple[float, MaxRuntimeAction]] = []
+        for i in range(n):  # parents come before their children
+            above = limit[self._parent[i]] if self._parent[i] >= 0 else (0.0, MaxRuntimeAction.FAIL)
+            seconds, action = self._own_limit[i]
+            limit.append(
+                (above[0] if seconds is None else seconds, above[1] if action is None else action)
+            )
+        self._limit = limit
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -162,6 +179,8 @@ class QuotaStructure:
         other._own_runtime = self._own_runtime
         other._runtime = self._runtime
         other._protects = self._protects
+        other._own_limit = self._own_limit
+        other._limit = self._limit
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -257,6 +276,10 @@ class QuotaStructure:
         """(preemptMinRuntime, reclaimMinRuntime) in force at the node, in seconds (0: none)."""
         return self._runtime[self._node(name)]
 
+    def max_runtime(self, name: str) -> tuple[float, MaxRuntimeAction]:
+        """(maxRuntime in seconds, 0: none; maxRuntimeAction) in force at the node."""
+        return self._limit[self._node(name)]
+
     def protects(self) -> bool:
         """Whether any node sets a minimum runtime."""
         return self._protects  # computed with ``_runtime``: the cycle asks per job
@@ -298,6 +321,8 @@ class QuotaStructure:
                 preempt_min_runtime=self._own_runtime[i][0],
                 reclaim_min_runtime=self._own_runtime[i][1],
                 auto=self.auto and i == 0,
+                max_runtime=self._own_limit[i][0],
+                max_runtime_action=self._own_limit[i][1],
             )
 
         return make(0)

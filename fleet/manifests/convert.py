@@ -427,6 +427,7 @@ def _build(
     groups = replica_groups(sets)
     min_members = job_doc.gang_minimum()[0]
     target = job_doc.start_pods()
+    deadline = job_doc.deadline_field()[0]
 
     allowed = resolve_clusters(policy, clusters)
     if allowed is not None and not allowed:
@@ -470,6 +471,7 @@ def _build(
         target=target,
         # the queue is always the namespace's leaf (an explicit queue must name it)
         queue_from_namespace=True,
+        active_deadline=None if deadline is None else float(deadline),
     )
     return job, []
 

@@ -11,7 +11,7 @@ from fleet.core.capacity import CapacityPlacer
 from fleet.core.decisions import Preempt
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.lifecycle import JobState
-from fleet.core.quota import QuotaNodeSpec, QuotaTree
+from fleet.core.quota import MaxRuntimeAction, QuotaNodeSpec, QuotaTree
 from fleet.core.resources import Resources
 from fleet.core.state import SchedulerState
 
@@ -35,6 +35,7 @@ def make_job(
     preemptible: bool = True,
     sku: str | None = None,
     clusters: frozenset[str] | None = None,
+    deadline: float | None = None,
 ) -> Job:
     per_pod: dict[str, str | int] = {}
     if gpus:
@@ -59,6 +60,7 @@ def make_job(
         preemptible=preemptible,
         gpu_sku=sku,
         clusters=clusters,
+        active_deadline=deadline,
     )
 
 
@@ -77,6 +79,10 @@ def make_node(spec: Mapping[str, Any], path: str = "spec.root") -> QuotaNodeSpec
         path=path,
         preempt_min_runtime=spec.get("preemptMinRuntime"),
         reclaim_min_runtime=spec.get("reclaimMinRuntime"),
+        max_runtime=spec.get("maxRuntime"),
+        max_runtime_action=MaxRuntimeAction(spec["maxRuntimeAction"])
+        if "maxRuntimeAction" in spec
+        else None,
     )
 
 

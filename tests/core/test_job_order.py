@@ -42,6 +42,7 @@ OTHER: dict[str, object] = {
     "queue_from_namespace": True,
     "gpu_skus": ("A100", "H100"),
     "gpu_terms": "GPU memory > 40960",
+    "active_deadline": 3600.0,
 }
 
 
