@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from fleet.api import keys
+from fleet.clock import VirtualClock
+from fleet.core import events
+from fleet.core.lifecycle import JobState
+from fleet.service.loop import SchedulerLoop
+from fleet.store import jobs as job_rows
+from fleet.testing import running
 from fleet.testing.documents import pytorchjob
+from fleet.testing.running import new_jobs, running_service, settings
 from tests.admin.conftest import YAML, Api
 
 
@@ -57,3 +64,37 @@ async def test_a_queues_max_runtime_requeues_a_job_that_runs_again_afresh(api: A
         "PATCH", "/api/v1/quota-tree/nodes/team-a", json={"maxRuntime": "0s"}, status=422
     )
     assert bad["errors"][0]["path"].endswith(".maxRuntime"), bad
+
+
+async def test_a_restored_job_keeps_the_run_time_of_its_earlier_runs(database_url: str) -> None:
+    clock = VirtualClock(0.0)
+    key = "team-a/twice"
+    async with running_service(settings(database_url), clock) as svc:
+        await svc.intake.accept(
+            new_jobs(pytorchjob("twice", duration="1h", deadline=600), svc.tree, svc.clusters)
+        )
+        await running.settle(svc.loop, clock, 200)
+
+        async def evict(loop: SchedulerLoop) -> None:
+            cluster = loop.state.running[key].cluster
+            out = events.apply(loop.state, events.Evicted(key, "its node went away"))
+            await loop.commit(out, deletes=[(key, cluster)])
+
+        await svc.loop.exclusive(evict)
+        await running.settle(svc.loop, clock)  # stopped, queued again, started again
+        assert svc.loop.state.phase[key] is JobState.RUNNING
+        assert svc.loop.state.ran[key] == 200.0
+        await running.settle(svc.loop, clock, 100)
+
+    async with running_service(settings(database_url), clock) as svc:
+        await running.settle(svc.loop, clock)
+        assert svc.loop.state.ran == {key: 200.0}
+        assert svc.loop.state.run_time(key) == 300.0
+        await running.settle(svc.loop, clock, 299)
+        assert svc.loop.state.phase[key] is JobState.RUNNING
+        await running.settle(svc.loop, clock, 1)  # 200 s before, 400 s in this run
+        assert key not in svc.loop.state.phase
+        async with svc.db.read() as session:
+            row = await job_rows.by_name(session, "team-a", "twice")
+            assert row is not None and row.state == "Failed"
+            assert "run time 600s" in (row.reason or "")
