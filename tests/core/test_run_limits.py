@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from fleet.manifests.errors import SpecError
 from tests.core.factories import make_job, make_node, make_nodes, make_state, make_tree
 
 GPU = "nvidia.com/gpu"
+EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "quota" / "bounded-tree.yaml"
 
 
 def tree(**team_a: Any) -> dict[str, Any]:
@@ -222,6 +224,13 @@ def test_the_tree_document_takes_max_runtime_and_its_action() -> None:
     built, _ = convert.load_quota(QUOTA)
     assert built.max_runtime("a") == (5400.0, MaxRuntimeAction.REQUEUE)
     assert built.max_runtime("b") == (86400.0, MaxRuntimeAction.FAIL)
+
+
+def test_the_example_tree_bounds_its_queues_as_its_comments_say() -> None:
+    built, _ = convert.load_quota((EXAMPLE).read_text(encoding="utf-8"))
+    assert built.max_runtime("team-a") == (168 * 3600.0, MaxRuntimeAction.FAIL)
+    assert built.max_runtime("team-c") == (24 * 3600.0, MaxRuntimeAction.FAIL)
+    assert built.max_runtime("sandbox") == (2 * 3600.0, MaxRuntimeAction.REQUEUE)
 
 
 @pytest.mark.parametrize(
