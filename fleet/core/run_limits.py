@@ -7,8 +7,11 @@ Theory of operation:
 
 * A job's *run time* counts from its admission (the job holds quota) and
   accumulates over its runs: a job preempted, failed over or refused by its
-  member and queued again keeps what it ran (Kueue's accumulated execution
-  time; KAI counts a job's run time the same way).  The state keeps, per
+  member and queued again keeps what it ran, as Kueue's
+  ``maximumExecutionTimeSeconds`` counts the time a workload spent admitted
+  over its admit-evict cycles (KAI's minimum and expected runtimes count
+  from the current run's start instead, as Fleet's minimum runtimes do, from
+  a unit's ``since``).  The state keeps, per
   known job, the seconds of its earlier runs (``SchedulerState.ran``) and,
   per running job, when its current run was admitted (``run_start``, the
   ``since`` of its first unit); a run's seconds are added when the job stops
