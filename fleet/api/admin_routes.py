@@ -82,7 +82,15 @@ from fleet.store import admin as admin_rows
 from fleet.store import paging
 
 JSON_TYPES: Final = ("application/merge-patch+json", "application/json")
-PATCHABLE: Final = ("min", "max", "namespaces", "preemptMinRuntime", "reclaimMinRuntime")
+PATCHABLE: Final = (
+    "min",
+    "max",
+    "namespaces",
+    "preemptMinRuntime",
+    "reclaimMinRuntime",
+    "maxRuntime",
+    "maxRuntimeAction",
+)
 TABLE: Final = RouteTable()
 
 

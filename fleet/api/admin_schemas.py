@@ -135,6 +135,13 @@ class NodePatch(Schema):
     reclaim_min_runtime: StrictStr | None = Field(
         default=None, description="A duration (e.g. 10m); null: inherit the parent's."
     )
+    max_runtime: StrictStr | None = Field(
+        default=None,
+        description="A duration (e.g. 24h): a job that runs that long ends; null: inherit.",
+    )
+    max_runtime_action: Literal["Fail", "Requeue"] | None = Field(
+        default=None, description="What maxRuntime does to a job: Fail or Requeue; null: inherit."
+    )
 
 
 class NodeHealthChange(Schema):

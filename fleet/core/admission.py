@@ -593,6 +593,7 @@ def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
         run.admitted[victim.queue].discard(victim.key)
         run.displaced.add(victim.key)
         state.phase[victim.key] = JobState.QUEUED
+        state.end_run(victim.key)
         run.wait(victim, f"displaced by {job.key} in the same cycle")
         return False
     keys = {u.charge.key for u in stop.units}

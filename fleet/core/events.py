@@ -11,6 +11,11 @@ changes nothing), so that the shell only translates.
 Decisions come out of :func:`fleet.core.cycle.cycle`; nothing else changes
 the state, and the placers' own mutators are reached only through here and
 the cycle.  An event that cannot be applied raises and changes nothing.
+Time moves only by ``ClockAdvanced``, which also ends the running jobs
+whose run time reached their deadline or their queue's ``maxRuntime``
+(:func:`_expire`, :mod:`fleet.core.run_limits`): failed, or preempted to be
+queued again, each transition carrying the event reason
+(``DeadlineExceeded``, ``MaxRuntimeExceeded``); the shell stops their pods.
 A change of clusters or node health counts the members' capacity again
 and gives a root of ``capacity: auto`` its new figures (:func:`_recounted`,
 :mod:`fleet.core.inventory`); a replaced tree's auto root is filled in too.
@@ -22,11 +27,11 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleet.core import inventory, lifecycle
+from fleet.core import inventory, lifecycle, run_limits
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError, restore_order
-from fleet.core.quota import UNCHANGED, QuotaNodeSpec, QuotaTree, _Unchanged
+from fleet.core.quota import UNCHANGED, MaxRuntimeAction, QuotaNodeSpec, QuotaTree, _Unchanged
 from fleet.core.resources import Resources
 from fleet.core.state import Running, SchedulerState, Transition, Unit, UnknownJob
 
@@ -214,7 +219,8 @@ class ClusterRemoved:
 
 @dataclass(frozen=True, slots=True)
 class ClockAdvanced:
-    """Time moved on to ``now`` (seconds; never backwards)."""
+    """Time moved on to ``now`` (seconds; never backwards).  Running jobs whose run
+    time reached a limit by then end (:func:`_expire`)."""
 
     now: float
 
@@ -507,7 +513,32 @@ def _clock(state: SchedulerState, event: ClockAdvanced) -> list[Outcome]:
     if state.cut_since:
         still = {b.node for b in state.tree.over_limits()}
         state.cut_since = {n: t for n, t in state.cut_since.items() if n in still}
-    return []
+    return _expire(state)
+
+
+def _expire(state: SchedulerState) -> list[Outcome]:
+    """End the running jobs due by now (:mod:`fleet.core.run_limits`), earliest first.
+
+    A job at its own deadline, or at its queue's ``maxRuntime`` with the action
+    ``Fail``, fails; with ``Requeue`` it is preempted at once (it holds nothing
+    and is queued again once its pods stopped) and its run time starts afresh.
+    """
+    out: list[Outcome] = []
+    for key in state.dues.pop_due(state.now):
+        run = state.running.get(key)
+        limit = None if run is None else state.run_limit(run.job)
+        if run is None or limit is None:
+            continue  # pragma: no cover - a due job runs and has a limit
+        job = run.job
+        why = run_limits.reason(limit, state.run_time(key), job.queue)
+        state.release(key)
+        if limit.action is MaxRuntimeAction.REQUEUE:
+            state.stopping[key] = job
+            out.append(state.move(key, JobState.PREEMPTED, why, limit.event))
+            state.ran.pop(key, None)  # a fresh count
+        else:
+            out.append(state.move(key, JobState.FAILED, why, limit.event))
+    return out
 
 
 def _tree_replaced(state: SchedulerState, event: QuotaTreeReplaced) -> list[Outcome]:
@@ -618,6 +649,8 @@ def _retree(state: SchedulerState, tree: QuotaTree) -> list[Outcome]:
             out.append(state.move(key, JobState.FAILED, _homeless(job)))
         elif leaf != job.queue:
             state.stopping[key] = dataclasses.replace(job, queue=leaf)
+    for run in state.running.values():  # the tree's maxRuntime may have changed
+        state.schedule_due(run)
     return out
 
 

@@ -28,6 +28,9 @@ A job may name its *user* (:attr:`Job.user`, empty: none): who submitted it,
 whose per-user limits of its queue (``limits.perUser``,
 :mod:`fleet.core.user_limits`) it counts against.  The shell decides who that
 is; the core only compares names.
+A job may carry its own deadline (``active_deadline``: seconds of run time,
+from its kind's ``activeDeadlineSeconds``; None: none): the core ends a job
+whose run time reaches it (:mod:`fleet.core.run_limits`).
 """
 
 from __future__ import annotations
@@ -147,6 +150,9 @@ class Job:
     #: Who submitted the job, for its queue's per-user limits (empty: nobody named,
     #: no per-user limit applies).
     user: str = ""
+    #: The job's own deadline: seconds of run time, counted from admission and
+    #: over every run (:mod:`fleet.core.run_limits`); None: none.
+    active_deadline: float | None = None
     #: Pods by placement order: masters first, then workers (computed).
     pods: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
     #: Quota charge of every pod, and of the smallest start (computed, shared).
@@ -216,6 +222,7 @@ class Job:
             self.gpu_skus,
             self.gpu_terms,
             self.user,
+            self.active_deadline,
         )
 
     @property

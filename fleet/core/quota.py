@@ -34,6 +34,7 @@ from __future__ import annotations
 
 # Part of this module's API: the names its callers import from here.
 from fleet.core import checks
+from fleet.core.quota_rules import MaxRuntimeAction as MaxRuntimeAction
 from fleet.core.quota_rules import QuotaError as QuotaError
 from fleet.core.quota_rules import QuotaNodeSpec as QuotaNodeSpec
 from fleet.core.quota_structure import UNCHANGED as UNCHANGED

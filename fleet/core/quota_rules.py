@@ -6,8 +6,9 @@ depth first in document order, collects every broken rule, and raises a
 node, the resource and the field path: unique node
 names; namespaces only on leaves and in one leaf; the children's ``min`` sum
 within the parent's ``min``; a child's ``max`` within its parent's (an absent
-``max`` is never above anything); ``min <= max``; no negative quantity; a
-finite ``fairSharing.halfLife`` and a weight above 0; per-user limits
+``max`` is never above anything); ``min <= max``; no negative quantity;
+minimum runtimes finite, ``maxRuntime`` finite and above zero; a finite
+``fairSharing.halfLife`` and a weight above 0; per-user limits
 (``limits.perUser``, :attr:`QuotaNodeSpec.per_user`) on leaves only, none
 negative.  A root whose ``min`` differs from its ``max`` is accepted with a
 warning.
@@ -24,6 +25,7 @@ instead (:func:`fleet.core.inventory.overpromised`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from fleet.core.resources import MAX_JOBS, ZERO, Resources, format_quantity
 
@@ -41,6 +43,13 @@ def per_user_field(resource: str) -> str:
 MAX_WEIGHT = 1_000_000.0
 
 
+class MaxRuntimeAction(StrEnum):
+    """What ``maxRuntime`` does to a job that reaches it."""
+
+    FAIL = "Fail"  # the job fails
+    REQUEUE = "Requeue"  # the job is preempted and queued again, its run time counted afresh
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaNodeSpec:
     """One node of an ElasticQuotaTree as written (already parsed to exact values).
@@ -51,7 +60,10 @@ class QuotaNodeSpec:
     ``preempt_min_runtime`` and ``reclaim_min_runtime`` (seconds; None:
     inherited from the parent, or none at the root) protect a job that has
     run for less than that from in-queue priority preemption and from
-    reclaim respectively.
+    reclaim respectively.  ``max_runtime`` (seconds; None: inherited, or none
+    at the root) ends a job of the subtree whose run time reaches it, as
+    ``max_runtime_action`` says (None: inherited, :attr:`MaxRuntimeAction.FAIL`
+    at the root).
     """
 
     name: str
@@ -74,6 +86,8 @@ class QuotaNodeSpec:
     #: in this queue, ``runningJobs`` kept as ``kube-queue/max-jobs``
     #: (:mod:`fleet.core.user_limits`); None: no per-user limit
     per_user: Resources | None = None
+    max_runtime: float | None = None
+    max_runtime_action: MaxRuntimeAction | None = None
 
 
 def node_message(node: str, what: str) -> str:
@@ -178,6 +192,14 @@ def validate(root: QuotaNodeSpec) -> list[str]:
                     name,
                     f"fairSharing.weight must be above 0 and at most {MAX_WEIGHT:g}",
                     path=f"{node.path}.fairSharing.weight",
+                )
+            )
+        if node.max_runtime is not None and not 0 < node.max_runtime < float("inf"):
+            problems.append(
+                QuotaError(
+                    name,
+                    "maxRuntime must be a finite duration above zero",
+                    path=f"{node.path}.maxRuntime",
                 )
             )
         if node.max is not None:

@@ -24,6 +24,10 @@ Theory of operation:
   (:meth:`per_user`, None where there are none) and read by
   :mod:`fleet.core.user_limits`; :meth:`has_per_user` says whether any leaf
   has some.
+* Minimum runtimes and ``maxRuntime`` / ``maxRuntimeAction`` are kept as
+  written (``_own_runtime``, ``_own_limit``, for :meth:`to_spec`) and as in
+  force at each node, inherited from the parent where a node sets none
+  (``_runtime``, ``_limit``), computed once at build.
 * ``auto``: the root's capacity is ``auto`` (its ``min``/``max`` are the
   members' capacity, filled in by :mod:`fleet.core.inventory`); kept through
   :meth:`to_spec` and copies, so every rebuilt tree stays auto.
@@ -48,7 +52,7 @@ from __future__ import annotations
 from typing import Final
 
 from fleet.core.checks import InvariantError
-from fleet.core.quota_rules import QuotaNodeSpec, validate
+from fleet.core.quota_rules import MaxRuntimeAction, QuotaNodeSpec, validate
 from fleet.core.resources import Resources
 
 
@@ -96,6 +100,9 @@ class QuotaStructure:
     #: node -> its ``limits.perUser`` (None: none); immutable after build
     _per_user: list[Resources | None]
     _any_per_user: bool
+    _own_limit: list[tuple[float | None, MaxRuntimeAction | None]]  # as written
+    #: in force (inherited): node -> (maxRuntime seconds, 0: none; its action)
+    _limit: list[tuple[float, MaxRuntimeAction]]
     #: the root's capacity is ``auto`` (:attr:`QuotaNodeSpec.auto`)
     auto: bool
 
@@ -115,6 +122,7 @@ class QuotaStructure:
         self._own_runtime = []
         self._own_fair = []
         self._per_user = []
+        self._own_limit = []
         child_lists: list[list[int]] = []
 
         def flatten(node: QuotaNodeSpec, parent: int) -> None:
@@ -129,6 +137,7 @@ class QuotaStructure:
             self._own_runtime.append((node.preempt_min_runtime, node.reclaim_min_runtime))
             self._own_fair.append((node.fair_half_life, node.fair_weight))
             self._per_user.append(node.per_user)
+            self._own_limit.append((node.max_runtime, node.max_runtime_action))
             child_lists.append([])
             if parent >= 0:
                 child_lists[parent].append(i)
@@ -179,6 +188,14 @@ class QuotaStructure:
         self._fair = fair
         self.fair_any = any(h > 0 or w != 1.0 for h, w in fair)
         self._any_per_user = any(limits is not None for limits in self._per_user)
+        limit: list[tuple[float, MaxRuntimeAction]] = []
+        for i in range(n):  # parents come before their children
+            above = limit[self._parent[i]] if self._parent[i] >= 0 else (0.0, MaxRuntimeAction.FAIL)
+            seconds, action = self._own_limit[i]
+            limit.append(
+                (above[0] if seconds is None else seconds, above[1] if action is None else action)
+            )
+        self._limit = limit
 
     def _copy_structure_to(self, other: QuotaStructure) -> None:
         """Give ``other`` this structure; changing either later leaves the other alone."""
@@ -200,6 +217,8 @@ class QuotaStructure:
         other.fair_any = self.fair_any
         other._per_user = self._per_user
         other._any_per_user = self._any_per_user
+        other._own_limit = self._own_limit
+        other._limit = self._limit
         # Replaced entry by entry by set_node: copy the lists.
         other._min = list(self._min)
         other._max = list(self._max)
@@ -299,6 +318,10 @@ class QuotaStructure:
         """(fairSharing.halfLife in seconds (0: no memory), weight) in force at the node."""
         return self._fair[self._node(name)]
 
+    def max_runtime(self, name: str) -> tuple[float, MaxRuntimeAction]:
+        """(maxRuntime in seconds, 0: none; maxRuntimeAction) in force at the node."""
+        return self._limit[self._node(name)]
+
     def protects(self) -> bool:
         """Whether any node sets a minimum runtime."""
         return self._protects  # computed with ``_runtime``: the cycle asks per job
@@ -354,6 +377,8 @@ class QuotaStructure:
                 fair_weight=self._own_fair[i][1],
                 auto=self.auto and i == 0,
                 per_user=self._per_user[i],
+                max_runtime=self._own_limit[i][0],
+                max_runtime_action=self._own_limit[i][1],
             )
 
         return make(0)

@@ -15,6 +15,14 @@ are queued again in their own order (priority, then submission).
 :func:`to_plain` and :func:`from_plain` turn a snapshot into JSON-ready
 values and back.
 
+Run time (:mod:`fleet.core.run_limits`): a job's deadline is part of its
+record (written only when it has one); the seconds a job ran in earlier runs
+are kept per record (``RunningRecord.ran``, ``Snapshot.ran`` for the jobs
+that wait), and in a running job's plain units as ``ran`` on its first unit
+(:func:`units_to_plain`, written only when not zero), so records written
+before read the same.  A restored running job's current run counts from its
+first unit's ``since``, as before the restart.
+
 A job of several GPU types is recorded as it asks (its types, none chosen);
 a running one is restored narrowed to the type its first unit is charged for
 (``gpu.fleet.io/<type>``: :func:`running_job`), as the cycle left it.  A
@@ -26,7 +34,7 @@ it names one, so a record written before jobs had one reads as a job of none.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.core.charges import Charge, step_of
@@ -44,22 +52,26 @@ __all__ = [
     "from_plain",
     "job_from_plain",
     "job_to_plain",
+    "ran_of_units",
     "restore",
     "take",
     "to_plain",
     "unit_from_plain",
     "unit_to_plain",
+    "units_to_plain",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class RunningRecord:
-    """A running job as recorded: its cluster, lifecycle state and units."""
+    """A running job as recorded: its cluster, lifecycle state and units, and the
+    seconds it ran in earlier runs."""
 
     job: Job
     cluster: str
     phase: JobState
     units: tuple[Unit, ...]
+    ran: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +82,16 @@ class Snapshot:
     pending: tuple[Job, ...]
     stopping: tuple[Job, ...]
     running: tuple[RunningRecord, ...]
+    #: pending or stopping job key -> seconds it ran in earlier runs (not zero)
+    ran: Mapping[str, float] = field(default_factory=dict)
 
 
 def take(state: SchedulerState) -> Snapshot:
     """The records of ``state`` (what the database holds)."""
     running = tuple(
-        RunningRecord(run.job, run.cluster, state.phase[key], tuple(run.units))
+        RunningRecord(
+            run.job, run.cluster, state.phase[key], tuple(run.units), state.ran.get(key, 0.0)
+        )
         for key, run in sorted(state.running.items())
     )
     return Snapshot(
@@ -83,6 +99,7 @@ def take(state: SchedulerState) -> Snapshot:
         tuple(state.pending()),
         tuple(job for _, job in sorted(state.stopping.items())),
         running,
+        {k: v for k, v in sorted(state.ran.items()) if v and k not in state.running},
     )
 
 
@@ -96,6 +113,7 @@ def restore(
     """A state rebuilt from ``snapshot`` on an empty ``tree`` and empty ``placers``."""
     state = SchedulerState(tree, placers, strict_fifo=strict_fifo, now=snapshot.now)
     claimed: dict[str, str] = {}
+    state.ran.update((k, v) for k, v in snapshot.ran.items() if v)
     # Placers restore fastest in restore order (earlier submission first); the
     # result does not depend on the order either way.
     records = sorted(snapshot.running, key=lambda r: restore_order(r.job))
@@ -107,6 +125,8 @@ def restore(
         if placer is None:
             raise RestoreError(f"{record.job.key}: member cluster {record.cluster} is unknown")
         run = Running(running_job(record.job, record.units), record.cluster)
+        if record.ran:
+            state.ran[record.job.key] = record.ran  # before its units: its due time
         for unit in sorted(record.units, key=lambda u: step_of(u.charge.key)):
             placer.restore(run.job_for(unit), unit.charge, unit.pods)
             state.hold(run, unit.charge, unit.pods)
@@ -170,6 +190,8 @@ def job_to_plain(job: Job) -> dict[str, Any]:
         **({"gpu_terms": job.gpu_terms} if job.gpu_terms else {}),
         # the user likewise (records written before jobs named one read the same)
         **({"user": job.user} if job.user else {}),
+        # a deadline is written only when the job has one
+        **({"active_deadline": job.active_deadline} if job.active_deadline is not None else {}),
     }
 
 
@@ -193,6 +215,7 @@ def job_from_plain(d: Mapping[str, Any], seq: int | None = None) -> Job:
         gpu_skus=tuple(d.get("gpu_skus", ())),
         gpu_terms=d.get("gpu_terms", ""),
         user=d.get("user", ""),
+        active_deadline=None if d.get("active_deadline") is None else float(d["active_deadline"]),
     )
 
 
@@ -206,6 +229,22 @@ def unit_to_plain(unit: Unit) -> dict[str, Any]:
         "pods": [[p.pod, p.node, list(p.gpus)] for p in unit.pods],
         "since": c.since,
     }
+
+
+def units_to_plain(units: Iterable[Unit], ran: float = 0.0) -> list[dict[str, Any]]:
+    """A running job's units as plain values; ``ran`` (the seconds of its earlier
+    runs) goes on its first unit, when not zero."""
+    out = [unit_to_plain(u) for u in units]
+    if ran:
+        for plain in out:
+            if step_of(plain["key"]) == 1:
+                plain["ran"] = ran
+    return out
+
+
+def ran_of_units(units: Iterable[Mapping[str, Any]]) -> float:
+    """The seconds of earlier runs that :func:`units_to_plain` wrote (0: none)."""
+    return sum(float(u.get("ran", 0.0)) for u in units)
 
 
 def unit_from_plain(job: Job, d: Mapping[str, Any]) -> Unit:
@@ -236,10 +275,11 @@ def to_plain(snapshot: Snapshot) -> dict[str, Any]:
                 "job": job_to_plain(r.job),
                 "cluster": r.cluster,
                 "phase": r.phase.value,
-                "units": [unit_to_plain(u) for u in r.units],
+                "units": units_to_plain(r.units, r.ran),
             }
             for r in snapshot.running
         ],
+        **({"ran": dict(snapshot.ran)} if snapshot.ran else {}),
     }
 
 
@@ -249,10 +289,12 @@ def from_plain(d: Mapping[str, Any]) -> Snapshot:
     for r in d["running"]:
         job = job_from_plain(r["job"])
         units = tuple(unit_from_plain(job, u) for u in r["units"])
-        running.append(RunningRecord(job, r["cluster"], JobState(r["phase"]), units))
+        ran = ran_of_units(r["units"])
+        running.append(RunningRecord(job, r["cluster"], JobState(r["phase"]), units, ran))
     return Snapshot(
         float(d["now"]),
         tuple(job_from_plain(j) for j in d["pending"]),
         tuple(job_from_plain(j) for j in d["stopping"]),
         tuple(running),
+        {k: float(v) for k, v in d.get("ran", {}).items()},
     )

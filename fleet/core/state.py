@@ -27,6 +27,12 @@ when the state is built.
 What each user's holding jobs hold per leaf (:attr:`SchedulerState.users`,
 :mod:`fleet.core.user_limits`) is counted with the units, in
 :meth:`SchedulerState.count_unit`, through which every unit comes and goes.
+The state also keeps each job's run time (:mod:`fleet.core.run_limits`): the
+seconds of its earlier runs (``ran``), when its current run was admitted
+(``run_start``, the ``since`` of its first unit, set by :meth:`hold`), and the
+due times of the running jobs that have a limit (``dues``).  :meth:`move`
+adds a run's seconds when the job stops holding quota (a terminal state
+forgets them); :meth:`schedule_due` sets a running job's due time.
 
 A job of several GPU types runs narrowed to the one it was admitted on
 (``Running.job``: :meth:`~fleet.core.jobs.Job.on`) and is queued again
@@ -42,7 +48,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import checks, inventory, lifecycle
+from fleet.core import checks, inventory, lifecycle, run_limits
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
 from fleet.core.fair_share import FairUsage
@@ -64,18 +70,26 @@ class DuplicateJob(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A job moved from ``old`` to ``new`` (the shell persists it as an event)."""
+    """A job moved from ``old`` to ``new`` (the shell persists it as an event).
+
+    ``event``, when set, is the reason word of an event the shell records with
+    it (``DeadlineExceeded``: :mod:`fleet.core.run_limits`).
+    """
 
     job: str
     old: JobState | None  # None: the job was not known before (submitted)
     new: JobState
     reason: str = ""
+    event: str = ""
 
-    def __init__(self, job: str, old: JobState | None, new: JobState, reason: str = "") -> None:
+    def __init__(
+        self, job: str, old: JobState | None, new: JobState, reason: str = "", event: str = ""
+    ) -> None:
         object.__setattr__(self, "job", job)
         object.__setattr__(self, "old", old)
         object.__setattr__(self, "new", new)
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "event", event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +397,12 @@ class SchedulerState:
         self.texts = ReasonTexts()
         #: running jobs that may hold fewer pods than they can run (a superset)
         self.partial: set[str] = set()
+        #: job key -> seconds it ran in earlier runs (:mod:`fleet.core.run_limits`)
+        self.ran: dict[str, float] = {}
+        #: running job key -> when its current run was admitted
+        self.run_start: dict[str, float] = {}
+        #: when each running job with a run-time limit reaches it
+        self.dues = run_limits.DueTimes()
         self._order = 0
         #: the healthy capacity of the clusters in service (:meth:`refresh_inventory`)
         self.inventory = Inventory()
@@ -462,17 +482,53 @@ class SchedulerState:
                 self.idle_index.setdefault(key, {})[name] = None
 
     # Lifecycle -----------------------------------------------------------------
-    def move(self, key: str, new: JobState, reason: str = "") -> Transition:
-        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs."""
+    def move(self, key: str, new: JobState, reason: str = "", event: str = "") -> Transition:
+        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs.
+
+        A job that stops holding quota ends its run (:meth:`end_run`).
+        """
         old = self.phase.get(key)
         if old is None:
             raise UnknownJob(key)
         lifecycle.transition(key, old, new)
+        if old in lifecycle.HOLDING and new not in lifecycle.HOLDING:
+            self.end_run(key)
         if new in lifecycle.TERMINAL:
             del self.phase[key]
+            self.ran.pop(key, None)
         else:
             self.phase[key] = new
-        return Transition(key, old, new, reason)
+        return Transition(key, old, new, reason, event)
+
+    # Run time ----------------------------------------------------------------------
+    def end_run(self, key: str) -> None:
+        """Job ``key`` no longer holds quota: add its run's seconds to its run time."""
+        start = self.run_start.pop(key, None)
+        self.dues.drop(key)
+        if start is not None:
+            self.ran[key] = self.ran.get(key, 0.0) + max(0.0, self.now - start)
+
+    def run_time(self, key: str) -> float:
+        """Seconds job ``key`` has run, over all its runs, at the core's clock."""
+        start = self.run_start.get(key)
+        current = 0.0 if start is None else max(0.0, self.now - start)
+        return self.ran.get(key, 0.0) + current
+
+    def run_limit(self, job: Job) -> run_limits.Limit | None:
+        """The run-time limit that ends ``job`` first: its deadline or its queue's
+        ``maxRuntime`` (None: neither)."""
+        seconds, action = self.tree.max_runtime(job.queue)
+        return run_limits.first_limit(job.active_deadline, seconds, action)
+
+    def schedule_due(self, run: Running) -> None:
+        """Set when the running job ``run`` reaches its run-time limit (if it has one)."""
+        key = run.job.key
+        limit = self.run_limit(run.job)
+        start = self.run_start.get(key)
+        if limit is None or start is None:
+            self.dues.drop(key)
+            return
+        self.dues.set(key, start + limit.seconds - self.ran.get(key, 0.0))
 
     # Pending jobs ------------------------------------------------------------------
     def submit(self, job: Job) -> Transition:
@@ -577,12 +633,18 @@ class SchedulerState:
         return found
 
     def hold(self, run: Running, charge: Charge, pods: Iterable[PodPlacement]) -> Unit:
-        """Charge ``charge`` to the tree and record the unit (its pods are already bound)."""
+        """Charge ``charge`` to the tree and record the unit (its pods are already bound).
+
+        The job's first unit starts its run (its ``since``) and sets its due time.
+        """
         self.tree.admit(charge)
         unit = Unit(charge, tuple(pods))
         run.units.append(unit)
         self.units[charge.key] = run
         self.count_unit(run.cluster, unit, 1)
+        if not charge.is_growth:
+            self.run_start[charge.job] = charge.since
+            self.schedule_due(run)
         return unit
 
     def count_unit(self, cluster: str, unit: Unit, sign: int) -> None:
@@ -744,6 +806,18 @@ class SchedulerState:
             require(run.complete or key in self.partial, f"partial job {key} is not tracked")
         for key in self.stopping:
             require(self.phase.get(key) is JobState.PREEMPTED, f"stopping {key} not Preempted")
+        for key in self.running:
+            require(key in self.run_start, f"running job {key} has no run start")
+        dues = self.dues.items()
+        for key, run in self.running.items():
+            limit = self.run_limit(run.job)
+            if limit is None:
+                require(key not in dues, f"job {key} without a run-time limit is due")
+                continue
+            due = self.run_start[key] + limit.seconds - self.ran.get(key, 0.0)
+            require(dues.get(key) == due, f"job {key} is due at {dues.get(key)}, not {due}")
+        require(dues.keys() <= self.running.keys(), "a job that does not run is due")
+        require(self.ran.keys() <= self.phase.keys(), "run time kept for a job no longer known")
         known = len(keys) + len(self.running) + len(self.stopping)
         require(
             len({*keys, *self.running, *self.stopping}) == known == len(self.phase),

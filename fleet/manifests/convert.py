@@ -430,6 +430,7 @@ def _build(
     groups = replica_groups(sets)
     min_members = job_doc.gang_minimum()[0]
     target = job_doc.start_pods()
+    deadline = job_doc.deadline_field()[0]
 
     allowed = resolve_clusters(policy, clusters)
     if allowed is not None and not allowed:
@@ -474,6 +475,7 @@ def _build(
         # the queue is always the namespace's leaf (an explicit queue must name it)
         queue_from_namespace=True,
         user=job_doc.metadata.labels.get(models.USER_LABEL, ""),
+        active_deadline=None if deadline is None else float(deadline),
     )
     return job, []
 

@@ -50,7 +50,7 @@ from pydantic.alias_generators import to_camel
 from fleet.core import resources
 from fleet.core.cells.config import label_problem
 from fleet.core.cells.spec import CellConfig, CellConfigError
-from fleet.core.quota import QuotaNodeSpec
+from fleet.core.quota import MaxRuntimeAction, QuotaNodeSpec
 from fleet.core.quota_rules import MAX_WEIGHT, RUNNING_JOBS, node_message
 from fleet.core.resources import QuantityError, Resources
 from fleet.manifests import _cells, topology
@@ -304,6 +304,10 @@ class QuotaNodeModel(_Owned):
     #: Fleet's own fields (durations such as ``10m``), inherited by children unless set.
     preempt_min_runtime: Duration | None = None
     reclaim_min_runtime: Duration | None = None
+    #: Fleet's own fields: a job of the subtree whose run time reaches ``maxRuntime``
+    #: fails, or is queued again afresh (``maxRuntimeAction``); inherited unless set.
+    max_runtime: Duration | None = None
+    max_runtime_action: Literal["Fail", "Requeue"] | None = None
     #: Fleet's own field, on the root only: ``auto`` leaves the root's ``min`` and ``max``
     #: to Fleet, the members' healthy capacity (:mod:`fleet.core.inventory`).
     capacity: Literal["auto"] | None = None
@@ -363,6 +367,10 @@ class QuotaNodeModel(_Owned):
             per_user=None
             if self.limits is None
             else self.limits.to_per_user(self.name, f"{path}.limits", problems),
+            max_runtime=None if self.max_runtime is None else parse_duration(self.max_runtime),
+            max_runtime_action=None
+            if self.max_runtime_action is None
+            else MaxRuntimeAction(self.max_runtime_action),
         )
 
 

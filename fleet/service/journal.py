@@ -109,7 +109,7 @@ class Journal:
         """The columns of job ``key`` that change when it moves to ``new``."""
         run = state.running.get(key)
         if new in HOLDING and run is not None:
-            units = [snapshot.unit_to_plain(u) for u in run.units]
+            units = snapshot.units_to_plain(run.units, state.ran.get(key, 0.0))
             return job_rows.JobUpdate(
                 row_id, new.value, now, placement=(run.cluster, run.mode.value), units=units
             )
@@ -121,14 +121,25 @@ class Journal:
     def rows(
         self, state: SchedulerState, changes: Sequence[Transition], now: float
     ) -> tuple[list[job_rows.JobUpdate], list[job_rows.EventValues]]:
-        """The job updates and event log entries of ``changes``."""
+        """The job updates and event log entries of ``changes``.
+
+        A transition that names an event (``DeadlineExceeded``: a run-time limit
+        ended the job) is logged as that event, a warning, before the move, and
+        its reason becomes the job's.
+        """
         updates: list[job_rows.JobUpdate] = []
         log_entries: list[job_rows.EventValues] = []
         for t in changes:
             row_id = self.ids.get(t.job)
             if row_id is None:
                 continue
-            updates.append(self.update_of(state, row_id, t.job, t.new, now))
+            update = self.update_of(state, row_id, t.job, t.new, now)
+            if t.event:
+                update = dataclasses.replace(update, reason=t.reason)
+                log_entries.append(
+                    job_rows.EventValues(row_id, now, t.event, t.reason, warning=True)
+                )
+            updates.append(update)
             log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
         return updates, log_entries
 
@@ -235,7 +246,7 @@ class Journal:
             elif d.unit:
                 run = state.running.get(d.job)
                 if run is not None:
-                    units = [snapshot.unit_to_plain(u) for u in run.units]
+                    units = snapshot.units_to_plain(run.units, state.ran.get(d.job, 0.0))
                     updates.append(job_rows.JobUpdate(row_id, units=units))
                     resized.append(row_id)
                 log_entries.append(

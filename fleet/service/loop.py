@@ -36,7 +36,11 @@ member's cells from the node list it observed, which the loop hands, after
 the inbox's exclusive work, to :attr:`SchedulerLoop.on_nodes` (the service
 sets it; until then the last list of each member waits).  **Time** comes from the
 injected :class:`fleet.clock.Clock`: a cycle runs every ``schedule_interval``
-seconds of that clock and right after changes.
+seconds of that clock and right after changes, and the loop also wakes when
+the next running job reaches a run-time limit (:mod:`fleet.core.run_limits`);
+each iteration starts by telling the core the time (``ClockAdvanced``), and
+the jobs a limit ended are stored and their pods stopped, as a cancelled
+job's are, before anything else (:meth:`SchedulerLoop._advance`).
 """
 
 from __future__ import annotations
@@ -280,7 +284,7 @@ class SchedulerLoop:
                 return
         self.mailbox.idle.set()
         waker = asyncio.create_task(self.mailbox.wake.wait())
-        timer = asyncio.create_task(self.clock.sleep(self.interval))
+        timer = asyncio.create_task(self.clock.sleep(self._until_next()))
         try:
             await asyncio.wait({waker, timer}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -290,6 +294,14 @@ class SchedulerLoop:
             for task in (waker, timer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _until_next(self) -> float:
+        """Seconds until the next timed cycle: the interval, or less when a running
+        job reaches its run-time limit before then."""
+        due = self.state.dues.next()
+        if due is None:
+            return self.interval
+        return min(self.interval, max(0.0, due - self.clock.now()))
 
     async def iterate(self) -> list[Decision]:
         """One iteration: inbox, failover, cycle, journal, effects, views; the decisions."""
@@ -303,7 +315,7 @@ class SchedulerLoop:
     async def _iterate(self) -> list[Decision]:
         items = self.mailbox.take()
         now = self.clock.now()
-        events.apply(self.state, events.ClockAdvanced(max(now, self.state.now)))
+        await self._advance(max(now, self.state.now))
         await self._take(items)
         if not items and self._observed:
             await self._nodes_observed()  # on_nodes was set since they came
@@ -346,6 +358,25 @@ class SchedulerLoop:
         return self.telemetry.tracer.start_as_current_span(name, attributes=attributes)
 
     # Stages -----------------------------------------------------------------------------
+    async def _advance(self, now: float) -> None:
+        """Tell the core the time; store the jobs a run-time limit ended (failed, or
+        preempted to be queued again) and stop their pods in their members."""
+        due = self.state.dues.due_by(now)
+        held = {k: self.state.running[k].cluster for k in due if k in self.state.running}
+        ended = inbox.moves(events.apply(self.state, events.ClockAdvanced(now)))
+        if not ended:
+            return
+        for t in ended:
+            log.info("%s: %s", t.job, t.reason)
+        deletes = [(t.job, held[t.job]) for t in ended if t.job in held]
+        intents = await self.journal.record(self.state, ended, now, deletes=deletes)
+        await self._act(
+            [
+                effects.Delete(intent, key, cluster)
+                for intent, (key, cluster) in zip(intents, deletes, strict=True)
+            ]
+        )
+
     async def _take(self, items: Sequence[inbox.Item]) -> None:
         """The inbox stage: apply the items, store (and act on) what they changed,
         then run the exclusive work among them."""

@@ -2,8 +2,10 @@
 
 Theory of operation: :func:`rebuild` reads the jobs that hold cells, wait for
 their pods to stop or wait in a queue, and restores the core's state exactly
-(:mod:`fleet.core.snapshot`): running jobs at their recorded cells, preempted
-jobs waiting for their pods to stop, pending jobs in submission order.
+(:mod:`fleet.core.snapshot`): running jobs at their recorded cells, with the
+run time of their earlier runs (their units' ``ran``), preempted jobs waiting
+for their pods to stop, pending jobs in submission order.  A job that waits
+is restored without the run time of its earlier runs (its record keeps none).
 :func:`open_work` says what the previous run left to do: create every
 holding job in its member again and redo unfinished deletions (both
 idempotent in a member, so this is safe whether or not the previous run got
@@ -51,7 +53,10 @@ async def rebuild(
         ids[job.key] = row.id
         if row.state in holding and row.cluster is not None:
             units = tuple(snapshot.unit_from_plain(job, u) for u in row.units)
-            running.append(snapshot.RunningRecord(job, row.cluster, JobState(row.state), units))
+            ran = snapshot.ran_of_units(row.units)  # earlier runs' seconds
+            running.append(
+                snapshot.RunningRecord(job, row.cluster, JobState(row.state), units, ran)
+            )
         elif row.state == JobState.PREEMPTED.value:
             stopping.append(job)
         else:

@@ -46,8 +46,10 @@ def pytorchjob(
     outcome: str | None = None,
     queue: str | None = None,
     priority_class: str | None = None,
+    deadline: int | None = None,
 ) -> str:
-    """A PropagationPolicy and the PyTorchJob ``namespace/name`` it selects, as YAML."""
+    """A PropagationPolicy and the PyTorchJob ``namespace/name`` it selects, as YAML
+    (``deadline``: its ``runPolicy.activeDeadlineSeconds``)."""
     annotations: dict[str, str] = {}
     if duration:
         annotations["fleet.io/simulated-duration"] = duration
@@ -63,12 +65,15 @@ def pytorchjob(
         "image": "example/train:1",
         "resources": {"limits": {"nvidia.com/gpu": gpus}},
     }
+    run_policy: dict[str, Any] = {"schedulingPolicy": policy} if policy else {}
+    if deadline is not None:
+        run_policy["activeDeadlineSeconds"] = deadline
     doc = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
         "spec": {
-            "runPolicy": {"schedulingPolicy": policy} if policy else {},
+            "runPolicy": run_policy,
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": workers,

@@ -11,7 +11,7 @@ from fleet.core.capacity import CapacityPlacer
 from fleet.core.decisions import Preempt
 from fleet.core.jobs import Job, ReplicaGroup
 from fleet.core.lifecycle import JobState
-from fleet.core.quota import QuotaNodeSpec, QuotaTree
+from fleet.core.quota import MaxRuntimeAction, QuotaNodeSpec, QuotaTree
 from fleet.core.quota_rules import RUNNING_JOBS
 from fleet.core.resources import MAX_JOBS, Resources
 from fleet.core.state import SchedulerState
@@ -37,6 +37,7 @@ def make_job(
     sku: str | None = None,
     clusters: frozenset[str] | None = None,
     user: str = "",
+    deadline: float | None = None,
 ) -> Job:
     per_pod: dict[str, str | int] = {}
     if gpus:
@@ -62,6 +63,7 @@ def make_job(
         gpu_sku=sku,
         clusters=clusters,
         user=user,
+        active_deadline=deadline,
     )
 
 
@@ -83,6 +85,10 @@ def make_node(spec: Mapping[str, Any], path: str = "spec.root") -> QuotaNodeSpec
         fair_half_life=spec.get("fairSharing", {}).get("halfLife"),
         fair_weight=spec.get("fairSharing", {}).get("weight"),
         per_user=_per_user(spec.get("limits", {}).get("perUser")),
+        max_runtime=spec.get("maxRuntime"),
+        max_runtime_action=MaxRuntimeAction(spec["maxRuntimeAction"])
+        if "maxRuntimeAction" in spec
+        else None,
     )
 
 

@@ -43,6 +43,7 @@ OTHER: dict[str, object] = {
     "gpu_skus": ("A100", "H100"),
     "gpu_terms": "GPU memory > 40960",
     "user": "alice",
+    "active_deadline": 3600.0,
 }
 
 

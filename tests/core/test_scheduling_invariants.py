@@ -1,8 +1,10 @@
-"""A hypothesis state machine over submit / cycle / finish / preempt / cancel / quota change.
+"""A hypothesis state machine over submit / cycle / finish / preempt / cancel / quota change
+/ clock ticks.
 
 After every step: quota usage and placers agree with a recount, usage is
-never above ``max`` anywhere, no partial gang runs, and a reclaim never takes
-guaranteed work.
+never above ``max`` anywhere, no partial gang runs, a reclaim never takes
+guaranteed work, and no running job has run past its own deadline or its
+queue's ``maxRuntime`` (team-c's, which requeues).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fleet.core import events
+from fleet.core import events, run_limits
 from fleet.core.cycle import Admit, Preempt, cycle
 from fleet.core.jobs import Mode
+from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaError
 from fleet.core.resources import GPU, Resources
 from fleet.core.state import SchedulerState
@@ -43,7 +46,13 @@ TREE: dict[str, Any] = {
                 {"name": "team-b", "min": {"nvidia.com/gpu": 6}, "max": {"nvidia.com/gpu": 12}},
             ],
         },
-        {"name": "team-c", "min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8}},
+        {
+            "name": "team-c",
+            "min": {"nvidia.com/gpu": 4},
+            "max": {"nvidia.com/gpu": 8},
+            "maxRuntime": 40.0,
+            "maxRuntimeAction": "Requeue",
+        },
     ],
 }
 QUEUES = ["team-a", "team-b", "team-c"]
@@ -64,9 +73,17 @@ class CycleMachine(RuleBasedStateMachine):
         priority=st.sampled_from([-1, 10, 100]),
         gang=st.booleans(),
         preemptible=st.booleans(),
+        deadline=st.sampled_from([None, None, 5.0, 25.0]),
     )
     def submit(
-        self, queue: str, pods: int, gpus: int, priority: int, gang: bool, preemptible: bool
+        self,
+        queue: str,
+        pods: int,
+        gpus: int,
+        priority: int,
+        gang: bool,
+        preemptible: bool,
+        deadline: float | None = None,
     ) -> None:
         self.count += 1
         job = make_job(
@@ -77,6 +94,7 @@ class CycleMachine(RuleBasedStateMachine):
             priority=priority,
             gang=gang,
             preemptible=preemptible or priority < 0,
+            deadline=deadline,
         )
         submit(self.state, job)
 
@@ -94,7 +112,8 @@ class CycleMachine(RuleBasedStateMachine):
     def run_cycle(self) -> None:
         before = {u.charge.key: u.charge.mode for r in self.state.running.values() for u in r.units}
         cut = {b.node for b in self.state.tree.over_limits()}
-        decisions = cycle(self.state, float(self.count))
+        # The cycle's clock never runs behind the core's (ticks move the core's).
+        decisions = cycle(self.state, max(float(self.count), self.state.now))
         self.state.check_invariants()
         confirm_stops(self.state, decisions)
         for d in decisions:
@@ -144,6 +163,22 @@ class CycleMachine(RuleBasedStateMachine):
             return
         if tree.used(queue)[GPU] > new_max:
             self.max_lowered = True
+
+    @rule(seconds=st.sampled_from([1.0, 5.0, 30.0]))
+    def tick(self, seconds: float) -> None:
+        """Time moves on: the jobs at a run-time limit end (team-c's are queued again)."""
+        now = max(self.state.now, float(self.count)) + seconds
+        for t in events.apply(self.state, events.ClockAdvanced(now)):
+            assert t.event in (run_limits.DEADLINE_EXCEEDED, run_limits.MAX_RUNTIME_EXCEEDED)
+            if t.new is JobState.PREEMPTED:
+                events.apply(self.state, events.Stopped(t.job))
+
+    @invariant()
+    def no_job_runs_past_its_limit(self) -> None:
+        for key, run in self.state.running.items():
+            limit = self.state.run_limit(run.job)
+            if limit is not None:
+                assert self.state.run_time(key) < limit.seconds, key
 
     @invariant()
     def consistent(self) -> None:

@@ -73,11 +73,6 @@ def test_fleet_no_memory_changes_nothing_in_a_tree_without_fair_sharing() -> Non
     )
 
 
-def test_fleet_and_capacity_run_the_tree_as_given() -> None:
-    assert policies.tree_text("fleet", TREE) == TREE
-    assert policies.tree_text("capacity", TREE) == TREE
-
-
 def test_fleet_no_memory_is_a_known_policy_with_the_cell_allocator() -> None:
     assert policies.check(["fleet", "fleet-no-memory"]) == ["fleet", "fleet-no-memory"]
     with pytest.raises(

@@ -109,6 +109,11 @@ class WorkloadModel(models.Namespaced, models._Foreign):
         """The priority class the document names, if any, and the field path where it would be."""
         return None, ""
 
+    def deadline_field(self) -> tuple[int | None, str]:
+        """The job's own deadline as the document states it (seconds of run time; None:
+        none) and the field path where it would be (:mod:`fleet.core.run_limits`)."""
+        return None, ""
+
     def kind_problems(self) -> list[Problem]:
         """The kind's own checks (roles, counts, minimums) beyond its schema."""
         return []
@@ -173,6 +178,10 @@ class WorkloadModel(models.Namespaced, models._Foreign):
         total = sum(s.count for s in sets)
         if minimum and sets and minimum > total:
             problems.append((path, f"{minimum} is more than the job's {total} replicas"))
+        deadline, deadline_path = self.deadline_field()
+        if deadline is not None and deadline < 1:
+            what = f"{deadline} is not a deadline: it is seconds of run time, at least 1"
+            problems.append((deadline_path, what))
         problems.extend(_annotation_problems(self.metadata.annotations))
         problems.extend(
             pods.written_key_problems(

@@ -22,6 +22,10 @@ Job controller (built into every Kubernetes: :attr:`BatchJobKind.api_path` is
   (when given, it must name the leaf queue of the job's namespace, as any
   kind's queue field must) and ``kueue.x-k8s.io/priority-class`` (a Fleet
   priority class by that name; none: the default class).
+* **Deadline:** ``spec.activeDeadlineSeconds`` is the job's own deadline
+  (:attr:`fleet.core.jobs.Job.active_deadline`), counted by Fleet over every
+  run of the job; the member's Job controller also counts it for the run it
+  sees.
 * **Refused:** ``spec.selector`` and ``spec.manualSelector: true`` (the API
   server generates a Job's selector from its uid; a copy made in a member has
   another uid), and a ``spec.managedBy`` other than the built-in controller
@@ -55,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from pydantic import StrictBool, StrictStr
+from pydantic import StrictBool, StrictInt, StrictStr
 
 from fleet.core.digits import parse_digits
 from fleet.manifests import models
@@ -85,6 +89,7 @@ class BatchJobSpec(models._Foreign):
     manual_selector: StrictBool | None = None
     selector: dict[str, Any] | None = None
     managed_by: StrictStr | None = None
+    active_deadline_seconds: StrictInt | None = None
     template: pods.PodTemplate
 
     @property
@@ -105,6 +110,9 @@ class BatchJobModel(base.WorkloadModel):
 
     def templates(self) -> list[tuple[str, str, pods.PodTemplate]]:
         return [(ROLE, "spec.template", self.spec.template)]
+
+    def deadline_field(self) -> tuple[int | None, str]:
+        return self.spec.active_deadline_seconds, "spec.activeDeadlineSeconds"
 
     def pod_sets(self, problems: list[Problem]) -> list[PodSet]:
         per_pod = pods.pod_request(self.spec.template, "spec.template", problems)

@@ -2,7 +2,8 @@
 
 Theory of operation: a v1 job is a map of replica specs (role -> replicas and
 pod template) plus ``runPolicy.schedulingPolicy`` (queue, priority class,
-``minAvailable``).  The operator reports the job's phase as conditions
+``minAvailable``) and ``runPolicy.activeDeadlineSeconds`` (the job's own
+deadline, which Fleet counts over every run).  The operator reports the job's phase as conditions
 (``Created``, ``Running``, ``Restarting``, ``Succeeded``, ``Failed``) and
 labels each pod with its replica type (lowercased) and index
 (``training.kubeflow.org/replica-type`` and ``-index``).  A kind module says
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
-from pydantic import StrictStr
+from pydantic import StrictInt, StrictStr
 
 from fleet.core.digits import parse_digits
 from fleet.manifests import models
@@ -43,6 +44,7 @@ class SchedulingPolicy(models._Foreign):
 
 class RunPolicy(models._Foreign):
     scheduling_policy: SchedulingPolicy | None = None
+    active_deadline_seconds: StrictInt | None = None
 
 
 SCHEDULING: Final = "spec.runPolicy.schedulingPolicy"
@@ -102,6 +104,10 @@ class TrainingJobModel(base.WorkloadModel):
 
     def queue_field(self) -> tuple[str | None, str]:
         return self.scheduling_policy.queue, f"{SCHEDULING}.queue"
+
+    def deadline_field(self) -> tuple[int | None, str]:
+        rp = self.spec.run_policy
+        return (rp.active_deadline_seconds if rp else None), "spec.runPolicy.activeDeadlineSeconds"
 
     def priority_field(self) -> tuple[str | None, str]:
         return self.scheduling_policy.priority_class, f"{SCHEDULING}.priorityClass"

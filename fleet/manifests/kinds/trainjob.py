@@ -45,6 +45,8 @@ trainer container (the one named ``node``, else the first).
   The shared runtime is never written into the member, so a member's own
   runtimes are never overwritten and every TrainJob's pods carry its own
   placement.  ``spec.suspend`` is dropped (admission is Fleet's).
+* **Deadline:** ``spec.activeDeadlineSeconds`` is the job's own deadline
+  (:attr:`fleet.core.jobs.Job.active_deadline`), counted by Fleet over every run.
 * **Phase.**  Trainer's conditions: ``Complete`` → Succeeded, ``Failed`` →
   Failed; no Running condition: Running when ``status.jobsStatus`` shows
   every replicated job ready, as for a JobSet.  Trainer's JobSet labels the
@@ -59,7 +61,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
-from pydantic import PrivateAttr, StrictStr
+from pydantic import PrivateAttr, StrictInt, StrictStr
 
 from fleet.manifests import models
 from fleet.manifests.errors import Problem, quote
@@ -212,6 +214,7 @@ class Trainer(models._Foreign):
 class TrainJobSpec(models._Foreign):
     runtime_ref: RuntimeRef
     trainer: Trainer | None = None
+    active_deadline_seconds: StrictInt | None = None
 
 
 class TrainJobModel(base.WorkloadModel):
@@ -221,6 +224,9 @@ class TrainJobModel(base.WorkloadModel):
     #: The effective runtime spec, once :meth:`resolve` found the runtime.
     _runtime: JSON | None = PrivateAttr(default=None)
     _runtime_key: str = PrivateAttr(default="")
+
+    def deadline_field(self) -> tuple[int | None, str]:
+        return self.spec.active_deadline_seconds, "spec.activeDeadlineSeconds"
 
     @property
     def runtime_key(self) -> str:
