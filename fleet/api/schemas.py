@@ -372,6 +372,11 @@ class _QueueFields(Schema):
     fair_share: FairShare | None = Field(
         default=None, description="Leaves only: the queue's fair share and why (null: not a leaf)."
     )
+    per_user: PerUser | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="A leaf's limits.perUser with each user's current use; absent: none.",
+    )
 
 
 class FairShare(Schema):
@@ -397,11 +402,6 @@ class FairShare(Schema):
         description="How many leaf queues its parent has, itself included."
     )
     explanation: str = Field(description="Why it comes where it does, in a sentence.")
-    per_user: PerUser | None = Field(
-        default=None,
-        exclude_if=_absent,
-        description="A leaf's limits.perUser with each user's current use; absent: none.",
-    )
 
 
 class QueueSummary(_QueueFields):

@@ -236,7 +236,8 @@ def _dominant(tree: QuotaUsage, queue: str, held: Mapping[str, float]) -> str | 
     basis = tree._min_d[leaf] or tree._max_d[leaf] or {}
     best: str | None = None
     ratio = -1.0
-    for r, amount in sorted(basis.items()):
+    # GPUs first, so that a tie (nothing held) is told in GPUs
+    for r, amount in sorted(basis.items(), key=lambda kv: (_unit(kv[0])[0] != "GPU", kv[0])):
         if amount > 0 and held.get(r, 0.0) / amount > ratio:
             best, ratio = r, held.get(r, 0.0) / amount
     return best
@@ -292,6 +293,8 @@ def explain(tree: QuotaUsage, fair: FairUsage) -> dict[str, FairShareView]:
                     f"{name} borrows first under {group}: {_usage_words(tree, fair, name)} "
                     f"against {_usage_words(tree, fair, nxt)} for {nxt}"
                 )
+                if keyed[1][0] == key:
+                    why += " (even: the tree's order decides)"
             else:
                 before = tree._names[keyed[i - 1][1]]
                 why = (
@@ -299,6 +302,8 @@ def explain(tree: QuotaUsage, fair: FairUsage) -> dict[str, FairShareView]:
                     f"{_usage_words(tree, fair, before)} against "
                     f"{_usage_words(tree, fair, name)}"
                 )
+                if keyed[i - 1][0] == key:
+                    why += " (even: the tree's order decides)"
             decayed = {r: v / _unit(r)[1] / 3600.0 for r, v in fair.decayed(tree, name).items()}
             out[name] = FairShareView(
                 weight=weight,

@@ -291,6 +291,34 @@ async def test_queues_show_usage_and_pending_jobs_in_order_with_reasons(
     assert job["reason"] == waiting["reason"]
 
 
+async def test_queues_carry_their_fair_share_rank_among_siblings_and_why(
+    api: tuple[Client, VirtualClock],
+) -> None:
+    client, clock = api
+    for n in range(2):
+        await ok(
+            await client.post(
+                "/api/v1/submissions",
+                data=pytorchjob(f"big{n}", workers=2, gpus=8, duration="1h"),
+                headers=YAML,
+            ),
+            201,
+        )
+    await settle(client, clock)
+    queues = {q["name"]: q for q in (await ok(await client.get("/api/v1/queues")))["items"]}
+    assert queues["research"]["fairShare"] is None  # not a leaf
+    a, b = queues["team-a"]["fairShare"], queues["team-b"]["fairShare"]
+    assert (a["rank"], b["rank"], a["siblings"]) == (2, 1, 2)
+    assert a["share"] == 2.0 and b["share"] == 0.0  # 32 GPUs used over a min of 16
+    assert (a["weight"], a["halfLifeSeconds"], a["decayedUsage"]) == (1.0, 0.0, {})
+    assert a["explanation"] == (
+        "team-b borrows before team-a: 0 GPU in use over min 16 GPU against "
+        "32 GPU in use over min 16 GPU"
+    )
+    detail = await ok(await client.get("/api/v1/queues/team-a"))
+    assert detail["fairShare"] == a
+
+
 async def test_tree_clusters_and_health(api: tuple[Client, VirtualClock]) -> None:
     client, _ = api
     resp = await client.get("/api/v1/quota-tree")
