@@ -14,6 +14,11 @@ the cycle.  An event that cannot be applied raises and changes nothing.
 A change of clusters or node health counts the members' capacity again
 and gives a root of ``capacity: auto`` its new figures (:func:`_recounted`,
 :mod:`fleet.core.inventory`); a replaced tree's auto root is filled in too.
+A running job an event stops (a bad node, its cells evicted, a failover
+of a job its member had created, its member removed) carries why on its
+transition (:class:`~fleet.core.decisions.Preemption`: ``NodeHealth``,
+``Evicted``, ``Failover``, ``ClusterRemoved``; no preemptor, no quota path)
+for the shell to record as the cycle's preemptions are.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.core import inventory, lifecycle
+from fleet.core.decisions import (
+    CLUSTER_REMOVED,
+    EVICTED,
+    FAILOVER,
+    NODE_HEALTH,
+    Preemption,
+)
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError, restore_order
@@ -282,7 +294,7 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
         case Evicted():
             if event.key not in state.running:
                 raise UnknownJob(event.key)
-            return [_preempt_at_once(state, event.key, event.reason)]
+            return [_preempt_at_once(state, event.key, event.reason, EVICTED)]
         case QuotaTreeReplaced():
             return _tree_replaced(state, event)
         case QuotaNodePatched():
@@ -366,11 +378,14 @@ def _dispatch_failed(state: SchedulerState, event: DispatchFailed) -> list[Outco
 
 def _failed_over(state: SchedulerState, event: FailedOver) -> list[Outcome]:
     key = event.key
-    lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
+    old = _phase_of(state, key)
+    lifecycle.transition(key, old, JobState.QUEUED)
     run = state.release(key)
     allowed = run.job.clusters if run.job.clusters is not None else frozenset(state.placers)
     state.enqueue(dataclasses.replace(run.job, clusters=allowed - {run.cluster}))
-    return [state.move(key, JobState.QUEUED, event.reason)]
+    # Its member had created it: its pods are stopped there (a create refused is not).
+    stopped = Preemption(FAILOVER) if old in (JobState.DISPATCHED, JobState.RUNNING) else None
+    return [state.move(key, JobState.QUEUED, event.reason, stopped)]
 
 
 def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
@@ -402,14 +417,14 @@ def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcom
     why = f"node {event.node} of {event.cluster} went bad"
     if event.reason:
         why += f": {event.reason}"
-    return [_preempt_at_once(state, key, why) for key in jobs]
+    return [_preempt_at_once(state, key, why, NODE_HEALTH) for key in jobs]
 
 
-def _preempt_at_once(state: SchedulerState, key: str, why: str) -> Outcome:
+def _preempt_at_once(state: SchedulerState, key: str, why: str, cause: str) -> Outcome:
     """Running job ``key`` holds nothing any more and waits for its pods to stop."""
     job = state.release(key).job
     state.stopping[key] = job
-    return state.move(key, JobState.PREEMPTED, why)
+    return state.move(key, JobState.PREEMPTED, why, Preemption(cause))
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
@@ -480,7 +495,7 @@ def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outco
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:
         job = state.release(key).job
         state.enqueue(job)
-        out.append(state.move(key, JobState.QUEUED, why))
+        out.append(state.move(key, JobState.QUEUED, why, Preemption(CLUSTER_REMOVED)))
     del state.placers[event.name]
     return out
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from fleet.core import checks, inventory, lifecycle
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
+from fleet.core.decisions import Preemption
 from fleet.core.inventory import Inventory
 from fleet.core.jobs import Job, Mode, position, sort_key
 from fleet.core.lifecycle import JobState
@@ -57,18 +58,31 @@ class DuplicateJob(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A job moved from ``old`` to ``new`` (the shell persists it as an event)."""
+    """A job moved from ``old`` to ``new`` (the shell persists it as an event).
+
+    ``preemption``: why, when an event stopped the running job (its cause,
+    preemptor and quota path, :mod:`fleet.core.decisions`); None otherwise.
+    """
 
     job: str
     old: JobState | None  # None: the job was not known before (submitted)
     new: JobState
     reason: str = ""
+    preemption: Preemption | None = None
 
-    def __init__(self, job: str, old: JobState | None, new: JobState, reason: str = "") -> None:
+    def __init__(
+        self,
+        job: str,
+        old: JobState | None,
+        new: JobState,
+        reason: str = "",
+        preemption: Preemption | None = None,
+    ) -> None:
         object.__setattr__(self, "job", job)
         object.__setattr__(self, "old", old)
         object.__setattr__(self, "new", new)
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "preemption", preemption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,8 +433,11 @@ class SchedulerState:
                 self.idle_index.setdefault(key, {})[name] = None
 
     # Lifecycle -----------------------------------------------------------------
-    def move(self, key: str, new: JobState, reason: str = "") -> Transition:
-        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs."""
+    def move(
+        self, key: str, new: JobState, reason: str = "", preemption: Preemption | None = None
+    ) -> Transition:
+        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs
+        (``preemption``: why an event stopped it, carried on the transition)."""
         old = self.phase.get(key)
         if old is None:
             raise UnknownJob(key)
@@ -429,7 +446,7 @@ class SchedulerState:
             del self.phase[key]
         else:
             self.phase[key] = new
-        return Transition(key, old, new, reason)
+        return Transition(key, old, new, reason, preemption)
 
     # Pending jobs ------------------------------------------------------------------
     def submit(self, job: Job) -> Transition:
