@@ -66,9 +66,11 @@ CAUSES: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Why a job was stopped by an event: its cause, preemptor and quota path."""
+    """Why a job was stopped by an event: its cause, preemptor and quota path, and the
+    queue it was stopped in."""
 
     cause: str
+    queue: str
     preemptor: str = ""
     quota_path: tuple[str, ...] = ()
 

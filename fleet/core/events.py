@@ -384,7 +384,8 @@ def _failed_over(state: SchedulerState, event: FailedOver) -> list[Outcome]:
     allowed = run.job.clusters if run.job.clusters is not None else frozenset(state.placers)
     state.enqueue(dataclasses.replace(run.job, clusters=allowed - {run.cluster}))
     # Its member had created it: its pods are stopped there (a create refused is not).
-    stopped = Preemption(FAILOVER) if old in (JobState.DISPATCHED, JobState.RUNNING) else None
+    ran = old in (JobState.DISPATCHED, JobState.RUNNING)
+    stopped = Preemption(FAILOVER, run.job.queue) if ran else None
     return [state.move(key, JobState.QUEUED, event.reason, stopped)]
 
 
@@ -424,7 +425,7 @@ def _preempt_at_once(state: SchedulerState, key: str, why: str, cause: str) -> O
     """Running job ``key`` holds nothing any more and waits for its pods to stop."""
     job = state.release(key).job
     state.stopping[key] = job
-    return state.move(key, JobState.PREEMPTED, why, Preemption(cause))
+    return state.move(key, JobState.PREEMPTED, why, Preemption(cause, job.queue))
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
@@ -495,7 +496,7 @@ def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outco
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:
         job = state.release(key).job
         state.enqueue(job)
-        out.append(state.move(key, JobState.QUEUED, why, Preemption(CLUSTER_REMOVED)))
+        out.append(state.move(key, JobState.QUEUED, why, Preemption(CLUSTER_REMOVED, job.queue)))
     del state.placers[event.name]
     return out
 

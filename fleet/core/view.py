@@ -9,7 +9,9 @@ changed since the view before.  The API, the dashboard and telemetry read only t
 the state; the service decides when a view is made
 (:mod:`fleet.service.views`).  A pending job's view is reused from one
 projection to the next while its record and reason stay the same (the
-memo :func:`project` takes and returns).
+memo :func:`project` takes and returns); its reason's category
+(:meth:`fleet.core.waiting.WaitBook.category_of`) is asked when its view is
+made, and the view counts the pending jobs by category (``unadmitted``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import inventory
+from fleet.core import inventory, waiting
 from fleet.core.inventory import Inventory, Shortfall
 from fleet.core.jobs import Job
 from fleet.core.resources import Resources, format_quantity
@@ -52,6 +54,8 @@ class PendingView:
     priority_class: str
     request: Mapping[str, str]
     reason: str
+    #: the reason's category (:data:`fleet.core.waiting.CATEGORIES`)
+    category: str = waiting.NOT_TRIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class LoopView:
     overpromised: tuple[Shortfall, ...] = ()
     #: the root's capacity is ``auto``: its min and max (in ``queues``) are the capacity
     auto: bool = False
+    #: pending jobs by the category of why they wait (every category, 0 included)
+    unadmitted: Mapping[str, int] = field(default_factory=dict)
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -141,6 +147,7 @@ def project(
     pending: dict[str, tuple[PendingView, ...]] = {}
     book = state.waiting
     fresh: PendingMemo = {}
+    unadmitted = dict.fromkeys(waiting.CATEGORIES, 0)
     for leaf, jobs in pending_by_leaf.items():
         views = []
         for job in jobs:
@@ -155,8 +162,14 @@ def project(
                 view = known[1]
             else:
                 view = PendingView(
-                    key, job.priority, job.priority_class, _quantities(job.request), reason
+                    key,
+                    job.priority,
+                    job.priority_class,
+                    _quantities(job.request),
+                    reason,
+                    book.category_of(job, reason),
                 )
+            unadmitted[view.category] = unadmitted.get(view.category, 0) + 1
             fresh[key] = (job, view)
             views.append(view)
         pending[leaf] = tuple(views)
@@ -193,5 +206,6 @@ def project(
         state.inventory,
         inventory.overpromised(inventory.tree_guarantees(tree), state.inventory),
         tree.auto,
+        unadmitted,
     )
     return published, fresh
