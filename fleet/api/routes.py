@@ -23,7 +23,9 @@ pending jobs with one query of the leaf's live rows (JSON paths of the
 stored documents).  The detail shows the core job's pod sets, with each
 set's own minimum where the job's kind sets one (its model reads the stored
 document again) and, for a waiting job, its gang's condition worded as
-Volcano's PodGroup words it (:func:`unschedulable`).  The quota tree is
+Volcano's PodGroup words it (:func:`unschedulable`); its preemptions are the
+row's records (when, by whom, the cause, the quota path), shown, like its
+events, to the callers who may act in its namespace.  The quota tree is
 answered as its administrator wrote it; as JSON, with the ``status`` the
 view gives (:func:`tree_status`: the root's figures in force, what the
 members hold, what the tree promises beyond that).  Every error is a

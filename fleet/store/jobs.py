@@ -23,6 +23,11 @@ jobs by name: :func:`current_by_names` reads their current runs in one
 statement per namespace, and :func:`events_after` the event log from an id
 on, across jobs, with each event's job name and uid.
 
+**Preemptions.**  A job's ``preemptions`` column lists its preemptions as
+data (:func:`preemption_record`); a :class:`JobUpdate` that carries one
+appends it (:func:`update_jobs` reads the lists it extends in the same
+transaction).
+
 **Failover's clocks.**  Since when a running job has been unhealthy in its
 member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
 :func:`forget_unhealthy`), so that a restart keeps the clock
