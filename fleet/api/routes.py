@@ -23,7 +23,9 @@ pending jobs with one query of the leaf's live rows (JSON paths of the
 stored documents).  The detail shows the core job's pod sets, with each
 set's own minimum where the job's kind sets one (its model reads the stored
 document again) and, for a waiting job, its gang's condition worded as
-Volcano's PodGroup words it (:func:`unschedulable`).  The quota tree is
+Volcano's PodGroup words it (:func:`unschedulable`); its preemptions are the
+row's records (when, by whom, the cause, the quota path), shown, like its
+events, to the callers who may act in its namespace.  The quota tree is
 answered as its administrator wrote it; as JSON, with the ``status`` the
 view gives (:func:`tree_status`: the root's figures in force, what the
 members hold, what the tree promises beyond that).  Every error is a
@@ -474,6 +476,7 @@ async def get_job(
     sets = _pod_sets(row, job)
     reason = _reason(svc, row)
     waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
+    own = auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
     detail = schemas.JobDetail(
         **_summary(row).model_dump(),
         preemptible=job.preemptible,
@@ -494,12 +497,22 @@ async def get_job(
             if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
             else None
         ),
-        # A team token sees the events of its own namespaces' jobs only.
-        events=[_event(e) for e in events]
-        if auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
-        else [],
+        # A team token sees the events and preemptions of its own namespaces' jobs only.
+        preemptions=[_preemption(p) for p in row.preemptions or ()] if own else [],
+        events=[_event(e) for e in events] if own else [],
     )
     return schemas.json_response(detail)
+
+
+def _preemption(record: dict[str, Any]) -> schemas.PreemptionRecord:
+    """A stored preemption (``fleet.store.jobs.preemption_record``) as the API shows it."""
+    return schemas.PreemptionRecord(
+        time=_time(float(record["time"])),
+        preemptor=str(record.get("preemptor", "")),
+        reason=str(record.get("reason", "")),
+        quota_path=[str(n) for n in record.get("quota_path", ())],
+        message=str(record.get("message", "")),
+    )
 
 
 @TABLE.route(

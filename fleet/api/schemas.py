@@ -131,6 +131,31 @@ class JobEvent(Schema):
     message: str = Field(description="The same for a human reader.")
 
 
+class PreemptionRecord(Schema):
+    """One preemption of a job: when, by which job, why, and through which quota."""
+
+    time: datetime.datetime = Field(description="When it was preempted (RFC 3339).")
+    preemptor: str = Field(
+        description="namespace/name of the job that needed the room; empty when none did "
+        "(a node gone bad, a failover, a quota cut)."
+    )
+    reason: str = Field(
+        description="The cause: Reclaim (a queue took back quota within its min that this "
+        "job's queue borrowed), InQueuePriority (a job of higher priority of its queue), "
+        "Opportunistic (its opportunistic cells were needed), QuotaCut (its queue stayed "
+        "over a lowered limit past the grace), NodeHealth, Failover, Evicted (its member's "
+        "nodes changed), ClusterRemoved or MaxRuntime."
+    )
+    quota_path: list[str] = Field(
+        default_factory=list,
+        description="The quota tree nodes through which the quota was at stake: for a "
+        "reclaim, from this job's leaf up to the lowest node above both leaves and down to "
+        "the preemptor's leaf; for a preemption inside a queue, the leaf; for a quota cut, "
+        "from the leaf up to the cut node; empty when no quota was at stake.",
+    )
+    message: str = Field(description="The same for a human reader (its Preempted event's).")
+
+
 class JobSummary(Schema):
     """A job as the job list shows it."""
 
@@ -260,6 +285,10 @@ class JobDetail(Schema):
     estimated_start: EstimatedStart | None = Field(
         default=None,
         description="For a waiting job, when it is expected to start (null: no forecast yet).",
+    )
+    preemptions: list[PreemptionRecord] = Field(
+        default_factory=list,
+        description="Every preemption of the job (or of a growth step of it), oldest first.",
     )
     events: list[JobEvent] = Field(
         default_factory=list, description="Every recorded event, oldest first."

@@ -502,6 +502,14 @@ def _describe(args: argparse.Namespace) -> int:
     print("Placement:")
     placement = [(p["replica"], p["node"], ",".join(map(str, p["gpus"]))) for p in job["placement"]]
     print("  " + table(("REPLICA", "NODE", "GPUS"), placement).replace("\n", "\n  "))
+    preemptions = [
+        (p["time"], p["reason"], p["preemptor"] or "-", " > ".join(p["quotaPath"]) or "-")
+        for p in job.get("preemptions", [])
+    ]
+    if preemptions:
+        print("Preemptions:")
+        heads = ("TIME", "REASON", "PREEMPTOR", "QUOTA PATH")
+        print("  " + table(heads, preemptions).replace("\n", "\n  "))
     print("Events:")
     events = [(e["time"], e["type"], e["reason"], e["message"]) for e in job["events"]]
     print("  " + table(("TIME", "TYPE", "REASON", "MESSAGE"), events).replace("\n", "\n  "))

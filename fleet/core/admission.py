@@ -48,7 +48,14 @@ has no per-user limit, pays one attribute test.
 
 A victim is a unit (:mod:`fleet.core.charges`): a job's first unit stops the
 whole job; a growth step of an elastic job stops only the pods it grew
-into, and the job keeps running with the rest.
+into, and the job keeps running with the rest.  Each :class:`Preempt` names
+its cause (:mod:`fleet.core.decisions`): ``Reclaim`` for a reclaim victim of
+another queue, or another queue's borrowed cells; ``InQueuePriority`` for a
+victim of the same queue; ``Opportunistic`` for another queue's
+opportunistic job on the cells; the preemptor is the admitted job, and the
+quota path runs from the victim's leaf to the admitted job's
+(:meth:`~fleet.core.quota.QuotaTree.quota_path`), worked out only when a
+victim is stopped.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from fleet.core import cluster_choice, quota_victims, timestamps, user_limits
 from fleet.core.charges import Charge, charge_for
 from fleet.core.cycle_context import CycleRun, Pass
 from fleet.core.cycle_memory import Remembered
-from fleet.core.decisions import Admit, Preempt
+from fleet.core.decisions import IN_QUEUE_PRIORITY, OPPORTUNISTIC, RECLAIM, Admit, Preempt
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.lifecycle import JobState
 from fleet.core.owed import Owed
@@ -67,6 +74,15 @@ from fleet.core.placement import BindError, Fit
 from fleet.core.quota import MAX, QuotaBlock
 from fleet.core.resources import Resources
 from fleet.core.state import Running, Unit
+from fleet.core.waiting import (
+    NO_CLUSTER_FITS,
+    OTHER,
+    OWED_TO_GUARANTEED,
+    QUEUE_ORDER,
+    USER_LIMIT,
+    VICTIMS_PROTECTED,
+    block_category,
+)
 
 
 class Defer:
@@ -86,12 +102,15 @@ STARTED = Started()
 
 @dataclass(frozen=True, slots=True)
 class Waits:
-    """The job cannot start now; ``reason`` says why."""
+    """The job cannot start now; ``reason`` says why, ``kind`` is its category
+    (:data:`fleet.core.waiting.CATEGORIES`)."""
 
     reason: str
+    kind: str
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: str) -> None:
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "kind", kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,8 @@ class OverUserLimit:
     waits, and the cycle decides nothing else from it (no bulk wait behind it)."""
 
     reason: str
+    #: its category: always :data:`fleet.core.waiting.USER_LIMIT`
+    kind: str = USER_LIMIT
 
     def __init__(self, reason: str) -> None:
         object.__setattr__(self, "reason", reason)
@@ -134,6 +155,7 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         return _admit(run, job, limits)
     types = job.gpu_skus or job.gpu_types
     reasons: list[str] = []
+    kind = OTHER
     deferred = False
     capped = False
     for sku in types:
@@ -145,6 +167,8 @@ def admit(run: CycleRun, job: Job) -> Outcome:
         else:
             capped = capped or isinstance(outcome, OverUserLimit)
             if outcome.reason not in reasons:
+                if not reasons:
+                    kind = outcome.kind  # the first type's
                 reasons.append(outcome.reason)
     if deferred:
         run.last_block = None
@@ -152,7 +176,7 @@ def admit(run: CycleRun, job: Job) -> Outcome:
     if len(types) > 1 or capped:
         run.last_block = None  # each type's try left its own
     text = f"waits for GPUs of {job.gpu_ask}: " + "; ".join(reasons)
-    return OverUserLimit(text) if capped else Waits(text)
+    return OverUserLimit(text) if capped else Waits(text, kind)
 
 
 def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
@@ -172,7 +196,7 @@ def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
             # plan_with_victims would answer with the block at once, and there
             # is no smaller size to try.
             run.last_block = None
-            return Waits(run.block_reason(verdict))
+            return Waits(run.block_reason(verdict), block_category(verdict))
         if _deferred(run, verdict) and least == start:
             run.last_block = None
             return DEFER  # what plan answers at once (a deferral is never remembered)
@@ -181,21 +205,23 @@ def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
             known = run.shapes.get(key)
             if known is not None:
                 run.last_block = known.block
-                return Waits(known.reason)
+                return Waits(known.reason, known.kind)
     deferred = False
     reason = ""
+    kind = OTHER
     # The verdict at the start size is the one just asked (nothing changed since).
     found = plan(run, job, job.pods[:start], verdict)
     if isinstance(found, Defer):
         deferred = True
     elif isinstance(found, str):
-        reason = found
+        reason, kind = found, run.last_kind
     if not isinstance(found, Plan) and least < start:
         smaller, smaller_deferred, smaller_reason = _largest_start(run, job, least, start - 1)
         if smaller is not None:
             found = smaller
         deferred = deferred or smaller_deferred
-        reason = reason or smaller_reason
+        if not reason:
+            reason, kind = smaller_reason, run.last_kind
     if isinstance(found, Plan):
         start_plan = found
         if limits is not None:
@@ -204,15 +230,15 @@ def _admit(run: CycleRun, job: Job, limits: Resources | None = None) -> Outcome:
                 return capped
             start_plan = capped
         refused = commit(run, job, start_plan)
-        return STARTED if refused is None else Waits(refused)
+        return STARTED if refused is None else Waits(refused, NO_CLUSTER_FITS)
     if deferred:
         return DEFER
     if key is not None:
         # At either size, a guaranteed or blocked verdict may preempt borrowed work.
         verdicts = (key[2], key[3])
         could_reclaim = any(v not in (None, Mode.BORROWED, Mode.OPPORTUNISTIC) for v in verdicts)
-        run.shapes.put(key, Remembered(reason, run.last_block), could_reclaim)
-    return Waits(reason)
+        run.shapes.put(key, Remembered(reason, run.last_block, kind), could_reclaim)
+    return Waits(reason, kind)
 
 
 def _within_user_cap(
@@ -234,7 +260,8 @@ def _within_user_cap(
 
 
 def _largest_start(run: CycleRun, job: Job, lo: int, hi: int) -> tuple[Plan | None, bool, str]:
-    """Bisect for the largest pod count in ``[lo, hi]`` that can start (None if not ``lo``)."""
+    """Bisect for the largest pod count in ``[lo, hi]`` that can start (None if not
+    ``lo``: then ``run.last_kind`` is the category of the reason it gives)."""
     first = plan(run, job, job.pods[:lo])
     if not isinstance(first, Plan):
         return None, isinstance(first, Defer), first if isinstance(first, str) else ""
@@ -293,7 +320,7 @@ def plan(
         if kept is not None:
             return kept
     if isinstance(verdict, Mode):
-        fit = cluster_choice.place(run, job, pods, verdict, ())
+        fit = cluster_choice.place(run, job, pods, verdict, ())  # (it sets run.last_kind)
         if not isinstance(fit, Fit):
             return fit
         spared = _spared(run, job, fit)
@@ -319,7 +346,7 @@ def plan_with_victims(
     """Reclaim, or preempt inside the queue, to get under ``max``; a pure query."""
     tree = run.state.tree
     if _final(block, job):
-        return run.block_reason(block)
+        return run.why(run.block_reason(block), block_category(block))
     memo = (job.queue, block.node, block.resource)
     shortfall = block.used + block.request - block.limit
     # Minimum runtimes count only when a node sets one (the usual tree sets none).
@@ -351,7 +378,8 @@ def plan_with_victims(
         note = "" if now is None else _protection_note(run, job, request)
         if not note:
             run.last_block = block
-        return run.block_reason(block) + note
+        kind = VICTIMS_PROTECTED if note else block_category(block)
+        return run.why(run.block_reason(block) + note, kind)
     removed: list[Charge] = []
     try:
         for key in victims:
@@ -362,7 +390,7 @@ def plan_with_victims(
             job.queue, request, priority=job.priority, preemptible=job.preemptible
         )
         if not isinstance(verdict, Mode):
-            return run.block_reason(block)
+            return run.why(run.block_reason(block), block_category(block))
         if _deferred(run, verdict):
             return DEFER
         if verdict is Mode.BORROWED and run.owed is not None:
@@ -373,13 +401,15 @@ def plan_with_victims(
         question = (job.shape, len(pods), verdict, released)
         failed = run.victims.place_failed(question, run.changes)
         if failed is not None:
-            return f"{run.block_reason(block)}; after preemption: {failed}"
+            return run.why(
+                f"{run.block_reason(block)}; after preemption: {failed}", NO_CLUSTER_FITS
+            )
         fit = cluster_choice.place(run, job, pods, verdict, released)
         if isinstance(fit, Fit):
             spared = _spared(run, job, fit)
             return Plan(verdict, pods, fit, released) if spared is None else spared
         run.victims.record_failure(question, run.changes, fit)
-        return f"{run.block_reason(block)}; after preemption: {fit}"
+        return run.why(f"{run.block_reason(block)}; after preemption: {fit}", NO_CLUSTER_FITS)
     finally:
         for charge in reversed(removed):
             tree.admit(charge)
@@ -412,7 +442,7 @@ def _kept(run: CycleRun, owed: Owed, job: Job, request: Resources, *, final: boo
         run.last_block = QuotaBlock(
             kept.node, kept.resource, kept.used, kept.request, kept.limit, MAX, kept.leaf
         )
-    return owed.text(kept)
+    return run.why(owed.text(kept), OWED_TO_GUARANTEED)
 
 
 def _kept_even_so(run: CycleRun, job: Job, request: Resources) -> bool:
@@ -450,9 +480,10 @@ def _spared(run: CycleRun, job: Job, fit: Fit) -> str | None:
     ):
         end = tree.protection_ends(keys, which) if keys else None
         if end is not None and end > run.now:
-            return (
+            return run.why(
                 f"the jobs holding the cells it needs in {fit.cluster} are protected by "
-                f"{knob} until {timestamps.utc(end)}"
+                f"{knob} until {timestamps.utc(end)}",
+                VICTIMS_PROTECTED,
             )
     return None
 
@@ -594,19 +625,32 @@ def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
         run.displaced.add(victim.key)
         state.phase[victim.key] = JobState.QUEUED
         state.end_run(victim.key)
-        run.wait(victim, f"displaced by {job.key} in the same cycle")
+        run.wait(victim, f"displaced by {job.key} in the same cycle", QUEUE_ORDER)
         return False
     keys = {u.charge.key for u in stop.units}
     if victim.queue != job.queue and keys & set(plan.quota_victims):
         why = f"reclaimed for {job.key} of queue {job.queue}"
+        cause = RECLAIM
     else:
         why = f"preempted by {job.key} (priority {job.priority})"
+        cause = _placement_cause(victim, job, stop.units)
+    path = state.tree.quota_path(victim.queue, job.queue)
     pods = tuple(p for u in reversed(stop.units) for p in u.pods)
     if stop.whole:
         state.move(victim.key, JobState.PREEMPTED, why)
         state.stopping[victim.key] = victim
         run.decisions.append(
-            Preempt(victim.key, victim.queue, stop.owner.cluster, pods, why, run.now)
+            Preempt(
+                victim.key,
+                victim.queue,
+                stop.owner.cluster,
+                pods,
+                why,
+                run.now,
+                cause=cause,
+                preemptor=job.key,
+                quota_path=path,
+            )
         )
         return True
     for unit in stop.units:
@@ -619,6 +663,20 @@ def _report_stop(run: CycleRun, job: Job, plan: Plan, stop: _Stop) -> bool:
                 f"growth step taken back: {why}",
                 run.now,
                 unit=unit.charge.key,
+                cause=cause,
+                preemptor=job.key,
+                quota_path=path,
             )
         )
     return True
+
+
+def _placement_cause(victim: Job, job: Job, units: list[Unit]) -> str:
+    """Why ``job`` preempts ``victim`` when no reclaim of quota is the cause: a higher
+    priority in the same queue, or the victim's cells (held opportunistically, or
+    borrowed, which a guaranteed job takes back)."""
+    if victim.queue == job.queue:
+        return IN_QUEUE_PRIORITY
+    if any(u.charge.mode is Mode.OPPORTUNISTIC for u in units):
+        return OPPORTUNISTIC
+    return RECLAIM

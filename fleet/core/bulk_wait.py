@@ -31,7 +31,7 @@ from fleet.core.cycle_context import CycleRun, Seen
 from fleet.core.jobs import Job, position, sort_key
 from fleet.core.quota import NON_PREEMPTIBLE_MIN, QuotaBlock
 from fleet.core.state import QueueState
-from fleet.core.waiting import ParkedRun, ParkedTail, tail_reason
+from fleet.core.waiting import QUOTA_MIN, ParkedRun, ParkedTail, tail_category, tail_reason
 
 
 def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
@@ -75,7 +75,7 @@ def rigid_run(run: CycleRun, jobs: list[Job], at: int, end: int) -> int:
         text = texts.get(verdict)
         if text is None:
             text = texts[verdict] = verdict.reason
-        run.wait(job, text)
+        run.wait(job, text, QUOTA_MIN)
         k += 1
     return k
 
@@ -317,13 +317,13 @@ def wait_all(run: CycleRun, queue: str, at: int, end: int, block: QuotaBlock) ->
     if parking:
         _park(run, queue, jobs[at], jobs[stop] if stop < end else None, block)
         return stop
-    reasons: dict[int, str] = {}  # one text per distinct need
+    reasons: dict[int, tuple[str, str]] = {}  # one text per distinct need
     for job in jobs[at + 1 : stop]:
         need = job.gang_request.amounts.get(r, 0)
         why = reasons.get(need)
         if why is None:
-            why = reasons[need] = tail_reason(block, need)
-        run.wait(job, why)
+            why = reasons[need] = (tail_reason(block, need), tail_category(block, need))
+        run.wait(job, why[0], why[1])
     return stop
 
 

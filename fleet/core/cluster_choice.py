@@ -26,6 +26,7 @@ from fleet.core.cycle_context import CycleRun
 from fleet.core.cycle_memory import Ranked
 from fleet.core.jobs import Job, Mode, Pod
 from fleet.core.placement import Fit, NoFit, Placer
+from fleet.core.waiting import CLUSTER_NOT_READY, INADMISSIBLE, NO_CLUSTER_FITS
 
 _NONE: frozenset[str] = frozenset()
 
@@ -37,10 +38,12 @@ PREEMPTION_CLUSTERS = 2
 def place(
     run: CycleRun, job: Job, pods: tuple[Pod, ...], mode: Mode, released: tuple[str, ...]
 ) -> Fit | str:
-    """The best fit for ``pods`` of ``job`` in ``mode`` over the allowed clusters, or why not."""
+    """The best fit for ``pods`` of ``job`` in ``mode`` over the allowed clusters, or why
+    not (its category in ``run.last_kind``)."""
     placers = candidates(run, job)
     if not placers:
         return _nowhere(run, job)
+    run.last_kind = NO_CLUSTER_FITS  # the other answers' (none when it fits)
     need = _sum(pods)
     best: tuple[tuple[int, float, float, str], Fit] | None = None
     # The reason names the first three clusters' misses and counts the rest.
@@ -201,9 +204,11 @@ def _nowhere(run: CycleRun, job: Job) -> str:
     """Why no cluster is a candidate for ``job``."""
     allowed = [n for n in run.state.placers if job.clusters is None or n in job.clusters]
     if not allowed:
-        return "no member cluster is allowed by the job's placement policy"
+        return run.why("no member cluster is allowed by the job's placement policy", INADMISSIBLE)
     why = [f"{n} {'is not ready' if n in run.state.unready else 'is draining'}" for n in allowed]
-    return "no allowed member cluster takes new jobs: " + ", ".join(why[:3])
+    return run.why(
+        "no allowed member cluster takes new jobs: " + ", ".join(why[:3]), CLUSTER_NOT_READY
+    )
 
 
 def candidates(run: CycleRun, job: Job) -> list[Ranked]:

@@ -84,7 +84,7 @@ from fleet.core.jobs import Job, sort_key
 from fleet.core.owed import Owed
 from fleet.core.resources import MAX_JOBS
 from fleet.core.state import SchedulerState
-from fleet.core.waiting import IdleKey
+from fleet.core.waiting import QUEUE_ORDER, IdleKey
 
 __all__ = ["Admit", "Decision", "Preempt", "Shortcuts", "Wait", "cycle"]
 
@@ -209,7 +209,9 @@ def serve(
                 deferred[order.names[rank]] = (i, order.ends[rank])
             else:
                 capped = isinstance(outcome, admission.OverUserLimit)
-                _waited(run, order, rank, jobs, i, outcome.reason, lists, capped=capped)
+                _waited(
+                    run, order, rank, jobs, i, outcome.reason, outcome.kind, lists, capped=capped
+                )
         rank = order.next()
     return deferred
 
@@ -332,6 +334,7 @@ def _waited(
     jobs: list[Job],
     at: int,
     reason: str,
+    kind: str,
     lists: dict[str, list[Job]] | None,
     *,
     capped: bool = False,
@@ -351,7 +354,7 @@ def _waited(
     the order unless its span is done.
     """
     job = jobs[at]
-    run.wait(job, reason)
+    run.wait(job, reason, kind)
     queue = order.queues[rank]
     if queue.strict_fifo:
         _stop_strict(run, order, rank, job)
@@ -382,7 +385,7 @@ def _stop_strict(run: CycleRun, order: FairOrder, rank: int, job: Job) -> None:
     admitted = run.admitted.get(name, set())
     for rest in order.queues[rank].pending:
         if sort_key(rest) > sort_key(job) and rest.key not in admitted:
-            run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}")
+            run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}", QUEUE_ORDER)
 
 
 #: No answer yet (:func:`idle_pass`): an answer is None (some cluster takes the

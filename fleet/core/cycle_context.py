@@ -68,6 +68,9 @@ class CycleRun:
     changes: int = 0
     #: The quota block of the last attempt when nothing could make room (else None).
     last_block: QuotaBlock | None = None
+    #: The category of the last reason an attempt gave (:meth:`why`,
+    #: :data:`fleet.core.waiting.CATEGORIES`).
+    last_kind: str = ""
     #: queue -> keys admitted this cycle (dropped from the pending lists at the end)
     admitted: dict[str, set[str]] = field(default_factory=dict)
     #: job key -> where the cycle took it from in its queue's pending list (the
@@ -95,10 +98,18 @@ class CycleRun:
         self.places.on = self.shortcuts.nofit_memo
         self.victims.on = self.shortcuts.reclaim_memo
 
-    def wait(self, job: Job, reason: str) -> None:
-        """``job`` waits for ``reason``; reported unless the last cycle said the same."""
+    def wait(self, job: Job, reason: str, kind: str) -> None:
+        """``job`` waits for ``reason`` (of category ``kind``); reported unless the last
+        cycle said the same."""
         self.book.single[job.key] = reason
+        self.book.kinds[reason] = kind
         self.report(job, reason)
+
+    def why(self, reason: str, kind: str) -> str:
+        """``reason``, an attempt's answer, whose category is ``kind`` (kept as
+        ``last_kind`` for the job's wait)."""
+        self.last_kind = kind
+        return reason
 
     def report(self, job: Job, reason: str) -> None:
         """A ``Wait`` for ``job``, unless the last cycle left it the same reason (with

@@ -95,14 +95,17 @@ ALL_SHORTCUTS = Shortcuts()
 
 @dataclass(frozen=True, slots=True)
 class Remembered:
-    """Why a shape could not start, and the quota block that stopped it (if any)."""
+    """Why a shape could not start (the reason and its category), and the quota block
+    that stopped it (if any)."""
 
     reason: str
     block: QuotaBlock | None
+    kind: str
 
-    def __init__(self, reason: str, block: QuotaBlock | None) -> None:
+    def __init__(self, reason: str, block: QuotaBlock | None, kind: str) -> None:
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "block", block)
+        object.__setattr__(self, "kind", kind)
 
 
 @dataclass(slots=True)

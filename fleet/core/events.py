@@ -19,6 +19,11 @@ queued again, each transition carrying the event reason
 A change of clusters or node health counts the members' capacity again
 and gives a root of ``capacity: auto`` its new figures (:func:`_recounted`,
 :mod:`fleet.core.inventory`); a replaced tree's auto root is filled in too.
+A running job an event stops (a bad node, its cells evicted, a failover
+of a job its member had created, its member removed) carries why on its
+transition (:class:`~fleet.core.decisions.Preemption`: ``NodeHealth``,
+``Evicted``, ``Failover``, ``ClusterRemoved``; no preemptor, no quota path)
+for the shell to record as the cycle's preemptions are.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleet.core import inventory, lifecycle, run_limits
+from fleet.core.decisions import (
+    CLUSTER_REMOVED,
+    EVICTED,
+    FAILOVER,
+    MAX_RUNTIME,
+    NODE_HEALTH,
+    Preemption,
+)
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError, restore_order
@@ -298,7 +311,7 @@ def apply(state: SchedulerState, event: Event) -> list[Outcome]:
         case Evicted():
             if event.key not in state.running:
                 raise UnknownJob(event.key)
-            return [_preempt_at_once(state, event.key, event.reason)]
+            return [_preempt_at_once(state, event.key, event.reason, EVICTED)]
         case QuotaTreeReplaced():
             return _tree_replaced(state, event)
         case QuotaNodePatched():
@@ -386,11 +399,15 @@ def _dispatch_failed(state: SchedulerState, event: DispatchFailed) -> list[Outco
 
 def _failed_over(state: SchedulerState, event: FailedOver) -> list[Outcome]:
     key = event.key
-    lifecycle.transition(key, _phase_of(state, key), JobState.QUEUED)
+    old = _phase_of(state, key)
+    lifecycle.transition(key, old, JobState.QUEUED)
     run = state.release(key)
     allowed = run.job.clusters if run.job.clusters is not None else frozenset(state.placers)
     state.enqueue(dataclasses.replace(run.job, clusters=allowed - {run.cluster}))
-    return [state.move(key, JobState.QUEUED, event.reason)]
+    # Its member had created it: its pods are stopped there (a create refused is not).
+    ran = old in (JobState.DISPATCHED, JobState.RUNNING)
+    stopped = Preemption(FAILOVER, run.job.queue) if ran else None
+    return [state.move(key, JobState.QUEUED, event.reason, preemption=stopped)]
 
 
 def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
@@ -422,14 +439,14 @@ def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcom
     why = f"node {event.node} of {event.cluster} went bad"
     if event.reason:
         why += f": {event.reason}"
-    return [_preempt_at_once(state, key, why) for key in jobs]
+    return [_preempt_at_once(state, key, why, NODE_HEALTH) for key in jobs]
 
 
-def _preempt_at_once(state: SchedulerState, key: str, why: str) -> Outcome:
+def _preempt_at_once(state: SchedulerState, key: str, why: str, cause: str) -> Outcome:
     """Running job ``key`` holds nothing any more and waits for its pods to stop."""
     job = state.release(key).job
     state.stopping[key] = job
-    return state.move(key, JobState.PREEMPTED, why)
+    return state.move(key, JobState.PREEMPTED, why, preemption=Preemption(cause, job.queue))
 
 
 def _cluster_added(state: SchedulerState, event: ClusterAdded) -> list[Outcome]:
@@ -500,7 +517,9 @@ def _cluster_removed(state: SchedulerState, event: ClusterRemoved) -> list[Outco
     for key in [k for k, run in state.running.items() if run.cluster == event.name]:
         job = state.release(key).job
         state.enqueue(job)
-        out.append(state.move(key, JobState.QUEUED, why))
+        out.append(
+            state.move(key, JobState.QUEUED, why, preemption=Preemption(CLUSTER_REMOVED, job.queue))
+        )
     del state.placers[event.name]
     return out
 
@@ -534,7 +553,8 @@ def _expire(state: SchedulerState) -> list[Outcome]:
         state.release(key)
         if limit.action is MaxRuntimeAction.REQUEUE:
             state.stopping[key] = job
-            out.append(state.move(key, JobState.PREEMPTED, why, limit.event))
+            requeued = Preemption(MAX_RUNTIME, job.queue)
+            out.append(state.move(key, JobState.PREEMPTED, why, limit.event, requeued))
             state.ran.pop(key, None)  # a fresh count
         else:
             out.append(state.move(key, JobState.FAILED, why, limit.event))

@@ -17,6 +17,8 @@ first: once a node has been over its limits for the grace period since the
 change that cut it (``state.cut_since``, kept across restarts by the shell),
 its newest over-limit jobs are preempted until it is within them, whatever
 their priority or preemptibility: the administrator asked for the cut.
+Each such :class:`~fleet.core.decisions.Preempt` has the cause ``QuotaCut``,
+no preemptor, and the quota path from the job's leaf up to the cut node.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from fleet.core.decisions import Preempt
+from fleet.core.decisions import QUOTA_CUT, Preempt
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.quota import QuotaBlock, QuotaTree
@@ -121,15 +123,37 @@ def expire_cuts(state: SchedulerState, now: float) -> list[Preempt]:
                 continue  # its job was stopped with an earlier unit
             unit = next(u for u in owner.units if u.charge.key == key)
             job = owner.job
+            path = state.tree.quota_path(job.queue, node)
             if unit.charge.is_growth:
                 state.release_unit(owner, unit)
                 out.append(
-                    Preempt(job.key, job.queue, owner.cluster, unit.pods, why, now, unit=key)
+                    Preempt(
+                        job.key,
+                        job.queue,
+                        owner.cluster,
+                        unit.pods,
+                        why,
+                        now,
+                        unit=key,
+                        cause=QUOTA_CUT,
+                        quota_path=path,
+                    )
                 )
                 continue
             pods = tuple(owner.pods)
             state.release(job.key)
             state.move(job.key, JobState.PREEMPTED, why)
             state.stopping[job.key] = job
-            out.append(Preempt(job.key, job.queue, owner.cluster, pods, why, now))
+            out.append(
+                Preempt(
+                    job.key,
+                    job.queue,
+                    owner.cluster,
+                    pods,
+                    why,
+                    now,
+                    cause=QUOTA_CUT,
+                    quota_path=path,
+                )
+            )
     return out

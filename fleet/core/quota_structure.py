@@ -282,6 +282,20 @@ class QuotaStructure:
         """``[name, parent, ..., root]``."""
         return [self._names[i] for i in self._paths[self._node(name)]]
 
+    def quota_path(self, start: str, end: str) -> tuple[str, ...]:
+        """The nodes from ``start`` up to the lowest node above both ``start`` and ``end``,
+        then down to ``end``: ``(start,)`` when they are one node, ``(start, ..., end)``
+        when ``end`` is above ``start``."""
+        up = self._paths[self._node(start)]
+        down = self._paths[self._node(end)]
+        above = set(down)
+        top = next(i for i, n in enumerate(up) if n in above)
+        turn = down.index(up[top])
+        names = self._names
+        return tuple(names[n] for n in up[: top + 1]) + tuple(
+            names[n] for n in reversed(down[:turn])
+        )
+
     def spec_path(self, name: str) -> str:
         """The node's field path in the document it was built from."""
         return self._spec_path[self._node(name)]

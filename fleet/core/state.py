@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from fleet.core import checks, inventory, lifecycle, run_limits
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError, require
+from fleet.core.decisions import Preemption
 from fleet.core.fair_share import FairUsage
 from fleet.core.inventory import Inventory
 from fleet.core.jobs import Job, Mode, position, sort_key
@@ -74,6 +75,8 @@ class Transition:
 
     ``event``, when set, is the reason word of an event the shell records with
     it (``DeadlineExceeded``: :mod:`fleet.core.run_limits`).
+    ``preemption``: why, when an event stopped the running job (its cause,
+    preemptor and quota path, :mod:`fleet.core.decisions`); None otherwise.
     """
 
     job: str
@@ -81,15 +84,23 @@ class Transition:
     new: JobState
     reason: str = ""
     event: str = ""
+    preemption: Preemption | None = None
 
     def __init__(
-        self, job: str, old: JobState | None, new: JobState, reason: str = "", event: str = ""
+        self,
+        job: str,
+        old: JobState | None,
+        new: JobState,
+        reason: str = "",
+        event: str = "",
+        preemption: Preemption | None = None,
     ) -> None:
         object.__setattr__(self, "job", job)
         object.__setattr__(self, "old", old)
         object.__setattr__(self, "new", new)
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "event", event)
+        object.__setattr__(self, "preemption", preemption)
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,8 +493,16 @@ class SchedulerState:
                 self.idle_index.setdefault(key, {})[name] = None
 
     # Lifecycle -----------------------------------------------------------------
-    def move(self, key: str, new: JobState, reason: str = "", event: str = "") -> Transition:
-        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs.
+    def move(
+        self,
+        key: str,
+        new: JobState,
+        reason: str = "",
+        event: str = "",
+        preemption: Preemption | None = None,
+    ) -> Transition:
+        """Move job ``key`` to ``new`` through the lifecycle table; forget terminal jobs
+        (``preemption``: why an event stopped it, carried on the transition).
 
         A job that stops holding quota ends its run (:meth:`end_run`).
         """
@@ -498,7 +517,7 @@ class SchedulerState:
             self.ran.pop(key, None)
         else:
             self.phase[key] = new
-        return Transition(key, old, new, reason, event)
+        return Transition(key, old, new, reason, event, preemption)
 
     # Run time ----------------------------------------------------------------------
     def end_run(self, key: str) -> None:

@@ -10,7 +10,9 @@ changed since the view before.  The API, the dashboard and telemetry read only t
 the state; the service decides when a view is made
 (:mod:`fleet.service.views`).  A pending job's view is reused from one
 projection to the next while its record and reason stay the same (the
-memo :func:`project` takes and returns).
+memo :func:`project` takes and returns); its reason's category
+(:meth:`fleet.core.waiting.WaitBook.category_of`) is asked when its view is
+made, and the view counts the pending jobs by category (``unadmitted``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from fleet.core import fair_share, inventory, user_limits
+from fleet.core import fair_share, inventory, user_limits, waiting
 from fleet.core.fair_share import FairShareView
 from fleet.core.inventory import Inventory, Shortfall
 from fleet.core.jobs import Job
@@ -75,6 +77,8 @@ class PendingView:
     priority_class: str
     request: Mapping[str, str]
     reason: str
+    #: the reason's category (:data:`fleet.core.waiting.CATEGORIES`)
+    category: str = waiting.NOT_TRIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,8 @@ class LoopView:
     overpromised: tuple[Shortfall, ...] = ()
     #: the root's capacity is ``auto``: its min and max (in ``queues``) are the capacity
     auto: bool = False
+    #: pending jobs by the category of why they wait (every category, 0 included)
+    unadmitted: Mapping[str, int] = field(default_factory=dict)
 
 
 def _quantities(values: Resources | Mapping[str, int]) -> dict[str, str]:
@@ -183,6 +189,7 @@ def project(
     pending: dict[str, tuple[PendingView, ...]] = {}
     book = state.waiting
     fresh: PendingMemo = {}
+    unadmitted = dict.fromkeys(waiting.CATEGORIES, 0)
     for leaf, jobs in pending_by_leaf.items():
         views = []
         for job in jobs:
@@ -197,8 +204,14 @@ def project(
                 view = known[1]
             else:
                 view = PendingView(
-                    key, job.priority, job.priority_class, _quantities(job.request), reason
+                    key,
+                    job.priority,
+                    job.priority_class,
+                    _quantities(job.request),
+                    reason,
+                    book.category_of(job, reason),
                 )
+            unadmitted[view.category] = unadmitted.get(view.category, 0) + 1
             fresh[key] = (job, view)
             views.append(view)
         pending[leaf] = tuple(views)
@@ -235,5 +248,6 @@ def project(
         state.inventory,
         inventory.overpromised(inventory.tree_guarantees(tree), state.inventory),
         tree.auto,
+        unadmitted,
     )
     return published, fresh

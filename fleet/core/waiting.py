@@ -29,15 +29,70 @@ The cycle reports a :class:`~fleet.core.decisions.Wait` decision only for a
 job whose reason changed since the previous book (with parking on; a parked
 group reports none); the book answers for every pending job
 (:meth:`WaitBook.reason_of`).
+
+Every reason falls in one of a few categories (:data:`CATEGORIES`, what
+``fleet_unadmitted_workloads{reason}`` counts).  A reason a job gets on its
+own has its category given where its text is made, and the book keeps it by
+text (``WaitBook.kinds``: one entry per distinct text, written with the
+reason); a parked group's is the group's kind (a tail's full ``max``, or the
+room under it owed to guaranteed work; a run's ``min``; an idle question's
+placement).  :meth:`WaitBook.category_of` answers for one job from its
+reason; the published view asks it only when a job's reason changed
+(:mod:`fleet.core.view`), and counts there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from fleet.core.jobs import Job, sort_key
-from fleet.core.quota import MAX, QuotaBlock, min_block
+from fleet.core.quota import MAX, OVER_MAX, QuotaBlock, min_block
 from fleet.core.resources import Resources, format_quantity
+
+#: Why a pending job waits, by category (Kueue-like names).  A ``max`` on its path is full:
+QUOTA_MAX: Final = "QuotaMax"
+#: a non-preemptible job would go beyond its queue's ``min``:
+QUOTA_MIN: Final = "QuotaMin"
+#: the room it would borrow is owed to guaranteed jobs still queued:
+OWED_TO_GUARANTEED: Final = "OwedToGuaranteed"
+#: no member cluster has the cells for it now:
+NO_CLUSTER_FITS: Final = "NoClusterFits"
+#: the member clusters it may use are not ready, or draining:
+CLUSTER_NOT_READY: Final = "ClusterNotReady"
+#: no member cluster is allowed for it at all:
+INADMISSIBLE: Final = "Inadmissible"
+#: the jobs that would make room are protected by a minimum runtime:
+VICTIMS_PROTECTED: Final = "VictimsProtected"
+#: it is behind another job of its queue (StrictFIFO), or was displaced in the cycle:
+QUEUE_ORDER: Final = "QueueOrder"
+#: its user holds what the queue's ``limits.perUser`` allows:
+USER_LIMIT: Final = "UserLimit"
+#: no cycle looked at it yet:
+NOT_TRIED: Final = "NotYetTried"
+#: anything else:
+OTHER: Final = "Other"
+#: every category, in the order reports list them
+CATEGORIES: Final = (
+    QUOTA_MAX,
+    QUOTA_MIN,
+    OWED_TO_GUARANTEED,
+    NO_CLUSTER_FITS,
+    CLUSTER_NOT_READY,
+    INADMISSIBLE,
+    VICTIMS_PROTECTED,
+    QUEUE_ORDER,
+    USER_LIMIT,
+    NOT_TRIED,
+    OTHER,
+)
+
+
+def block_category(block: QuotaBlock) -> str:
+    """The category of a quota block's reason: a ``max`` (full, or still over since
+    a tree change), else a ``min``."""
+    return QUOTA_MAX if block.kind == MAX or block.kind == OVER_MAX else QUOTA_MIN
+
 
 #: What an opportunistic job asks every cluster when it is tried: its replica
 #: groups, how many pods it starts with, GPU type, pinned cell, allowed clusters.
@@ -114,6 +169,13 @@ def tail_reason(block: QuotaBlock, need: int) -> str:
     return QuotaBlock(b.node, b.resource, b.used, need, b.limit, b.kind, b.leaf).reason
 
 
+def tail_category(block: QuotaBlock, need: int) -> str:
+    """The category of :func:`tail_reason`'s text for the same ``block`` and ``need``."""
+    if block.kind == MAX and need <= block.limit - block.used:
+        return OWED_TO_GUARANTEED
+    return block_category(block)
+
+
 def _before(a: tuple[int, int], b: tuple[int, int]) -> bool:
     """``a < b`` for two :func:`~fleet.core.jobs.sort_key` values, compared as ints
     (a comparison of the tuples goes through the generic protocol)."""
@@ -152,6 +214,10 @@ class ParkedTail:
         if job.opportunistic:
             return False
         return _before(self.after, key) and (self.until is None or _before(key, self.until))
+
+    def category_for(self, job: Job) -> str:
+        """The category of :meth:`reason_for`."""
+        return tail_category(self.block, job.gang_request.amounts.get(self.block.resource, 0))
 
     def reason_for(self, job: Job) -> str:
         need = job.gang_request.amounts.get(self.block.resource, 0)
@@ -230,6 +296,25 @@ class WaitBook:
     idle_queues: set[str] = field(default_factory=set)
     #: jobs queued since the book was written (no reason yet)
     fresh: set[str] = field(default_factory=set)
+    #: reason -> its category, for the reasons in ``single`` (module docstring)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+    def category_of(self, job: Job, reason: str) -> str:
+        """The category of ``reason``, the reason ``job`` waits (:meth:`reason_of`)."""
+        if not reason:
+            return NOT_TRIED
+        kind = self.kinds.get(reason)
+        if kind is not None:
+            return kind
+        order = sort_key(job)
+        tail = self._tail_of(job, order)
+        if tail is not None:
+            return tail.category_for(job)
+        if self._run_of(job, order) is not None:
+            return QUOTA_MIN
+        if self._idle_reason(job):
+            return NO_CLUSTER_FITS
+        return OTHER
 
     def reason_of(self, job: Job) -> str:
         """The reason ``job`` (pending) waits, or "" if no cycle looked at it yet."""

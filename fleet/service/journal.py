@@ -5,7 +5,12 @@ Theory of operation: the loop decides, *persists*, acts and records
 turns what the core did into the store's typed values — a
 :class:`~fleet.store.jobs.JobUpdate` and an
 :class:`~fleet.store.jobs.EventValues` per job transition, an intent per
-member action — and writes them:
+member action — and writes them.  A preemption (a cycle's
+:class:`~fleet.core.decisions.Preempt`, or a transition that carries a
+:class:`~fleet.core.decisions.Preemption`) also appends its record to the
+job's ``preemptions`` (:func:`fleet.store.jobs.preemption_record`), and its
+event's message names the cause, the preemptor and the quota path
+(:func:`fleet.core.decisions.explain`):
 
 * :meth:`Journal.record` writes transitions, deletion intents, the intents
   carried out and extra writes (``also``) in one transaction, at once (for
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 
 from fleet.core import snapshot
 from fleet.core.cycle import Admit, Decision, Preempt
+from fleet.core.decisions import explain
 from fleet.core.lifecycle import HOLDING, TERMINAL, JobState
 from fleet.core.state import SchedulerState, Transition
 from fleet.service.effects import Action, Create, Delete, Resize
@@ -134,13 +140,21 @@ class Journal:
             if row_id is None:
                 continue
             update = self.update_of(state, row_id, t.job, t.new, now)
+            message = t.reason
+            why = t.preemption
+            if why is not None:
+                message = explain(t.reason, why.cause, why.preemptor, why.quota_path)
+                record = job_rows.preemption_record(
+                    now, why.cause, why.preemptor, why.quota_path, message
+                )
+                update = dataclasses.replace(update, preemption=record)
             if t.event:
-                update = dataclasses.replace(update, reason=t.reason)
+                update = dataclasses.replace(update, reason=message)
                 log_entries.append(
                     job_rows.EventValues(row_id, now, t.event, t.reason, warning=True)
                 )
             updates.append(update)
-            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, t.reason))
+            log_entries.append(job_rows.EventValues(row_id, now, t.new.value, message))
         return updates, log_entries
 
     # Writing ----------------------------------------------------------------------------
@@ -244,20 +258,30 @@ class Journal:
                 )
                 planned.append((row_id, d))
             elif d.unit:
+                message = d.message
+                record = job_rows.preemption_record(
+                    now, d.cause, d.preemptor, d.quota_path, message
+                )
                 run = state.running.get(d.job)
+                units = None if run is None else [snapshot.unit_to_plain(u) for u in run.units]
+                updates.append(job_rows.JobUpdate(row_id, units=units, preemption=record))
                 if run is not None:
                     units = snapshot.units_to_plain(run.units, state.ran.get(d.job, 0.0))
                     updates.append(job_rows.JobUpdate(row_id, units=units))
                     resized.append(row_id)
                 log_entries.append(
-                    job_rows.EventValues(row_id, now, "Shrunk", d.reason, warning=True)
+                    job_rows.EventValues(row_id, now, "Shrunk", message, warning=True)
                 )
             else:
+                message = d.message
+                record = job_rows.preemption_record(
+                    now, d.cause, d.preemptor, d.quota_path, message
+                )
                 update = self.update_of(state, row_id, d.job, JobState.PREEMPTED, now)
-                updates.append(dataclasses.replace(update, reason=d.reason))
+                updates.append(dataclasses.replace(update, reason=message, preemption=record))
                 log_entries.append(
                     job_rows.EventValues(
-                        row_id, now, JobState.PREEMPTED.value, d.reason, warning=True
+                        row_id, now, JobState.PREEMPTED.value, message, warning=True
                     )
                 )
                 planned.append((row_id, d))

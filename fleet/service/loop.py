@@ -480,6 +480,9 @@ class SchedulerLoop:
             ended = [t.job for t in changes if t.new in TERMINAL]
             if ended:
                 self.telemetry.forget(ended)
+            stopped = [(t.preemption.queue, t.preemption.cause) for t in changes if t.preemption]
+            if stopped:
+                self.telemetry.preempted(stopped)
 
     # Views ------------------------------------------------------------------------------
     @property

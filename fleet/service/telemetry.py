@@ -16,7 +16,16 @@ several applications in one process (the tests) never share instruments.
   ``fleet_`` in place of ``kueue_``; counters and histograms are fed by the
   loop's hooks (:meth:`Telemetry.cycle`, :meth:`Telemetry.queued`,
   :meth:`Telemetry.dispatch_failed`), gauges are read from the loop's
-  published view at collection time; ``fleet_quota_overpromised{resource}``
+  published view at collection time.  ``fleet_preempted_workloads_total``
+  counts preemptions by the victim's queue and cause
+  (:data:`fleet.core.decisions.CAUSES`): the cycle's
+  (:meth:`Telemetry.cycle`) and those events cause (a bad node, a failover,
+  :meth:`Telemetry.preempted`); ``fleet_unadmitted_workloads{reason}`` is the
+  view's count of pending jobs by the category of why they wait
+  (:data:`fleet.core.waiting.CATEGORIES`), every category listed;
+  ``fleet_cluster_queue_nominal_quota`` is each node's ``min`` and
+  ``fleet_cluster_queue_borrowing_limit`` its ``max`` less its ``min``, per
+  resource its ``max`` sets; ``fleet_quota_overpromised{resource}``
   (Fleet's own) is what the quota tree guarantees beyond the members'
   healthy capacity (:mod:`fleet.core.inventory`), 0 for every resource the
   members hold when it promises no more.  The Prometheus exporter writes them to
@@ -77,6 +86,8 @@ class QueueLike(Protocol):
     @property
     def min(self) -> Mapping[str, str]: ...
     @property
+    def max(self) -> Mapping[str, str] | None: ...
+    @property
     def used(self) -> Mapping[str, str]: ...
     @property
     def borrowed(self) -> Mapping[str, str]: ...
@@ -122,28 +133,16 @@ class ViewLike(Protocol):
     def inventory(self) -> InventoryLike: ...
     @property
     def overpromised(self) -> Sequence[ShortfallLike]: ...
+    @property
+    def unadmitted(self) -> Mapping[str, int]: ...
 
 
 #: Histogram buckets in seconds: cycles take milliseconds, admission waits minutes to days.
 CYCLE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
 
-#: Preemption reasons as Kueue names them (``kueue_preempted_workloads_total{reason}``).
-IN_QUEUE: Final = "InClusterQueue"
-RECLAIM: Final = "InCohortReclamation"
-QUOTA_CUT: Final = "QuotaCut"
+#: The label of a preemption that names no cause (none does: every path gives one).
 OTHER: Final = "Other"
-
-
-def preemption_reason(reason: str) -> str:
-    """The Kueue-like label of a preemption's reason text (see the core's messages)."""
-    if reason.startswith("reclaimed for "):
-        return RECLAIM
-    if reason.startswith("preempted by "):
-        return IN_QUEUE
-    if "after a quota change" in reason:
-        return QUOTA_CUT
-    return OTHER
 
 
 class _WhileExported(Sampler):
@@ -238,7 +237,9 @@ class Telemetry:
         self._preempted = meter.create_counter(
             "fleet_preempted_workloads",
             unit="1",
-            description="Jobs preempted, per queue of the victim and reason.",
+            description="Jobs preempted, per queue of the victim and reason (the cause: "
+            "Reclaim, InQueuePriority, Opportunistic, QuotaCut, NodeHealth, Failover, "
+            "Evicted, ClusterRemoved, MaxRuntime).",
         )
         self._dispatch_errors = meter.create_counter(
             "fleet_dispatch_errors",
@@ -258,6 +259,27 @@ class Telemetry:
             [self._observe_usage],
             unit="1",
             description="Quota used per queue and resource (GPUs, CPU cores, bytes).",
+        )
+        meter.create_observable_gauge(
+            "fleet_unadmitted_workloads",
+            [self._observe_unadmitted],
+            unit="1",
+            description="Pending jobs by the category of why they wait (QuotaMax, QuotaMin, "
+            "OwedToGuaranteed, NoClusterFits, ClusterNotReady, Inadmissible, "
+            "VictimsProtected, QueueOrder, NotYetTried, Other).",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_nominal_quota",
+            [self._observe_nominal],
+            unit="1",
+            description="Each quota tree node's min per resource (GPUs, CPU cores, bytes).",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_borrowing_limit",
+            [self._observe_borrowing_limit],
+            unit="1",
+            description="How far each quota tree node may borrow beyond its min (its max "
+            "less its min), per resource its max sets.",
         )
         meter.create_observable_gauge(
             "fleet_cluster_queue_borrowed_resources",
@@ -317,7 +339,7 @@ class Telemetry:
                 if since is not None:
                     self._wait.record(max(0.0, now - since), {"queue": d.queue})
             elif isinstance(d, Preempt) and not d.unit:
-                self._preempted.add(1, {"queue": d.queue, "reason": preemption_reason(d.reason)})
+                self._preempted.add(1, {"queue": d.queue, "reason": d.cause or OTHER})
                 self._queued_since[d.job] = now
         for queue, count in sorted(admitted.items()):
             self._admitted.add(count, {"queue": queue})
@@ -350,6 +372,11 @@ class Telemetry:
                 seconds * 1000,
             )
 
+    def preempted(self, stopped: Iterable[tuple[str, str]]) -> None:
+        """Count preemptions that events caused, each (queue of the victim, cause)."""
+        for queue, cause in stopped:
+            self._preempted.add(1, {"queue": queue, "reason": cause or OTHER})
+
     def forget(self, keys: Iterable[str]) -> None:
         """Jobs that left the queue without being admitted (cancelled, failed)."""
         for key in keys:
@@ -380,6 +407,38 @@ class Telemetry:
                 amount = values.get(resource)
                 number = 0.0 if amount is None else float(parse_value(amount))
                 out.append(Observation(number, {"queue": q.name, "resource": resource}))
+        return out
+
+    def _observe_unadmitted(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        return [
+            Observation(count, {"reason": reason})
+            for reason, count in self._view().unadmitted.items()
+        ]
+
+    def _observe_nominal(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        from fleet.core.resources import parse_value
+
+        out: list[Observation] = []
+        for q in self._view().queues:
+            for resource in sorted(set(q.min) | set(q.max or ())):
+                amount = float(parse_value(q.min.get(resource, 0)))
+                out.append(Observation(amount, {"queue": q.name, "resource": resource}))
+        return out
+
+    def _observe_borrowing_limit(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        from fleet.core.resources import parse_value
+
+        out: list[Observation] = []
+        for q in self._view().queues:
+            for resource, limit in sorted((q.max or {}).items()):
+                room = parse_value(limit) - parse_value(q.min.get(resource, 0))
+                out.append(Observation(float(room), {"queue": q.name, "resource": resource}))
         return out
 
     def _observe_usage(self, options: CallbackOptions) -> Iterable[Observation]:

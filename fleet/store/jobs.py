@@ -23,6 +23,11 @@ jobs by name: :func:`current_by_names` reads their current runs in one
 statement per namespace, and :func:`events_after` the event log from an id
 on, across jobs, with each event's job name and uid.
 
+**Preemptions.**  A job's ``preemptions`` column lists its preemptions as
+data (:func:`preemption_record`); a :class:`JobUpdate` that carries one
+appends it (:func:`update_jobs` reads the lists it extends in the same
+transaction).
+
 **Failover's clocks.**  Since when a running job has been unhealthy in its
 member is one row per job (:func:`unhealthy`, :func:`add_unhealthy`,
 :func:`forget_unhealthy`), so that a restart keeps the clock
@@ -107,6 +112,8 @@ class JobUpdate:
     placement: tuple[str | None, str | None] | None = None
     units: Sequence[Mapping[str, Any]] | None = None
     reason: str | None = None
+    #: a preemption to append to the job's ``preemptions`` (:func:`preemption_record`)
+    preemption: Mapping[str, Any] | None = None
 
     def columns(self) -> dict[str, Any]:
         """The columns it sets, by name (``id`` included)."""
@@ -122,6 +129,21 @@ class JobUpdate:
         if self.reason is not None:
             columns["reason"] = self.reason
         return columns
+
+
+def preemption_record(
+    time: float, cause: str, preemptor: str, quota_path: Sequence[str], message: str
+) -> dict[str, Any]:
+    """One entry of a job's ``preemptions``: when, which job needed the room ("" when
+    none did), the cause (:data:`fleet.core.decisions.CAUSES`), the quota path and
+    the message its Preempted event carries."""
+    return {
+        "time": time,
+        "preemptor": preemptor,
+        "reason": cause,
+        "quota_path": list(quota_path),
+        "message": message,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,10 +321,21 @@ async def update_jobs(session: AsyncSession, changes: Sequence[JobUpdate]) -> No
     Changes apply in order: a job's changes become one (a later value of a
     column wins), then jobs whose changes set the same columns are one
     statement with many parameter sets (in whatever order: each job is in one).
+    A change's ``preemption`` is appended to the job's ``preemptions``, read in
+    the same transaction (one more statement, only when a change has one).
     """
     by_job: dict[int, dict[str, Any]] = {}
+    appended: dict[int, list[Mapping[str, Any]]] = {}
     for change in changes:
         by_job.setdefault(change.id, {}).update(change.columns())
+        if change.preemption is not None:
+            appended.setdefault(change.id, []).append(change.preemption)
+    if appended:  # rare: read the lists they extend, in this transaction
+        found = await session.execute(
+            select(_JOBS.c.id, _JOBS.c.preemptions).where(_JOBS.c.id.in_(sorted(appended)))
+        )
+        for job_id, before in found:
+            by_job[job_id]["preemptions"] = [*(before or []), *appended[job_id]]
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for values in by_job.values():
         columns = tuple(sorted(k for k in values if k != "id"))

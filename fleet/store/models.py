@@ -11,7 +11,9 @@ virtual time is recorded as it is.
 
 * ``jobs``: one row per submitted job; ``id`` is also its submission order
   (the core job's ``seq``).  ``units`` is what a running job holds, in the
-  form :mod:`fleet.core.snapshot` records (charge key, mode, request, pods).
+  form :mod:`fleet.core.snapshot` records (charge key, mode, request, pods);
+  ``preemptions`` every time it was preempted (when, by which job, the cause,
+  the quota path, the message).
 * ``job_events``: every lifecycle transition and notable event, append-only.
 * ``quota_trees``: every version of the ElasticQuotaTree; the highest is current.
 * ``clusters``: the member clusters (MemberCluster documents).
@@ -94,6 +96,8 @@ class JobRow(Base):
     cluster: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
     units: Mapped[list[Any]] = mapped_column(JSON, default=list)
     reason: Mapped[str] = mapped_column(Text, default="")
+    #: every preemption of the job, oldest first (``fleet.store.jobs.preemption_record``)
+    preemptions: Mapped[list[Any]] = mapped_column(JSON, default=list, server_default="[]")
     suspended: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -104,13 +104,43 @@ def test_log_lines_carry_the_current_trace_id_in_both_formats() -> None:
 
 
 def test_preemption_reasons_are_named_like_kueue() -> None:
-    assert telemetry.preemption_reason("reclaimed for a/b of queue q") == telemetry.RECLAIM
-    assert telemetry.preemption_reason("preempted by a/b (priority 3)") == telemetry.IN_QUEUE
-    assert (
-        telemetry.preemption_reason("q is still over its quota limits 5s after a quota change")
-        == telemetry.QUOTA_CUT
+    """The counter's reason is the preemption's cause, as the core names it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet.core import decisions
+    from fleet.core.decisions import Preempt
+
+    tracing = telemetry.Telemetry()
+    tracing.cycle(
+        [
+            Preempt("ns/a", "q", "c", (), "reclaimed for ns/x of queue r", cause=decisions.RECLAIM),
+            Preempt(
+                "ns/b", "q", "c", (), "preempted by ns/y (priority 3)", cause="InQueuePriority"
+            ),
+            Preempt("ns/c", "q", "c", (), "over its limits after a quota change", cause="QuotaCut"),
+            Preempt("ns/d", "q", "c", (), "growth step taken back", unit="u2", cause="Reclaim"),
+            Preempt("ns/e", "q", "c", (), "no cause"),
+        ],
+        0.01,
+        5.0,
     )
-    assert telemetry.preemption_reason("failed over") == telemetry.OTHER
+    tracing.preempted([("q", decisions.NODE_HEALTH), ("q", decisions.FAILOVER)])
+    text = tracing.prometheus_text().decode()
+    tracing.shutdown()
+    counted = {
+        s.labels["reason"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "fleet_preempted_workloads_total"
+    }
+    assert counted == {
+        "Reclaim": 1,
+        "InQueuePriority": 1,
+        "QuotaCut": 1,
+        "NodeHealth": 1,
+        "Failover": 1,
+        telemetry.OTHER: 1,
+    }
 
 
 def test_quota_gauges_count_cores_and_bytes_like_kubernetes() -> None:
@@ -202,3 +232,46 @@ async def test_a_request_path_with_an_encoded_newline_leaves_one_text_log_line(
     assert not [line for line in lines if line.startswith("FAKE")]
     (logged,) = [line for line in lines if "FAKE" in line]
     assert logged.endswith("401 GET /api/v1/jobs/a%0AFAKE%20LINE/b")
+
+
+def test_nominal_quota_borrowing_limits_and_unadmitted_jobs_are_gauges() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet.core import waiting
+    from fleet.core.view import LoopView, QueueView
+
+    limited = QueueView(
+        "q",
+        None,
+        True,
+        ("ns",),
+        {"cpu": "4", "memory": "1Gi"},
+        {"cpu": "6", "nvidia.com/gpu": "2"},
+        {},
+        {},
+        0,
+        3,
+    )
+    unlimited = QueueView("r", None, True, ("ns",), {"nvidia.com/gpu": "8"}, None, {}, {}, 0, 0)
+    counts = dict.fromkeys(waiting.CATEGORIES, 0) | {waiting.QUOTA_MAX: 2, waiting.NOT_TRIED: 1}
+    tracing = telemetry.Telemetry()
+    tracing.observe(lambda: LoopView(ready=True, queues=(limited, unlimited), unadmitted=counts))
+    text = tracing.prometheus_text().decode()
+    tracing.shutdown()
+    samples = {
+        (s.name, s.labels.get("queue"), s.labels.get("resource") or s.labels.get("reason")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    nominal = "fleet_cluster_queue_nominal_quota"
+    assert samples[(nominal, "q", "cpu")] == 4
+    assert samples[(nominal, "q", "memory")] == 2**30
+    assert samples[(nominal, "q", "nvidia.com/gpu")] == 0  # only its max names GPUs
+    assert samples[(nominal, "r", "nvidia.com/gpu")] == 8
+    limit = "fleet_cluster_queue_borrowing_limit"
+    assert samples[(limit, "q", "cpu")] == 2
+    assert samples[(limit, "q", "nvidia.com/gpu")] == 2
+    assert (limit, "q", "memory") not in samples  # no max on memory: no limit
+    assert not [k for k in samples if k[0] == limit and k[1] == "r"]
+    unadmitted = {k[2]: v for k, v in samples.items() if k[0] == "fleet_unadmitted_workloads"}
+    assert unadmitted == {c: counts[c] for c in waiting.CATEGORIES}

@@ -4,8 +4,8 @@ One row per leaf queue with fair share's memory on: the decayed average it
 held per resource (JSON, resource -> number in the resource's base unit) and
 the time the figures are at.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-28
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
