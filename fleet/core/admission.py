@@ -120,10 +120,11 @@ class OverUserLimit:
 
     reason: str
     #: its category: always :data:`fleet.core.waiting.USER_LIMIT`
-    kind: str = USER_LIMIT
+    kind: str
 
     def __init__(self, reason: str) -> None:
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "kind", USER_LIMIT)
 
 
 Outcome = Started | Waits | OverUserLimit | Defer
