@@ -33,7 +33,13 @@ itself and are the only exception).  The figures:
   nothing are left out because they got what they asked for: counting them
   would measure how demand differs, not how the scheduler shares.
   ``queues.csv`` has each sample's shares and pending jobs, so the index
-  can be worked out again from it.
+  can be worked out again from it.  A second index, over days
+  (``jain_index_day``, :data:`FAIR_WINDOW`), takes each queue's GPU time
+  over a day instead of the GPUs it holds at a sample: per day, over the
+  queues that had pending jobs at some sample of it, x = GPU-seconds held
+  over the entitlement times the day's length.  This is what fair share
+  with memory aims at (each team's share over its half-life, not at each
+  instant), so it is the figure that tells memory from none.
 * Preemptions are counted by reason (:attr:`~fleet.sim.engine.JobResult.preempted_for`),
   and jobs past their deadline by the event that says so
   (:data:`fleet.sim.engine.PAST_DEADLINE`).
@@ -61,6 +67,8 @@ from fleet.sim import load
 from fleet.sim.engine import PAST_DEADLINE, JobResult, Replay, Sample
 
 PERCENTILES: Final = (50, 95, 99)
+#: The period of the second Jain index (a day: the half-life gen-clusters gives).
+FAIR_WINDOW: Final = 86400.0
 PLOTS: Final = ("delay-cdf.png", "utilisation.png", "vc-p95.png", "vc-mean.png")
 #: The plot of figures against offered load, over replays at several loads.
 LOAD_PLOT: Final = "load.png"
@@ -155,11 +163,41 @@ def _shares(sample: Sample, entitled: Mapping[str, float]) -> dict[str, float]:
     return {q: sample.used.get(q, 0) / e for q, e in entitled.items() if e > 0}
 
 
+def fairness_over_days(replay: Replay, window: float = 0.0) -> float | None:
+    """Jain's index of the waiting queues' GPU time over ``window``-long periods
+    (:data:`FAIR_WINDOW` by default) against their entitlements, the mean over the
+    periods weighted by length (module docstring); None: no period counts."""
+    window = window or FAIR_WINDOW
+    entitled = entitlements(replay.min_gpus, replay.weights, replay.gpus)
+    periods: dict[int, tuple[dict[str, float], set[str], list[float]]] = {}
+    for sample, length in _windows(replay):
+        if length <= 0:
+            continue
+        held, waited, span = periods.setdefault(int(sample.time // window), ({}, set(), [0.0]))
+        span[0] += length
+        for q in entitled:
+            held[q] = held.get(q, 0.0) + sample.used.get(q, 0) * length
+            if sample.pending.get(q, 0) > 0:
+                waited.add(q)
+    weighted: list[float] = []
+    lengths: list[float] = []
+    for _, (held, waited, span) in sorted(periods.items()):
+        shares = [held[q] / (entitled[q] * span[0]) for q in sorted(waited) if entitled[q] > 0]
+        index = jain(shares) if len(shares) >= 2 else None
+        if index is not None:
+            weighted.append(index * span[0])
+            lengths.append(span[0])
+    total = math.fsum(lengths)
+    return _round(math.fsum(weighted) / total) if total > 0 else None
+
+
 def fairness(replay: Replay) -> dict[str, float | int | None]:
     """Jain's index under contention (module docstring) and how much of the replay it covers.
 
-    ``{"jain_index", "windows", "contended_s"}``: the index (None: no window
-    counts), the number of windows that count and their total length.
+    ``{"jain_index", "jain_index_day", "windows", "contended_s"}``: the index at
+    the samples (None: no window counts), the index over days
+    (:func:`fairness_over_days`), the number of sample windows that count and
+    their total length.
     """
     entitled = entitlements(replay.min_gpus, replay.weights, replay.gpus)
     weighted: list[float] = []
@@ -176,6 +214,7 @@ def fairness(replay: Replay) -> dict[str, float | int | None]:
     total = math.fsum(lengths)
     return {
         "jain_index": _round(math.fsum(weighted) / total) if total > 0 else None,
+        "jain_index_day": fairness_over_days(replay),
         "windows": len(lengths),
         "contended_s": _round(total),
     }
@@ -358,7 +397,8 @@ def _load_line(summaries: Mapping[str, Mapping[str, Any]]) -> str:
 def compare_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     """The comparison of ``fleet simulate --compare`` as text (delays in seconds)."""
     head = ["POLICY", "JOBS", "FINISHED", "DELAY MEAN", "P50", "P95", "P99", "MULTI MEAN"]
-    head += ["MULTI P95", "JCT MEAN", "JCT P95", "GPU UTIL", "FRAG", "JAIN", "PREEMPT"]
+    head += ["MULTI P95", "JCT MEAN", "JCT P95", "GPU UTIL", "FRAG", "JAIN", "JAIN-DAY"]
+    head += ["PREEMPT"]
     head += ["PAST DEADLINE"]
     rows = [head]
     for policy, s in summaries.items():
@@ -380,6 +420,7 @@ def compare_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
                 f"{100 * s['gpu_utilisation']:.1f}%",
                 f"{100 * s['fragmentation']:.1f}%",
                 _ratio(s["fairness"]["jain_index"]),
+                _ratio(s["fairness"]["jain_index_day"]),
                 str(s["preemptions"]),
                 str(s["past_deadline"]["jobs"]),
             ]
@@ -388,7 +429,7 @@ def compare_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         _load_line(summaries),
         "Queueing delay (all jobs; MULTI: jobs of more than one GPU) and job completion time "
         "(JCT) in seconds of virtual time; JAIN: Jain's index of the waiting queues' shares "
-        "of their entitlements",
+        "of their entitlements at each sample, JAIN-DAY: of their GPU time over each day",
         _table(rows),
     ]
     reasons = sorted({r for s in summaries.values() for r in s["preemptions_by_reason"]})
@@ -428,7 +469,7 @@ def compare_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
 def load_table(by_load: Mapping[float, Mapping[str, Mapping[str, Any]]]) -> str:
     """Each policy's main figures at each load (``by_load``: load -> policy -> summary)."""
     head = ["LOAD", "POLICY", "OFFERED", "GPU UTIL", "DELAY MEAN", "P95", "MULTI MEAN"]
-    head += ["MULTI P95", "JAIN", "PREEMPT", "PAST DEADLINE"]
+    head += ["MULTI P95", "JAIN", "JAIN-DAY", "PREEMPT", "PAST DEADLINE"]
     rows = [head]
     for target, summaries in by_load.items():
         for policy, s in summaries.items():
@@ -444,6 +485,7 @@ def load_table(by_load: Mapping[float, Mapping[str, Mapping[str, Any]]]) -> str:
                     _seconds(m["mean"]),
                     _seconds(m["p95"]),
                     _ratio(s["fairness"]["jain_index"]),
+                    _ratio(s["fairness"]["jain_index_day"]),
                     str(s["preemptions"]),
                     str(s["past_deadline"]["jobs"]),
                 ]
@@ -540,7 +582,7 @@ def plot_loads(
         ("mean queueing delay (hours)", ("queueing_delay_s", "mean"), 1 / 3600),
         ("multi-GPU mean queueing delay (hours)", ("multi_gpu_queueing_delay_s", "mean"), 1 / 3600),
         ("GPU utilisation (%)", ("gpu_utilisation",), 100.0),
-        ("Jain's index under contention", ("fairness", "jain_index"), 1.0),
+        ("Jain's index over days", ("fairness", "jain_index_day"), 1.0),
     )
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, (title, keys, unit) in zip(axes.flat, panels, strict=True):

@@ -106,13 +106,28 @@ def test_jains_index_is_the_length_weighted_mean_over_contended_windows() -> Non
     got = report.fairness(replay(samples=samples))
     first = (2.0 + 0.5) ** 2 / (2 * (4.0 + 0.25))
     expected = (first * 300 + 1.0 * 100 + 0.5 * 400) / 800
+    # Over one period of 1000 s (the whole replay): all three waited at some
+    # sample; GPU-seconds a 8*100+8*300+4*100+16*100+8*400 = 8400 of 4*1000,
+    # b 8*100+4*300+8*100+0+8*400 = 6000 of 8000, c 0+4*300+4*100+0+0 = 1600 of 4000.
+    shares = [8400 / 4000, 6000 / 8000, 1600 / 4000]
+    day = sum(shares) ** 2 / (3 * sum(x * x for x in shares))
     assert got == {
         "jain_index": pytest.approx(expected, abs=1e-3),
+        "jain_index_day": pytest.approx(day, abs=1e-3),
         "windows": 3,
         "contended_s": 800,
     }
+    assert report.fairness_over_days(replay(samples=samples), window=1000) == got["jain_index_day"]
+    # Periods of 500 s: the first half alone (a, b, c waited), the second (b, c).
+    first_half = [(800 + 2400 + 400) / 2000, (800 + 1200 + 800) / 4000, (1200 + 400) / 2000]
+    second = [(800 + 3200) / 4000, 0.0]
+    by_halves = (report.jain(first_half) or 0) * 500 + (report.jain(second) or 0) * 500
+    assert report.fairness_over_days(replay(samples=samples), window=500) == pytest.approx(
+        by_halves / 1000, abs=1e-3
+    )
     assert report.fairness(replay(samples=samples[:1])) == {
         "jain_index": None,
+        "jain_index_day": None,
         "windows": 0,
         "contended_s": 0,
     }
@@ -176,7 +191,7 @@ def test_preemptions_by_reason_and_jobs_past_their_deadline() -> None:
     table = report.compare_table({"fleet": doc})
     assert "Preemptions by reason" in table and "UNKNOWN" in table
     head = next(line for line in table.splitlines() if line.startswith("POLICY "))
-    assert head.split()[-4:] == ["JAIN", "PREEMPT", "PAST", "DEADLINE"]
+    assert head.split()[-5:] == ["JAIN", "JAIN-DAY", "PREEMPT", "PAST", "DEADLINE"]
     row = next(line for line in table.splitlines() if line.startswith("fleet "))
     assert row.split()[-2:] == ["3", "3"]
     quiet = report.summary(replay([result("a/1", "a", 1, 0, 0)]))
