@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from fleet.core.cycle import Admit, Decision, Preempt, cycle
 from fleet.core.fair_share import ENTRY_PENALTY_S, FairUsage
 from fleet.core.quota import QuotaError
 from fleet.core.state import SchedulerState
+from fleet.manifests import convert
 from tests.core.factories import (
     confirm_stops,
     finish,
@@ -256,3 +258,10 @@ def test_settings_are_inherited_and_overridden() -> None:
     assert t.fair_sharing("team-b") == (HOUR, 2.0)
     again = t.to_spec()
     assert again.children[1].fair_weight == 2 and again.children[1].fair_half_life is None
+
+
+def test_the_example_tree_loads_with_its_memory_and_weight() -> None:
+    text = (Path(__file__).resolve().parents[2] / "policies/quota/fair-tree.yaml").read_text()
+    t, _ = convert.load_quota(text)
+    assert t.fair_sharing("team-a") == (86400.0, 1.0)
+    assert t.fair_sharing("team-b") == (86400.0, 2.0)
