@@ -399,7 +399,9 @@ class _QueueFields(Schema):
     borrowed: Quantities = Field(description="The part of used that is above min.")
     admitted: Count = Field(description="Admitted (holding) jobs in this node's subtree.")
     fair_share: FairShare | None = Field(
-        default=None, description="Leaves only: the queue's fair share and why (null: not a leaf)."
+        default=None,
+        exclude_if=_absent,
+        description="Leaves only: the queue's fair share and why (absent: not a leaf).",
     )
     per_user: PerUser | None = Field(
         default=None,

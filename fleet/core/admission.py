@@ -120,11 +120,11 @@ class OverUserLimit:
 
     reason: str
     #: its category: always :data:`fleet.core.waiting.USER_LIMIT`
-    kind: str
+    kind: str = USER_LIMIT
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: str = USER_LIMIT) -> None:
         object.__setattr__(self, "reason", reason)
-        object.__setattr__(self, "kind", USER_LIMIT)
+        object.__setattr__(self, "kind", kind)
 
 
 Outcome = Started | Waits | OverUserLimit | Defer

@@ -11,6 +11,7 @@ from fleet.core import events
 from fleet.service import loop as loop_module
 from fleet.service.wiring import Service
 from fleet.store import admin as admin_rows
+from fleet.store.database import open_database
 from fleet.testing import running
 from fleet.testing.documents import pytorchjob
 from fleet.testing.running import new_jobs, running_service, settings
@@ -26,6 +27,16 @@ def fair_tree(tmp_path: Path) -> Path:
     path = tmp_path / "fair-tree.yaml"
     path.write_text(text)
     return path
+
+
+async def stored_usage(url: str) -> tuple[dict[str, dict[str, float]], float]:
+    """The stored decayed usage, read with no service running."""
+    db = await open_database(url)
+    try:
+        async with db.read() as session:
+            return await admin_rows.queue_usage(session)
+    finally:
+        await db.close()
 
 
 async def submit(svc: Service, text: str) -> None:
@@ -45,8 +56,7 @@ async def test_decayed_usage_is_stored_and_comes_back_after_a_restart(
         held = svc.loop.state.fair.held(svc.loop.state.tree, "team-a")["nvidia.com/gpu"]
         assert 11.0 < held < 16.0  # two half-lives towards 16 GPUs
         at = svc.loop.state.fair.at
-    async with svc.db.read() as session:
-        stored, stored_at = await admin_rows.queue_usage(session)
+    stored, stored_at = await stored_usage(database_url)
     assert stored_at == at  # stored when the loop stopped
     assert stored["team-a"]["nvidia.com/gpu"] == pytest.approx(held)
 
@@ -79,8 +89,7 @@ async def test_without_fair_sharing_nothing_is_stored(database_url: str) -> None
     async with running_service(settings(database_url), clock) as svc:
         await submit(svc, pytorchjob("long", gpus=4, duration="10h"))
         await running.settle(svc.loop, clock, loop_module.FAIR_SAVE_EVERY + 10)
-    async with svc.db.read() as session:
-        stored, _ = await admin_rows.queue_usage(session)
+    stored, _ = await stored_usage(database_url)
     assert stored == {}
 
 
