@@ -25,7 +25,9 @@ several applications in one process (the tests) never share instruments.
   (:data:`fleet.core.waiting.CATEGORIES`), every category listed;
   ``fleet_cluster_queue_nominal_quota`` is each node's ``min`` and
   ``fleet_cluster_queue_borrowing_limit`` its ``max`` less its ``min``, per
-  resource its ``max`` sets; ``fleet_quota_overpromised{resource}``
+  resource its ``max`` sets; ``fleet_cluster_queue_weighted_share`` and
+  ``fleet_cluster_queue_decayed_usage`` are each leaf's fair-share key and
+  decayed usage (:mod:`fleet.core.fair_share`); ``fleet_quota_overpromised{resource}``
   (Fleet's own) is what the quota tree guarantees beyond the members'
   healthy capacity (:mod:`fleet.core.inventory`), 0 for every resource the
   members hold when it promises no more.  The Prometheus exporter writes them to
@@ -76,6 +78,7 @@ __all__ = ["ReadableSpan", "Telemetry", "configure_logging"]
 
 if TYPE_CHECKING:
     from fleet.core.cycle import Decision
+    from fleet.core.fair_share import FairShareView
 
 
 class QueueLike(Protocol):
@@ -91,6 +94,8 @@ class QueueLike(Protocol):
     def used(self) -> Mapping[str, str]: ...
     @property
     def borrowed(self) -> Mapping[str, str]: ...
+    @property
+    def fair_share(self) -> FairShareView | None: ...
 
 
 class GpusLike(Protocol):
@@ -266,7 +271,7 @@ class Telemetry:
             unit="1",
             description="Pending jobs by the category of why they wait (QuotaMax, QuotaMin, "
             "OwedToGuaranteed, NoClusterFits, ClusterNotReady, Inadmissible, "
-            "VictimsProtected, QueueOrder, NotYetTried, Other).",
+            "VictimsProtected, QueueOrder, UserLimit, NotYetTried, Other).",
         )
         meter.create_observable_gauge(
             "fleet_cluster_queue_nominal_quota",
@@ -280,6 +285,21 @@ class Telemetry:
             unit="1",
             description="How far each quota tree node may borrow beyond its min (its max "
             "less its min), per resource its max sets.",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_weighted_share",
+            [self._observe_weighted_share],
+            unit="1",
+            description="Each leaf queue's fair-share key: its decayed usage (without "
+            "fair share's memory, its usage) over its min (else max) and weight, the "
+            "largest over the resources; the lowest borrows first.",
+        )
+        meter.create_observable_gauge(
+            "fleet_cluster_queue_decayed_usage",
+            [self._observe_decayed_usage],
+            unit="1",
+            description="Each leaf queue's decayed usage per resource (fair share's "
+            "memory), in resource-hours (GPU-hours, CPU-core-hours, GiB-hours).",
         )
         meter.create_observable_gauge(
             "fleet_cluster_queue_borrowed_resources",
@@ -440,6 +460,25 @@ class Telemetry:
                 room = parse_value(limit) - parse_value(q.min.get(resource, 0))
                 out.append(Observation(float(room), {"queue": q.name, "resource": resource}))
         return out
+
+    def _observe_weighted_share(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        return [
+            Observation(q.fair_share.share, {"queue": q.name})
+            for q in self._view().queues
+            if q.fair_share is not None and q.fair_share.share is not None
+        ]
+
+    def _observe_decayed_usage(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._view is None:
+            return []
+        return [
+            Observation(amount, {"queue": q.name, "resource": resource})
+            for q in self._view().queues
+            if q.fair_share is not None
+            for resource, amount in q.fair_share.decayed.items()
+        ]
 
     def _observe_usage(self, options: CallbackOptions) -> Iterable[Observation]:
         return self._resources("used")

@@ -111,3 +111,7 @@ async def test_a_reclaim_shows_in_the_victims_detail_events_and_metrics(
     assert set(unadmitted) == set(waiting.CATEGORIES)
     view = client.app[keys.SERVICE].loop.view
     assert sum(unadmitted.values()) == sum(len(p) for p in view.pending.values())
+    # Fair share (no memory in the shipped tree): team-b holds 48 over a min of 16.
+    assert value(samples, "fleet_cluster_queue_weighted_share", queue="team-b") == 40 / 16
+    assert value(samples, "fleet_cluster_queue_weighted_share", queue="team-a") == 8 / 16
+    assert not [name for name, _ in samples if name == "fleet_cluster_queue_decayed_usage"]

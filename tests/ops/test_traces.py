@@ -275,3 +275,33 @@ def test_nominal_quota_borrowing_limits_and_unadmitted_jobs_are_gauges() -> None
     assert not [k for k in samples if k[0] == limit and k[1] == "r"]
     unadmitted = {k[2]: v for k, v in samples.items() if k[0] == "fleet_unadmitted_workloads"}
     assert unadmitted == {c: counts[c] for c in waiting.CATEGORIES}
+
+
+def test_each_leafs_fair_share_and_decayed_usage_are_gauges() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleet.core.fair_share import FairShareView
+    from fleet.core.view import LoopView, QueueView
+
+    def leaf(name: str, share: FairShareView | None) -> QueueView:
+        gpus = {"nvidia.com/gpu": "8"}
+        return QueueView(name, "root", True, (name,), gpus, None, {}, {}, 0, 0, share)
+
+    remembered = FairShareView(2.0, 86400.0, {"nvidia.com/gpu": 120.5, "cpu": 3.0}, 0.75, 1, 2, "")
+    without = FairShareView(1.0, 0.0, {}, None, 2, 2, "")
+    tracing = telemetry.Telemetry()
+    queues = (leaf("a", remembered), leaf("b", without), leaf("c", None))
+    tracing.observe(lambda: LoopView(ready=True, queues=queues))
+    text = tracing.prometheus_text().decode()
+    tracing.shutdown()
+    samples = {
+        (s.name, s.labels.get("queue"), s.labels.get("resource")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith(("fleet_cluster_queue_weighted", "fleet_cluster_queue_decayed"))
+    }
+    assert samples == {
+        ("fleet_cluster_queue_weighted_share", "a", None): 0.75,
+        ("fleet_cluster_queue_decayed_usage", "a", "nvidia.com/gpu"): 120.5,
+        ("fleet_cluster_queue_decayed_usage", "a", "cpu"): 3.0,
+    }
