@@ -26,6 +26,11 @@ batch sees the earlier ones' jobs), and when a batch fails in the database,
 its submissions are stored again one by one, so that one bad submission
 cannot take the others with it.
 
+**Stored ahead.**  :func:`accept_each` stores submissions made at given
+times in one transaction, each decided and recorded (rows, first event) at
+its own time: for a replay, which knows its submissions before their time
+and tells the loop of each when it comes.
+
 **Policies.**  A submission may carry the PropagationPolicies it stores
 (:class:`NewPolicy`): they are written in the transaction that stores its
 jobs and its audit record, only when the submission is accepted (a

@@ -21,6 +21,11 @@ member action — and writes them:
 
 Every write transaction starts with what was deferred, so a job's later moves
 follow its earlier ones; a transaction that fails keeps it for the next.
+For a store nobody else reads (a replay's), :attr:`Journal.write_behind`
+lets deferred records wait while the loop is idle too (readers flush
+first), up to :data:`MAX_BEHIND` batches, and :attr:`Journal.decisions_behind`
+lets a cycle's decisions wait with them, without intents (nothing restarts
+from that store), the jobs to create being read ahead (:data:`READ_AHEAD`).
 Once changes are stored, ``recorded`` (the loop's) is told.  The journal also
 keeps the row id of every job the loop holds (``ids``), forgetting a job once
 its end is stored.

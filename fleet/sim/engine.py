@@ -25,7 +25,13 @@ pending), or at ``until``.
 The store is a SQLite file in a temporary directory (one per replay) opened
 with :data:`fleet.store.database.Durability` ``FAST``: the same schema and
 the same writes as the service, without waiting for the disk, since the file
-is thrown away.  Per-job results are read back from the store at the end
+is thrown away.  Its statements are the replay's largest cost, so it writes
+in large batches: the submissions up to the next sample are stored in one
+transaction, each at its own time (:class:`_Ahead`), and the loop's journal
+writes behind (``write_behind``: records wait until a bounded number of
+them waits, or a reader flushes) and lets a cycle's decisions wait too,
+without intents (``decisions_behind``: nothing ever restarts from this
+store), reading the jobs it creates ahead.  Per-job results are read back from the store at the end
 (its jobs and their events, :mod:`fleet.store.replays`), the record the
 service keeps anyway; per-queue time series are sampled from the loop's
 state every ``sample_every`` seconds of virtual time.
