@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import hashlib
 import json
 import math
@@ -66,6 +67,7 @@ from fleet.core.resources import Resources
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.service import intake
+from fleet.service.collector import FollowGrowth
 from fleet.service.loop import SchedulerLoop
 from fleet.sim import policies
 from fleet.sim.traces import TraceError, TraceJob
@@ -538,5 +540,19 @@ def run(
     policy: str,
     **kw: Any,
 ) -> Replay:
-    """:func:`replay` in a fresh event loop (for the command line and benchmarks)."""
-    return asyncio.run(replay(jobs, tree_document, clusters_document, policy, **kw))
+    """:func:`replay` in a fresh event loop (for the command line and benchmarks).
+
+    Full collections follow the growth of the heap as in ``fleet serve``
+    (:class:`fleet.service.collector.FollowGrowth`, unless one already
+    does): a replay's heap grows with the trace, and each full collection
+    would walk all of it.
+    """
+    collector = None
+    if not any(isinstance(c, FollowGrowth) for c in gc.callbacks):
+        collector = FollowGrowth()
+        collector.install()
+    try:
+        return asyncio.run(replay(jobs, tree_document, clusters_document, policy, **kw))
+    finally:
+        if collector is not None:
+            collector.remove()
