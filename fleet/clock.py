@@ -18,7 +18,8 @@ earliest deadline, and :meth:`~VirtualClock.advance_one` wakes only its first
 sleeper (what a trace replay does between events).
 
 "Let every coroutine run" (:meth:`~VirtualClock.run_until_idle`) yields to
-the event loop until its queue of ready callbacks is empty, that is until
+the event loop until its queue of ready callbacks is empty (not at all when
+it is empty already: a replay asks thousands of times a second), that is until
 every other coroutine waits on something (this clock, a queue, I/O).  It
 reads the ready queue of the standard asyncio loop (``loop._ready``, present
 in CPython since asyncio began); on a loop without one it yields a fixed
@@ -184,7 +185,8 @@ class VirtualClock:
         return self._heap[0][0]
 
     async def run_until_idle(self) -> None:
-        """Let every coroutine that can run, run, until all of them wait.
+        """Let every coroutine that can run, run, until all of them wait (at once if
+        they all wait already).
 
         Raises ``RuntimeError`` when coroutines are still ready after
         ``max_rounds`` yields (one of them never waits).
@@ -193,6 +195,8 @@ class VirtualClock:
         if not isinstance(ready, collections.deque):
             for _ in range(FALLBACK_YIELDS):
                 await _yield_once()
+            return
+        if not ready:  # every coroutine waits already: nothing to yield to
             return
         for _ in range(self._max_rounds):
             await _yield_once()

@@ -492,3 +492,19 @@ async def test_a_virtual_clock_computes_inline_in_the_event_loops_order() -> Non
     assert await VirtualClock(0.0).compute(work) is True
     await task
     assert order == ["work", "other"]  # no turn of the event loop in between
+
+
+async def test_run_until_idle_returns_at_once_when_every_coroutine_waits_already() -> None:
+    clock = VirtualClock()
+    turns: list[str] = []
+    # a timer of the event loop (not a ready callback) runs at the loop's next turn
+    asyncio.get_running_loop().call_later(0, turns.append, "turn")
+    await clock.run_until_idle()
+    assert turns == []  # nothing was ready: no turn of the event loop was taken
+
+    async def ready() -> None:
+        turns.append("ready")
+
+    task = asyncio.create_task(ready())
+    await clock.run_until_idle()
+    assert task.done() and turns[0] == "ready"  # a ready coroutine runs

@@ -26,6 +26,11 @@ batch sees the earlier ones' jobs), and when a batch fails in the database,
 its submissions are stored again one by one, so that one bad submission
 cannot take the others with it.
 
+**Stored ahead.**  :func:`accept_each` stores submissions made at given
+times in one transaction, each decided and recorded (rows, first event) at
+its own time: for a replay, which knows its submissions before their time
+and tells the loop of each when it comes.
+
 **Policies.**  A submission may carry the PropagationPolicies it stores
 (:class:`NewPolicy`): they are written in the transaction that stores its
 jobs and its audit record, only when the submission is accepted (a
@@ -122,10 +127,27 @@ class NameTaken(Exception):
 async def accept(db: Database, new: Sequence[NewJob], now: float) -> list[Accepted]:
     """Store one submission on its own (see the module docstring); its jobs in order."""
     async with db.write() as session:
-        (outcome,) = await _store(session, [new], now)
+        (outcome,) = await _store(session, [new], [now])
     if isinstance(outcome, NameTaken):
         raise outcome
     return outcome
+
+
+async def accept_each(
+    db: Database, submissions: Sequence[tuple[Sequence[NewJob], float]]
+) -> list[list[Accepted] | NameTaken]:
+    """Store submissions made at the given times (in order) in one transaction; what
+    became of each, as :func:`accept` decides it for one.
+
+    For a replay, which knows its submissions ahead: each is decided and
+    recorded (rows, first event) at its own time, and a later one sees the
+    earlier ones' jobs, but as they were stored, not as they are when its time
+    comes (a name two of them use is one job, or taken).
+    """
+    if not submissions:
+        return []
+    async with db.write() as session:
+        return await _store(session, [new for new, _ in submissions], [t for _, t in submissions])
 
 
 class Intake:
@@ -200,7 +222,7 @@ class Intake:
         try:
             async with self.db.write() as session:
                 now = self.clock.now()
-                outcomes = await _store(session, [w.jobs for w in batch], now)
+                outcomes = await _store(session, [w.jobs for w in batch], [now] * len(batch))
                 stored = _stored_policies(batch, outcomes)
                 await configuration.put_policies(
                     session,
@@ -291,9 +313,9 @@ def _settle(future: asyncio.Future[list[Accepted]], outcome: list[Accepted] | Ex
 
 
 async def _store(
-    session: Session, submissions: Sequence[Sequence[NewJob]], now: float
+    session: Session, submissions: Sequence[Sequence[NewJob]], times: Sequence[float]
 ) -> list[list[Accepted] | NameTaken]:
-    """Decide and write each submission in order; what became of each."""
+    """Decide and write each submission in order, at its time; what became of each."""
     names = [(n.namespace, n.name) for new in submissions for n in new]
     stored = await job_rows.heads_by_names(session, names)
     # A resubmitted job that is still Queued is handed to the loop again (which
@@ -308,7 +330,7 @@ async def _store(
     #: ended runs whose names this batch gives to new runs
     superseded: list[int] = []
     plans: list[list[tuple[NewJob, job_rows.JobHead | int]] | NameTaken] = []
-    for new in submissions:
+    for new, now in zip(submissions, times, strict=True):
         taken = [
             n.job.key
             for n in new
@@ -342,7 +364,9 @@ async def _store(
     await job_rows.insert_events(
         session,
         [
-            job_rows.EventValues(i, now, JobState.QUEUED.value, f"queued in {row['queue']}")
+            job_rows.EventValues(
+                i, row["created_at"], JobState.QUEUED.value, f"queued in {row['queue']}"
+            )
             for i, row in zip(ids, rows, strict=True)
         ],
     )

@@ -26,6 +26,11 @@ event's message names the cause, the preemptor and the quota path
 
 Every write transaction starts with what was deferred, so a job's later moves
 follow its earlier ones; a transaction that fails keeps it for the next.
+For a store nobody else reads (a replay's), :attr:`Journal.write_behind`
+lets deferred records wait while the loop is idle too (readers flush
+first), up to :data:`MAX_BEHIND` batches, and :attr:`Journal.decisions_behind`
+lets a cycle's decisions wait with them, without intents (nothing restarts
+from that store), the jobs to create being read ahead (:data:`READ_AHEAD`).
 Once changes are stored, ``recorded`` (the loop's) is told.  The journal also
 keeps the row id of every job the loop holds (``ids``), forgetting a job once
 its end is stored.
@@ -37,6 +42,7 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fleet.core import snapshot
 from fleet.core.cycle import Admit, Decision, Preempt
@@ -47,6 +53,12 @@ from fleet.service.effects import Action, Create, Delete, Resize
 from fleet.store import jobs as job_rows
 from fleet.store.database import Database, Session
 
+#: With :attr:`Journal.decisions_behind`, jobs whose heads are read ahead of their creation.
+READ_AHEAD = 256
+#: A stored document.
+Plain = dict[str, Any]
+#: With :attr:`Journal.write_behind`, batches of deferred records written together at most.
+MAX_BEHIND = 4096
 #: Extra writes for the transaction of :meth:`Journal.record`.
 Also = Callable[[Session], Awaitable[None]]
 
@@ -85,11 +97,22 @@ class Journal:
         #: waits, instead of being written before; whoever reads the store calls
         #: :meth:`flush` first.  For a store nobody else reads (a replay's).
         self.write_behind = False
+        #: A cycle's decisions wait with what was deferred too, and no intent is
+        #: written: for a store that nothing ever restarts from and that only
+        #: readers who flush first read (a replay's, with write_behind).
+        self.decisions_behind = False
+        #: with decisions_behind: heads and manifests read ahead, by row id, and the
+        #: highest id read ahead so far
+        self._heads: dict[int, tuple[job_rows.JobHead, Plain]] = {}
+        self._read_to = 0
 
     @property
     def due(self) -> bool:
-        """Whether deferred records are to be written before the loop waits."""
-        return bool(self._deferred) and not self.write_behind
+        """Whether deferred records are to be written before the loop waits (with
+        :attr:`write_behind`: once :data:`MAX_BEHIND` batches of them wait)."""
+        if self.write_behind:
+            return len(self._deferred) >= MAX_BEHIND
+        return bool(self._deferred)
 
     def forget(self, changes: Sequence[Transition]) -> None:
         """Once ``changes`` are stored: tell the loop, and forget the jobs that ended."""
@@ -290,10 +313,18 @@ class Journal:
         return DecisionRows(updates, log_entries, planned, resized)
 
     async def persist(self, rows: DecisionRows | None, now: float) -> list[Action]:
-        """Write a cycle's decision rows in one transaction; the actions they call for."""
+        """Write a cycle's decision rows in one transaction; the actions they call for.
+
+        With :attr:`decisions_behind`, the rows wait with what was deferred and
+        no intent is written: the jobs to create are only read (read ahead).
+        """
         if rows is None:
             return []
         planned = rows.planned
+        if self.decisions_behind:
+            self._deferred.append(Deferred((), rows.updates, rows.log_entries, (), now))
+            wanted = {r for r, d in planned if isinstance(d, Admit)} | set(rows.resized)
+            return self._actions(await self._read_ahead(wanted), [None] * len(planned), rows)
         async with self.write() as session:
             await job_rows.update_jobs(session, rows.updates)
             await job_rows.insert_events(session, rows.log_entries)
@@ -307,10 +338,36 @@ class Journal:
             )
             admitted = {row_id for row_id, d in planned if isinstance(d, Admit)}
             heads = await job_rows.dispatch_heads(session, sorted(admitted | set(rows.resized)))
+        return self._actions(heads, intents, rows)
+
+    async def _read_ahead(self, ids: set[int]) -> dict[int, tuple[job_rows.JobHead, Plain]]:
+        """Heads and manifests of jobs ``ids`` to create, for :attr:`decisions_behind`: read
+        with those of the next :data:`READ_AHEAD` jobs by id, which are kept until
+        their turn comes (stored jobs' heads and manifests never change)."""
+        missing = sorted(i for i in ids if i not in self._heads)
+        if missing:
+            async with self.db.read() as session:
+                earlier = [i for i in missing if i <= self._read_to]
+                self._heads.update(await job_rows.dispatch_heads(session, earlier))
+                if missing[-1] > self._read_to:
+                    found = await job_rows.dispatch_heads_between(
+                        session, self._read_to, missing[-1] + READ_AHEAD
+                    )
+                    self._heads.update(found)
+                    self._read_to = max(missing[-1], *found)  # the jobs stored so far
+        return {i: self._heads.pop(i) for i in sorted(ids) if i in self._heads}
+
+    @staticmethod
+    def _actions(
+        heads: dict[int, tuple[job_rows.JobHead, Plain]],
+        intents: Sequence[int | None],
+        rows: DecisionRows,
+    ) -> list[Action]:
+        """The member actions of a cycle's decisions (``intents``: one per planned one)."""
         actions: list[Action] = [
             Create(intent, *heads[row_id])
             if isinstance(d, Admit)
             else Delete(intent, d.job, d.cluster)
-            for intent, (row_id, d) in zip(intents, planned, strict=True)
+            for intent, (row_id, d) in zip(intents, rows.planned, strict=True)
         ]
         return actions + [Resize(*heads[r]) for r in sorted(set(rows.resized)) if r in heads]

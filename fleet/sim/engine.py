@@ -25,7 +25,13 @@ pending), or at ``until``.
 The store is a SQLite file in a temporary directory (one per replay) opened
 with :data:`fleet.store.database.Durability` ``FAST``: the same schema and
 the same writes as the service, without waiting for the disk, since the file
-is thrown away.  Per-job results are read back from the store at the end
+is thrown away.  Its statements are the replay's largest cost, so it writes
+in large batches: the submissions up to the next sample are stored in one
+transaction, each at its own time (:class:`_Ahead`), and the loop's journal
+writes behind (``write_behind``: records wait until a bounded number of
+them waits, or a reader flushes) and lets a cycle's decisions wait too,
+without intents (``decisions_behind``: nothing ever restarts from this
+store), reading the jobs it creates ahead.  Per-job results are read back from the store at the end
 (its jobs and their events, :mod:`fleet.store.replays`), the record the
 service keeps anyway: besides starts and ends, the reason of each
 preemption (:func:`fleet.store.replays.preemption_reasons`) and whether the
@@ -39,6 +45,8 @@ the queues' shares against.
 from __future__ import annotations
 
 import asyncio
+import collections
+import gc
 import hashlib
 import json
 import math
@@ -64,6 +72,7 @@ from fleet.core.resources import Resources
 from fleet.manifests import convert
 from fleet.manifests.models import MemberClusterModel
 from fleet.service import intake
+from fleet.service.collector import FollowGrowth
 from fleet.service.loop import SchedulerLoop
 from fleet.sim import policies
 from fleet.sim.traces import TraceError, TraceJob
@@ -78,6 +87,8 @@ EXPECTED_ANNOTATION: Final = "fleet.io/expected-duration"
 LOOP_INTERVAL: Final = 100 * 365 * 24 * 3600.0
 #: Default seconds of virtual time between two samples of the queues.
 SAMPLE_EVERY: Final = 3600.0
+#: Most jobs of the trace stored ahead in one transaction (:class:`_Ahead`).
+AHEAD: Final = 2048
 
 Progress = Callable[[int, int, float], None]
 #: Writes jobs into a replay's empty store before its loop starts.
@@ -215,6 +226,78 @@ def new_job(trace_job: TraceJob) -> intake.NewJob:
     text = json.dumps({"job": manifest, "policy": policy}, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return intake.NewJob(job, manifest, policy, digest)
+
+
+class _Ahead:
+    """Submissions stored ahead of their time, to be handed to the loop at it.
+
+    The replay knows its submissions: it stores those up to the next sample
+    (at most :data:`AHEAD` jobs, never part of a moment's) in one transaction
+    (:func:`fleet.service.intake.accept_each`, each at its own time) instead
+    of one per moment, and tells the loop of each when its time comes, as
+    the API would after its commit.  An observer at a sample sees the same
+    store; jobs stored for a time the replay does not reach are deleted at
+    the end (:meth:`forget`).
+    """
+
+    def __init__(self, db: Database, jobs: Sequence[TraceJob], start: float) -> None:
+        self.db = db
+        self.jobs = jobs
+        self.start = start
+        #: (index of its first job, its jobs' count, what became of it), in order
+        self.stored: collections.deque[tuple[int, int, list[intake.Accepted] | intake.NameTaken]]
+        self.stored = collections.deque()
+        self.until = 0  # jobs[:until] are stored
+
+    def _moment(self, i: int) -> int:
+        """The end of the moment of ``jobs[i]``: the index after its last job."""
+        at = max(self.jobs[i].submit, self.start)
+        j = i + 1
+        while j < len(self.jobs) and max(self.jobs[j].submit, self.start) <= at:
+            j += 1
+        return j
+
+    async def take(self, i: int, now: float, before: float) -> tuple[list[intake.Accepted], int]:
+        """The stored jobs of the submission at ``now`` (from ``jobs[i]``), and the
+        index after it; stores ahead up to ``before`` first if it is not stored."""
+        if i >= self.until:
+            submissions: list[tuple[Sequence[intake.NewJob], float]] = []
+            moments: list[tuple[int, int]] = []
+            j = i
+            while j < len(self.jobs) and (
+                j == i or (self.jobs[j].submit < before and j - i < AHEAD)
+            ):
+                end = self._moment(j)
+                submissions.append(
+                    ([new_job(tj) for tj in self.jobs[j:end]], max(self.jobs[j].submit, self.start))
+                )
+                moments.append((j, end - j))
+                j = end
+            outcomes = await intake.accept_each(self.db, submissions)
+            self.stored.extend(
+                (first, count, outcome)
+                for (first, count), outcome in zip(moments, outcomes, strict=True)
+            )
+            self.until = j
+        first, count, outcome = self.stored.popleft()
+        assert first == i and max(self.jobs[i].submit, self.start) <= now
+        if isinstance(outcome, intake.NameTaken):
+            raise outcome
+        return outcome, i + count
+
+    async def forget(self) -> None:
+        """Delete the jobs stored for submissions never handed to the loop."""
+        ids = [
+            a.head.id
+            for _, _, outcome in self.stored
+            if not isinstance(outcome, intake.NameTaken)
+            for a in outcome
+            if a.created
+        ]
+        self.stored.clear()
+        if ids:
+            async with self.db.write() as session:
+                await job_rows.delete_jobs(session, ids)
 
 
 def _check_queues(jobs: Sequence[TraceJob], tree: QuotaTree) -> None:
@@ -409,6 +492,7 @@ async def replay(
             vc_sizes={c.name: convert.vc_gpus(c) for c in clusters},
         )
         loop.journal.write_behind = True  # the store is read only through _flushed
+        loop.journal.decisions_behind = True  # and nothing restarts from it
         samples: list[Sample] = []
         try:
             if seed is not None:
@@ -417,6 +501,7 @@ async def replay(
             await loop.start()
             i, n = 0, len(jobs)
             next_sample = start
+            ahead = _Ahead(db, jobs, start)
             while True:
                 await _settle(loop, clock)
                 now = clock.now()
@@ -428,11 +513,7 @@ async def replay(
                     if progress is not None:  # also while the last jobs run out
                         progress(i, n, now)
                 if i < n and jobs[i].submit <= now:
-                    batch: list[intake.NewJob] = []
-                    while i < n and jobs[i].submit <= now:
-                        batch.append(new_job(jobs[i]))
-                        i += 1
-                    accepted = await intake.accept(db, batch, now)
+                    accepted, i = await ahead.take(i, now, min(next_sample, horizon))
                     loop.submitted([a.job for a in accepted if a.job is not None])
                     if progress is not None:
                         progress(i, n, now)
@@ -456,6 +537,7 @@ async def replay(
                     break
                 await clock.advance_to(target)
             end = clock.now()
+            await ahead.forget()
             results = await _results(await _flushed(loop), jobs, end)
         finally:
             await loop.stop()
@@ -483,5 +565,19 @@ def run(
     policy: str,
     **kw: Any,
 ) -> Replay:
-    """:func:`replay` in a fresh event loop (for the command line and benchmarks)."""
-    return asyncio.run(replay(jobs, tree_document, clusters_document, policy, **kw))
+    """:func:`replay` in a fresh event loop (for the command line and benchmarks).
+
+    Full collections follow the growth of the heap as in ``fleet serve``
+    (:class:`fleet.service.collector.FollowGrowth`, unless one already
+    does): a replay's heap grows with the trace, and each full collection
+    would walk all of it.
+    """
+    collector = None
+    if not any(isinstance(c, FollowGrowth) for c in gc.callbacks):
+        collector = FollowGrowth()
+        collector.install()
+    try:
+        return asyncio.run(replay(jobs, tree_document, clusters_document, policy, **kw))
+    finally:
+        if collector is not None:
+            collector.remove()

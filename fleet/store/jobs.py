@@ -183,6 +183,9 @@ _HEADS_BY_NAMES = select(*_HEAD).where(
 _DISPATCH_HEADS = select(*_HEAD, _JOBS.c.manifest).where(
     _JOBS.c.id.in_(bindparam("ids", expanding=True))
 )
+_DISPATCH_RANGE = select(*_HEAD, _JOBS.c.manifest).where(
+    _JOBS.c.id > bindparam("after"), _JOBS.c.id <= bindparam("upto")
+)
 _RECORDS = select(_JOBS.c.id, _JOBS.c.record).where(
     _JOBS.c.id.in_(bindparam("ids", expanding=True))
 )
@@ -367,6 +370,14 @@ async def dispatch_heads(
     return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
 
 
+async def dispatch_heads_between(
+    session: AsyncSession, after: int, upto: int
+) -> dict[int, tuple[JobHead, dict[str, Any]]]:
+    """Heads and manifests of the jobs whose id is above ``after`` and at most ``upto``."""
+    rows = await session.execute(_DISPATCH_RANGE, {"after": after, "upto": upto})
+    return {r.id: (JobHead(*r[:7]), r.manifest) for r in rows}
+
+
 async def records(session: AsyncSession, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Job id -> its core record (jobs that exist)."""
     if not ids:
@@ -412,6 +423,15 @@ async def supersede(session: AsyncSession, ids: Sequence[int]) -> None:
         await session.execute(
             update(_JOBS).where(_JOBS.c.id.in_(ids)).values(superseded=_JOBS.c.id)
         )
+
+
+async def delete_jobs(session: AsyncSession, ids: Sequence[int]) -> None:
+    """Delete jobs and their event logs (a replay's jobs stored ahead of a submission
+    time the replay did not reach)."""
+    for start in range(0, len(ids), 500):
+        part = list(ids[start : start + 500])
+        await session.execute(delete(_EVENTS).where(_EVENTS.c.job_id.in_(part)))
+        await session.execute(delete(_JOBS).where(_JOBS.c.id.in_(part)))
 
 
 async def by_ids(session: AsyncSession, ids: Sequence[int]) -> list[JobRow]:

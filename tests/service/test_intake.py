@@ -179,3 +179,43 @@ async def test_policies_are_stored_in_the_transaction_of_their_submission_if_it_
     async with db.read() as session:
         audits = await session.execute(text("SELECT status FROM audit ORDER BY id"))
         assert [row[0] for row in audits] == [201, 409, 201]
+
+
+async def test_submissions_stored_ahead_are_one_transaction_each_at_its_own_time(
+    db: Database,
+) -> None:
+    transactions = WriteTransactions(db.writer)
+    outcomes = await intake.accept_each(
+        db,
+        [
+            (jobs_of(pytorchjob("a", gpus=1)), 10.0),
+            (jobs_of(pytorchjob("b", gpus=1)), 20.0),
+            (jobs_of(pytorchjob("a", gpus=2)), 30.0),  # a's name is taken by then
+        ],
+    )
+    assert len(transactions.writing("jobs")) == 1
+    a, b, refused = outcomes
+    assert isinstance(a, list) and isinstance(b, list)
+    assert isinstance(refused, intake.NameTaken) and refused.keys == ["team-a/a"]
+    assert [(x.created, x.job is not None and x.job.seq == x.head.id) for x in a + b] == [
+        (True, True),
+        (True, True),
+    ]
+    async with db.read() as session:
+        rows = await job_rows.by_ids(session, [a[0].head.id, b[0].head.id])
+        events = [
+            (e.time, e.reason) for row in rows for e in await job_rows.events_of(session, row.id)
+        ]
+    assert [(r.created_at, r.updated_at) for r in rows] == [(10.0, 10.0), (20.0, 20.0)]
+    assert events == [(10.0, "Queued"), (20.0, "Queued")]
+
+
+async def test_deleted_jobs_take_their_event_logs_with_them(db: Database) -> None:
+    (a,) = await intake.accept(db, jobs_of(pytorchjob("a", gpus=1)), 0.0)
+    (b,) = await intake.accept(db, jobs_of(pytorchjob("b", gpus=1)), 0.0)
+    async with db.write() as session:
+        await job_rows.delete_jobs(session, [a.head.id])
+    async with db.read() as session:
+        assert [r.id for r in await job_rows.by_ids(session, [a.head.id, b.head.id])] == [b.head.id]
+        assert await job_rows.events_of(session, a.head.id) == []
+        assert [e.reason for e in await job_rows.events_of(session, b.head.id)] == ["Queued"]

@@ -6,16 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from fleet.clock import VirtualClock
-from fleet.service import intake
+from fleet.service import intake, journal
 from fleet.service.wiring import Service
 from fleet.store import jobs as job_rows
 from fleet.store.database import open_database
 from fleet.testing import running
 from fleet.testing.documents import pytorchjob
 from fleet.testing.running import new_jobs, running_service, settings
+from tests.databases import WriteTransactions
 
 
 async def submit(svc: Service, text: str) -> list[int]:
@@ -312,3 +313,52 @@ async def test_a_crash_before_the_deferred_record_creates_the_job_again_and_reco
         events, intents = await reasons_and_open_intents(svc, "train")
         assert intents == []
         assert events == ["Queued", "Admitted", "Dispatched", "Running"]
+
+
+async def test_a_loop_whose_decisions_wait_too_writes_nothing_until_flushed_and_no_intent(
+    database_url: str,
+) -> None:
+    clock = VirtualClock(0.0)
+    async with running_service(settings(database_url), clock) as svc:
+        svc.loop.journal.write_behind = True
+        svc.loop.journal.decisions_behind = True
+        ids = [
+            i
+            for n in ("train", "other")
+            for i in await submit(svc, pytorchjob(n, gpus=1, duration="90s"))
+        ]
+        written = WriteTransactions(svc.db.writer)
+        await settle(svc, clock)
+        assert {k: p.value for k, p in svc.loop.state.phase.items()} == {
+            "team-a/train": "Running",
+            "team-a/other": "Running",
+        }
+        assert written.committed == []  # decided, created, started: nothing written yet
+        assert await states(svc) == {"team-a/train": "Queued", "team-a/other": "Queued"}
+        # both were created from heads read in one go, ahead of their turn
+        assert svc.loop.journal._read_to >= max(ids)
+        await svc.loop.flush()
+        assert len(written.committed) == 1
+        assert await states(svc) == {"team-a/train": "Running", "team-a/other": "Running"}
+        assert (await reasons_and_open_intents(svc, "train")) == (
+            ["Queued", "Admitted", "Dispatched", "Running"],
+            [],
+        )
+        async with svc.db.read() as session:
+            assert await job_rows.open_intents(session) == []
+            intents = await session.execute(text("SELECT count(*) FROM intents"))
+            assert intents.scalar() == 0  # none was ever written
+
+
+async def test_records_written_behind_wait_until_a_bounded_number_of_batches_waits(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(journal, "MAX_BEHIND", 2)
+    clock = VirtualClock(0.0)
+    async with running_service(settings(database_url), clock) as svc:
+        svc.loop.journal.write_behind = True
+        assert not svc.loop.journal.due
+        svc.loop.journal.defer(svc.loop.state, [], [], 0.0)
+        assert not svc.loop.journal.due
+        svc.loop.journal.defer(svc.loop.state, [], [], 0.0)
+        assert svc.loop.journal.due

@@ -96,14 +96,19 @@ EXPECTED: dict[tuple[str, str], dict[str, tuple[float, float, int, str]]] = {
 }
 
 
-def replay(trace: str, policy: str) -> Replay:
+def traces_of(trace: str) -> tuple[list[traces.TraceJob], str, str]:
+    """The jobs of a trace of ``policies/sim``, its quota tree and its clusters."""
     clusters_file, quota_file = SETUPS[trace]
     tree_text = (POLICIES / quota_file).read_text(encoding="utf-8")
     clusters_text = (POLICIES / clusters_file).read_text(encoding="utf-8")
     tree, _ = convert.load_quota(tree_text)
     clusters = convert.load_clusters(clusters_text)
     text = (POLICIES / "sim" / f"{trace}.yaml").read_text(encoding="utf-8")
-    jobs = traces.read_fleet(text, tree, clusters)
+    return traces.read_fleet(text, tree, clusters), tree_text, clusters_text
+
+
+def replay(trace: str, policy: str) -> Replay:
+    jobs, tree_text, clusters_text = traces_of(trace)
     return engine.run(jobs, tree_text, clusters_text, policy, sample_every=60.0)
 
 
