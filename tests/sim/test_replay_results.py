@@ -47,7 +47,7 @@ def test_a_job_with_a_deadline_event_counts_as_past_its_deadline() -> None:
     )
 
     async def seed(session: Session) -> None:
-        ((accepted,),) = await intake._store(session, [[engine.new_job(late)]], 0.0)
+        ((accepted,),) = await intake._store(session, [[engine.new_job(late)]], [0.0])
         for reason in ("MaxRuntimeExceeded", "Note", "DeadlineExceeded"):
             job_rows.add_event(session, accepted.head.id, 0.0, reason)
 
