@@ -25,7 +25,8 @@ each stage is a module that returns data:
   decayed usage (:mod:`fleet.core.fair_share`) is stored every
   :data:`FAIR_SAVE_EVERY` seconds of the clock and when the loop stops, in
   a journal transaction of its own (:func:`fleet.store.admin.replace_queue_usage`);
-  :func:`fleet.service.admin.restore` gives it back at the next start.
+  :func:`fleet.service.admin.restore` gives it back at the next start.  A
+  replay's loop (whose store nothing restarts from) does not store it.
 * **Views**: the immutable :class:`LoopView` the API reads, the core's
   projection of the state (:mod:`fleet.core.view`), made when it is read
   (:mod:`fleet.service.views`).
@@ -432,8 +433,9 @@ class SchedulerLoop:
             await self.journal.record(self.state, [], now, done=done)
 
     async def _save_fair(self, now: float) -> None:
-        """Store the queues' decayed usage (fair share's memory) as of the state's time."""
-        if not self.state.tree.fair_any:
+        """Store the queues' decayed usage (fair share's memory) as of the state's time
+        (not for a replay, whose store nothing restarts from: ``decisions_behind``)."""
+        if not self.state.tree.fair_any or self.journal.decisions_behind:
             return
         self._fair_saved = now
         averages = self.state.fair.records(self.state.tree)

@@ -101,3 +101,15 @@ async def test_a_restored_usage_of_a_queue_gone_from_the_tree_is_dropped(
     async with running_service(config, clock) as svc:
         events.apply(svc.loop.state, events.FairUsageRestored({"gone": {"cpu": 1.0}}, 0.0))
         assert "gone" not in svc.loop.state.fair.records(svc.loop.state.tree)
+
+
+async def test_a_replays_loop_does_not_store_the_usage(database_url: str, tmp_path: Path) -> None:
+    clock = VirtualClock(0.0)
+    config = settings(database_url, quota=fair_tree(tmp_path))
+    async with running_service(config, clock) as svc:
+        svc.loop.journal.decisions_behind = True  # as fleet.sim.engine sets it
+        await submit(svc, pytorchjob("long", gpus=4, duration="10h"))
+        await running.settle(svc.loop, clock, loop_module.FAIR_SAVE_EVERY + 10)
+        assert svc.loop.state.fair.records(svc.loop.state.tree)["team-a"]
+    stored, at = await stored_usage(database_url)
+    assert at == 0.0 and stored["team-a"] == {}  # only what the start stored, before the flag
