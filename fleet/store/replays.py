@@ -10,8 +10,7 @@ session the caller opened.  Three readers use them:
   columns and the whole event log, in id order, as columns rather than ORM
   objects (a trace is a hundred thousand rows), and why each job was
   preempted (:func:`preemption_reasons`, the one place a replay reads
-  preemption reasons from; the events say only that a job was preempted, so
-  each reason is :data:`UNKNOWN_REASON`);
+  preemption reasons from: the cause of each record of ``jobs.preemptions``);
 * a forecast (:func:`fleet.sim.forecast.forecast`): copies of the jobs that
   hold cells and of those that wait (:func:`holding_copies`,
   :func:`waiting_copies`), their documents as JSON *text*, which the worker
@@ -94,17 +93,16 @@ async def event_log(session: AsyncSession) -> Sequence[Row[int, float, str]]:
 
 
 async def preemption_reasons(session: AsyncSession) -> dict[int, list[str]]:
-    """Job id -> the reason of each of its preemptions, in order (jobs preempted at least once).
-
-    One :data:`UNKNOWN_REASON` per ``Preempted`` event of the job: the event
-    log records that a job was preempted, not why.
+    """Job id -> the reason of each of its preemptions, in order (jobs preempted at least once):
+    the cause its preemption record names (:data:`fleet.core.decisions.CAUSES`), or
+    :data:`UNKNOWN_REASON` for a record without one.
     """
-    found = await session.execute(
-        select(JobEventRow.job_id).where(JobEventRow.reason == "Preempted").order_by(JobEventRow.id)
-    )
+    found = await session.execute(select(JobRow.id, JobRow.preemptions).order_by(JobRow.id))
     out: dict[int, list[str]] = {}
-    for (job_id,) in found:
-        out.setdefault(job_id, []).append(UNKNOWN_REASON)
+    for job_id, records in found:
+        for record in records or ():
+            reason = record.get("reason") if isinstance(record, dict) else None
+            out.setdefault(job_id, []).append(reason if isinstance(reason, str) else UNKNOWN_REASON)
     return out
 
 

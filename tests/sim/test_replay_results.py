@@ -31,7 +31,7 @@ def test_each_preemption_has_a_reason_and_the_replay_knows_each_queues_min() -> 
     # vc1-1 borrowed default's GPU and was preempted once when default wanted it back.
     assert reasons == {
         "lab-vc1/vc1-0": (),
-        "lab-vc1/vc1-1": ("unknown",),
+        "lab-vc1/vc1-1": ("Reclaim",),
         "lab-vc1/vc1-2": (),
         "lab/default-0": (),
     }
