@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+
+import pytest
 
 from fleet.service.collector import FollowGrowth
 from fleet.sim import engine
@@ -12,6 +15,19 @@ from tests.sim.test_known_answers import traces_of
 
 def following() -> list[FollowGrowth]:
     return [c for c in gc.callbacks if isinstance(c, FollowGrowth)]
+
+
+@pytest.fixture(autouse=True)
+def no_follower_before() -> Iterator[None]:
+    """Followers an earlier test of the process left installed (an in-process
+    ``fleet serve`` keeps its own) are set aside for the test and put back."""
+    left = following()
+    for c in left:
+        gc.callbacks.remove(c)
+    try:
+        yield
+    finally:
+        gc.callbacks.extend(left)
 
 
 def test_a_replay_follows_the_growth_while_it_runs_and_stops_after() -> None:
