@@ -131,12 +131,7 @@ class FairUsage:
         half_life = tree._fair[leaf][0]
         if half_life <= 0.0:
             return
-        avg = self.averages.get(queue)
-        if avg is None:
-            # not advanced since the leaf got memory: it starts at what it holds
-            # (this admission included, so nothing more to add)
-            self.averages[queue] = {r: float(v) for r, v in tree._used[leaf].items() if v}
-            return
+        avg = self.averages.setdefault(queue, {})  # every leaf with memory is seeded
         share = 1.0 - 2.0 ** (-ENTRY_PENALTY_S / half_life)
         for r, v in request.items():
             avg[r] = avg.get(r, 0.0) + v * share
@@ -169,13 +164,10 @@ class FairUsage:
             return None
         half_life, weight = tree._fair[leaf]
         avg = self.averages.get(queue) if half_life > 0.0 else None
-        ratio = 0.0
         if avg is None:
-            used = tree._used[leaf]
-            for r, amount in basis.items():
-                if amount > 0:
-                    ratio = max(ratio, used.get(r, 0) / amount)
+            ratio = tree.share_of(queue) or 0.0  # the instant share
         else:
+            ratio = 0.0
             for r, amount in basis.items():
                 if amount > 0:
                     ratio = max(ratio, avg.get(r, 0.0) / amount)
