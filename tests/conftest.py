@@ -14,6 +14,8 @@ the test errors if one raises.  A test that breaks an invariant on purpose
 opts out with ``@pytest.mark.corrupts_state``; a test that already failed is
 not checked again.  A test may take the fixture by name to see what was built.
 
+The CLI reads no config file of the user's (``FLEET_CONFIG`` is ``/dev/null``).
+
 Databases (helpers in ``tests/databases.py``): ``postgres_url`` is the URL of
 the run's PostgreSQL server, from ``FLEET_TEST_POSTGRES_URL`` (unset: the test
 fails under ``CI=true`` and is skipped elsewhere); ``database_url`` runs a test
@@ -55,6 +57,10 @@ _FAILED = pytest.StashKey[bool]()
 # of the default would start one more interpreter per service the tests run.
 # tests/sim/test_forecast.py runs them in that process too.
 os.environ.setdefault("FLEET_ESTIMATE_PROCESS", "false")
+# The CLI's config file of contexts (fleet.cli.config): none, whatever the user running
+# the tests keeps in ~/.config/fleet; a test that wants one names its own.
+os.environ["FLEET_CONFIG"] = os.devnull
+os.environ.pop("FLEET_CONTEXT", None)
 
 
 class Checkable(Protocol):

@@ -13,7 +13,8 @@ Theory of operation (``docs/design/api-and-access.md``; the checks are in
   warned about in the log when it is first read and whenever it changes
   (mode included): whoever writes it can add an admin token.
   :func:`write_tokens` never leaves the file, or the text on its way,
-  readable by others, and follows no symlink planted beside it.
+  readable by others, and follows no symlink planted beside it (its writer,
+  :func:`write_private`, also writes the CLI's config file, which may hold tokens).
 * **Roles**: ``admin`` may do everything; ``team`` is bound to leaf queues
   and may submit and cancel only there (the handlers check the queues with
   :meth:`Caller.may_act_in`).  Each route's declaration (:mod:`fleet.api.routing`)
@@ -170,7 +171,12 @@ def write_tokens(path: Path, tokens: TokensFile) -> None:
     nothing planted in the directory is written through; it is flushed to disk,
     then renamed onto ``path`` (a symlink at ``path`` is replaced, not followed).
     """
-    text = yaml.safe_dump(tokens.model_dump(mode="json"), sort_keys=False)
+    write_private(path, yaml.safe_dump(tokens.model_dump(mode="json"), sort_keys=False))
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as :func:`write_tokens` does: 0600 from the first byte,
+    atomically, following no symlink (the CLI's config file is written so too)."""
     directory = path.parent
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:

@@ -32,7 +32,7 @@ import select
 import sys
 from collections.abc import Callable, Sequence
 
-from fleet.cli import remote, serve, simulate, tokens
+from fleet.cli import config, remote, serve, simulate, tokens
 from fleet.cli.inputs import (
     DEFAULT_MAX_INPUT_SIZE,
     InputError,
@@ -332,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     remote.add_parsers(sub)
     tokens.add_parser(sub)
+    config.add_parser(sub)
     simulate.add_parser(sub, inputs)
     return parser
 

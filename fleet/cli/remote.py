@@ -1,9 +1,10 @@
 """``fleet apply|get|describe|delete``: talk to a running Fleet server over HTTP.
 
 Theory of operation: each command is one or a few HTTP requests (standard
-library ``urllib``, no event loop) to the server named by ``--server`` or
-``FLEET_SERVER`` (default ``http://127.0.0.1:8080``), with the bearer token
-of ``--token`` or ``FLEET_TOKEN`` when one is given; a redirect is followed,
+library ``urllib``, no event loop) to the server, with the bearer token,
+that :func:`fleet.cli.config.resolve` picks from ``--server``, ``--token``,
+``--context``, the environment and the config file (default
+``http://127.0.0.1:8080``, no token); a redirect is followed,
 but the token goes only to the origin (scheme, host and port) it was sent to,
 as browsers and ``requests`` do: a redirect elsewhere drops it
 (:class:`_TokenStaysHome`).  ``apply -f`` sends an
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -34,7 +34,9 @@ from http.client import HTTPMessage
 from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
-DEFAULT_SERVER: Final = "http://127.0.0.1:8080"
+from fleet.cli import config
+
+DEFAULT_SERVER: Final = config.DEFAULT_SERVER
 TIMEOUT: Final = 30.0
 
 
@@ -50,9 +52,17 @@ class Server(NamedTuple):
 
 
 def _server(args: argparse.Namespace) -> Server:
-    url: str = args.server or os.environ.get("FLEET_SERVER") or DEFAULT_SERVER
-    token = getattr(args, "token", None) or os.environ.get("FLEET_TOKEN") or None
-    return Server(url.rstrip("/"), token)
+    """The server and token of the flags, the environment or the config file
+    (:func:`fleet.cli.config.resolve`); a bad value is a :class:`RemoteError`."""
+    try:
+        url, token = config.resolve(
+            getattr(args, "server", None),
+            getattr(args, "token", None),
+            getattr(args, "context", None),
+        )
+    except config.ConfigError as e:
+        raise RemoteError(str(e)) from None
+    return Server(url, token)
 
 
 def _format_problem(status: int, body: bytes) -> str:
@@ -543,15 +553,7 @@ def _guard(handler: Any) -> Any:
 
 def add_parsers(sub: Any) -> None:
     """Add ``apply``, ``get``, ``describe`` and ``delete`` to the ``fleet`` subcommands."""
-    server = argparse.ArgumentParser(add_help=False)
-    server.add_argument(
-        "--server",
-        help=f"Fleet server URL (default: $FLEET_SERVER, else {DEFAULT_SERVER})",
-    )
-    server.add_argument(
-        "--token",
-        help="bearer token to send (default: $FLEET_TOKEN; none when neither is set)",
-    )
+    server = config.server_options()
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "-o",

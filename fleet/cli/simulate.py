@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from fleet.cli import remote
+from fleet.cli import config, remote
 from fleet.cli.inputs import InputError, read_input
 from fleet.core.digits import parse_digits
 
@@ -84,7 +84,7 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
         "simulated member clusters on a virtual clock, and report per-job results, "
         "per-queue time series and a summary (queueing delay, completion time, GPU "
         "utilisation, fragmentation, preemptions).",
-        parents=[inputs],
+        parents=[inputs, config.server_options()],
     )
     p.add_argument("--clusters", metavar="FILE", help="MemberCluster file (simulated clusters)")
     p.add_argument("--quota", metavar="FILE", help="ElasticQuotaTree file")
@@ -135,8 +135,11 @@ def add_parser(sub: Any, inputs: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from-live",
         metavar="URL",
-        help="instead of a trace: ask the Fleet server at URL what --quota (a proposed "
-        "tree) would do to its live queue and running jobs (POST "
+        nargs="?",
+        const="",
+        help="instead of a trace: ask the Fleet server (URL, else the one --server, "
+        "--context, FLEET_SERVER or the config file names, with its token) what --quota (a "
+        "proposed tree) would do to its live queue and running jobs (POST "
         "/api/v1/quota-tree?dryRun=Simulate); nothing is applied",
     )
     p.add_argument(
@@ -258,9 +261,11 @@ def from_live(args: argparse.Namespace) -> int:
         return _error(str(e))
     path = f"/api/v1/quota-tree?dryRun=Simulate&horizon={max(60, round(args.horizon))}"
     try:
-        _, result = remote.request(
-            args.from_live.rstrip("/"), "POST", path, body, "application/yaml"
-        )
+        where = config.resolve(args.from_live or args.server, args.token, args.context)
+        server = remote.Server(where.url, where.token)
+        _, result = remote.request(server, "POST", path, body, "application/yaml")
+    except config.ConfigError as e:
+        return _error(str(e))
     except remote.RemoteError as e:
         return _error(str(e))
     if args.output:

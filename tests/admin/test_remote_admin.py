@@ -94,3 +94,35 @@ def test_a_team_token_may_not_edit_and_no_token_is_unauthorized(
     assert code == 1 and "nothing to change" in err
     code, out, _ = fleet(capsys, "get", "queues", "--server", server, "--token", team)
     assert code == 0 and "team-a" in out
+
+
+def test_simulate_from_live_sends_the_token_of_the_environment_or_the_context(
+    served: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, admin, _ = served
+    tree = tmp_path / "tree.yaml"
+    tree.write_text((POLICIES / "quota" / "team-tree.yaml").read_text())
+    monkeypatch.delenv("FLEET_TOKEN", raising=False)
+    monkeypatch.setenv("FLEET_SERVER", server)
+    code, _, err = fleet(capsys, "simulate", "--from-live", "--quota", str(tree))
+    assert code == 1 and "Unauthorized (401)" in err
+    monkeypatch.setenv("FLEET_TOKEN", admin)
+    code, out, err = fleet(capsys, "simulate", "--from-live", "--quota", str(tree))
+    assert (code, err) == (0, "") and "Expected wait per queue" in out
+    # The same through a context of the config file, the server written without a scheme.
+    monkeypatch.delenv("FLEET_TOKEN")
+    monkeypatch.delenv("FLEET_SERVER")
+    monkeypatch.setenv("FLEET_CONFIG", str(tmp_path / "config.yaml"))
+    (tmp_path / "admin-token").write_text(admin + "\n")
+    bare = server.removeprefix("http://")
+    assert (
+        main(["config", "set-context", "live", "--server", bare, "--token-file", "admin-token"])
+        == 0
+    )
+    code, out, err = fleet(capsys, "simulate", "--from-live", "--quota", str(tree))
+    assert (code, err) == (0, "") and "Expected wait per queue" in out
+    code, out, err = fleet(capsys, "get", "queues", "--context", "live")
+    assert (code, err) == (0, "") and "team-a" in out

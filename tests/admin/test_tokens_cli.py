@@ -193,3 +193,43 @@ def test_serve_refuses_a_broken_tokens_file(
     path.write_text("tokens: [{name: a}]\n")
     assert main(["serve", "--tokens-file", str(path)]) == 1
     assert "tokens.0.role" in capsys.readouterr().err
+
+
+def test_token_list_shows_names_roles_and_queues_but_no_hashes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tokens.yaml"
+    for args in (["ops", "--role", "admin"], ["ci-a", "--role", "team", "--queue", "team-a"]):
+        assert main(["token", "create", *args, "--tokens-file", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["token", "list", "--tokens-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert [line.split() for line in out.splitlines()] == [
+        ["NAME", "ROLE", "QUEUES"],
+        ["ops", "admin", "-"],
+        ["ci-a", "team", "team-a"],
+    ]
+    hashes = [t.sha256 for t in read_tokens(path).tokens]
+    assert not any(h in out for h in hashes)
+    assert main(["token", "list", "--show-hashes", "--tokens-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert all(h in out for h in hashes)
+
+
+def test_token_revoke_removes_the_token_and_keeps_the_file_private(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tokens.yaml"
+    monkeypatch.setenv("FLEET_TOKENS_FILE", str(path))
+    assert main(["token", "create", "ops", "--role", "admin"]) == 0
+    assert main(["token", "create", "old", "--role", "admin"]) == 0
+    kept, revoked = capsys.readouterr().out.split()
+    path.chmod(0o600)
+    assert main(["token", "revoke", "old"]) == 0
+    assert capsys.readouterr().out == f"token old revoked: removed from {path}\n"
+    store = TokenStore(path)
+    assert store.lookup(revoked) is None and store.lookup(kept) is not None
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert main(["token", "revoke", "old"]) == 1
+    assert capsys.readouterr().err == f"error: no token 'old' in {path} (tokens: ops)\n"
+    assert [t.name for t in read_tokens(path).tokens] == ["ops"]
