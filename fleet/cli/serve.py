@@ -4,14 +4,21 @@ Theory of operation: the flags map one to one onto
 :class:`fleet.service.settings.Settings` fields; a flag left out falls back to its
 ``FLEET_*`` environment variable, then to the default, so ``fleet serve``
 with no flags runs on the embedded defaults (a SQLite file in the working
-directory, the example tree and simulated clusters of ``policies/``).  The
-service itself is imported only when this command runs.
+directory, the example tree and simulated clusters of ``policies/``).  A port
+that is taken (or a host it cannot listen on) is one ``error:`` line and exit
+status 1, found before anything starts (:func:`port_problem`) and, should the
+port be taken in between, when the server binds.  Logs are text on a terminal
+and JSON otherwise unless ``--log-format`` says which
+(:func:`fleet.service.telemetry.configure_logging`).  The service itself is
+imported only when this command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 import sys
 from typing import Any
 
@@ -79,8 +86,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     p.add_argument(
         "--log-format",
-        choices=("json", "text"),
-        help="log lines as JSON objects with trace ids (default) or as text",
+        choices=("auto", "json", "text"),
+        help="log lines as JSON objects with trace ids or as text; auto (default): text "
+        "when stderr is a terminal, JSON otherwise",
     )
     p.add_argument(
         "--otlp-endpoint",
@@ -197,6 +205,10 @@ def run(args: argparse.Namespace) -> int:
         except TokensFileError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+    taken = port_problem(settings.host, settings.port)
+    if taken:  # before anything starts: one line, no traceback
+        print(f"error: {taken}", file=sys.stderr)
+        return 1
     from fleet.service.telemetry import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
@@ -226,4 +238,39 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigurationError, DatabaseError) as e:  # at start: a clear error, no traceback
         log.error("cannot start: %s", e)
         return 1
+    except OSError as e:  # the port was taken after the check above
+        if e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise
+        print(f"error: {_listen_error(settings.host, settings.port, e)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _listen_error(host: str, port: int, error: OSError) -> str:
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use; choose another with --port"
+    if error.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges; choose another with --port"
+    return f"cannot listen on {host} port {port}: {error.strerror}; check --host"
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why ``fleet serve`` could not listen on ``host``:``port`` (None: it can, now).
+
+    The address is bound for a moment, as the server will (``SO_REUSEADDR``, so a
+    port that only has connections closing on it is not taken).
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return f"cannot listen on {host}: {e.strerror}; check --host"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+                    return _listen_error(host, port, e)
+                raise
+    return None

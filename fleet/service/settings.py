@@ -106,10 +106,10 @@ class Settings(BaseSettings):
         description="Most characters in any one string of a submitted document (422 above).",
     )
     log_level: str = Field("INFO", description="Python logging level name.")
-    log_format: Literal["json", "text"] = Field(
-        "json",
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
         description="Log lines as JSON objects (time, level, logger, message, trace_id, "
-        "span_id) or as text.",
+        "span_id) or as text; auto: text when stderr is a terminal, JSON otherwise.",
     )
     otlp_endpoint: str | None = Field(
         None,

@@ -35,7 +35,8 @@ several applications in one process (the tests) never share instruments.
   them too when ``otlp_endpoint`` is set.
 * **Logs.**  :func:`configure_logging`: one JSON object per line (or a text
   line), each with the trace and span ids of the span current when it was
-  written.  Neither format lets a logged string break its line: JSON escapes
+  written; by default (``auto``) text when stderr is a terminal and JSON
+  when it is not.  Neither format lets a logged string break its line: JSON escapes
   it, and :class:`TextFormatter` escapes every control character of the
   message (a request path with ``%0A`` cannot forge a line) and indents a
   traceback's lines.
@@ -46,9 +47,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TextIO
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -608,12 +610,25 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str, fmt: Literal["json", "text"]) -> None:
-    """Send every log record to stderr as ``fmt``, from ``level`` up."""
-    handler = logging.StreamHandler()
+def configure_logging(
+    level: str, fmt: Literal["auto", "json", "text"], stream: TextIO | None = None
+) -> None:
+    """Send every log record to ``stream`` (stderr) as ``fmt``, from ``level`` up;
+    ``auto``: text on a terminal, JSON otherwise (a file, a pipe, a collector)."""
+    out = sys.stderr if stream is None else stream
+    if fmt == "auto":
+        fmt = "text" if _is_terminal(out) else "json"
+    handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no file behind it, or closed
+        return False

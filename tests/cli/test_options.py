@@ -252,6 +252,7 @@ def test_the_leader_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) ->
 
     seen: list[object] = []
     monkeypatch.setattr(web, "run_app", lambda app, **kw: seen.append(app))
+    monkeypatch.setattr("fleet.cli.serve.port_problem", lambda host, port: None)
     import fleet.api.app as app_module
     import fleet.service.telemetry
 
@@ -278,6 +279,7 @@ def serve_without_starting(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     import fleet.service.telemetry
 
     monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
+    monkeypatch.setattr("fleet.cli.serve.port_problem", lambda host, port: None)
     monkeypatch.setattr(
         fleet.service.telemetry, "configure_logging", lambda *a: None
     )  # keep caplog
@@ -385,6 +387,7 @@ def test_the_public_url_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch
     from aiohttp import web
 
     monkeypatch.setattr(web, "run_app", lambda app, **kw: None)
+    monkeypatch.setattr("fleet.cli.serve.port_problem", lambda host, port: None)
     import fleet.api.app as app_module
     import fleet.service.telemetry
 
