@@ -12,7 +12,8 @@ and the cycle is run again until nothing changes (at most
 ``already_running`` marks jobs of ``--running``) or ``waiting`` (with the
 reason of the last cycle), plus the running jobs that were preempted on the
 way (they also appear in ``waiting``: they are queued again) and every leaf
-queue's usage.
+queue's usage.  The table says so in words where a section is empty: ``no
+running job preempted`` (when ``--running`` holds jobs), ``no job waits``.
 """
 
 from __future__ import annotations
@@ -135,9 +136,14 @@ def render_table(result: Mapping[str, Any]) -> str:
     if result["preempted"]:
         rows = [["JOB", "REASON"]] + [[p["job"], p["reason"]] for p in result["preempted"]]
         out.append(f"PREEMPTED ({len(result['preempted'])})\n" + _table(rows))
-    rows = [["JOB", "QUEUE", "REASON"]]
-    rows += [[w["job"], w["queue"], w["reason"]] for w in result["waiting"]]
-    out.append(f"WAITING ({len(result['waiting'])})\n" + _table(rows))
+    elif any(a.get("already_running") for a in result["admitted"]):
+        out.append("PREEMPTED (0)\nno running job preempted")
+    if result["waiting"]:
+        rows = [["JOB", "QUEUE", "REASON"]]
+        rows += [[w["job"], w["queue"], w["reason"]] for w in result["waiting"]]
+        out.append(f"WAITING ({len(result['waiting'])})\n" + _table(rows))
+    else:
+        out.append("WAITING (0)\nno job waits")
     rows = [["QUEUE", "USED", "MIN", "MAX", "PENDING"]]
     for q in result["queues"]:
         rows.append(

@@ -12,7 +12,8 @@ ElasticQuotaTree to ``PUT /api/v1/quota-tree`` and anything else as a
 submission, printing a line per job, or for a file of PropagationPolicies
 alone a line per policy stored (``get policies`` lists the stored ones,
 ``delete policy NS/NAME`` deletes one); ``edit quota NODE`` patches one node
-of the tree.  Answers are printed as
+of the tree (with ``--dry-run``, its fields before and after and the jobs
+it would affect: :mod:`fleet.cli.previews`).  Answers are printed as
 kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
 (``-o yaml``).  A problem the server answers (RFC 9457) is printed readably:
 its title, its detail, and every field error with document, kind, name and
@@ -34,7 +35,7 @@ from http.client import HTTPMessage
 from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
-from fleet.cli import config
+from fleet.cli import config, previews
 
 DEFAULT_SERVER: Final = config.DEFAULT_SERVER
 TIMEOUT: Final = 30.0
@@ -270,9 +271,14 @@ def _edit(args: argparse.Namespace) -> int:
     if not patch:
         raise RemoteError("nothing to change: give --min, --max, --unlimited or --namespaces")
     path = f"/api/v1/quota-tree/nodes/{urllib.parse.quote(args.node, safe='')}"
-    if args.dry_run:
-        path += "?dryRun=All"
     body = json.dumps(patch).encode()
+    if args.dry_run:  # the node before, and what the server says the patch would do
+        server = _server(args)
+        _, tree = request(server, "GET", "/api/v1/quota-tree")
+        path += "?dryRun=All"
+        _, change = request(server, "PATCH", path, body, "application/merge-patch+json")
+        previews.print_edit(args.node, tree, patch, change)
+        return 0
     _, change = request(_server(args), "PATCH", path, body, "application/merge-patch+json")
     _print_change(change)
     return 0

@@ -23,6 +23,7 @@ The simulator is imported only when the command runs.
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
 import math
@@ -244,11 +245,12 @@ class _Progress:
 
 
 def _when(value: str | None) -> str:
-    return "-" if value is None else value.replace("T", " ").split(".")[0].split("+")[0]
+    """A time of the server's as ``YYYY-MM-DD HH:MM:SS`` (UTC), to the second."""
+    return "-" if value is None else value.replace("T", " ").split(".")[0].split("+")[0].rstrip("Z")
 
 
 def _wait(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}s"
+    return "-" if value is None else _span(value)
 
 
 def from_live(args: argparse.Namespace) -> int:
@@ -273,22 +275,59 @@ def from_live(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "what-if.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     rows: list[tuple[object, ...]] = [
-        (j["job"], j["queue"], _when(j["current"]), _when(j["proposed"]), j["change"])
+        (j["job"], j["queue"], _when(j["current"]), _when(j["proposed"]), _change(j))
         for j in result["jobs"]
     ]
-    print(f"Waiting jobs (estimated starts; {result['assumes']})")
+    print(
+        "Waiting jobs: when each should start (UTC) with the tree in force (NOW) and with "
+        f"the proposed tree (PROPOSED); {result['assumes']}"
+    )
     print(remote.table(("JOB", "QUEUE", "NOW", "PROPOSED", "CHANGE"), rows))
     if result["preempted"]:
         rows = [(p["job"], p["current"], p["proposed"]) for p in result["preempted"]]
-        print("\nRunning jobs preempted")
+        print(
+            "\nRunning jobs preempted within the forecast: how many times each is preempted "
+            "with the tree in force (NOW) and with the proposed tree (PROPOSED)"
+        )
         print(remote.table(("JOB", "NOW", "PROPOSED"), rows))
     rows = [
         (q["name"], _wait(q["currentWaitSeconds"]), _wait(q["proposedWaitSeconds"]))
         for q in result["queues"]
     ]
-    print("\nExpected wait per queue")
+    print(
+        "\nExpected wait per queue: the mean over its waiting jobs that start within the "
+        "forecast, with the tree in force (NOW) and with the proposed tree (PROPOSED)"
+    )
     print(remote.table(("QUEUE", "NOW", "PROPOSED"), rows))
     return 0
+
+
+def _change(job: dict[str, Any]) -> str:
+    """How the proposal moves a job's start, judged at the precision the times are shown:
+    two times that print the same are ``same``, others say by how much."""
+    current, proposed = job["current"], job["proposed"]
+    if current is None or proposed is None:
+        return str(job["change"])  # starts, no longer starts, or same (neither starts)
+    if _when(current) == _when(proposed):
+        return "same"
+    shown = [
+        datetime.datetime.fromisoformat(_when(t).replace(" ", "T") + "+00:00")
+        for t in (current, proposed)
+    ]
+    seconds = (shown[1] - shown[0]).total_seconds()
+    return f"{_span(abs(seconds))} {'later' if seconds > 0 else 'sooner'}"
+
+
+def _span(seconds: float) -> str:
+    """``1h5m``, ``12m``, ``40s``: whole seconds, at most two units."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
 
 
 def _day(seconds: float) -> str:

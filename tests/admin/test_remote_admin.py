@@ -126,3 +126,20 @@ def test_simulate_from_live_sends_the_token_of_the_environment_or_the_context(
     assert (code, err) == (0, "") and "Expected wait per queue" in out
     code, out, err = fleet(capsys, "get", "queues", "--context", "live")
     assert (code, err) == (0, "") and "team-a" in out
+
+
+def test_an_edit_dry_run_shows_the_node_before_and_after(
+    served: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, admin, _ = served
+    code, out, err = fleet(
+        capsys, "edit", "quota", "team-c", "--min", "cpu=200", "--dry-run",
+        "--server", server, "--token", admin,
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out == (
+        "quota node team-c: dry run, nothing changed; the change would set\n"
+        "  min cpu: 256 -> 200\n"
+        "and would affect\n"
+        "  no running job affected\n"
+    )

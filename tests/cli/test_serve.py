@@ -40,7 +40,7 @@ def test_a_taken_port_is_one_line_and_exit_status_1(taken_port: int, tmp_path: P
             str(taken_port),
             "--database-url",
             f"sqlite+aiosqlite:///{db}",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=60,
