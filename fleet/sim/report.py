@@ -49,7 +49,11 @@ job), ``queues.csv`` (one row per sample and queue: GPUs used and borrowed,
 jobs pending, share of the entitlement), and ``jobs.parquet`` when pyarrow
 is installed.  A comparison writes each policy's files in ``DIR/<policy>/``
 and, when matplotlib is installed, the :data:`PLOTS` in ``DIR``; replays at
-several loads add :data:`LOAD_PLOT` (:func:`plot_loads`) over them.
+several loads add :data:`LOAD_PLOT` (:func:`plot_loads`) over them.  In
+every plot each policy has its own colour, dash pattern and markers
+(:func:`line_style`), drawn a little transparent, so one policy's line never
+hides another's; the load plot also sets each policy's points a little to
+the side of their load, and the bar charts hatch each policy's bars.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from __future__ import annotations
 import csv
 import importlib
 import io
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -493,6 +498,37 @@ def load_table(by_load: Mapping[float, Mapping[str, Mapping[str, Any]]]) -> str:
     return "By load (delays in seconds of virtual time)\n" + _table(rows) + "\n"
 
 
+#: Each policy's line style, by its place in the comparison: a dash pattern, a marker
+#: and a colour of its own, drawn a little transparent, so a line that runs on top
+#: of another leaves the other visible (equal results show as one line of two styles).
+_STYLES: Final[tuple[dict[str, Any], ...]] = (
+    {"linestyle": "-", "marker": "o", "color": "tab:blue"},
+    {"linestyle": "--", "marker": "s", "color": "tab:orange"},
+    {"linestyle": ":", "marker": "^", "color": "tab:green"},
+    {"linestyle": "-.", "marker": "D", "color": "tab:red"},
+    {"linestyle": (0, (5, 1, 1, 1, 1, 1)), "marker": "v", "color": "tab:purple"},
+    {"linestyle": (0, (1, 2)), "marker": "P", "color": "tab:brown"},
+)
+_HATCHES: Final = ("", "//", "..", "xx", "\\\\", "++")
+
+
+def line_style(k: int, points: int) -> dict[str, Any]:
+    """Matplotlib keywords of the ``k``-th policy's line over ``points`` points: its
+    :data:`_STYLES` entry, about eight markers along the line (offset per policy, so
+    markers of lines that coincide fall side by side), alpha 0.8, wider lines drawn
+    first (under narrower ones)."""
+    style: dict[str, Any] = dict(_STYLES[k % len(_STYLES)])
+    every = max(1, points // 8)
+    style.update(
+        markevery=(min(k * max(1, every // len(_STYLES)), points - 1) if points else 0, every),
+        markersize=5,
+        alpha=0.8,
+        linewidth=2.2 - 0.3 * (k % 4),
+        zorder=2 + k,
+    )
+    return style
+
+
 def plot(replays: Sequence[Replay], directory: Path) -> list[Path]:
     """The comparison's PNG plots in ``directory``; none when matplotlib is missing."""
     matplotlib = _optional("matplotlib")
@@ -504,13 +540,13 @@ def plot(replays: Sequence[Replay], directory: Path) -> list[Path]:
     written: list[Path] = []
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in replays:
+    for k, r in enumerate(replays):
         delays = sorted(_delays(r.jobs))
         if not delays:
             continue
         xs = [max(d, 1.0) for d in delays]
         ys = [(i + 1) / len(delays) for i in range(len(delays))]
-        ax.step(xs, ys, where="post", label=r.policy)
+        ax.step(xs, ys, where="post", label=r.policy, **line_style(k, len(xs)))
     ax.set_xscale("log")
     ax.set_xlabel("queueing delay (s, virtual time; 0 shown as 1)")
     ax.set_ylabel("fraction of started jobs")
@@ -522,11 +558,12 @@ def plot(replays: Sequence[Replay], directory: Path) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in replays:
+    for k, r in enumerate(replays):
         if r.samples and r.gpus:
             days = [s.time / 86400 for s in r.samples]
             util = [100 * s.busy / r.gpus for s in r.samples]
-            ax.plot(days, util, label=r.policy, linewidth=0.8)
+            style = line_style(k, len(days)) | {"linewidth": 1.2 - 0.2 * (k % 3)}
+            ax.plot(days, util, label=r.policy, **style)
     ax.set_xlabel("virtual time (days)")
     ax.set_ylabel("GPUs busy (%)")
     ax.set_title("GPU utilisation over time")
@@ -550,7 +587,15 @@ def plot(replays: Sequence[Replay], directory: Path) -> list[Path]:
                     values.append(percentile(delays, 95) / 3600)
                 else:
                     values.append(math.fsum(delays) / len(delays) / 3600)
-            ax.bar([i + k * width for i in range(len(queues))], values, width, label=r.policy)
+            ax.bar(
+                [i + k * width for i in range(len(queues))],
+                values,
+                width,
+                label=r.policy,
+                color=_STYLES[k % len(_STYLES)]["color"],
+                hatch=_HATCHES[k % len(_HATCHES)],
+                edgecolor="white",
+            )
         ax.set_xticks([i + width * (len(replays) - 1) / 2 for i in range(len(queues))])
         ax.set_xticklabels(queues, rotation=45, ha="right")
         ax.set_ylabel(f"{label} queueing delay (hours)")
@@ -585,17 +630,22 @@ def plot_loads(
         ("Jain's index over days", ("fairness", "jain_index_day"), 1.0),
     )
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    # Each policy's points a little to the side of the load they belong to, so that
+    # equal figures do not hide one another.
+    gap = min((b - a for a, b in itertools.pairwise(loads)), default=1.0)
     for ax, (title, keys, unit) in zip(axes.flat, panels, strict=True):
-        for policy in policies:
+        for k, policy in enumerate(policies):
+            shift = gap * 0.03 * (k - (len(policies) - 1) / 2)
             xs, ys = [], []
             for target in loads:
                 value: Any = by_load[target].get(policy)
                 for key in keys:
                     value = None if value is None else value[key]
                 if value is not None:
-                    xs.append(target)
+                    xs.append(target + shift)
                     ys.append(value * unit)
-            ax.plot(xs, ys, marker="o", label=policy)
+            style = line_style(k, len(xs)) | {"markevery": 1}
+            ax.plot(xs, ys, label=policy, **style)
         ax.set_xlabel("offered load")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +206,32 @@ def test_the_load_table_has_a_row_per_load_and_policy() -> None:
     text = report.load_table({0.6: {"fleet": doc, "private": doc}, 1.2: {"fleet": doc}})
     rows = [line.split() for line in text.splitlines()[2:]]
     assert [(r[0], r[1]) for r in rows] == [("0.6", "fleet"), ("0.6", "private"), ("1.2", "fleet")]
+
+
+def test_equal_policies_lines_stay_apart_in_the_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    jobs = [result(f"a/{i}", "a", 1, 0.0, 10.0 * i) for i in range(20)]
+    samples = [sample(100.0 * i, {"a": i % 5}, {}) for i in range(20)]
+    same = [dataclasses.replace(replay(jobs, samples), policy=p) for p in ("one", "two", "three")]
+    figures: list[Any] = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    assert report.plot(same, tmp_path)
+    for fig in figures[:2]:  # the delay CDF and utilisation over time: one line each
+        lines = fig.axes[0].get_lines()
+        assert len(lines) == 3
+        looks = {(ln.get_linestyle(), ln.get_marker(), ln.get_color()) for ln in lines}
+        assert len(looks) == 3
+        assert all(ln.get_alpha() is not None and ln.get_alpha() < 1 for ln in lines)
+        assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+            "one",
+            "two",
+            "three",
+        ]
+    for fig in figures:
+        plt.close(fig)
