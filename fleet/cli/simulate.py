@@ -17,6 +17,11 @@ philly|openb -o DIR`` writes ``DIR/clusters.yaml`` and ``DIR/quota.yaml``
 sized from the trace's capacity hints (:mod:`fleet.sim.layout`).  Input that
 cannot be used is one ``error:`` line per problem on stderr and exit status
 1; nothing is written.  A progress line goes to stderr when it is a terminal.
+``--from-live [URL] --quota NEW`` asks a running server (URL, else the one
+:func:`fleet.cli.config.resolve` picks, with its token) what the proposed
+tree would do, and prints its answer as NOW and PROPOSED columns under a
+sentence saying what they count; a waiting job's change is judged at the
+precision its times are printed (``same``, or by how much: ``12m sooner``).
 The simulator is imported only when the command runs.
 """
 
