@@ -423,12 +423,17 @@ def _reason(svc: Service, row: JobRow) -> str | None:
 
 def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
     """The latest forecast's estimated start of waiting job ``key`` (None: none)."""
-    latest = request.app[keys.ESTIMATOR].latest
-    found = forecast.estimate_of(latest, key)
+    estimator = request.app[keys.ESTIMATOR]
+    latest = estimator.latest
+    found = forecast.estimate_of(latest, key, estimator.clock.now())
     if latest is None or found is None:
         return None
     return schemas.EstimatedStart(
         time=None if found.start is None else _time(found.start),
+        earliest=None if found.earliest is None else _time(found.earliest),
+        latest=None if found.latest is None else _time(found.latest),
+        overdue=found.overdue,
+        declared=found.declared,
         assumes=f"{found.assumes}; {latest.assumes}",
         computed_at=_time(latest.at),
     )

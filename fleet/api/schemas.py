@@ -275,7 +275,10 @@ class JobDetail(Schema):
         "<reason>'; null when it does not wait.",
     )
     suspended: bool = Field(
-        default=False, description="Its PropagationPolicy holds it in the queue."
+        default=False,
+        description="Its PropagationPolicy pauses it (Karmada's suspension.dispatching). "
+        "Such jobs are refused at submission, so this is false for every job accepted since "
+        "0.40.0; ACK One's suspension.scheduling only puts a job in the queue, as every job is.",
     )
     policy: PolicyRef | None = Field(
         default=None,
@@ -299,7 +302,27 @@ class EstimatedStart(Schema):
     """When a waiting job is expected to start, by the simulator run forward from now."""
 
     time: datetime.datetime | None = Field(
-        description="The expected start; null when it is not within the forecast's bounds."
+        description="The expected start, never before the moment of the answer; null when "
+        "it is not within the forecast's bounds."
+    )
+    earliest: datetime.datetime | None = Field(
+        default=None,
+        description="The start of the range the job is expected to start in: the 10th "
+        "percentile of how far earlier estimates were from actual starts (null: no range).",
+    )
+    latest: datetime.datetime | None = Field(
+        default=None,
+        description="The end of that range (the 90th percentile of the errors seen).",
+    )
+    overdue: bool = Field(
+        default=False,
+        description="The estimated start has passed and the job still waits: it is shown "
+        "as starting now, with a range that grows while it stays overdue.",
+    )
+    declared: bool = Field(
+        default=False,
+        description="Every run time the estimate rests on was declared "
+        "(fleet.io/expected-duration), none taken from a queue's history.",
     )
     assumes: str = Field(
         description="What the estimate assumes: this job's run time and the forecast's rules."
