@@ -353,9 +353,16 @@ def _all_jobs(server: Server, query: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def _named(kind: str, items: list[dict[str, Any]], wanted: Sequence[str]) -> list[dict[str, Any]]:
-    """The items ``wanted`` names (``NS/NAME`` or ``NAME``), in that order; RemoteError
-    naming those that are not there."""
+    """The items ``wanted`` names (``NS/NAME``, or a ``NAME`` one namespace holds), in
+    that order; RemoteError naming those that are not there."""
     by_key = {f"{i['namespace']}/{i['name']}" if "namespace" in i else i["name"]: i for i in items}
+    for w in wanted:  # a bare name of a namespaced kind: the one object of that name
+        same = [i for i in items if "namespace" in i and i["name"] == w]
+        if w not in by_key and len(same) == 1:
+            by_key[w] = same[0]
+        elif w not in by_key and len(same) > 1:
+            spaces = ", ".join(sorted(i["namespace"] for i in same))
+            raise RemoteError(f"{w!r} is in several namespaces ({spaces}): give -n or NS/NAME")
     missing = [w for w in wanted if w not in by_key]
     if missing:
         raise RemoteError(f"{views.SINGULAR[kind]} not found: {', '.join(missing)}")

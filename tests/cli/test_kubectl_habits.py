@@ -85,6 +85,7 @@ HABITS = [
     Habit(("get", "cluster", "east"), has=("east",), lacks=("west",)),
     Habit(("get", "policy", "team-a/habit-a"), has=("habit-a",), lacks=("habit-b",)),
     Habit(("get", "job", "team-a/nope"), code=1, has=("job not found: team-a/nope",)),
+    Habit(("get", "job", "habit-c"), has=("team-b/habit-c",), lacks=("habit-a",)),
     Habit(("get", "pods"), code=1, has=("unknown kind 'pods'",)),
     # -o wide|yaml|json|name
     Habit(
@@ -138,7 +139,7 @@ HABITS = [
     Habit(("get", "queues", "-o", "wide", "--show-internal"), has=("kube-queue/max-jobs=",)),
     # describe queue|cluster|job
     Habit(("describe", "queue", "team-a"), has=("Name:", "team-a", "Fair share:")),
-    Habit(("describe", "q", "team-a"), has=("Parent:          ".strip(), "research")),
+    Habit(("describe", "q", "team-a"), has=("Parent:", "research")),
     Habit(
         ("describe", "cluster", "east"),
         has=("Name:           east", "GPUs:", "In use by queue:", "Nodes:", "GPU TYPE"),
