@@ -179,6 +179,28 @@ class JobSummary(Schema):
         default=None, description="The member cluster it was placed in; null before."
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    gpus: Count = Field(default=0, description="The GPUs the whole job requests.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The job document's metadata.labels."
+    )
+    user: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Whose per-user limits it counts against (absent: nobody's).",
+    )
+    reason: str | None = Field(
+        default=None, exclude_if=_absent, description="Why the job waits (absent: it does not)."
+    )
+    started_at: datetime.datetime | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Since when its pods hold their GPUs (absent: it holds none).",
+    )
+    estimated_start: EstimatedStart | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="For a waiting job, when it is expected to start (absent: no forecast).",
+    )
 
 
 class PodSetDetail(Schema):
@@ -373,6 +395,24 @@ class QuotaTreeSimulation(Schema):
         description="Running jobs that either forecast preempts."
     )
     queues: list[QueueWait] = Field(description="Expected waits per leaf queue with waiting jobs.")
+
+
+class JobEventEntry(Schema):
+    """One event of a job's log, with the job it belongs to."""
+
+    namespace: str = Field(description="The job's namespace.")
+    name: str = Field(description="The job's name.")
+    uid: str = Field(description="Fleet's identifier of the job's run.")
+    time: datetime.datetime = Field(description="When it happened (RFC 3339).")
+    type: str = Field(description="Normal or Warning.")
+    reason: str = Field(description="A CamelCase word for why (e.g. Admitted, Preempted).")
+    message: str = Field(description="The same for a human reader.")
+
+
+class JobEventList(Schema):
+    """The newest events of jobs, newest first."""
+
+    items: list[JobEventEntry] = Field(description="The events, newest first.")
 
 
 class JobList(Schema):

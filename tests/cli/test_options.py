@@ -80,6 +80,8 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet token create",
         "fleet simulate",
         "fleet simulate gen-clusters",
+        "fleet version",
+        "fleet completion",
     }
 
 
