@@ -13,6 +13,9 @@ which hands new jobs to the scheduler loop and the stored policies to the
 service after the commit; every policy of a submission is a standing one,
 and those the replica holds with the same document are not written again).
 The policy routes list, show and delete the stored policies, a team token's
+namespaces only.  The job list shows each job's GPUs, labels, user, and for a
+waiting one its reason and estimated start; ``GET /api/v1/job-events`` the
+newest events across jobs (of one namespace or job when asked), a team token's
 namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
@@ -79,7 +82,7 @@ from fleet.core import snapshot
 from fleet.core.fair_share import FairShareView
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
-from fleet.core.resources import TYPED_GPU_PREFIX, format_quantity
+from fleet.core.resources import GPU, TYPED_GPU_PREFIX, format_quantity
 from fleet.core.view import LoopView, QueueView
 from fleet.manifests import convert, topology
 from fleet.manifests.errors import SpecError
@@ -255,9 +258,10 @@ def _kind(document: Mapping[str, Any]) -> tuple[str, str]:
     return str(document.get("apiVersion") or ""), str(document.get("kind") or "")
 
 
-def _summary(row: JobRow) -> schemas.JobSummary:
+def _fields(row: JobRow) -> dict[str, Any]:
+    """What a job's summary and its detail both show."""
     api_version, kind = _kind(row.manifest)
-    return schemas.JobSummary(
+    return dict(
         namespace=row.namespace,
         name=row.name,
         api_version=api_version,
@@ -270,6 +274,24 @@ def _summary(row: JobRow) -> schemas.JobSummary:
         mode=None if row.mode is None else Mode(row.mode),
         cluster=row.cluster,
         submitted_at=_time(row.created_at),
+    )
+
+
+def _summary(request: web.Request, row: JobRow) -> schemas.JobSummary:
+    """A job as the list shows it: GPUs, labels, user, why it waits, since when it runs
+    and when it is expected to start."""
+    job = snapshot.job_from_plain(row.record, seq=row.id)
+    labels = (row.manifest.get("metadata") or {}).get("labels") or {}
+    since = [float(u["since"]) for u in row.units if u.get("since") is not None]
+    waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
+    return schemas.JobSummary(
+        **_fields(row),
+        gpus=job.request.amounts.get(GPU, 0),
+        labels={str(k): str(v) for k, v in labels.items()},
+        user=job.user or None,
+        reason=_reason(_svc(request), row) if waiting else None,
+        started_at=_time(min(since)) if since else None,
+        estimated_start=_estimate(request, job.key) if waiting else None,
     )
 
 
@@ -392,8 +414,64 @@ async def list_jobs(
             rows, token = await job_rows.page(session, where, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
-    result = schemas.JobList(items=[_summary(r) for r in rows], continue_=token)
+    result = schemas.JobList(items=[_summary(request, r) for r in rows], continue_=token)
     return schemas.json_response(result)
+
+
+@TABLE.route(
+    "GET",
+    "/api/v1/job-events",
+    "listJobEvents",
+    "The newest events of jobs, newest first (kubectl get events)",
+    "jobs",
+    parameters=(
+        query("namespace", "Only events of jobs of this namespace."),
+        query("job", "Only events of this job, as namespace/name (its current run)."),
+        query("limit", "Events at most.", int, default=500, low=1, high=5000),
+    ),
+    description="A team token sees the events of its own namespaces' jobs only, as in a "
+    "job's detail.",
+    replies=(
+        Reply(200, "The events.", schemas.JobEventList),
+        problem(400, "job is not namespace/name, or limit is out of bounds."),
+        UNAUTHORIZED,
+    ),
+)
+async def list_job_events(
+    request: web.Request, *, namespace: str | None, job: str | None, limit: int
+) -> web.Response:
+    """``GET /api/v1/job-events``: across jobs, of a namespace, or of one job."""
+    svc = _svc(request)
+    name: str | None = None
+    if job is not None:
+        job_namespace, sep, name = job.partition("/")
+        if (
+            not sep
+            or not job_namespace
+            or not name
+            or (namespace or job_namespace) != job_namespace
+        ):
+            raise ProblemError(bad_request(f"job must be namespace/name, not {job[:120]!r}"))
+        namespace = job_namespace
+    who = auth.caller(request)
+    scope = None if who.admin else auth.namespaces_of(who, svc.tree)
+    async with svc.db.read() as session:
+        found = await job_rows.recent_events(
+            session, limit=limit, namespace=namespace, name=name, namespaces=scope
+        )
+    items = [
+        schemas.JobEventEntry(
+            namespace=e.namespace,
+            name=e.name,
+            uid=e.job_uid,
+            time=_time(e.time),
+            type=e.type,
+            reason=e.reason,
+            message=e.message,
+        )
+        for e in found
+    ]
+    return schemas.json_response(schemas.JobEventList(items=items))
 
 
 async def _job_row(
@@ -423,12 +501,17 @@ def _reason(svc: Service, row: JobRow) -> str | None:
 
 def _estimate(request: web.Request, key: str) -> schemas.EstimatedStart | None:
     """The latest forecast's estimated start of waiting job ``key`` (None: none)."""
-    latest = request.app[keys.ESTIMATOR].latest
-    found = forecast.estimate_of(latest, key)
+    estimator = request.app[keys.ESTIMATOR]
+    latest = estimator.latest
+    found = forecast.estimate_of(latest, key, estimator.clock.now())
     if latest is None or found is None:
         return None
     return schemas.EstimatedStart(
         time=None if found.start is None else _time(found.start),
+        earliest=None if found.earliest is None else _time(found.earliest),
+        latest=None if found.latest is None else _time(found.latest),
+        overdue=found.overdue,
+        declared=found.declared,
         assumes=f"{found.assumes}; {latest.assumes}",
         computed_at=_time(latest.at),
     )
@@ -478,7 +561,7 @@ async def get_job(
     waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
     own = auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
     detail = schemas.JobDetail(
-        **_summary(row).model_dump(),
+        **_fields(row),
         preemptible=job.preemptible,
         user=job.user or None,
         request=schemas.quantities(job.request),
@@ -542,7 +625,7 @@ async def cancel_job(request: web.Request, *, namespace: str, name: str) -> web.
     if JobState(row.state) in TERMINAL:
         raise ProblemError(conflict(f"job {row.namespace}/{row.name} has ended ({row.state})"))
     await wiring.cancel(svc, row.id, f"{row.namespace}/{row.name}")
-    return schemas.json_response(_summary(row), status=202)
+    return schemas.json_response(_summary(request, row), status=202)
 
 
 # Policies -----------------------------------------------------------------------------

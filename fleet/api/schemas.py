@@ -179,6 +179,28 @@ class JobSummary(Schema):
         default=None, description="The member cluster it was placed in; null before."
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    gpus: Count = Field(default=0, description="The GPUs the whole job requests.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="The job document's metadata.labels."
+    )
+    user: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Whose per-user limits it counts against (absent: nobody's).",
+    )
+    reason: str | None = Field(
+        default=None, exclude_if=_absent, description="Why the job waits (absent: it does not)."
+    )
+    started_at: datetime.datetime | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="Since when its pods hold their GPUs (absent: it holds none).",
+    )
+    estimated_start: EstimatedStart | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="For a waiting job, when it is expected to start (absent: no forecast).",
+    )
 
 
 class PodSetDetail(Schema):
@@ -275,7 +297,10 @@ class JobDetail(Schema):
         "<reason>'; null when it does not wait.",
     )
     suspended: bool = Field(
-        default=False, description="Its PropagationPolicy holds it in the queue."
+        default=False,
+        description="Its PropagationPolicy pauses it (Karmada's suspension.dispatching). "
+        "Such jobs are refused at submission, so this is false for every job accepted since "
+        "0.40.0; ACK One's suspension.scheduling only puts a job in the queue, as every job is.",
     )
     policy: PolicyRef | None = Field(
         default=None,
@@ -299,7 +324,27 @@ class EstimatedStart(Schema):
     """When a waiting job is expected to start, by the simulator run forward from now."""
 
     time: datetime.datetime | None = Field(
-        description="The expected start; null when it is not within the forecast's bounds."
+        description="The expected start, never before the moment of the answer; null when "
+        "it is not within the forecast's bounds."
+    )
+    earliest: datetime.datetime | None = Field(
+        default=None,
+        description="The start of the range the job is expected to start in: the 10th "
+        "percentile of how far earlier estimates were from actual starts (null: no range).",
+    )
+    latest: datetime.datetime | None = Field(
+        default=None,
+        description="The end of that range (the 90th percentile of the errors seen).",
+    )
+    overdue: bool = Field(
+        default=False,
+        description="The estimated start has passed and the job still waits: it is shown "
+        "as starting now, with a range that grows while it stays overdue.",
+    )
+    declared: bool = Field(
+        default=False,
+        description="Every run time the estimate rests on was declared "
+        "(fleet.io/expected-duration), none taken from a queue's history.",
     )
     assumes: str = Field(
         description="What the estimate assumes: this job's run time and the forecast's rules."
@@ -350,6 +395,24 @@ class QuotaTreeSimulation(Schema):
         description="Running jobs that either forecast preempts."
     )
     queues: list[QueueWait] = Field(description="Expected waits per leaf queue with waiting jobs.")
+
+
+class JobEventEntry(Schema):
+    """One event of a job's log, with the job it belongs to."""
+
+    namespace: str = Field(description="The job's namespace.")
+    name: str = Field(description="The job's name.")
+    uid: str = Field(description="Fleet's identifier of the job's run.")
+    time: datetime.datetime = Field(description="When it happened (RFC 3339).")
+    type: str = Field(description="Normal or Warning.")
+    reason: str = Field(description="A CamelCase word for why (e.g. Admitted, Preempted).")
+    message: str = Field(description="The same for a human reader.")
+
+
+class JobEventList(Schema):
+    """The newest events of jobs, newest first."""
+
+    items: list[JobEventEntry] = Field(description="The events, newest first.")
 
 
 class JobList(Schema):

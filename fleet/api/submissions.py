@@ -61,9 +61,13 @@ policy's source (``submission`` or ``stored``), a canonical spec hash
 so comments, layout and key order do not change it; the store compares it to
 make resubmission idempotent; a job governed by a stored policy is hashed
 alone, so that it is the same job when submitted again after the policy was
-edited), whether the policy suspends the job (ACK One's
-``suspension.scheduling`` or Karmada's ``suspension.dispatching``) and the
-failover rule in force.
+edited), and the failover rule in force.  ACK One's
+``suspension.scheduling: true`` means "put the job in the queue", which is
+what Fleet does with every job; Karmada's ``suspension.dispatching`` (and
+``dispatchingOnClusters``) means "pause: do not create it in the members",
+and a job governed by such a policy is refused at
+``spec.suspension.dispatching``: Fleet has no paused state, and would queue
+and run it regardless.
 """
 
 from __future__ import annotations
@@ -163,7 +167,8 @@ class Submitted:
     #: Hex SHA-256 of the canonical JSON of ``{"job": document, "policy": policy}``
     #: (``policy`` None when a stored policy governs the job).
     spec_hash: str
-    #: The policy holds the job in the queue (``suspension.scheduling``/``.dispatching``).
+    #: The policy pauses the job (Karmada's ``suspension.dispatching``): always False
+    #: for an accepted job, as such jobs are refused (:func:`suspended`).
     suspended: bool
     failover: Failover
     #: Indexes of the job's and the policy's documents in the submitted stream
@@ -376,6 +381,7 @@ def _finish(
             )
             for p, m in capacity.problems(sj.job, model)
         )
+        errors.extend(_paused(sj))
     if errors:
         raise ProblemError(invalid(errors))
     standing: list[StandingPolicy] = []
@@ -438,10 +444,55 @@ def _submitted(
 
 
 def suspended(policy: PropagationPolicyModel | None) -> bool:
-    """ACK One's ``suspension.scheduling`` or Karmada's ``suspension.dispatching``."""
+    """Whether ``policy`` pauses its jobs (Karmada's ``suspension.dispatching``; refused
+    by :func:`_paused`, so False for every job accepted).  ACK One's
+    ``suspension.scheduling`` is not a pause: it puts the job in the queue, which is
+    what Fleet does with every job."""
     if policy is None or policy.spec.suspension is None:
         return False
-    return policy.spec.suspension.scheduling or policy.spec.suspension.dispatching
+    return policy.spec.suspension.dispatching or bool(
+        policy.spec.suspension.dispatching_on_clusters
+    )
+
+
+def _paused(sj: SubmittedJob) -> list[FieldError]:
+    """The error for a job whose policy pauses it (Karmada's ``suspension.dispatching``):
+    Fleet has no paused state between its queue and its members, and a job it took
+    would be queued and run regardless."""
+    policy = sj.policy.model if sj.policy is not None else sj.stored
+    if not isinstance(policy, PropagationPolicyModel) or not suspended(policy):
+        return []
+    field = (
+        "dispatching"
+        if policy.spec.suspension is not None and policy.spec.suspension.dispatching
+        else "dispatchingOnClusters"
+    )
+    why = (
+        f"suspension.{field} pauses job {sj.job.key} out of its member clusters (Karmada); "
+        "Fleet does not hold a job paused: submit it when it should run. To queue it "
+        "(ACK One's meaning), use suspension.scheduling: true, or nothing: every job "
+        "waits in its queue"
+    )
+    if sj.policy is not None:
+        return [
+            field_error(
+                why,
+                document=sj.policy.index,
+                kind=sj.policy.kind,
+                name=sj.policy.name,
+                path=f"spec.suspension.{field}",
+            )
+        ]
+    where = f"its stored PropagationPolicy {policy.namespace}/{policy.metadata.name}: "
+    return [
+        field_error(
+            where + why,
+            document=sj.document.index,
+            kind=sj.document.kind,
+            name=sj.job.key,
+            path="metadata.name",
+        )
+    ]
 
 
 def failover(policy: PropagationPolicyModel | None) -> Failover:

@@ -19,7 +19,10 @@ holds, a gang no cluster holds), all through the server's own functions.  Input 
 larger than ``--max-input-size``, not UTF-8) is one plain error line naming
 it, for ``plan`` too, and a file above the size limit is never parsed.
 ``fleet plan`` is implemented in :mod:`fleet.cli.plan`, imported lazily.
-``fleet --version`` prints the installed package's version.
+``fleet --version`` and ``fleet version`` print the installed package's
+version; ``fleet completion bash|zsh`` a completion script generated from the
+parser built here (:mod:`fleet.cli.completion`).  The commands that talk to a
+server are in :mod:`fleet.cli.remote` (their tables in :mod:`fleet.cli.views`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import select
 import sys
 from collections.abc import Callable, Sequence
 
-from fleet.cli import config, remote, serve, simulate, tokens
+from fleet.cli import completion, config, remote, serve, simulate, tokens
 from fleet.cli.inputs import (
     DEFAULT_MAX_INPUT_SIZE,
     InputError,
@@ -334,7 +337,37 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_parser(sub)
     config.add_parser(sub)
     simulate.add_parser(sub, inputs)
+    v = sub.add_parser(
+        "version",
+        help="print the client's version",
+        description="Print the version of this fleet command (the API does not tell the server's).",
+        epilog="examples:\n  fleet version",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    v.set_defaults(handler=_version)
+    done = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="Print a completion script for bash or zsh: subcommands, kinds, "
+        "options and their choices, generated from this command line's parser.",
+        epilog="examples:\n"
+        "  source <(fleet completion bash)\n"
+        '  fleet completion zsh > "${fpath[1]}/_fleet"',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    done.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    done.set_defaults(handler=lambda args: _completion(parser, args))
     return parser
+
+
+def _version(args: argparse.Namespace) -> int:
+    print(f"Client Version: fleet {version()}")
+    return 0
+
+
+def _completion(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    print(completion.script(parser, args.shell), end="")
+    return 0
 
 
 #: The exit status of a command whose reader went away: a process that SIGPIPE

@@ -12,8 +12,11 @@ and the cycle is run again until nothing changes (at most
 ``already_running`` marks jobs of ``--running``) or ``waiting`` (with the
 reason of the last cycle), plus the running jobs that were preempted on the
 way (they also appear in ``waiting``: they are queued again) and every leaf
-queue's usage.  The table says so in words where a section is empty: ``no
-running job preempted`` (when ``--running`` holds jobs), ``no job waits``.
+queue's usage.  The table's queue columns are ``fleet get queues``' own
+(:mod:`fleet.service.columns`: GPUS used/min/max, BORROWED, RUNNING, PENDING),
+then CPU, MEMORY and the other resources.  The table says so in words where a
+section is empty: ``no running job preempted`` (when ``--running`` holds jobs),
+``no job waits``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from fleet.core.state import SchedulerState
 from fleet.manifests import convert
 from fleet.manifests import placers as placer_builder
 from fleet.manifests.errors import SpecError
+from fleet.service import columns
 
 MAX_CYCLES = 100
 _T = TypeVar("_T")
@@ -121,6 +125,10 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
+def _count(quantity: str | None) -> int:
+    return int(float(quantity)) if quantity else 0
+
+
 def render_table(result: Mapping[str, Any]) -> str:
     out: list[str] = []
     rows = [["JOB", "QUEUE", "CLUSTER", "MODE", "PRIORITY", "PLACEMENT"]]
@@ -144,15 +152,32 @@ def render_table(result: Mapping[str, Any]) -> str:
         out.append(f"WAITING ({len(result['waiting'])})\n" + _table(rows))
     else:
         out.append("WAITING (0)\nno job waits")
-    rows = [["QUEUE", "USED", "MIN", "MAX", "PENDING"]]
+    # The queue columns of `fleet get queues` (fleet.service.columns), in its order.
+    running: dict[str, int] = {}
+    for a in result["admitted"]:
+        running[a["queue"]] = running.get(a["queue"], 0) + 1
+    rows = [["QUEUE", "GPUS", "BORROWED", "RUNNING", "PENDING", "CPU", "MEMORY", "OTHER"]]
     for q in result["queues"]:
+        used, low, high = q["used"], q["min"], q["max"]
+        gpus = [_count(v.get(columns.GPU)) for v in (used, low)]
+        top = _count(high[columns.GPU]) if columns.GPU in high else None
+        others = sorted(
+            r
+            for r in {*used, *low, *high}
+            if r not in (columns.GPU, columns.CPU, columns.MEMORY) and not columns.internal(r)
+        )
         rows.append(
             [
                 q["name"],
-                _quantities(q["used"]),
-                _quantities(q["min"]),
-                _quantities(q["max"]),
+                columns.gpu_triple(gpus[0], gpus[1], top),
+                columns.borrowed(gpus[0] - gpus[1]),
+                str(running.get(q["name"], 0)),
                 str(q["pending"]),
+                *(columns.triple(used.get(r), low.get(r), high.get(r)) for r in ("cpu", "memory")),
+                ",".join(
+                    f"{r}={columns.triple(used.get(r), low.get(r), high.get(r))}" for r in others
+                )
+                or columns.NONE,
             ]
         )
     out.append("QUEUES\n" + _table(rows))

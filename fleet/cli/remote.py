@@ -7,17 +7,31 @@ that :func:`fleet.cli.config.resolve` picks from ``--server``, ``--token``,
 ``http://127.0.0.1:8080``, no token); a redirect is followed,
 but the token goes only to the origin (scheme, host and port) it was sent to,
 as browsers and ``requests`` do: a redirect elsewhere drops it
-(:class:`_TokenStaysHome`).  ``apply -f`` sends an
-ElasticQuotaTree to ``PUT /api/v1/quota-tree`` and anything else as a
+(:class:`_TokenStaysHome`).  The commands keep kubectl's habits.  ``apply -f``
+is repeatable and every file is sent, in order (:func:`_files`: a directory
+stands for its ``*.yaml``, ``*.yml`` and ``*.json`` files, sorted, with
+``-R`` its subdirectories' too; ``-`` is stdin); a file the server refuses
+is reported and the next is still sent, the exit status 1.  An
+ElasticQuotaTree goes to ``PUT /api/v1/quota-tree`` and anything else is a
 submission, printing a line per job, or for a file of PropagationPolicies
-alone a line per policy stored (``get policies`` lists the stored ones,
-``delete policy NS/NAME`` deletes one); ``edit quota NODE`` patches one node
-of the tree (with ``--dry-run``, its fields before and after and the jobs
-it would affect: :mod:`fleet.cli.previews`).  Answers are printed as
-kubectl-like aligned tables, or as the server's JSON (``-o json``) or YAML
-(``-o yaml``).  A problem the server answers (RFC 9457) is printed readably:
-its title, its detail, and every field error with document, kind, name and
-path; the exit status is then 1.  ``get jobs --watch`` polls.
+alone a line per policy stored.  ``get KIND [NAME...]`` takes the nouns of
+:data:`fleet.cli.views.NOUNS` (singular, plural, short) and prints the
+tables of :mod:`fleet.cli.views` (``-o wide``), or the server's JSON or YAML
+(one object when one NAME is given), or ``kind/name`` lines (``-o name``);
+``-n``, ``-A``, ``-l`` (client-side: the API has no selector) and
+``--sort-by`` choose and order the rows; ``get queues`` also reads the
+holding jobs, to count the GPUs opportunistic jobs hold; ``get events``
+reads ``GET /api/v1/job-events``.  ``--watch`` polls and prints the table,
+then the rows that changed (:class:`fleet.cli.views.Watcher`).
+``describe job|queue|cluster NAME`` (a cluster: its summary and its cell
+map), ``delete job|policy NAME...`` or ``delete -f FILE`` (the jobs and
+policies the files hold; each failure reported, the rest still deleted),
+and ``edit quota NODE``, which patches one node of the tree (with
+``--dry-run``, its fields before and after and the jobs it would affect:
+:mod:`fleet.cli.previews`).  A problem the
+server answers (RFC 9457) is printed readably: its title, its detail, and
+every field error with document, kind, name and path; the exit status is
+then 1.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import time
 import urllib.error
@@ -32,10 +47,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from http.client import HTTPMessage
-from pathlib import Path
 from typing import IO, Any, Final, NamedTuple
 
-from fleet.cli import config, previews
+from fleet.cli import config, previews, views
+from fleet.cli.inputs import InputError, read_input
 
 DEFAULT_SERVER: Final = config.DEFAULT_SERVER
 TIMEOUT: Final = 30.0
@@ -192,26 +207,73 @@ def _emit(data: Any, output: str) -> None:
 
 # Commands ---------------------------------------------------------------------------
 
+#: The suffixes of the files ``apply -f DIR`` and ``delete -f DIR`` read.
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+
+
+def _files(paths: Sequence[str], recursive: bool) -> list[str]:
+    """Every file ``-f`` names, in order: a directory stands for its ``*.yaml``,
+    ``*.yml`` and ``*.json`` files, sorted (its subdirectories' too with ``-R``);
+    ``-`` is standard input."""
+    found: list[str] = []
+    for given in paths:
+        if given == "-" or not os.path.isdir(given):
+            found.append(given)
+            continue
+        inside: list[str] = []
+        if recursive:
+            for top, dirs, names in os.walk(given):
+                dirs.sort()
+                inside += [os.path.join(top, n) for n in sorted(names)]
+        else:
+            inside = [os.path.join(given, n) for n in sorted(os.listdir(given))]
+        chosen = [f for f in inside if f.endswith(MANIFEST_SUFFIXES) and os.path.isfile(f)]
+        if not chosen:
+            raise RemoteError(f"{given}: no .yaml, .yml or .json file in the directory")
+        found += chosen
+    return found
+
+
+def _read_manifest(path: str) -> bytes:
+    """The bytes of one file to send (``-``: standard input); RemoteError naming it."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return read_input(path).encode("utf-8")
+    except InputError as e:
+        raise RemoteError(str(e)) from None
+
 
 def _apply(args: argparse.Namespace) -> int:
-    try:
-        body = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-    except OSError as e:
-        print(f"error: {args.file}: {e.strerror}", file=sys.stderr)
-        return 1
+    """``apply -f A -f DIR -f -``: every file is sent, in order; a file the server refuses
+    is reported and the next one is still sent; the status is 1 if any failed."""
+    server = _server(args)
+    failed = 0
+    for path in _files(args.file, args.recursive):
+        try:
+            _apply_one(server, _read_manifest(path), args.dry_run)
+        except RemoteError as e:
+            print(
+                f"error: {e}" if path == "-" or path in str(e) else f"error: {path}: {e}",
+                file=sys.stderr,
+            )
+            failed += 1
+    return 1 if failed else 0
+
+
+def _apply_one(server: Server, body: bytes, dry_run: bool) -> None:
     if _is_quota_tree(body):
-        path = "/api/v1/quota-tree" + ("?dryRun=All" if args.dry_run else "")
-        _, change = request(_server(args), "PUT", path, body, "application/yaml")
+        path = "/api/v1/quota-tree" + ("?dryRun=All" if dry_run else "")
+        _, change = request(server, "PUT", path, body, "application/yaml")
         _print_change(change)
-        return 0
-    status, answer = request(_server(args), "POST", "/api/v1/submissions", body, "application/yaml")
+        return
+    status, answer = request(server, "POST", "/api/v1/submissions", body, "application/yaml")
     if not answer.get("jobs"):  # with jobs, a line per job says what was done
         for key in answer.get("policies", []):
             print(f"propagationpolicy {key} stored")
     for job in answer.get("jobs", []):
         verb = "created" if job.get("created", status == 201) else "unchanged"
         print(f"job {job['namespace']}/{job['name']} {verb} (queue {job['queue']}, {job['state']})")
-    return 0
 
 
 def _is_quota_tree(body: bytes) -> bool:
@@ -284,62 +346,15 @@ def _edit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(args: argparse.Namespace) -> int:
-    server = _server(args)
-    while True:
-        if args.what == "queues":
-            _, data = request(server, "GET", "/api/v1/queues")
-            if args.output != "table":
-                _emit(data, args.output)
-            else:
-                rows = [
-                    (
-                        q["name"],
-                        q["parent"],
-                        _quantities(q["min"]),
-                        _quantities(q["max"], "unlimited"),
-                        _quantities(q["used"]),
-                        _quantities(q["borrowed"]),
-                        q["admitted"],
-                        q["pending"],
-                    )
-                    for q in data["items"]
-                ]
-                print(
-                    table(
-                        ("NAME", "PARENT", "MIN", "MAX", "USED", "BORROWED", "ADMITTED", "PENDING"),
-                        rows,
-                    )
-                )
-        elif args.what == "clusters":
-            _, data = request(server, "GET", "/api/v1/clusters")
-            if args.output != "table":
-                _emit(data, args.output)
-            else:
-                cluster_rows: list[tuple[object, ...]] = [
-                    (
-                        c["name"],
-                        c["health"],
-                        c["gpus"]["total"],
-                        c["gpus"]["used"],
-                        c["gpus"]["free"],
-                        ",".join(f"{k}={v}" for k, v in sorted(c["labels"].items())),
-                    )
-                    for c in data["items"]
-                ]
-                print(table(("NAME", "HEALTH", "GPUS", "USED", "FREE", "LABELS"), cluster_rows))
-        elif args.what == "policies":
-            _print_policies(server, args)
-        else:
-            _print_jobs(server, args)
-        if not args.watch:
-            return 0
-        time.sleep(args.interval)
-        print()
+def _ref(name: str, namespace: str | None, kind: str) -> str:
+    """``NAMESPACE/NAME`` of a name given as such, or bare with ``-n``."""
+    if "/" in name or not namespace:
+        return name
+    return f"{namespace}/{name}"
 
 
-def _print_jobs(server: Server, args: argparse.Namespace) -> None:
-    query = {k: v for k in ("queue", "state", "namespace", "cluster") if (v := getattr(args, k))}
+def _all_jobs(server: Server, query: dict[str, str]) -> list[dict[str, Any]]:
+    """Every job the list answers with ``query``, page after page."""
     items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
@@ -350,57 +365,144 @@ def _print_jobs(server: Server, args: argparse.Namespace) -> None:
         items += data["items"]
         token = data.get("continue")
         if not token:
-            break
-    if args.output != "table":
-        _emit({"items": items}, args.output)
-        return
-    now = time.time()
-    rows = [
-        (
-            f"{j['namespace']}/{j['name']}",
-            j["kind"],
-            j["queue"],
-            j["state"],
-            j["priorityClass"],
-            j["priority"],
-            j["mode"],
-            j["cluster"],
-            _age(now - _timestamp(j["submittedAt"])),
-        )
-        for j in items
-    ]
-    headers = (
-        "JOB",
-        "KIND",
-        "QUEUE",
-        "STATE",
-        "PRIORITY-CLASS",
-        "PRIORITY",
-        "MODE",
-        "CLUSTER",
-        "AGE",
-    )
-    print(table(headers, rows))
+            return items
 
 
-def _print_policies(server: Server, args: argparse.Namespace) -> None:
-    _, data = request(server, "GET", "/api/v1/policies")
-    items = [p for p in data["items"] if not args.namespace or p["namespace"] == args.namespace]
-    if args.output != "table":
-        _emit({"items": items}, args.output)
-        return
+def _named(kind: str, items: list[dict[str, Any]], wanted: Sequence[str]) -> list[dict[str, Any]]:
+    """The items ``wanted`` names (``NS/NAME``, or a ``NAME`` one namespace holds), in
+    that order; RemoteError naming those that are not there."""
+    by_key = {f"{i['namespace']}/{i['name']}" if "namespace" in i else i["name"]: i for i in items}
+    for w in wanted:  # a bare name of a namespaced kind: the one object of that name
+        same = [i for i in items if "namespace" in i and i["name"] == w]
+        if w not in by_key and len(same) == 1:
+            by_key[w] = same[0]
+        elif w not in by_key and len(same) > 1:
+            spaces = ", ".join(sorted(i["namespace"] for i in same))
+            raise RemoteError(f"{w!r} is in several namespaces ({spaces}): give -n or NS/NAME")
+    missing = [w for w in wanted if w not in by_key]
+    if missing:
+        raise RemoteError(f"{views.SINGULAR[kind]} not found: {', '.join(missing)}")
+    return [by_key[w] for w in wanted]
+
+
+def _fetch(server: Server, args: argparse.Namespace, kind: str) -> tuple[list[dict[str, Any]], Any]:
+    """The items of ``kind`` that ``fleet get`` shows, and the extra data its table needs."""
+    namespace = None if args.all_namespaces else args.namespace
+    wanted = [_ref(n, namespace, kind) if kind in ("jobs", "policies") else n for n in args.names]
+    if kind == "jobs":
+        query = {k: v for k in ("queue", "state", "cluster") if (v := getattr(args, k))}
+        spaces = {w.partition("/")[0] for w in wanted if "/" in w}
+        if namespace:
+            query["namespace"] = namespace
+        elif len(spaces) == 1 and len(wanted) == len([w for w in wanted if "/" in w]):
+            query["namespace"] = spaces.pop()
+        items = _all_jobs(server, query)
+    elif kind == "queues":
+        _, data = request(server, "GET", "/api/v1/queues")
+        items = data["items"]
+    elif kind == "clusters":
+        _, data = request(server, "GET", "/api/v1/clusters")
+        items = data["items"]
+    elif kind == "policies":
+        _, data = request(server, "GET", "/api/v1/policies")
+        items = [p for p in data["items"] if not namespace or p["namespace"] == namespace]
+    else:
+        query = {"limit": "500"}
+        if namespace:
+            query["namespace"] = namespace
+        if args.for_object:
+            query["job"] = _for_job(args.for_object, namespace)
+        _, data = request(server, "GET", "/api/v1/job-events?" + urllib.parse.urlencode(query))
+        items = data["items"]
+    if wanted:
+        items = _named(kind, items, wanted)
+    try:
+        items = [dict(i) for i in views.select(items, args.selector)]
+    except ValueError as e:
+        raise RemoteError(str(e)) from None
+    extra: Any = None
+    if kind == "queues" and args.output in ("table", "wide"):
+        holding = [
+            j
+            for s in ("Admitted", "Dispatched", "Running")
+            for j in _all_jobs(server, {"state": s})
+        ]
+        extra = views.opportunistic_gpus(items, holding)
+    return items, extra
+
+
+def _for_job(text: str, namespace: str | None) -> str:
+    """``--for job/NS/NAME`` (``job/NAME`` with ``-n``; ``NS/NAME`` alone too) as NS/NAME."""
+    kind, sep, rest = text.partition("/")
+    if sep and kind.lower() in ("job", "jobs") and rest:
+        text = rest
+    ref = _ref(text, namespace, "jobs")
+    if ref.count("/") != 1:
+        raise RemoteError(f"--for takes job/NAMESPACE/NAME (or job/NAME with -n), not {text!r}")
+    return ref
+
+
+def _table(
+    kind: str, items: list[dict[str, Any]], extra: Any, args: argparse.Namespace
+) -> views.Table:
     now = time.time()
-    rows = [
-        (
-            p["namespace"],
-            p["name"],
-            p["priority"],
-            ",".join(p["selects"]),
-            _age(now - _timestamp(p["updated"])),
-        )
-        for p in items
-    ]
-    print(table(("NAMESPACE", "NAME", "PRIORITY", "SELECTS", "AGE"), rows))
+    wide = args.output == "wide"
+    if kind == "jobs":
+        namespaced = bool(args.namespace) and not args.all_namespaces
+        return views.jobs_table(items, now, wide=wide, namespaced=namespaced)
+    if kind == "queues":
+        show = args.show_internal
+        return views.queues_table(items, extra or {}, wide=wide, show_internal=show)
+    if kind == "clusters":
+        return views.clusters_table(items, wide=wide)
+    if kind == "policies":
+        return views.policies_table(items, now)
+    return views.events_table(items, now)
+
+
+def _get(args: argparse.Namespace) -> int:
+    """``fleet get KIND [NAME...]``: a table, ``-o wide``, ``json``, ``yaml`` or ``name``;
+    with ``--watch`` the table, then only the rows that change."""
+    try:
+        kind = views.noun(args.kind)
+    except ValueError as e:
+        raise RemoteError(str(e)) from None
+    server = _server(args)
+    watcher = views.Watcher()
+    while True:
+        items, extra = _fetch(server, args, kind)
+        if args.output in ("json", "yaml"):
+            if args.sort_by:
+                ordered = _sorted(_table(kind, items, extra, args), args.sort_by)
+                items = [dict(r.item) for r in ordered.rows]
+            _emit(items[0] if len(args.names) == 1 and items else {"items": items}, args.output)
+        elif args.output == "name":
+            shown = _table(kind, items, extra, args)
+            if args.sort_by:
+                _sorted(shown, args.sort_by)
+            print("\n".join(views.names(kind, [r.item for r in shown.rows])))
+        else:
+            shown = _table(kind, items, extra, args)
+            if args.sort_by:
+                _sorted(shown, args.sort_by)
+            if not shown.rows and not args.watch:
+                where = f" in namespace {args.namespace}" if args.namespace else ""
+                print(f"No {kind} found{where}.", file=sys.stderr)
+            else:
+                text = watcher.update(shown)
+                if text:
+                    print(text, flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.interval)
+
+
+def _sorted(shown: views.Table, by: str) -> views.Table:
+    try:
+        views.sort_rows(shown, by)
+    except ValueError as e:
+        raise RemoteError(str(e)) from None
+    return shown
 
 
 def _object_path(collection: str, kind: str, ref: str) -> str:
@@ -463,8 +565,91 @@ def _describe_queue(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    if args.kind == "queue":
+    try:
+        kind = views.noun(args.kind, ("jobs", "queues", "clusters"))
+    except ValueError as e:
+        raise RemoteError(str(e)) from None
+    if kind == "queues":
         return _describe_queue(args)
+    if kind == "clusters":
+        return _describe_cluster(args)
+    args.job = _ref(args.job, args.namespace, "jobs")
+    return _describe_job(args)
+
+
+def _describe_cluster(args: argparse.Namespace) -> int:
+    """``fleet describe cluster NAME``: health, GPUs, virtual clusters, and its nodes
+    with the GPUs each queue holds there (the cell map)."""
+    server = _server(args)
+    _, data = request(server, "GET", "/api/v1/clusters")
+    cluster = next((c for c in data["items"] if c["name"] == args.job), None)
+    if cluster is None:
+        known = ", ".join(c["name"] for c in data["items"]) or "none"
+        raise RemoteError(f"no member cluster {args.job!r} (the clusters: {known})")
+    nodes: list[dict[str, Any]] = []
+    token: str | None = None
+    base = f"/api/v1/clusters/{urllib.parse.quote(args.job, safe='')}/cells"
+    while True:
+        params = {"limit": "500", **({"continue": token} if token else {})}
+        _, cells = request(server, "GET", base + "?" + urllib.parse.urlencode(params))
+        nodes += cells["nodes"]
+        token = cells.get("continue")
+        if not token:
+            break
+    if args.output in ("json", "yaml"):
+        _emit(dict(cluster, nodes=nodes), args.output)
+        return 0
+    gpus = cluster["gpus"]
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(cluster["labels"].items()))
+    print(f"{'Name:':16}{cluster['name']}")
+    print(f"{'Labels:':16}{labels or '-'}")
+    print(f"{'Health:':16}{cluster['health']} ({cluster.get('message') or '-'})")
+    print(f"{'Simulated:':16}{'yes' if cluster.get('simulated') else 'no'}")
+    print(f"{'Draining:':16}{'yes' if cluster.get('draining') else 'no'}")
+    print(f"{'GPUs:':16}{gpus['total']} total, {gpus['used']} used, {gpus['free']} free")
+    print(f"{'Nodes:':16}{len(nodes)}, bad: {', '.join(cluster.get('badNodes') or []) or 'none'}")
+    topology = cluster.get("topology") or {}
+    types = ", ".join(
+        f"{t['product']} ({t['gpus']} GPUs on {t['nodes']} nodes)"
+        for t in topology.get("gpuTypes", [])
+    )
+    if types:
+        print(f"{'GPU types:':16}{types}")
+    by_queue: dict[str, int] = {}
+    for node in nodes:
+        for cell in node["cells"]:
+            if cell.get("queue"):
+                by_queue[cell["queue"]] = by_queue.get(cell["queue"], 0) + 1
+    print("In use by queue:")
+    rows = [(q, n) for q, n in sorted(by_queue.items(), key=lambda x: (-x[1], x[0]))]
+    print("  " + table(("QUEUE", "GPUS"), rows).replace("\n", "\n  "))
+    vcs = [
+        (v["name"], f"{v['gpus']['used']}/{v['gpus']['total']}", v.get("doomedCells", 0))
+        for v in cluster.get("virtualClusters", [])
+    ]
+    if vcs:
+        print("Virtual clusters:")
+        print("  " + table(("VC", "GPUS USED", "DOOMED CELLS"), vcs).replace("\n", "\n  "))
+    print("Nodes:")
+    node_rows = []
+    for node in nodes:
+        held = [c for c in node["cells"] if c.get("job")]
+        queues = sorted({c["queue"] for c in held if c.get("queue")})
+        node_rows.append(
+            (
+                node["name"],
+                node["gpuType"],
+                "yes" if node["healthy"] else f"no ({node.get('reason') or 'marked bad'})",
+                f"{len(held)}/{len(node['cells'])}",
+                ",".join(queues) or "-",
+            )
+        )
+    heads = ("NODE", "GPU TYPE", "HEALTHY", "GPUS USED", "QUEUES")
+    print("  " + table(heads, node_rows).replace("\n", "\n  "))
+    return 0
+
+
+def _describe_job(args: argparse.Namespace) -> int:
     _, job = request(_server(args), "GET", _job_path(args.job))
     if args.output != "table":
         _emit(job, args.output)
@@ -532,15 +717,76 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delete_targets(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """``(kind, NS/NAME)`` of what to delete: the names given, or the jobs and
+    PropagationPolicies the ``-f`` files hold (their other documents are skipped)."""
+    if args.file:
+        if args.kind or args.names:
+            raise RemoteError("give either KIND NAME... or -f FILE, not both")
+        return _targets_in_files(args)
+    if not args.kind or not args.names:
+        raise RemoteError("name what to delete: KIND NAME [NAME...] (or -f FILE)")
+    try:
+        kind = views.noun(args.kind, ("jobs", "policies"))
+    except ValueError as e:
+        raise RemoteError(str(e)) from None
+    return [(kind, _ref(n, args.namespace, kind)) for n in args.names]
+
+
+def _targets_in_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    from fleet.manifests.documents import YAML_LOADER
+    from fleet.manifests.yaml_stream import read_documents
+
+    targets: list[tuple[str, str]] = []
+    for path in _files(args.file, args.recursive):
+        try:
+            docs = read_documents(_read_manifest(path).decode("utf-8"), YAML_LOADER)
+        except RemoteError:
+            raise
+        except Exception as e:  # not YAML: say which file
+            raise RemoteError(f"{path}: not readable YAML: {e}") from None
+        for doc in docs:
+            if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+                continue
+            kind = doc.get("kind")
+            if kind in NOT_DELETED:
+                continue
+            meta = doc["metadata"]
+            namespace = meta.get("namespace") or args.namespace
+            if not namespace or not meta.get("name"):
+                raise RemoteError(
+                    f"{path}: {kind} {meta.get('name')!r} names no namespace (give -n)"
+                )
+            noun = "policies" if kind == "PropagationPolicy" else "jobs"
+            targets.append((noun, f"{namespace}/{meta['name']}"))
+    if not targets:
+        raise RemoteError("the files name no job or PropagationPolicy to delete")
+    return targets
+
+
+#: Documents ``delete -f`` leaves alone: what a file of jobs may also hold.
+NOT_DELETED: Final = frozenset(
+    {"ElasticQuotaTree", "MemberCluster", "ClusterTrainingRuntime", "TrainingRuntime"}
+)
+
+
 def _delete(args: argparse.Namespace) -> int:
-    if args.kind == "policy":
-        path = _object_path("policies", "policy", args.ref)
-        _, policy = request(_server(args), "DELETE", path)
-        print(f"propagationpolicy {policy['namespace']}/{policy['name']} deleted")
-        return 0
-    _, job = request(_server(args), "DELETE", _job_path(args.ref))
-    print(f"job {job['namespace']}/{job['name']} cancelled")
-    return 0
+    """``delete job A B``, ``delete policy NS/NAME``, ``delete -f FILE``: each in turn;
+    one that fails is reported and the rest are still deleted (status 1)."""
+    server = _server(args)
+    failed = 0
+    for kind, ref in _delete_targets(args):
+        try:
+            if kind == "policies":
+                _, policy = request(server, "DELETE", _object_path("policies", "policy", ref))
+                print(f"propagationpolicy {policy['namespace']}/{policy['name']} deleted")
+            else:
+                _, job = request(server, "DELETE", _job_path(ref))
+                print(f"job {job['namespace']}/{job['name']} cancelled")
+        except RemoteError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def _guard(handler: Any) -> Any:
@@ -557,27 +803,59 @@ def _guard(handler: Any) -> Any:
     return run
 
 
-def add_parsers(sub: Any) -> None:
-    """Add ``apply``, ``get``, ``describe`` and ``delete`` to the ``fleet`` subcommands."""
-    server = config.server_options()
-    output = argparse.ArgumentParser(add_help=False)
-    output.add_argument(
-        "-o",
-        "--output",
-        choices=("table", "json", "yaml"),
-        default="table",
-        help="table (default), json or yaml",
+def _command(sub: Any, name: str, help: str, description: str, example: str, **kw: Any) -> Any:
+    """A subcommand whose ``--help`` has a description and examples."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog="examples:\n" + example,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kw,
     )
 
-    a = sub.add_parser("apply", help="submit jobs and store PropagationPolicies", parents=[server])
+
+def _namespace(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAMESPACE",
+        help="only this namespace; NAME may then be given without NAMESPACE/",
+    )
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``apply``, ``edit``, ``get``, ``describe`` and ``delete`` to the subcommands."""
+    server = config.server_options()
+    files = argparse.ArgumentParser(add_help=False)
+    files.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="a directory given to -f: its subdirectories' files too",
+    )
+
+    a = _command(
+        sub,
+        "apply",
+        "submit jobs and store PropagationPolicies",
+        "Send files to the server: jobs and PropagationPolicies (every policy is stored "
+        "and selects later jobs of its namespace too), or one ElasticQuotaTree, which "
+        "replaces the quota tree. Every -f is sent, in order; a directory stands for its "
+        "*.yaml, *.yml and *.json files, sorted.",
+        "  fleet apply -f job.yaml\n"
+        "  fleet apply -f policy.yaml -f jobs/          # both, the directory's files sorted\n"
+        "  cat job.yaml | fleet apply -f -\n"
+        "  fleet apply -f tree.yaml --dry-run           # what a new quota tree would do",
+        parents=[server, files],
+    )
     a.add_argument(
         "-f",
         "--file",
         required=True,
+        action="append",
         metavar="FILE",
-        help="YAML file to submit (- for stdin): jobs and PropagationPolicies (every policy "
-        "is stored and selects later jobs of its namespace too); one ElasticQuotaTree "
-        "replaces the quota tree",
+        help="a file, a directory or - for stdin; repeatable, each one is sent",
     )
     a.add_argument(
         "--dry-run",
@@ -586,7 +864,17 @@ def add_parsers(sub: Any) -> None:
     )
     a.set_defaults(handler=_guard(_apply))
 
-    e = sub.add_parser("edit", help="change one node of the quota tree (admin)", parents=[server])
+    e = _command(
+        sub,
+        "edit",
+        "change one node of the quota tree (admin)",
+        "Change one node of the quota tree in force: its min, max or namespaces. "
+        "With --dry-run, print what the change would do and change nothing.",
+        "  fleet edit quota team-a --max nvidia.com/gpu=32\n"
+        "  fleet edit quota team-a --min nvidia.com/gpu=8 --dry-run\n"
+        "  fleet edit quota sandbox --unlimited",
+        parents=[server],
+    )
     e.add_argument("kind", choices=("quota",), help="what to edit")
     e.add_argument("node", metavar="NODE", help="the node of the quota tree")
     e.add_argument(
@@ -608,37 +896,116 @@ def add_parsers(sub: Any) -> None:
     )
     e.set_defaults(handler=_guard(_edit))
 
-    g = sub.add_parser(
-        "get", help="list queues, jobs, clusters or stored policies", parents=[server, output]
+    kinds = "jobs (job), queues (queue, q), clusters (cluster), policies (policy), events (event)"
+    g = _command(
+        sub,
+        "get",
+        "list queues, jobs, clusters, policies or events",
+        f"List objects as a table, or as JSON, YAML or names. KIND: {kinds}. "
+        "Without -n, every namespace the token sees (as -A).",
+        "  fleet get queues                          # GPU-first: used/min/max, pending\n"
+        "  fleet get jobs -n team-a -o wide\n"
+        "  fleet get job team-a/pytorch-test -o yaml\n"
+        "  fleet get jobs -l app=bert,tier!=dev --sort-by AGE\n"
+        "  fleet get jobs --sort-by .metadata.name -o name\n"
+        "  fleet get events --for job/team-a/pytorch-test\n"
+        "  fleet get jobs --watch                    # the table, then the rows that change",
+        parents=[server],
     )
-    g.add_argument("what", choices=("queues", "jobs", "clusters", "policies"), help="what to list")
+    g.add_argument("kind", metavar="KIND", help="what to list: " + kinds)
+    g.add_argument("names", nargs="*", metavar="NAME", help="only these (NAMESPACE/NAME for jobs)")
+    g.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "json", "yaml", "name"),
+        default="table",
+        help="table (default), wide (more columns), json, yaml, or name (kind/name lines)",
+    )
+    _namespace(g)
+    g.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
+    )
+    g.add_argument(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        help="only objects whose labels match: key=value, key!=value, key, !key; comma: all",
+    )
+    g.add_argument(
+        "--sort-by",
+        metavar="COLUMN|PATH",
+        help="sort by a column (AGE, GPUS, ...) or a JSON path (.metadata.name, .gpus)",
+    )
+    g.add_argument(
+        "--show-internal",
+        action="store_true",
+        help="queues: show internal resources (kube-queue/max-jobs) in -o wide",
+    )
     g.add_argument("--queue", help="jobs: only this queue")
     g.add_argument("--state", help="jobs: only this state (Queued, Running, ...)")
-    g.add_argument("--namespace", help="jobs, policies: only this namespace")
     g.add_argument("--cluster", help="jobs: only this member cluster")
     g.add_argument(
-        "-w", "--watch", action="store_true", help="print again every --interval seconds"
+        "--for",
+        dest="for_object",
+        metavar="job/NAMESPACE/NAME",
+        help="events: only this job's",
     )
     g.add_argument(
-        "--interval", type=float, default=2.0, help="seconds between --watch updates (default 2)"
+        "-w",
+        "--watch",
+        action="store_true",
+        help="after the table, print the rows that change, every --interval seconds",
+    )
+    g.add_argument(
+        "--interval", type=float, default=2.0, help="seconds between --watch polls (default 2)"
     )
     g.set_defaults(handler=_guard(_get))
 
-    d = sub.add_parser(
+    d = _command(
+        sub,
         "describe",
-        help="one job in detail (placement, reason, events), or one queue (quota, fair "
-        "share and why, per-user use, pending jobs)",
-        parents=[server, output],
-    )
-    d.add_argument("kind", choices=("job", "queue"), help="what to describe")
-    d.add_argument("job", metavar="NAMESPACE/NAME|QUEUE", help="the job, or the queue's name")
-    d.set_defaults(handler=_guard(_describe))
-
-    x = sub.add_parser(
-        "delete",
-        help="cancel a job (it is removed from its member), or delete a stored policy",
+        "one job, queue or cluster in detail",
+        "Show one object in detail: a job (placement, reason, estimated start, events), "
+        "a queue (quota, fair share and why, per-user use, waiting jobs) or a member "
+        "cluster (health, GPUs, nodes and the GPUs each queue holds there).",
+        "  fleet describe job team-a/pytorch-test\n"
+        "  fleet describe job pytorch-test -n team-a\n"
+        "  fleet describe queue team-a\n"
+        "  fleet describe cluster east -o yaml",
         parents=[server],
     )
-    x.add_argument("kind", choices=("job", "policy"), help="what to delete")
-    x.add_argument("ref", metavar="NAMESPACE/NAME", help="the job or the PropagationPolicy")
+    d.add_argument("kind", metavar="KIND", help="job, queue (q) or cluster")
+    d.add_argument("job", metavar="NAME", help="the job (NAMESPACE/NAME), queue or cluster")
+    d.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="table (default), json or yaml",
+    )
+    _namespace(d)
+    d.set_defaults(handler=_guard(_describe))
+
+    x = _command(
+        sub,
+        "delete",
+        "cancel jobs, or delete stored policies",
+        "Cancel jobs (each is removed from its member cluster) or delete stored "
+        "PropagationPolicies: by name, several at once, or those the -f files hold.",
+        "  fleet delete job team-a/a team-a/b\n"
+        "  fleet delete jobs a b c -n team-a\n"
+        "  fleet delete policy team-c/standing\n"
+        "  fleet delete -f jobs.yaml                 # the jobs and policies it holds",
+        parents=[server, files],
+    )
+    x.add_argument("kind", nargs="?", metavar="KIND", help="job or policy")
+    x.add_argument("names", nargs="*", metavar="NAME", help="NAMESPACE/NAME (or NAME with -n)")
+    x.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="delete the jobs and PropagationPolicies of this file or directory; repeatable",
+    )
+    _namespace(x)
     x.set_defaults(handler=_guard(_delete))

@@ -14,7 +14,9 @@ through the loop; :mod:`~fleet.service.failover` stores failover's clocks and
 purges (its decisions are :mod:`fleet.core.failover`'s);
 :mod:`~fleet.service.leadership` elects one leading replica on PostgreSQL;
 :mod:`~fleet.service.telemetry` and :mod:`~fleet.service.collector` measure;
-:mod:`~fleet.service.workers` runs CPU work in other processes.  The HTTP API,
+:mod:`~fleet.service.workers` runs CPU work in other processes;
+:mod:`~fleet.service.columns` fixes the words and order of the queue and job
+tables every view above uses (pure constants and formatting).  The HTTP API,
 the simulator and the CLI sit above this package; the store, the member
 backends and the YAML models below it.
 """

@@ -14,6 +14,14 @@ what it is expected to take:
   finished;
 * else :data:`DEFAULT_EXPECTED`.
 
+A running job is expected to run on for what is left of its declared
+duration; past it (overdue), or without one, for the median of what the
+queue's recent runs that lasted longer than it has run so far still took
+(what is left of a run, given how long it has lasted: a job that has run for
+hours is not expected to end "now"); when fewer than :data:`MIN_LONGER`
+recent runs lasted that long, for what is left of the queue's median run, or
+once past it, for half what it has run so far (:func:`remaining`).
+
 No new submission is assumed.  The replay runs on a virtual clock from the
 store's present time, in a worker thread with an event loop of its own (the
 service's loop keeps serving; in the service, in a process of its own:
@@ -21,13 +29,25 @@ service's loop keeps serving; in the service, in a process of its own:
 ``horizon`` of virtual time or the ``wall_limit`` of real time is reached,
 and at most ``max_jobs`` waiting jobs (the first in order) are considered;
 a job that does not start within those bounds gets no estimate.  Each
-estimate says what it assumes.
+estimate says what it assumes, and whether every run time it rests on was
+declared.
+
+A point is not enough: :class:`Calibration` keeps how far earlier estimates
+were from the starts that followed (the error over the estimated wait, at
+least :data:`ERROR_SCALE_FLOOR`), and gives each new estimate the range
+between the 10th and 90th percentiles of those errors (:data:`DEFAULT_RANGE`
+until :data:`MIN_SAMPLES` starts were seen), separately for estimates on
+declared run times and on queue histories.  :func:`shown` is what a reader
+sees at a later moment: never a time in the past; a job whose estimated
+start has passed is shown as overdue, starting any moment, with the range
+growing as long as it stays overdue.
 
 :class:`Estimator` refreshes a forecast in the background every
 ``interval`` seconds of the service's clock, when jobs wait, and waits
 longer after a long forecast, so that forecasts take at most a tenth of the
 service's time (:data:`SHARE`); the API shows its latest as
-``estimatedStart``.  With another quota tree
+``estimatedStart`` (through :func:`shown`).  It also refreshes when an
+estimate has fallen due, even if nothing else changed.  With another quota tree
 (``tree_document``) the same forecast answers "what would this change do"
 (``POST /api/v1/quota-tree?dryRun=Simulate``, ``fleet simulate --from-live``).
 """
@@ -35,10 +55,13 @@ service's time (:data:`SHARE`); the API shows its latest as
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import dataclasses
 import json
 import logging
 import statistics
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -65,16 +88,36 @@ WALL_LIMIT: Final = 20.0
 #: The share of the service's time the background estimates may take: after a
 #: forecast that took T seconds the next one waits at least T / SHARE - T.
 SHARE: Final = 0.1
+#: Seconds an estimate's error is measured against at least (an estimated wait
+#: shorter than this counts as this long).
+ERROR_SCALE_FLOOR: Final = 300.0
+#: Errors (over the scale) of the range shown before enough starts were seen:
+#: from half the wait sooner to the wait again later.
+DEFAULT_RANGE: Final = (-0.5, 1.0)
+#: Starts seen before the range follows them, and the most kept.
+MIN_SAMPLES: Final = 20
+KEEP_SAMPLES: Final = 2000
+#: Estimates kept per waiting job until it starts (the most recent).
+KEEP_PER_JOB: Final = 4
 HOLDING: Final = ("Admitted", "Dispatched", "Running")
 WAITING: Final = ("Queued", "Preempted")
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """When a waiting job would start (None: not within the forecast's bounds), and why."""
+    """When a waiting job would start (None: not within the forecast's bounds), and why.
+
+    ``earliest`` and ``latest`` bound the range it is expected in (None: not
+    ranged yet); ``declared``: every run time the forecast rests on was
+    declared; ``overdue``: the start has passed and the job still waits.
+    """
 
     start: float | None
     assumes: str
+    earliest: float | None = None
+    latest: float | None = None
+    declared: bool = False
+    overdue: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +132,8 @@ class Forecast:
     preempted: Mapping[str, int] = field(default_factory=dict)
     #: what every estimate assumes
     assumes: str = ""
+    #: waiting job -> its row's id
+    ids: Mapping[str, int] = field(default_factory=dict)
 
 
 def _fmt(seconds: float) -> str:
@@ -106,24 +151,57 @@ def _annotation(manifest: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _expected(
-    manifest: Mapping[str, Any], queue: str, medians: Mapping[str, tuple[float, int]]
-) -> tuple[float, str]:
-    """How long a job of ``queue`` submitted as ``manifest`` is expected to run, and why."""
+Runs = Mapping[str, Sequence[float]]
+
+
+def _declared(manifest: Mapping[str, Any]) -> float | None:
+    """The run time ``manifest`` declares (None: none, or not a duration)."""
     text = _annotation(manifest, EXPECTED_ANNOTATION)
     if text is not None:
         with contextlib.suppress(ValueError):
-            seconds = parse_duration(text)
-            return seconds, f"runs {_fmt(seconds)} ({EXPECTED_ANNOTATION})"
-    median = medians.get(queue)
-    if median is not None:
-        seconds, n = median
-        return seconds, f"runs {_fmt(seconds)} (median of queue {queue}'s last {n} runs)"
-    return DEFAULT_EXPECTED, f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
+            return parse_duration(text)
+    return None
 
 
-async def _medians(session: Session) -> dict[str, tuple[float, int]]:
-    """Queue -> (median run, runs counted) over its last finished jobs."""
+def _expected(manifest: Mapping[str, Any], queue: str, runs: Runs) -> tuple[float, str, bool]:
+    """How long a job of ``queue`` submitted as ``manifest`` is expected to run, why, and
+    whether that was declared."""
+    seconds = _declared(manifest)
+    if seconds is not None:
+        return seconds, f"runs {_fmt(seconds)} ({EXPECTED_ANNOTATION})", True
+    recent = runs.get(queue)
+    if recent:
+        seconds = statistics.median(recent)
+        why = f"runs {_fmt(seconds)} (median of queue {queue}'s last {len(recent)} runs)"
+        return seconds, why, False
+
+    why = f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
+    return DEFAULT_EXPECTED, why, False
+
+
+#: Recent runs longer than a running job's that :func:`remaining` needs.
+MIN_LONGER: Final = 3
+
+
+def remaining(ran: float, declared: float | None, runs: Sequence[float]) -> float:
+    """Seconds a job that has run ``ran`` seconds is expected to run on (module docstring).
+
+    ``declared``: its declared run time (None: none); ``runs``: its queue's
+    recent runs, sorted.
+    """
+    if declared is not None and declared > ran:
+        return declared - ran
+    longer = runs[bisect.bisect_right(runs, ran) :]
+    if len(longer) >= MIN_LONGER:
+        return max(1.0, statistics.median(longer) - ran)
+    expected = statistics.median(runs) if runs else DEFAULT_EXPECTED
+    if declared is None and expected > ran:
+        return expected - ran
+    return max(1.0, ran / 2)
+
+
+async def _runs(session: Session) -> dict[str, tuple[float, ...]]:
+    """Queue -> its last finished jobs' runs (at most :data:`HISTORY`), sorted."""
     finished = await replays.last_finished(session, HISTORY * 20)
     queue_of: dict[int, str] = {}
     taken: dict[str, int] = {}
@@ -141,7 +219,7 @@ async def _medians(session: Session) -> dict[str, tuple[float, int]]:
             started[job_id] = at
         elif job_id in started:
             runs.setdefault(queue_of[job_id], []).append(at - started.pop(job_id))
-    return {q: (statistics.median(r), len(r)) for q, r in sorted(runs.items()) if r}
+    return {q: tuple(sorted(r)) for q, r in sorted(runs.items()) if r}
 
 
 #: Rows of running jobs read at a time.
@@ -192,23 +270,28 @@ def _seeded(
     holding: Sequence[Any],  # copies read by fleet.store.replays
     waiting: Sequence[Any],
     since: Mapping[int, float],
-    medians: Mapping[str, tuple[float, int]],
+    runs: Runs,
     now: float,
-) -> tuple[list[JobRow], dict[str, str]]:
-    """The rows a forecast's replay starts from, and what each waiting job's estimate assumes."""
+) -> tuple[list[JobRow], dict[str, str], bool]:
+    """The rows a forecast's replay starts from, what each waiting job's estimate
+    assumes, and whether every run time they rest on was declared."""
     seeded: list[JobRow] = []
+    declared_all = True
     for row in holding:
         manifest = json.loads(row.manifest)
-        expected, _ = _expected(manifest, row.queue, medians)
-        remaining = max(1.0, since.get(row.id, now) + expected - now)
-        seeded.append(_copy(row, row.state, _with_duration(manifest, remaining), now))
+        declared = _declared(manifest)
+        declared_all = declared_all and declared is not None
+        ran = now - since.get(row.id, now)
+        left = remaining(ran, declared, runs.get(row.queue, ()))
+        seeded.append(_copy(row, row.state, _with_duration(manifest, left), now))
     assumes: dict[str, str] = {}
     for row in waiting:
         manifest = json.loads(row.manifest)
-        expected, why = _expected(manifest, row.queue, medians)
+        expected, why, declared_one = _expected(manifest, row.queue, runs)
+        declared_all = declared_all and declared_one
         assumes[f"{row.namespace}/{row.name}"] = why
         seeded.append(_copy(row, "Queued", _with_duration(manifest, expected), now))
-    return seeded, assumes
+    return seeded, assumes, declared_all
 
 
 async def forecast(
@@ -247,8 +330,9 @@ async def forecast(
         since: dict[int, float] = {}
         if holding:
             since = await replays.running_since(session, HOLDING)
-        medians = await _medians(session)
-    seeded, assumes = await asyncio.to_thread(_seeded, holding, waiting, since, medians, now)
+        runs = await _runs(session)
+    seeded, assumes, declared = await asyncio.to_thread(_seeded, holding, waiting, since, runs, now)
+    ids = {f"{row.namespace}/{row.name}": row.id for row in waiting}
 
     async def seed(session: Session) -> None:
         session.add_all(seeded)
@@ -269,17 +353,19 @@ async def forecast(
         wall_limit=wall_limit,
     )
     starts = {j.key: j.start for j in result.jobs}
-    estimates = {key: Estimate(starts.get(key), why) for key, why in assumes.items()}
+    estimates = {
+        key: Estimate(starts.get(key), why, declared=declared) for key, why in assumes.items()
+    }
     preempted = {
         j.key: j.preemptions for j in result.jobs if j.preemptions and j.key not in assumes
     }
     summary = (
         f"simulated from {len(holding)} running and {len(waiting)} waiting jobs, no new "
-        f"submissions; running jobs end after their {EXPECTED_ANNOTATION}, else their "
-        f"queue's median run, else {_fmt(DEFAULT_EXPECTED)}; bounded by {_fmt(horizon)} "
-        "of simulated time"
+        f"submissions; running jobs end after their {EXPECTED_ANNOTATION}, else (or once "
+        "past it) after the median of their queue's recent runs that lasted longer, else "
+        f"{_fmt(DEFAULT_EXPECTED)}; bounded by {_fmt(horizon)} of simulated time"
     )
-    return Forecast(now, horizon, estimates, preempted, summary)
+    return Forecast(now, horizon, estimates, preempted, summary, ids)
 
 
 def _forecast_by_url(
@@ -311,6 +397,106 @@ def _forecast_by_url(
     return asyncio.run(run())
 
 
+# The range around an estimate, and what a reader sees later -------------------------------
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+class Calibration:
+    """How far earlier estimates were from actual starts (module docstring).
+
+    :meth:`record` remembers a forecast's estimates; :meth:`learn` reads,
+    from the store, the first start of every remembered job since it was
+    estimated and keeps the error; :meth:`ranged` gives a forecast's
+    estimates their ranges.
+    """
+
+    def __init__(self) -> None:
+        #: job id -> (declared, when estimated, estimated start), the latest few
+        self._open: dict[int, deque[tuple[bool, float, float]]] = {}
+        #: declared -> errors over the scale, the latest KEEP_SAMPLES
+        self._errors: dict[bool, deque[float]] = {
+            True: deque(maxlen=KEEP_SAMPLES),
+            False: deque(maxlen=KEEP_SAMPLES),
+        }
+
+    def samples(self, declared: bool) -> int:
+        return len(self._errors[declared])
+
+    def bounds(self, declared: bool) -> tuple[float, float]:
+        """The errors (over the scale) at the range's ends."""
+        errors = self._errors[declared]
+        if len(errors) < MIN_SAMPLES:
+            return DEFAULT_RANGE
+        ordered = sorted(errors)
+        return _quantile(ordered, 0.1), _quantile(ordered, 0.9)
+
+    def ranged(self, found: Forecast) -> Forecast:
+        """``found`` with every estimate's range."""
+        estimates: dict[str, Estimate] = {}
+        for key, e in found.estimates.items():
+            if e.start is None:
+                estimates[key] = e
+                continue
+            low, high = self.bounds(e.declared)
+            scale = max(e.start - found.at, ERROR_SCALE_FLOOR)
+            earliest = max(found.at, min(e.start, e.start + low * scale))
+            latest = max(e.start, e.start + high * scale)
+            estimates[key] = dataclasses.replace(e, earliest=earliest, latest=latest)
+        return dataclasses.replace(found, estimates=estimates)
+
+    def record(self, found: Forecast) -> None:
+        """Remember ``found``'s estimates, to compare with the starts that follow."""
+        for key, e in found.estimates.items():
+            job_id = found.ids.get(key)
+            if e.start is not None and job_id is not None:
+                kept = self._open.setdefault(job_id, deque(maxlen=KEEP_PER_JOB))
+                kept.append((e.declared, found.at, e.start))
+
+    def learn_starts(self, starts: Mapping[int, float], now: float, horizon: float) -> None:
+        """Keep the errors of the remembered estimates of jobs that started (job id ->
+        first start since), and forget estimates older than ``horizon``."""
+        for job_id in sorted(self._open):
+            kept = self._open[job_id]
+            start = starts.get(job_id)
+            for declared, at, estimate in kept:
+                if start is not None and start >= at:
+                    scale = max(estimate - at, ERROR_SCALE_FLOOR)
+                    self._errors[declared].append((start - estimate) / scale)
+            if start is not None or all(now - at > horizon for _, at, _ in kept):
+                del self._open[job_id]
+
+    async def learn(self, db: Database, now: float, horizon: float = HORIZON) -> None:
+        """:meth:`learn_starts` with the starts read from ``db``."""
+        if not self._open:
+            return
+        since = min(at for kept in self._open.values() for _, at, _ in kept)
+        async with db.read() as session:
+            events = await replays.run_events(session, sorted(self._open))
+        starts: dict[int, float] = {}
+        for job_id, at, reason in events:
+            if reason == "Running" and at >= since and job_id not in starts:
+                starts[job_id] = at
+        self.learn_starts(starts, now, horizon)
+
+
+def shown(estimate: Estimate, now: float) -> Estimate:
+    """``estimate`` as shown at ``now`` (module docstring): a start that has passed is
+    overdue, now, with a range as wide as before and growing with the delay."""
+    if estimate.start is None:
+        return estimate
+    if estimate.start > now:
+        earliest = estimate.earliest
+        return dataclasses.replace(
+            estimate, earliest=None if earliest is None else max(earliest, now)
+        )
+    latest = estimate.latest if estimate.latest is not None else estimate.start
+    spread = max(latest - estimate.start, now - estimate.start, 60.0)
+    return dataclasses.replace(estimate, start=now, earliest=now, latest=now + spread, overdue=True)
+
+
 Documents = Callable[[], tuple[str, str]]
 
 
@@ -338,20 +524,32 @@ class Estimator:
         self._run = run
         #: where forecasts run (None: in a thread of this process)
         self.worker = worker
+        self.calibration = Calibration()
         self._seen: object = object()
         self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> Forecast:
         tree, clusters = self.documents()
         kw = {} if self.worker is None else {"worker": self.worker}
-        self.latest = await self._run(self.db, tree, clusters, self.clock.now(), **kw)
+        now = self.clock.now()
+        found = await self._run(self.db, tree, clusters, now, **kw)
+        await self.calibration.learn(self.db, now)
+        self.latest = self.calibration.ranged(found)
+        self.calibration.record(self.latest)
         return self.latest
+
+    def _due(self) -> bool:
+        """Whether an estimate of the latest forecast has fallen due."""
+        if self.latest is None:
+            return False
+        now = self.clock.now()
+        return any(e.start is not None and e.start <= now for e in self.latest.estimates.values())
 
     async def _loop(self) -> None:
         while True:
             marker = self.changed() if self.changed is not None else object()
             took = 0.0
-            if marker != self._seen:
+            if marker != self._seen or self._due():
                 started = self.clock.now()
                 try:
                     await self.refresh()
@@ -376,11 +574,12 @@ class Estimator:
             self._task = None
 
 
-def estimate_of(latest: Forecast | None, key: str) -> Estimate | None:
-    """The latest estimate for waiting job ``key`` (None: none yet)."""
+def estimate_of(latest: Forecast | None, key: str, now: float) -> Estimate | None:
+    """The latest estimate for waiting job ``key`` as shown at ``now`` (None: none yet)."""
     if latest is None:
         return None
-    return latest.estimates.get(key)
+    found = latest.estimates.get(key)
+    return None if found is None else shown(found, now)
 
 
 # What would this quota change do? --------------------------------------------------------

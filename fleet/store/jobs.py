@@ -21,7 +21,8 @@ PostgreSQL.
 **The hub's reads.**  The hub controller (:mod:`fleet.hub`) follows many
 jobs by name: :func:`current_by_names` reads their current runs in one
 statement per namespace, and :func:`events_after` the event log from an id
-on, across jobs, with each event's job name and uid.
+on, across jobs, with each event's job name and uid; :func:`recent_events`
+the newest events, across jobs or of one namespace or job (``fleet get events``).
 
 **Preemptions.**  A job's ``preemptions`` column lists its preemptions as
 data (:func:`preemption_record`); a :class:`JobUpdate` that carries one
@@ -283,6 +284,36 @@ async def events_after(session: AsyncSession, after: int, limit: int) -> list[Lo
         .order_by(_EVENTS.c.id)
         .limit(limit)
     )
+    return [LoggedEvent(*r) for r in rows]
+
+
+async def recent_events(
+    session: AsyncSession,
+    *,
+    limit: int,
+    namespace: str | None = None,
+    name: str | None = None,
+    namespaces: Iterable[str] | None = None,
+) -> list[LoggedEvent]:
+    """The newest ``limit`` logged events, newest first: of one ``namespace`` (and
+    job ``name``) when given, and only in ``namespaces`` when given (a team's)."""
+    query = select(
+        _EVENTS.c.id,
+        _JOBS.c.namespace,
+        _JOBS.c.name,
+        _JOBS.c.uid,
+        _EVENTS.c.time,
+        _EVENTS.c.type,
+        _EVENTS.c.reason,
+        _EVENTS.c.message,
+    ).join(_JOBS, _JOBS.c.id == _EVENTS.c.job_id)
+    if namespace is not None:
+        query = query.where(_JOBS.c.namespace == namespace)
+    if name is not None:
+        query = query.where(_JOBS.c.name == name, _JOBS.c.superseded == 0)
+    if namespaces is not None:
+        query = query.where(_JOBS.c.namespace.in_(list(namespaces)))
+    rows = await session.execute(query.order_by(_EVENTS.c.id.desc()).limit(limit))
     return [LoggedEvent(*r) for r in rows]
 
 

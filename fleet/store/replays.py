@@ -109,10 +109,9 @@ async def preemption_reasons(session: AsyncSession) -> dict[int, list[str]]:
 async def waiting_copies(
     session: AsyncSession, states: Sequence[str], limit: int
 ) -> Sequence[Copy]:
-    """Copies of the first ``limit`` jobs in ``states`` that are not suspended, by id."""
-    found = await session.execute(
-        _COPY.where(JobRow.state.in_(states), JobRow.suspended.is_(False)).limit(limit)
-    )
+    """Copies of the first ``limit`` jobs in ``states``, by id.  (A job stored as
+    ``suspended`` before such jobs were refused was queued and run all the same.)"""
+    found = await session.execute(_COPY.where(JobRow.state.in_(states)).limit(limit))
     return found.all()
 
 

@@ -60,6 +60,7 @@ CASES = [
         submission,
     ),
     Case("listJobs", "GET", lambda c: "/api/v1/jobs", READ),
+    Case("listJobEvents", "GET", lambda c: "/api/v1/job-events", READ),
     Case("getJob", "GET", lambda c: "/api/v1/jobs/team-a/seed", READ),
     Case(
         "cancelJob",

@@ -32,6 +32,7 @@ DESIGN_ROUTES = {
     ("POST", "/api/v1/submissions"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/{namespace}/{name}"),
+    ("GET", "/api/v1/job-events"),
     ("DELETE", "/api/v1/jobs/{namespace}/{name}"),
     ("GET", "/api/v1/policies"),
     ("GET", "/api/v1/policies/{namespace}/{name}"),

@@ -103,7 +103,7 @@ async def test_a_policy_alone_is_stored_and_governs_later_jobs_of_its_namespace(
     assert "policies" not in body
     status, job = await call(client, "GET", "/api/v1/jobs/team-a/later")
     assert job["policy"] == {"namespace": "team-a", "name": "standing", "source": "stored"}
-    assert job["suspended"] is True  # the stored policy's settings apply
+    assert job["suspended"] is False  # scheduling queues it, as it does every job
     resp = await client.get("/api/v1/jobs/team-a/later/submitted", headers=bearer("admin"))
     documents = list(yaml.safe_load_all(await resp.text()))
     assert documents[0] == policy(suspension={"scheduling": True})

@@ -148,20 +148,40 @@ def test_the_spec_hash_changes_with_either_document(change: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("suspension", "api", "suspended"),
+    ("suspension", "api"),
     [
-        ({"scheduling": True}, "policy.one.alibabacloud.com/v1alpha1", True),
-        ({"dispatching": True}, "policy.karmada.io/v1alpha1", True),
-        ({"scheduling": False}, "policy.one.alibabacloud.com/v1alpha1", False),
-        (None, "policy.karmada.io/v1alpha1", False),
+        ({"scheduling": True}, "policy.one.alibabacloud.com/v1alpha1"),
+        ({"scheduling": False}, "policy.one.alibabacloud.com/v1alpha1"),
+        ({"dispatching": False}, "policy.karmada.io/v1alpha1"),
+        (None, "policy.karmada.io/v1alpha1"),
     ],
 )
-def test_suspension_comes_from_either_field(
-    suspension: dict[str, bool] | None, api: str, suspended: bool
+def test_suspension_scheduling_queues_the_job_as_every_job_is(
+    suspension: dict[str, bool] | None, api: str
 ) -> None:
     extra = {"suspension": suspension} if suspension is not None else {}
     (out,) = parse(make_policy(api_version=api, **extra), make_job())
-    assert out.suspended is suspended
+    assert out.suspended is False
+
+
+@pytest.mark.parametrize(
+    ("suspension", "field"),
+    [
+        ({"dispatching": True}, "dispatching"),
+        ({"dispatching": True, "scheduling": True}, "dispatching"),
+        ({"dispatchingOnClusters": {"clusterNames": ["c1"]}}, "dispatchingOnClusters"),
+    ],
+)
+def test_a_policy_that_pauses_dispatching_is_refused_at_its_field(
+    suspension: dict[str, Any], field: str
+) -> None:
+    policy = make_policy(api_version="policy.karmada.io/v1alpha1", suspension=suspension)
+    with pytest.raises(ProblemError) as caught:
+        parse(policy, make_job())
+    (error,) = caught.value.problem.errors
+    assert error.path == f"spec.suspension.{field}"
+    assert error.kind == "PropagationPolicy"
+    assert "pauses job" in error.message and "suspension.scheduling" in error.message
 
 
 def test_failover_comes_from_the_policy() -> None:
@@ -524,6 +544,15 @@ def test_without_clusters_no_capacity_is_checked() -> None:
     assert parse(make_policy(), make_job(gpu=64), clusters=())
 
 
+def test_a_job_whose_stored_policy_pauses_dispatching_is_refused_naming_the_policy() -> None:
+    standing = make_policy("standing", suspension={"dispatching": True})
+    with pytest.raises(ProblemError) as caught:
+        parse(make_job(), policies={"default/standing": standing})
+    (error,) = caught.value.problem.errors
+    assert error.kind == "PyTorchJob" and error.path == "metadata.name"
+    assert error.message.startswith("its stored PropagationPolicy default/standing: ")
+
+
 # Plain data -----------------------------------------------------------------------------
 
 
@@ -539,10 +568,11 @@ def test_plain_data_names_what_json_cannot_hold() -> None:
 
 
 def test_a_job_governed_by_a_stored_policy_is_hashed_alone() -> None:
-    standing = make_policy("standing", suspension={"scheduling": True})
+    rule = {"decisionConditions": {"tolerationSeconds": 30}}
+    standing = make_policy("standing", failover={"application": rule})
     (out,) = parse(make_job(), policies={"default/standing": standing})
     assert (out.policy, out.policy_source, out.policy_index) == (standing, "stored", None)
-    assert out.suspended is True  # the stored policy's settings apply
+    assert out.failover.toleration_seconds == 30  # the stored policy's settings apply
     assert out.spec_hash == spec_hash(make_job(), None)
     # An edit of the stored policy leaves the job the same job.
     edited = make_policy("standing", priority=7)

@@ -88,6 +88,8 @@ def test_the_walk_finds_every_subcommand() -> None:
         "fleet config set-context",
         "fleet simulate",
         "fleet simulate gen-clusters",
+        "fleet version",
+        "fleet completion",
     }
 
 

@@ -124,21 +124,16 @@ def test_get_jobs_table(server: str, capsys: pytest.CaptureFixture[str], tmp_pat
     code, out, err = fleet(capsys, "get", "jobs", "--server", server)
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0].split() == [
-        "JOB",
-        "KIND",
-        "QUEUE",
-        "STATE",
-        "PRIORITY-CLASS",
-        "PRIORITY",
-        "MODE",
-        "CLUSTER",
-        "AGE",
-    ]
+    # The job table's columns are the shared vocabulary's (fleet.service.columns).
+    assert lines[0].split() == ["NAME", "QUEUE", "STATE", "GPUS", "CLUSTER", "AGE", "START"]
     row = next(line for line in lines if line.startswith("team-a/get-table "))
-    assert row.split()[1] == "PyTorchJob"
-    assert row.split()[2] == "team-a"
-    assert row.split()[-1].endswith(("s", "m"))
+    assert row.split()[1] == "team-a"
+    assert row.split()[3] == "1"
+    assert row.split()[5].endswith(("s", "m"))
+    code, out, err = fleet(capsys, "get", "jobs", "-o", "wide", "--server", server)
+    assert (code, err) == (0, "")
+    row = next(line for line in out.splitlines() if line.startswith("team-a/get-table "))
+    assert row.split()[-1] == "PyTorchJob"
 
 
 def test_get_jobs_filters(server: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -182,22 +177,15 @@ def test_get_queues(server: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = fleet(capsys, "get", "queues", "--server", server)
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0].split() == [
-        "NAME",
-        "PARENT",
-        "MIN",
-        "MAX",
-        "USED",
-        "BORROWED",
-        "ADMITTED",
-        "PENDING",
-    ]
+    assert lines[0].split() == ["QUEUE", "GPUS", "BORROWED", "RUNNING", "PENDING"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {"root", "research", "platform", "team-a", "team-b", "team-c", "sandbox"}
-    assert rows["root"][1] == "-"
-    assert rows["team-a"][1] == "research"
-    assert rows["team-a"][2].startswith("gpu=16")
-    assert rows["sandbox"][2] == "-"  # no guarantee
+    assert rows["team-a"][1].split("/")[1] == "16"  # used/min/max
+    assert rows["sandbox"][1].split("/")[1] == "0"  # no guarantee
+    code, out, err = fleet(capsys, "get", "queues", "-o", "wide", "--server", server)
+    wide = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert wide["root"][-1] == "-"  # PARENT
+    assert wide["team-a"][-1] == "research"
 
 
 @pytest.mark.parametrize("output", ["json", "yaml"])

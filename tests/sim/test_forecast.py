@@ -387,3 +387,49 @@ def test_only_a_database_another_process_can_open_is_forecast_in_the_worker() ->
     assert reachable_from_another_process("postgresql+asyncpg://u@h:5432/fleet")
     assert not reachable_from_another_process("sqlite+aiosqlite://")
     assert not reachable_from_another_process("sqlite+aiosqlite:///:memory:")
+
+
+async def test_a_job_queued_by_suspension_scheduling_gets_an_estimate_never_in_the_past(
+    aiohttp_client: Any, database_url: str
+) -> None:
+    """ACK One's ``suspension.scheduling: true`` queues a job: it is estimated as any
+    other; once its estimated start has passed it is overdue, starting now, with a range
+    reaching past now, never a time in the past."""
+    clock = VirtualClock(T0)
+    settings = running.settings(
+        database_url,
+        clusters=POLICIES / "clusters" / "lab-2.yaml",
+        quota=POLICIES / "lab" / "quota-one-vc.yaml",
+        estimate_interval=0,
+    )
+    client = await aiohttp_client(create_app(settings, clock=clock))
+    svc = client.app[keys.SERVICE]
+    queued = list(yaml.safe_load_all(job("b", gpus=1, run="5m")))
+    queued[0]["spec"]["suspension"] = {"scheduling": True}
+    # a declares 1 h but runs 2 h
+    text = job("a", gpus=2, run="2h", expected="1h") + "---\n" + yaml.safe_dump_all(queued)
+    resp = await client.post("/api/v1/submissions", data=text, headers=YAML)
+    assert resp.status == 201, await resp.text()
+    await running.settle(svc.loop, clock)
+    await client.app[keys.ESTIMATOR].refresh()
+    detail = await (await client.get("/api/v1/jobs/lab/b")).json()
+    assert detail["suspended"] is False
+    estimate = detail["estimatedStart"]
+    assert datetime.datetime.fromisoformat(estimate["time"]).timestamp() == T0 + 3600
+    assert estimate["declared"] is False  # b's own run time is not declared
+    assert not estimate["overdue"]
+    earliest = datetime.datetime.fromisoformat(estimate["earliest"]).timestamp()
+    latest = datetime.datetime.fromisoformat(estimate["latest"]).timestamp()
+    assert T0 <= earliest <= T0 + 3600 <= latest
+    await running.settle(svc.loop, clock, 3600 + 600)  # a runs on past its declaration
+    detail = await (await client.get("/api/v1/jobs/lab/b")).json()
+    assert detail["state"] == "Queued"
+    shown = detail["estimatedStart"]
+    now = T0 + 4200
+    assert shown["overdue"] is True
+    assert datetime.datetime.fromisoformat(shown["time"]).timestamp() == now
+    assert datetime.datetime.fromisoformat(shown["latest"]).timestamp() > now
+    await client.app[keys.ESTIMATOR].refresh()  # a is now expected to run on
+    again = (await (await client.get("/api/v1/jobs/lab/b")).json())["estimatedStart"]
+    assert datetime.datetime.fromisoformat(again["time"]).timestamp() > now
+    assert again["overdue"] is False
