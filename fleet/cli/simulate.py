@@ -41,6 +41,7 @@ from typing import Any, Final, TextIO
 from fleet.cli import config, remote
 from fleet.cli.inputs import InputError, read_input
 from fleet.core.digits import parse_digits
+from fleet.service import columns
 
 _UNTIL = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|m|h|d)?")
 _UNIT: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -255,7 +256,7 @@ def _when(value: str | None) -> str:
 
 
 def _wait(value: float | None) -> str:
-    return "-" if value is None else _span(value)
+    return "-" if value is None else columns.duration(value)
 
 
 def from_live(args: argparse.Namespace) -> int:
@@ -320,19 +321,7 @@ def _change(job: dict[str, Any]) -> str:
         for t in (current, proposed)
     ]
     seconds = (shown[1] - shown[0]).total_seconds()
-    return f"{_span(abs(seconds))} {'later' if seconds > 0 else 'sooner'}"
-
-
-def _span(seconds: float) -> str:
-    """``1h5m``, ``12m``, ``40s``: whole seconds, at most two units."""
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"
+    return f"{columns.duration(abs(seconds))} {'later' if seconds > 0 else 'sooner'}"
 
 
 def _day(seconds: float) -> str:
