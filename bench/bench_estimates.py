@@ -53,12 +53,15 @@ OPENB = DATA / "alibaba-openb-2023" / "openb_pod_list_default.csv"
 MOMENTS = 24
 
 BASELINE = """\
-0.39.0, defaults (400 jobs, 10 % of the nodes, every 6 h, shown 90 s later), no ranges:
-  philly declared: 1271 estimates, |error| p50 0.0 min, p90 0.0 min, relative p90 0.00,
-                   0 in the past
-  philly medians:  2082 estimates, |error| p50 5446.1 min, p90 24008.4 min, relative p90 2.86,
-                   185 in the past
-  openb  declared: see the closing note of the release; openb  medians: likewise"""
+0.39.0 on the same defaults (its estimates had no range and were shown as forecast):
+  philly declared:  1273 estimates,  886 without; |error| p50      0.0 min, p90      0.0 min;
+                    relative p50 0.00, p90 0.00; in the past    0
+  philly medians :  2085 estimates,   74 without; |error| p50   5446.1 min, p90  24008.4 min;
+                    relative p50 1.00, p90 1.00; in the past 1475
+  openb declared:    292 estimates,    0 without; |error| p50      1.6 min, p90     15.1 min;
+                    relative p50 0.02, p90 0.76; in the past    3
+  openb medians :    292 estimates,    0 without; |error| p50     40.7 min, p90     57.4 min;
+                    relative p50 1.00, p90 1.00; in the past  165"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -35,8 +35,9 @@ declared.
 A point is not enough: :class:`Calibration` keeps how far earlier estimates
 were from the starts that followed (the error over the estimated wait, at
 least :data:`ERROR_SCALE_FLOOR`), and gives each new estimate the range
-between the 10th and 90th percentiles of those errors (:data:`DEFAULT_RANGE`
-until :data:`MIN_SAMPLES` starts were seen), separately for estimates on
+between the 10th and 90th percentiles of those errors, never narrower than
+:data:`NARROWEST` (:data:`DEFAULT_RANGE` until :data:`MIN_SAMPLES` starts
+were seen), separately for estimates on
 declared run times and on queue histories.  :func:`shown` is what a reader
 sees at a later moment: never a time in the past; a job whose estimated
 start has passed is shown as overdue, starting any moment, with the range
@@ -94,6 +95,9 @@ ERROR_SCALE_FLOOR: Final = 300.0
 #: Errors (over the scale) of the range shown before enough starts were seen:
 #: from half the wait sooner to the wait again later.
 DEFAULT_RANGE: Final = (-0.5, 1.0)
+#: The narrowest range, however close earlier estimates were: what was seen is
+#: a sample, and the next start may fall outside it.
+NARROWEST: Final = (-0.25, 0.5)
 #: Starts seen before the range follows them, and the most kept.
 MIN_SAMPLES: Final = 20
 KEEP_SAMPLES: Final = 2000
@@ -431,7 +435,9 @@ class Calibration:
         if len(errors) < MIN_SAMPLES:
             return DEFAULT_RANGE
         ordered = sorted(errors)
-        return _quantile(ordered, 0.1), _quantile(ordered, 0.9)
+        return min(_quantile(ordered, 0.1), NARROWEST[0]), max(
+            _quantile(ordered, 0.9), NARROWEST[1]
+        )
 
     def ranged(self, found: Forecast) -> Forecast:
         """``found`` with every estimate's range."""
