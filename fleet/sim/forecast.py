@@ -92,12 +92,13 @@ SHARE: Final = 0.1
 #: Seconds an estimate's error is measured against at least (an estimated wait
 #: shorter than this counts as this long).
 ERROR_SCALE_FLOOR: Final = 300.0
-#: Errors (over the scale) of the range shown before enough starts were seen:
-#: from half the wait sooner to the wait again later.
-DEFAULT_RANGE: Final = (-0.5, 1.0)
 #: The narrowest range, however close earlier estimates were: what was seen is
 #: a sample, and the next start may fall outside it.
 NARROWEST: Final = (-0.25, 0.5)
+#: Errors (over the scale) of the range shown before enough starts were seen, by
+#: whether the estimate rests on declared run times: the narrowest, else from
+#: half the wait sooner to the wait again later.
+DEFAULT_RANGE: Final = {True: NARROWEST, False: (-0.5, 1.0)}
 #: Starts seen before the range follows them, and the most kept.
 MIN_SAMPLES: Final = 20
 KEEP_SAMPLES: Final = 2000
@@ -433,7 +434,7 @@ class Calibration:
         """The errors (over the scale) at the range's ends."""
         errors = self._errors[declared]
         if len(errors) < MIN_SAMPLES:
-            return DEFAULT_RANGE
+            return DEFAULT_RANGE[declared]
         ordered = sorted(errors)
         return min(_quantile(ordered, 0.1), NARROWEST[0]), max(
             _quantile(ordered, 0.9), NARROWEST[1]
