@@ -357,7 +357,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     done.add_argument("shell", choices=("bash", "zsh"), help="the shell")
     done.set_defaults(handler=lambda args: _completion(parser, args))
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, (description, example) in _EXPLAINED.items():
+        command = commands.choices[name]
+        command.description = command.description or description
+        command.epilog = "examples:\n" + example
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+#: Descriptions (where the command has none) and examples of the commands whose
+#: parsers are built elsewhere without them.
+_EXPLAINED: dict[str, tuple[str, str]] = {
+    "check": (
+        "",
+        "  fleet check quota policies/quota/team-tree.yaml --clusters "
+        "policies/clusters/example.yaml\n"
+        "  fleet check jobs policies/jobs/quickstart.yaml --quota policies/quota/team-tree.yaml",
+    ),
+    "plan": (
+        "",
+        "  fleet plan --quota policies/quota/team-tree.yaml --clusters "
+        "policies/clusters/example.yaml --jobs policies/jobs/quickstart.yaml",
+    ),
+    "serve": (
+        "",
+        "  fleet serve                                   # SQLite ./fleet.db, simulated members\n"
+        "  fleet serve --port 9090 --tokens-file tokens.yaml --log-format json",
+    ),
+    "token": (
+        "Manage the bearer tokens of a tokens file: create one (printed once), list them, "
+        "revoke one.",
+        "  fleet token create alice --role team --queue team-a --tokens-file tokens.yaml\n"
+        "  fleet token list --tokens-file tokens.yaml\n"
+        "  fleet token revoke alice --tokens-file tokens.yaml",
+    ),
+    "config": (
+        "",
+        "  fleet config set-context prod --server fleet.example.com:8080 "
+        "--token-file ~/.fleet/prod-token\n"
+        "  fleet config use-context prod\n"
+        "  fleet config get-contexts",
+    ),
+    "simulate": (
+        "",
+        "  fleet simulate gen-clusters --trace data/traces/philly-vc/philly_vc_jobs.csv "
+        "--format philly -o philly\n"
+        "  fleet simulate --clusters philly/clusters.yaml --quota philly/quota.yaml \\\n"
+        "      --trace data/traces/philly-vc/philly_vc_jobs.csv --compare fleet,capacity "
+        "--limit 2000 -o out\n"
+        "  fleet simulate --from-live --quota proposed-tree.yaml --horizon 24h",
+    ),
+}
 
 
 def _version(args: argparse.Namespace) -> int:

@@ -250,7 +250,10 @@ def test_apply_sends_every_file(
     ]
 
 
-EXPLAINED = ("apply", "get", "describe", "delete", "edit", "completion", "version")
+EXPLAINED = (
+    *("apply", "get", "describe", "delete", "edit", "completion", "version"),
+    *("check", "plan", "serve", "token", "config", "simulate"),
+)
 
 
 def test_every_command_of_the_kubectl_habits_has_a_description_and_an_example() -> None:
