@@ -19,6 +19,7 @@ one wrongly fails in its tests, not in a client.
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
@@ -665,10 +666,20 @@ class PolicyList(Schema):
 # Service ------------------------------------------------------------------------------
 
 
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("fleet")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 class Liveness(Schema):
     """The process answers."""
 
     status: str = Field(default="ok", description="Always ok.")
+    version: str = Field(
+        default_factory=_package_version, description="The server's Fleet version."
+    )
     role: str | None = Field(
         default=None,
         description="single (SQLite: this process schedules), leader (it runs the scheduler "

@@ -339,11 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub, inputs)
     v = sub.add_parser(
         "version",
-        help="print the client's version",
-        description="Print the version of this fleet command (the API does not tell the server's).",
-        epilog="examples:\n  fleet version",
+        help="print the client's and the server's versions",
+        description="Print the version of this fleet command and, unless --client, the "
+        "version of the server it talks to (its /healthz; unreachable is said, not an error).",
+        epilog="examples:\n  fleet version\n  fleet version --client\n"
+        "  fleet version --context prod",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[config.server_options()],
     )
+    v.add_argument("--client", action="store_true", help="the client's version only")
     v.set_defaults(handler=_version)
     done = sub.add_parser(
         "completion",
@@ -413,6 +417,16 @@ _EXPLAINED: dict[str, tuple[str, str]] = {
 
 def _version(args: argparse.Namespace) -> int:
     print(f"Client Version: fleet {version()}")
+    if args.client:
+        return 0
+    try:
+        server = remote.server_of(args)
+        status, body = remote.request(server, "GET", "/healthz")
+    except remote.RemoteError as e:
+        print(f"Server Version: unknown ({e})")
+        return 0
+    shown = body.get("version") if status == 200 and isinstance(body, dict) else None
+    print(f"Server Version: fleet {shown} at {server.url}" if shown else "Server Version: unknown")
     return 0
 
 

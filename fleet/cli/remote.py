@@ -67,7 +67,7 @@ class Server(NamedTuple):
     token: str | None = None
 
 
-def _server(args: argparse.Namespace) -> Server:
+def server_of(args: argparse.Namespace) -> Server:
     """The server and token of the flags, the environment or the config file
     (:func:`fleet.cli.config.resolve`); a bad value is a :class:`RemoteError`."""
     try:
@@ -247,7 +247,7 @@ def _read_manifest(path: str) -> bytes:
 def _apply(args: argparse.Namespace) -> int:
     """``apply -f A -f DIR -f -``: every file is sent, in order; a file the server refuses
     is reported and the next one is still sent; the status is 1 if any failed."""
-    server = _server(args)
+    server = server_of(args)
     failed = 0
     for path in _files(args.file, args.recursive):
         try:
@@ -335,13 +335,13 @@ def _edit(args: argparse.Namespace) -> int:
     path = f"/api/v1/quota-tree/nodes/{urllib.parse.quote(args.node, safe='')}"
     body = json.dumps(patch).encode()
     if args.dry_run:  # the node before, and what the server says the patch would do
-        server = _server(args)
+        server = server_of(args)
         _, tree = request(server, "GET", "/api/v1/quota-tree")
         path += "?dryRun=All"
         _, change = request(server, "PATCH", path, body, "application/merge-patch+json")
         previews.print_edit(args.node, tree, patch, change)
         return 0
-    _, change = request(_server(args), "PATCH", path, body, "application/merge-patch+json")
+    _, change = request(server_of(args), "PATCH", path, body, "application/merge-patch+json")
     _print_change(change)
     return 0
 
@@ -467,7 +467,7 @@ def _get(args: argparse.Namespace) -> int:
         kind = views.noun(args.kind)
     except ValueError as e:
         raise RemoteError(str(e)) from None
-    server = _server(args)
+    server = server_of(args)
     watcher = views.Watcher()
     while True:
         items, extra = _fetch(server, args, kind)
@@ -521,7 +521,7 @@ def _describe_queue(args: argparse.Namespace) -> int:
     """``fleet describe queue NAME``: its quota, usage, fair share and why, per-user
     limits with each user's use, and its waiting jobs."""
     path = f"/api/v1/queues/{urllib.parse.quote(args.job, safe='')}"
-    _, queue = request(_server(args), "GET", path)
+    _, queue = request(server_of(args), "GET", path)
     if args.output != "table":
         _emit(queue, args.output)
         return 0
@@ -580,7 +580,7 @@ def _describe(args: argparse.Namespace) -> int:
 def _describe_cluster(args: argparse.Namespace) -> int:
     """``fleet describe cluster NAME``: health, GPUs, virtual clusters, and its nodes
     with the GPUs each queue holds there (the cell map)."""
-    server = _server(args)
+    server = server_of(args)
     _, data = request(server, "GET", "/api/v1/clusters")
     cluster = next((c for c in data["items"] if c["name"] == args.job), None)
     if cluster is None:
@@ -650,7 +650,7 @@ def _describe_cluster(args: argparse.Namespace) -> int:
 
 
 def _describe_job(args: argparse.Namespace) -> int:
-    _, job = request(_server(args), "GET", _job_path(args.job))
+    _, job = request(server_of(args), "GET", _job_path(args.job))
     if args.output != "table":
         _emit(job, args.output)
         return 0
@@ -773,7 +773,7 @@ NOT_DELETED: Final = frozenset(
 def _delete(args: argparse.Namespace) -> int:
     """``delete job A B``, ``delete policy NS/NAME``, ``delete -f FILE``: each in turn;
     one that fails is reported and the rest are still deleted (status 1)."""
-    server = _server(args)
+    server = server_of(args)
     failed = 0
     for kind, ref in _delete_targets(args):
         try:

@@ -189,7 +189,8 @@ HABITS = [
     # completion, version
     Habit(("completion", "bash"), has=("complete -F _fleet fleet", "get)", "queues", "--sort-by")),
     Habit(("completion", "zsh"), has=("bashcompinit", "describe)")),
-    Habit(("version",), has=("Client Version: fleet ",)),
+    Habit(("version",), has=("Client Version: fleet ", "Server Version: fleet ")),
+    Habit(("version", "--client"), has=("Client Version: fleet ",), lacks=("Server",)),
 ]
 
 
@@ -202,7 +203,7 @@ def test_kubectl_habit(
 ) -> None:
     url, work = served
     argv = [a.replace("{dir}", str(work)) for a in habit.argv]
-    if argv[0] in ("get", "describe", "delete", "apply"):
+    if argv[0] in ("get", "describe", "delete", "apply") or argv == ["version"]:
         argv += ["--server", url]
     if habit.polls:
         polls = iter(range(habit.polls))
