@@ -292,9 +292,13 @@ def _is_quota_tree(body: bytes) -> bool:
 
 def _print_change(change: dict[str, Any]) -> None:
     if change.get("dryRun"):
-        print("quota tree: dry run, nothing changed")
-    else:
-        print(f"quota tree version {change['version']} in force")
+        print("quota tree: dry run, nothing changed; the new tree would affect")
+        for line in previews.affected(change):
+            print(f"  {line}")
+        for warning in change.get("warnings", []):
+            print(f"warning: {warning}")
+        return
+    print(f"quota tree version {change['version']} in force")
     for warning in change.get("warnings", []):
         print(f"warning: {warning}")
     for over in change.get("overLimit", []):

@@ -57,6 +57,7 @@ def test_apply_a_tree_edit_a_node_and_read_them_back(
         capsys, "apply", "-f", str(path), "--dry-run", "--server", server, "--token", admin
     )
     assert (code, err) == (0, "") and "dry run, nothing changed" in out
+    assert "  no running job affected" in out  # it says what it would affect
     code, out, err = fleet(capsys, "apply", "-f", str(path), "--server", server, "--token", admin)
     assert (code, err, out) == (0, "", "quota tree version 2 in force\n")
     monkeypatch.setenv("FLEET_TOKEN", admin)
