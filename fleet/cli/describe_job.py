@@ -205,9 +205,8 @@ def render(job: Mapping[str, Any], now: float) -> str:
         (p["replica"], p["node"], ",".join(map(str, p["gpus"])) or "-")
         for p in job.get("placement", [])
     ]
-    if placement:
-        lines.append("Placement:")
-        lines.append(_indented(table(("REPLICA", "NODE", "GPUS"), placement)))
+    lines.append("Placement:")
+    lines.append(_indented(table(("REPLICA", "NODE", "GPUS"), placement)))
     preemptions = [
         (
             ago(_moment(p.get("time")), now),

@@ -67,6 +67,8 @@ def _unit(resource: str, one: bool) -> str:
 
 def figure(resource: str, amount: int) -> str:
     """``amount`` of ``resource`` as a bare figure (byte resources with ``GiB``)."""
+    if resource == GPU:  # (the common case first: reasons are worded in the cycle)
+        return str(amount)
     if resource == CPU:
         return _decimal(amount, 1000)
     if is_byte_resource(resource):
@@ -86,6 +88,8 @@ def amount(resource: str, value: int) -> str:
 
 def used_of(resource: str, used: int, limit: int) -> str:
     """``used`` against ``limit`` of ``resource``: ``45 of 48 GPUs``."""
+    if resource == GPU:
+        return f"{used} of {limit} GPU" if limit == 1 else f"{used} of {limit} GPUs"
     if is_byte_resource(resource):
         return _decimal(used, _GIB) + " of " + amount(resource, limit)
     return figure(resource, used) + " of " + amount(resource, limit)
