@@ -343,6 +343,7 @@ def _pod_sets(row: JobRow, job: Job) -> list[schemas.PodSetDetail]:
             per_pod=schemas.quantities(g.per_pod),
             minimum=minimums.get(g.role),
             placed=placed.get(g.role, 0),
+            total=schemas.quantities({r: v * g.count for r, v in g.per_pod.items()}),
         )
         for g in job.groups
     ]
@@ -360,6 +361,39 @@ def unschedulable(job: Job, sets: Sequence[schemas.PodSetDetail], reason: str) -
         "pods may start one at a time" if not job.gang else f"{job.gang_size} must start together"
     )
     return f"{waiting}/{job.size} pods in gang unschedulable ({shown}; {together}): {reason}"
+
+
+#: The job states, as their events are named.
+_STATES: Final = frozenset(s.value for s in JobState)
+#: The states of a job that holds its quota (a run lasts while it is in one of them).
+_HOLDING: Final = frozenset({"Admitted", "Dispatched", "Running"})
+
+
+def run_times(
+    events: Sequence[JobEventRow], now: float
+) -> tuple[float | None, float | None, float]:
+    """When the job first and last started running (its Running events; None: never)
+    and the seconds it held its quota over all its runs, from its events (oldest first):
+    each run from the event that entered a holding state to the one that left them,
+    the current run until ``now``."""
+    first: float | None = None
+    last: float | None = None
+    held = 0.0
+    since: float | None = None
+    for e in events:
+        if e.reason not in _STATES:
+            continue  # not a transition (Grew, Shrunk, DeadlineExceeded, ...)
+        if e.reason == "Running":
+            first = e.time if first is None else first
+            last = e.time
+        if e.reason in _HOLDING:
+            since = e.time if since is None else since
+        elif since is not None:
+            held += max(0.0, e.time - since)
+            since = None
+    if since is not None:
+        held += max(0.0, now - since)
+    return first, last, held
 
 
 def _event(event: JobEventRow) -> schemas.JobEvent:
@@ -560,6 +594,7 @@ async def get_job(
     reason = _reason(svc, row)
     waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
     own = auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
+    first, last, ran = run_times(events, svc.clock.now())
     detail = schemas.JobDetail(
         **_fields(row),
         preemptible=job.preemptible,
@@ -575,6 +610,9 @@ async def get_job(
         unschedulable=unschedulable(job, sets, reason) if waiting and reason else None,
         suspended=row.suspended,
         policy=_policy_ref(row),
+        first_started_at=None if first is None else _time(first),
+        last_started_at=None if last is None else _time(last),
+        run_time_seconds=round(ran, 3),
         estimated_start=(
             _estimate(request, f"{row.namespace}/{row.name}")
             if row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)

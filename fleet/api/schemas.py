@@ -218,6 +218,10 @@ class PodSetDetail(Schema):
         "(a Volcano task's minAvailable); null when it has none of its own.",
     )
     placed: Count = Field(default=0, description="Pods of this set placed now.")
+    total: Quantities = Field(
+        default_factory=dict,
+        description="What the set requests in all: each pod's request times its count.",
+    )
 
 
 class PolicyRef(Schema):
@@ -288,7 +292,8 @@ class JobDetail(Schema):
     )
     reason: str | None = Field(
         default=None,
-        description="Why the job waits (e.g. 'queue team-a at max nvidia.com/gpu 16/16'); "
+        description="Why the job waits, in plain words (e.g. 'queue team-a is full: 16 of "
+        "16 GPUs used; this job needs 8'); "
         "null when it does not.",
     )
     unschedulable: str | None = Field(
@@ -308,6 +313,21 @@ class JobDetail(Schema):
         description="The PropagationPolicy that governs the job (null: none, or not recorded).",
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
+    first_started_at: datetime.datetime | None = Field(
+        default=None,
+        description="When its pods first all ran (its first Running event); null: never.",
+    )
+    last_started_at: datetime.datetime | None = Field(
+        default=None,
+        description="When its pods last started running (its latest Running event; the "
+        "first one for a job that ran once); null: never.",
+    )
+    run_time_seconds: float = Field(
+        default=0.0,
+        description="Seconds the job has held its quota so far (from each admission to the "
+        "run's end, until now for a running job), over all its runs, as its events record "
+        "them: the time activeDeadlineSeconds and maxRuntime count.",
+    )
     estimated_start: EstimatedStart | None = Field(
         default=None,
         description="For a waiting job, when it is expected to start (null: no forecast yet).",

@@ -658,66 +658,9 @@ def _describe_job(args: argparse.Namespace) -> int:
     if args.output != "table":
         _emit(job, args.output)
         return 0
-    for label, key in (
-        ("Name", "name"),
-        ("Namespace", "namespace"),
-        ("Kind", "kind"),
-        ("API version", "apiVersion"),
-        ("UID", "uid"),
-        ("Queue", "queue"),
-        ("User", "user"),
-        ("State", "state"),
-        ("Priority class", "priorityClass"),
-        ("Priority", "priority"),
-        ("Mode", "mode"),
-        ("Cluster", "cluster"),
-        ("Reason", "reason"),
-    ):
-        print(f"{label + ':':16}{job.get(key) if job.get(key) not in (None, '') else '-'}")
-    policy = job.get("policy")
-    if policy:
-        where = "stored" if policy.get("source") == "stored" else "in the submission"
-        print(f"{'Policy:':16}{policy.get('name')} ({where})")
-    estimate = job.get("estimatedStart")
-    if estimate:
-        when = estimate.get("time") or "not within the forecast"
-        print(f"{'Estimated start:':17}{when} (assumes: {estimate.get('assumes', '')})")
-    print(f"{'Gang minimum:':16}{job.get('gangMinimum', '-')} pods start together")
-    types = job.get("gpuTypes") or []
-    if types or job.get("gpuType"):
-        asked = ", ".join(types) or "-"
-        if job.get("gpuTerms"):
-            asked += f" ({job['gpuTerms']})"
-        used = f"; runs on {job['gpuType']}" if job.get("gpuType") else ""
-        print(f"{'GPU types:':16}{asked}{used}")
-    if job.get("unschedulable"):
-        print(f"{'Unschedulable:':16}{job['unschedulable']}")
-    print("Pod sets:")
-    sets = [
-        (
-            s["role"],
-            s["count"],
-            "-" if s.get("minimum") is None else s["minimum"],
-            s.get("placed", 0),
-            _quantities(s["perPod"]),
-        )
-        for s in job.get("podSets", [])
-    ]
-    print("  " + table(("ROLE", "PODS", "MIN", "PLACED", "PER-POD"), sets).replace("\n", "\n  "))
-    print("Placement:")
-    placement = [(p["replica"], p["node"], ",".join(map(str, p["gpus"]))) for p in job["placement"]]
-    print("  " + table(("REPLICA", "NODE", "GPUS"), placement).replace("\n", "\n  "))
-    preemptions = [
-        (p["time"], p["reason"], p["preemptor"] or "-", " > ".join(p["quotaPath"]) or "-")
-        for p in job.get("preemptions", [])
-    ]
-    if preemptions:
-        print("Preemptions:")
-        heads = ("TIME", "REASON", "PREEMPTOR", "QUOTA PATH")
-        print("  " + table(heads, preemptions).replace("\n", "\n  "))
-    print("Events:")
-    events = [(e["time"], e["type"], e["reason"], e["message"]) for e in job["events"]]
-    print("  " + table(("TIME", "TYPE", "REASON", "MESSAGE"), events).replace("\n", "\n  "))
+    from fleet.cli import describe_job  # (it uses this module's table)
+
+    print(describe_job.render(job, time.time()))
     return 0
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from fleet.core import checks, placement, resources
+from fleet.core import checks, placement, resources, wording
 from fleet.core.capacity_held import HeldUnits
 from fleet.core.capacity_nodes import FreeNodes, Overlay, fits, may_use, scratch
 from fleet.core.charges import Charge
@@ -234,17 +234,23 @@ class CapacityPlacer(Placer):
 
     def _why(self, job: Job, pods: Sequence[Pod]) -> str:
         gpus = _gpus(pods)
+        n = wording.count(len(pods), "pod")
+        verb = "does" if len(pods) == 1 else "do"
         if not gpus and any(p.request.amounts for p in pods):
             total = sum((p.request for p in pods), Resources())
             asked = total.only((resources.CPU, resources.MEMORY))
             where = "the CPU-only nodes" if self._free.cpu_ranks else "the nodes"
             return (
-                f"{len(pods)} pod(s) asking no GPU ({_quantities(asked)} in all) do not fit "
-                f"the cpu and memory free on {where}"
+                f"{n} asking no GPU ({_quantities(asked)} in all) {verb} not fit "
+                f"the CPUs and memory free on {where}"
             )
         free = self._free.free_of(job)
         sku = f" of type {' or '.join(job.gpu_types)}" if job.gpu_types else ""
-        return f"{len(pods)} pod(s) with {gpus} GPU(s){sku} do not fit ({free} GPU(s) free)"
+        asks = wording.amount(resources.GPU, gpus) + sku + (" in all" if len(pods) > 1 else "")
+        return (
+            f"{n} with {asks} {verb} not fit on its nodes "
+            f"({wording.amount(resources.GPU, free)}{sku} free in all)"
+        )
 
     def _try(
         self, job: Job, pods: Sequence[Pod], freed: Iterable[str]
@@ -459,5 +465,5 @@ def _gpus(pods: Sequence[Pod]) -> int:
 
 
 def _quantities(amounts: Resources) -> str:
-    """``cpu 4, memory 8Gi``: a vector as a person reads it."""
-    return ", ".join(f"{k} {v}" for k, v in amounts.to_quantities().items()) or "nothing"
+    """``4 CPUs, 8 GiB memory``: a vector as a person reads it."""
+    return ", ".join(wording.amount(k, v) for k, v in amounts.items()) or "nothing"

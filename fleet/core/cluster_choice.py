@@ -111,7 +111,7 @@ def place(
         victim_fit = place_with_preemption(run, job, pods, mode, released, placers)
         if victim_fit is not None:
             return victim_fit
-    reason = "no cluster fits the gang: " + "; ".join(misses)
+    reason = "no cluster can hold all the job's pods now: " + "; ".join(misses)
     if missed > 3:
         reason += f"; and {missed - 3} more"
     if wide is not None and everywhere is not None:

@@ -385,7 +385,11 @@ def _stop_strict(run: CycleRun, order: FairOrder, rank: int, job: Job) -> None:
     admitted = run.admitted.get(name, set())
     for rest in order.queues[rank].pending:
         if sort_key(rest) > sort_key(job) and rest.key not in admitted:
-            run.wait(rest, f"behind {job.key} in StrictFIFO queue {name}", QUEUE_ORDER)
+            why = (
+                f"waits its turn behind {job.key}: queue {name} starts its jobs in order "
+                "(StrictFIFO)"
+            )
+            run.wait(rest, why, QUEUE_ORDER)
 
 
 #: No answer yet (:func:`idle_pass`): an answer is None (some cluster takes the

@@ -24,6 +24,11 @@ of a job its member had created, its member removed) carries why on its
 transition (:class:`~fleet.core.decisions.Preemption`: ``NodeHealth``,
 ``Evicted``, ``Failover``, ``ClusterRemoved``; no preemptor, no quota path)
 for the shell to record as the cycle's preemptions are.
+Every transition an event causes carries its message in plain words
+(:mod:`fleet.core.wording`), which the shell logs with the job's event:
+``Dispatched`` names the cluster, the pods and the GPUs; ``Running`` that
+all the pods run, and where; ``Succeeded`` and ``Failed`` how long the job
+ran (its run time over all its runs) and what its member said.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleet.core import inventory, lifecycle, run_limits
+from fleet.core import inventory, lifecycle, run_limits, wording
 from fleet.core.decisions import (
     CLUSTER_REMOVED,
     EVICTED,
@@ -45,7 +50,7 @@ from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
 from fleet.core.placement import Placer, RestoreError, restore_order
 from fleet.core.quota import UNCHANGED, MaxRuntimeAction, QuotaNodeSpec, QuotaTree, _Unchanged
-from fleet.core.resources import Resources
+from fleet.core.resources import GPU, Resources
 from fleet.core.state import Running, SchedulerState, Transition, Unit, UnknownJob
 
 
@@ -363,18 +368,37 @@ def _phase_of(state: SchedulerState, key: str) -> JobState:
 
 
 def _dispatched(state: SchedulerState, event: Dispatched) -> list[Outcome]:
-    return [state.move(event.key, JobState.DISPATCHED)]
+    run = state.running.get(event.key)
+    why = ""
+    if run is not None:
+        pods = run.pods
+        gpus = sum(len(p.gpus) for p in pods)
+        why = (
+            f"created in cluster {run.cluster}: {wording.count(len(pods), 'pod')}, "
+            f"{wording.amount(GPU, gpus)}"
+        )
+    return [state.move(event.key, JobState.DISPATCHED, why)]
 
 
 def _started(state: SchedulerState, event: Started) -> list[Outcome]:
-    return [state.move(event.key, JobState.RUNNING)]
+    run = state.running.get(event.key)
+    why = ""
+    if run is not None:
+        n = len(run.pods)
+        pods = "its pod is" if n == 1 else f"all {n} pods are"
+        why = f"{pods} running in cluster {run.cluster}"
+    return [state.move(event.key, JobState.RUNNING, why)]
 
 
 def _finished(state: SchedulerState, event: Finished) -> list[Outcome]:
     new = JobState.SUCCEEDED if event.succeeded else JobState.FAILED
     lifecycle.transition(event.key, _phase_of(state, event.key), new)
+    ran = wording.duration(state.run_time(event.key))
     state.release(event.key)
-    return [state.move(event.key, new, event.reason)]
+    why = f"{'succeeded' if event.succeeded else 'failed'} after running {ran}"
+    if event.reason:
+        why += f": {event.reason}"
+    return [state.move(event.key, new, why)]
 
 
 def _cancelled(state: SchedulerState, event: Cancelled) -> list[Outcome]:
@@ -421,7 +445,7 @@ def _stopped(state: SchedulerState, event: Stopped) -> list[Outcome]:
         return [state.move(key, JobState.CANCELLED, why)]
     del state.stopping[key]
     state.enqueue(job)
-    return [state.move(key, JobState.QUEUED, "preemption finished")]
+    return [state.move(key, JobState.QUEUED, "queued again: its pods stopped after the preemption")]
 
 
 def _node_health(state: SchedulerState, event: NodeHealthChanged) -> list[Outcome]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from fleet.core import wording
 from fleet.core.decisions import QUOTA_CUT, Preempt
 from fleet.core.jobs import Job
 from fleet.core.lifecycle import JobState
@@ -114,8 +115,8 @@ def expire_cuts(state: SchedulerState, now: float) -> list[Preempt]:
         if now - since < grace or not state.tree.has_node(node):
             continue
         why = (
-            f"{node} is still over its quota limits {now - since:g}s after a quota change "
-            f"(grace {grace:g}s)"
+            f"{node} is still over its quota limits {wording.duration(now - since)} after "
+            f"a quota change (grace {wording.duration(grace)})"
         )
         for key in state.tree.over_limit_victims(node):
             owner = state.units.get(key)

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from fleet.core import wording
 from fleet.core.charges import Charge
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Mode
@@ -118,24 +119,30 @@ class QuotaBlock:
 
     @property
     def reason(self) -> str:
+        """The block in plain words (:mod:`fleet.core.wording`): what is full, its
+        figures with their unit, and what the job asks."""
         r = self.resource
-        used = format_quantity(r, self.used)
-        limit = format_quantity(r, self.limit)
-        need = format_quantity(r, self.request)
-        # (A conversion flag would make the compiled core call str.format.)
-        where = f"queue {self.node}" if self.leaf else "node " + repr(self.node)
-        if self.kind in (OVER_MAX, OVER_MIN):
-            what = "max" if self.kind == OVER_MAX else "min (guaranteed usage)"
+        usage = wording.used_of(r, self.used, self.limit)
+        where = "queue " + self.node if self.leaf else "quota group " + self.node
+        if self.kind == OVER_MAX:
             return (
-                f"{where} is over its {what} since a quota change: {r} {used}/{limit}; "
-                "it admits nothing new until it is within its limits"
+                f"{where} is over its max since a quota change: {usage} used; "
+                "it admits nothing new until it is back within its limits"
             )
+        if self.kind == OVER_MIN:
+            return (
+                f"{where} is over its min (its guarantee) since a quota change: {usage} "
+                "guaranteed in use; it admits nothing new until it is back within its limits"
+            )
+        need = wording.figure(r, self.request)
         if self.kind == NON_PREEMPTIBLE_MIN:
             return (
-                f"non-preemptible job needs to fit within min of queue {self.node}: "
-                f"{r} {used}/{limit} guaranteed in use (needs {need} more)"
+                f"the guarantee (min) of queue {self.node} is full: {usage} guaranteed in use; "
+                f"this job needs {need} and, not preemptible, runs only within the guarantee"
             )
-        return f"{where} at {self.kind} {r} {used}/{limit} (needs {need} more)"
+        if r == MAX_JOBS:
+            return f"{where} is full: {usage} admitted, the most it runs at once"
+        return f"{where} is full: {usage} used; this job needs {need}"
 
 
 def min_block(

@@ -40,6 +40,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Final
 
+from fleet.core import wording
 from fleet.core.quota_rules import MaxRuntimeAction
 
 #: The event reason of a job ended by its own deadline.
@@ -80,14 +81,12 @@ def first_limit(
 
 def reason(limit: Limit, ran: float, queue: str) -> str:
     """Why a job that ran ``ran`` seconds ends at ``limit`` (the transition's reason)."""
+    took, most = wording.duration(ran), wording.duration(limit.seconds)
     if limit.event == DEADLINE_EXCEEDED:
-        return (
-            f"run time {ran:g}s reached the job's deadline "
-            f"(activeDeadlineSeconds {limit.seconds:g})"
-        )
-    text = f"run time {ran:g}s reached maxRuntime {limit.seconds:g}s of queue {queue}"
+        return f"the job ran {took}, reaching its own deadline of {most} (activeDeadlineSeconds)"
+    text = f"the job ran {took}, reaching the {most} queue {queue} allows a job (maxRuntime)"
     if limit.action is MaxRuntimeAction.REQUEUE:
-        return text + " (maxRuntimeAction Requeue: queued again, its run time counted afresh)"
+        return text + "; queued again (maxRuntimeAction Requeue), its run time counted afresh"
     return text
 
 

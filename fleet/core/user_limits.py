@@ -20,11 +20,11 @@ nobody named, and no per-user limit applies).
   pod count between its gang minimum and its start size) that keeps its user
   within every cap, found by bisection; :func:`over_cap` names the first
   cap a request would break, and :func:`reason` words it with the figures
-  (``user alice holds 4 running jobs of team-a's limits.perUser.runningJobs
-  4``).  How the cycle uses them (last, after quota and placement, so that a
-  job stopped by its user's cap never stops or parks another user's job):
-  :mod:`fleet.core.admission`; growth steps are held to the caps in
-  :mod:`fleet.core.growth`.  A cap never preempts anything.
+  (``user alice runs the most jobs queue team-a allows one user: 4 of 4 jobs
+  running (limits.perUser.runningJobs)``).  How the cycle uses them (last,
+  after quota and placement, so that a job stopped by its user's cap never
+  stops or parks another user's job): :mod:`fleet.core.admission`; growth
+  steps are held to the caps in :mod:`fleet.core.growth`.  A cap never preempts anything.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from fleet.core import wording
 from fleet.core.checks import InvariantError
 from fleet.core.jobs import Job
 from fleet.core.quota_rules import per_user_field
@@ -126,15 +127,15 @@ def reason(
     figures (``request`` must break one, :func:`over_cap`)."""
     r = over_cap(held, limits, request) or next(iter(limits), MAX_JOBS)
     field = per_user_field(r)
-    cap = format_quantity(r, limits.get(r))
+    usage = wording.used_of(r, held.get(r, 0), limits.get(r))
     if r == MAX_JOBS:
         return (
-            f"user {user} holds {held.get(r, 0)} running jobs of {queue}'s "
-            f"limits.perUser.runningJobs {cap}"
+            f"user {user} runs the most jobs queue {queue} allows one user: {usage} "
+            f"running (limits.perUser.runningJobs)"
         )
     return (
-        f"user {user} holds {format_quantity(r, held.get(r, 0))} {r} of {queue}'s "
-        f"limits.perUser.{field} {cap}, and the job asks {format_quantity(r, request.get(r))}"
+        f"user {user}'s share of queue {queue} is full: {usage} held "
+        f"(limits.perUser.{field}); this job needs {wording.figure(r, request.get(r))}"
     )
 
 

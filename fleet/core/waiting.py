@@ -46,9 +46,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from fleet.core import wording
 from fleet.core.jobs import Job, sort_key
 from fleet.core.quota import MAX, OVER_MAX, QuotaBlock, min_block
-from fleet.core.resources import Resources, format_quantity
+from fleet.core.resources import Resources
 
 #: Why a pending job waits, by category (Kueue-like names).  A ``max`` on its path is full:
 QUOTA_MAX: Final = "QuotaMax"
@@ -144,12 +145,11 @@ class Kept:
     @property
     def reason(self) -> str:
         r = self.resource
-        # (A conversion flag would make the compiled core call str.format.)
-        where = f"queue {self.node}" if self.leaf else "node " + repr(self.node)
+        where = "queue " + self.node if self.leaf else "quota group " + self.node
         return (
-            f"{where} at max {r} {format_quantity(r, self.used)}/"
-            f"{format_quantity(r, self.limit)} (needs {format_quantity(r, self.request)} "
-            "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
+            f"{where} has room, but it is owed to guaranteed jobs still queued: "
+            f"{wording.used_of(r, self.used, self.limit)} used; this job needs "
+            f"{wording.figure(r, self.request)} and would borrow it"
         )
 
 

@@ -10,7 +10,10 @@ member action — and writes them.  A preemption (a cycle's
 :class:`~fleet.core.decisions.Preemption`) also appends its record to the
 job's ``preemptions`` (:func:`fleet.store.jobs.preemption_record`), and its
 event's message names the cause, the preemptor and the quota path
-(:func:`fleet.core.decisions.explain`):
+(:func:`fleet.core.decisions.explain`).  An ``Admitted`` event's message names
+the cluster, the queue, the GPUs and whether the job borrows
+(:func:`admitted_message`); the transitions' own messages come from the
+core (:mod:`fleet.core.events`):
 
 * :meth:`Journal.record` writes transitions, deletion intents, the intents
   carried out and extra writes (``also``) in one transaction, at once (for
@@ -44,10 +47,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.core import snapshot
+from fleet.core import snapshot, wording
 from fleet.core.cycle import Admit, Decision, Preempt
 from fleet.core.decisions import explain
+from fleet.core.jobs import Mode
 from fleet.core.lifecycle import HOLDING, TERMINAL, JobState
+from fleet.core.resources import GPU
 from fleet.core.state import SchedulerState, Transition
 from fleet.service.effects import Action, Create, Delete, Resize
 from fleet.store import jobs as job_rows
@@ -61,6 +66,32 @@ Plain = dict[str, Any]
 MAX_BEHIND = 4096
 #: Extra writes for the transaction of :meth:`Journal.record`.
 Also = Callable[[Session], Awaitable[None]]
+
+
+#: How an admitted job is charged, in the words of its Admitted event.
+_MODE_WORDS = {
+    Mode.GUARANTEED: "within its queue's guarantee (min)",
+    Mode.BORROWED: "borrowing beyond its queue's guarantee (min): it may be reclaimed",
+    Mode.OPPORTUNISTIC: "opportunistic, on idle GPUs: it may be preempted",
+}
+
+
+def admitted_message(d: Admit, where: str) -> str:
+    """The message of an Admitted event: cluster, queue, GPUs, borrowing or not, pods."""
+    gpus = wording.amount(GPU, sum(len(p.gpus) for p in d.pods))
+    message = (
+        f"admitted to {d.cluster} in queue {d.queue}: {gpus}, {_MODE_WORDS.get(d.mode, d.mode)}; "
+        f"{wording.count(len(d.pods), 'pod')}: {where}"
+    )
+    if d.victims:
+        message += f"; starts after {', '.join(d.victims)} stop"
+    return message
+
+
+def grew_message(d: Admit, where: str) -> str:
+    """The message of a Grew event: the pods and GPUs the job gained, and where."""
+    gpus = wording.amount(GPU, sum(len(p.gpus) for p in d.pods))
+    return f"grew by {wording.count(len(d.pods), 'pod')} ({gpus}, {d.mode}) in {d.cluster}: {where}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,13 +300,11 @@ class Journal:
                 where = ", ".join(f"{p.pod}@{p.node}{list(p.gpus)}" for p in d.pods)
                 if d.grown:
                     log_entries.append(
-                        job_rows.EventValues(row_id, now, "Grew", f"{where} ({d.mode})")
+                        job_rows.EventValues(row_id, now, "Grew", grew_message(d, where))
                     )
                     resized.append(row_id)
                     continue
-                message = f"admitted to {d.cluster} as {d.mode}: {where}"
-                if d.victims:
-                    message += f"; after {', '.join(d.victims)} stop"
+                message = admitted_message(d, where)
                 log_entries.append(
                     job_rows.EventValues(row_id, now, JobState.ADMITTED.value, message)
                 )

@@ -53,7 +53,8 @@ async def test_the_tokens_name_is_the_user_and_hits_its_cap(api: Api) -> None:
     assert (first["user"], first["state"]) == ("ci-a", "Running")
     assert (second["user"], second["state"]) == ("ci-a", "Queued")
     assert second["reason"] == (
-        "user ci-a holds 1 running jobs of team-a's limits.perUser.runningJobs 1"
+        "user ci-a runs the most jobs queue team-a allows one user: 1 of 1 job running "
+        "(limits.perUser.runningJobs)"
     )
     assert (other["user"], other["state"]) == ("ops", "Running")
     queue = await team_a(api)
@@ -106,8 +107,8 @@ async def test_a_labelled_user_on_a_server_without_tokens_hits_its_gpu_cap(
     }
     assert states["b3"]["user"] == "bob" and "user" not in states["n1"]
     assert states["b3"]["reason"] == (
-        "user bob holds 8 nvidia.com/gpu of team-a's limits.perUser.nvidia.com/gpu 8, "
-        "and the job asks 4"
+        "user bob's share of queue team-a is full: 8 of 8 GPUs held "
+        "(limits.perUser.nvidia.com/gpu); this job needs 4"
     )
     resp = await client.get("/api/v1/queues/team-a")
     queue = await resp.json()

@@ -202,7 +202,7 @@ async def test_the_cut_time_survives_a_restart_and_the_grace_preempts_after_it(
     assert states["a1"] == "Running"
     assert states["a2"] == states["a3"] == "Queued", states
     job = await second.call("GET", "/api/v1/jobs/team-a/a3", status=200)
-    assert any("after a quota change (grace 600s)" in e["message"] for e in job["events"])
+    assert any("after a quota change (grace 10m)" in e["message"] for e in job["events"])
 
 
 async def test_a_patch_sets_a_minimum_runtime_and_a_bad_one_is_a_field_error(api: Api) -> None:

@@ -32,7 +32,7 @@ async def test_a_job_past_its_own_deadline_fails_with_the_reason_and_its_pods_st
     await api.settle(1)  # the loop wakes at the job's due time by itself
     job = await api.call("GET", "/api/v1/jobs/team-a/short", status=200)
     assert job["state"] == "Failed"
-    assert "activeDeadlineSeconds 600" in job["reason"], job["reason"]
+    assert "deadline of 10m (activeDeadlineSeconds)" in job["reason"], job["reason"]
     reasons = [e["reason"] for e in job["events"]]
     assert reasons[-2:] == ["DeadlineExceeded", "Failed"], reasons
     assert not running_in_members(api, "team-a/short")
@@ -97,4 +97,4 @@ async def test_a_restored_job_keeps_the_run_time_of_its_earlier_runs(database_ur
         async with svc.db.read() as session:
             row = await job_rows.by_name(session, "team-a", "twice")
             assert row is not None and row.state == "Failed"
-            assert "run time 600s" in (row.reason or "")
+            assert "ran 10m" in (row.reason or "")

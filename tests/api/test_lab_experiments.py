@@ -118,7 +118,7 @@ async def test_vc_safety_with_a_hard_share_vc1_jobs_queue_instead(
     assert (first["state"], first["mode"], nodes(first)) == ("Running", "guaranteed", [DAN])
     waiting = await pending(client, "vc1")
     assert list(waiting) == ["lab-vc1/vc1-1", "lab-vc1/vc1-2"]
-    assert "vc1" in waiting["lab-vc1/vc1-1"] and "max" in waiting["lab-vc1/vc1-1"]
+    assert "queue vc1 is full" in waiting["lab-vc1/vc1-1"]
     assert (await job(client, "vc1-1"))["reason"] == waiting["lab-vc1/vc1-1"]
 
 

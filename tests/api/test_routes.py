@@ -285,7 +285,7 @@ async def test_queues_show_usage_and_pending_jobs_in_order_with_reasons(
     detail = await ok(await client.get("/api/v1/queues/team-a"))
     (waiting,) = detail["pending"]
     assert waiting["job"] == "team-a/q2" and waiting["position"] == 1
-    assert "max nvidia.com/gpu" in waiting["reason"]
+    assert "is full: 32 of 32 GPUs used" in waiting["reason"]
     await problem(await client.get("/api/v1/queues/nope"), 404)
     job = await ok(await client.get("/api/v1/jobs/team-a/q2"))
     assert job["reason"] == waiting["reason"]

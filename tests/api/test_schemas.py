@@ -144,7 +144,7 @@ def test_queues_list_and_detail() -> None:
         priority=10,
         priority_class="test",
         request={"nvidia.com/gpu": "8"},
-        reason="queue team-a at max nvidia.com/gpu 32/32",
+        reason="queue team-a is full: 32 of 32 GPUs used; this job needs 8",
     )
     data = as_json(schemas.QueueDetail(**common, pending=[pending]))
     assert data["pending"] == [
@@ -156,7 +156,7 @@ def test_queues_list_and_detail() -> None:
             "priority": 10,
             "priorityClass": "test",
             "request": {"nvidia.com/gpu": "8"},
-            "reason": "queue team-a at max nvidia.com/gpu 32/32",
+            "reason": "queue team-a is full: 32 of 32 GPUs used; this job needs 8",
             "estimatedStart": None,
         }
     ]

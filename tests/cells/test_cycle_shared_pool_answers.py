@@ -75,4 +75,4 @@ def test_queues_without_a_vc_share_the_answer_and_its_words() -> None:
     reasons = {d.job: d.reason for d in cycle(state, 0.0) if isinstance(d, Wait)}
     assert asked == ["default/a1"]  # c1's question was answered by a1's
     assert reasons["default/a1"] == reasons["default/c1"]
-    assert "shared pool of c1 cannot hold 1 pod(s) / 8 GPU(s)" in reasons["default/a1"]
+    assert "shared pool of c1 cannot hold 1 pod with 8 GPUs" in reasons["default/a1"]

@@ -140,7 +140,7 @@ def test_vc_safety_with_a_hard_share_vc1_jobs_queue_instead() -> None:
     assert started(decisions) == ["lab-vc1/vc1-0"]
     assert lab.nodes_of("lab-vc1/vc1-0") == [DAN]
     reasons = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
-    assert "vc1" in reasons["lab-vc1/vc1-1"] and "max" in reasons["lab-vc1/vc1-1"]
+    assert "queue vc1 is full" in reasons["lab-vc1/vc1-1"]
 
 
 def test_priority_prod_preempts_test_in_the_same_vc_and_the_victim_resumes() -> None:

@@ -52,7 +52,7 @@ def test_every_node_owed_leaves_the_shared_pool_nothing_even_with_preemption() -
     outsider = job("x/2", "other", 1, 8, priority=100)
     answer = cells.fit(outsider, outsider.pods, Mode.GUARANTEED, preempt=True)
     assert isinstance(answer, NoFit)
-    assert "shared pool of c1 cannot hold 1 pod(s) / 8 GPU(s)" in answer.reason
+    assert "shared pool of c1 cannot hold 1 pod with 8 GPUs" in answer.reason
 
 
 def test_one_node_no_vc_is_owed_is_the_shared_pool() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -241,11 +242,13 @@ def test_describe_job(server: str, capsys: pytest.CaptureFixture[str], tmp_path:
     assert "REPLICA" in out
     assert fields["Kind"].strip() == "PyTorchJob"
     assert fields["API version"].strip() == "kubeflow.org/v1"
-    assert fields["Gang minimum"].strip() == "1 pods start together"
+    assert fields["Gang minimum"].strip() == "1 pod (its pods may start one at a time)"
+    assert fields["Requests"].strip().startswith("2 GPUs")
     pod_sets = out.split("Pod sets:\n", 1)[1].splitlines()
-    assert pod_sets[0].split() == ["ROLE", "PODS", "MIN", "PLACED", "PER-POD"]
-    role, pods, minimum, placed, per_pod = pod_sets[1].split()
-    assert (role, pods, minimum, per_pod) == ("Worker", "1", "-", "gpu=2")
+    assert pod_sets[0].split() == ["ROLE", "PODS", "MIN", "PLACED", "PER-POD", "IN-ALL"]
+    role, pods, minimum, placed, per_pod, _ = re.split(r"\s{3,}", pod_sets[1].strip())
+    assert (role, pods, minimum) == ("Worker", "1", "-")
+    assert per_pod.startswith("2 GPUs")
     assert placed in ("0", "1")  # placed once the server's loop has admitted it
 
 

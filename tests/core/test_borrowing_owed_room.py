@@ -65,8 +65,8 @@ def test_a_borrowed_job_is_not_started_on_room_a_guaranteed_job_of_the_pass_recl
     assert not [d for d in decisions if isinstance(d, Preempt)]
     assert not [d for d in decisions if isinstance(d, Wait) and "displaced" in d.reason]
     assert reasons(state)["default/a1"] == (
-        "node 'root' at max nvidia.com/gpu 0/16 (needs 16 more to borrow; guaranteed jobs "
-        "still queued in this cycle are owed the room)"
+        "quota group root has room, but it is owed to guaranteed jobs still queued: "
+        "0 of 16 GPUs used; this job needs 16 and would borrow it"
     )
 
 
@@ -103,7 +103,7 @@ def test_a_queues_own_guaranteed_jobs_behind_do_not_stop_its_borrowing_head() ->
     )
     decisions = run(state)
     assert admitted(decisions) == ["default/a1"]
-    assert "queue team-a at max nvidia.com/gpu 16/16" in reasons(state)["default/a2"]
+    assert "queue team-a is full: 16 of 16 GPUs used" in reasons(state)["default/a2"]
 
 
 def test_a_strict_fifo_queue_owes_nothing_behind_a_head_that_must_borrow() -> None:
@@ -113,7 +113,9 @@ def test_a_strict_fifo_queue_owes_nothing_behind_a_head_that_must_borrow() -> No
     borrower_and_owner(state)
     decisions = run(state)
     assert admitted(decisions) == ["default/a1"]
-    assert "behind default/b1 in StrictFIFO queue team-b" in reasons(state)["default/b2"]
+    assert (
+        "behind default/b1: queue team-b starts its jobs in order" in reasons(state)["default/b2"]
+    )
 
 
 def test_only_the_queues_under_a_limited_node_are_owed_its_room() -> None:
@@ -180,11 +182,8 @@ def test_the_kept_room_is_quota_a_guaranteed_job_ahead_keeps_it_even_if_it_finds
     unplaceable_owner_and_borrower(state, owner="team-b", borrower="team-a")
     decisions = run(state)
     assert admitted(decisions) == []
-    assert (
-        "guaranteed jobs still queued in this cycle are owed the room"
-        in reasons(state)["default/x1"]
-    )
-    assert reasons(state)["default/o2"].startswith("no cluster fits the gang")
+    assert "it is owed to guaranteed jobs still queued" in reasons(state)["default/x1"]
+    assert reasons(state)["default/o2"].startswith("no cluster can hold all the job's pods")
 
 
 def test_the_room_a_borrower_leaves_holds_its_own_queues_guaranteed_jobs_too() -> None:
@@ -216,7 +215,7 @@ def test_the_room_a_borrower_leaves_holds_its_own_queues_guaranteed_jobs_too() -
         "default/c4",
         "default/c7",
     ]
-    assert "are owed the room" in reasons(state)["default/c5"]
+    assert "owed to guaranteed jobs still queued" in reasons(state)["default/c5"]
 
 
 job_spec = st.tuples(

@@ -165,7 +165,7 @@ def test_cpu_only_pods_never_use_a_gpu_nodes_cpu(kind: str) -> None:
     more = job("more", ("Worker", 1, {"cpu": "1"}))
     answer = p.fit(more, more.pods, Mode.GUARANTEED)
     assert isinstance(answer, NoFit)
-    assert "asking no GPU (cpu 1 in all)" in answer.reason
+    assert "asking no GPU (1 CPU in all)" in answer.reason
     assert "CPU-only nodes" in answer.reason
 
 
@@ -314,7 +314,7 @@ def test_a_queues_cpu_max_admits_within_it_and_refuses_beyond() -> None:
     admitted = {d.job for d in decisions if isinstance(d, Admit)}
     waits = {d.job: d.reason for d in decisions if isinstance(d, Wait)}
     assert admitted == {"default/fits"}
-    assert "cpu" in waits["default/too-much"]
+    assert "CPUs" in waits["default/too-much"]
     assert "memory" in waits["default/too-big"]
     assert state.tree.used("q")["cpu"] == 16_000
     assert state.tree.used("q")["memory"] == 32 * 2**30

@@ -203,7 +203,10 @@ def test_head_that_does_not_fit(strict: bool, small_admitted: bool) -> None:
     decisions = run(state)
     assert ("default/small" in admitted(decisions)) is small_admitted
     if strict:
-        assert "behind default/big in StrictFIFO" in waits(decisions)["default/small"]
+        assert (
+            "behind default/big: queue team-a starts its jobs in order"
+            in waits(decisions)["default/small"]
+        )
 
 
 def test_higher_priority_goes_first_then_submission_order() -> None:
@@ -219,7 +222,7 @@ def test_wait_reason_names_the_quota_limit() -> None:
     submit(state, make_job("a", queue="team-a", gpus=8, pods=2))
     submit(state, make_job("b", queue="team-a", gpus=8))
     reason = waits(run(state))["default/b"]
-    assert "team-a" in reason and "nvidia.com/gpu" in reason and "16" in reason
+    assert "queue team-a is full" in reason and "16 of 16 GPUs" in reason
 
 
 def test_fair_share_serves_the_queue_furthest_below_its_share() -> None:
@@ -295,7 +298,7 @@ def test_non_preemptible_job_is_admitted_only_within_min() -> None:
     submit(state, make_job("crit-2", queue="team-a", gpus=8, priority=120, preemptible=False))
     decisions = run(state)
     assert admitted(decisions) == ["default/crit-1"]
-    assert "non-preemptible" in waits(decisions)["default/crit-2"]
+    assert "not preemptible" in waits(decisions)["default/crit-2"]
 
 
 # Partial and incremental starts ------------------------------------------------------
@@ -350,7 +353,7 @@ def test_no_cluster_fits_names_three_clusters_and_counts_the_rest(clusters: int,
     submit(state, make_job("wide", queue="team-a", gpus=8, pods=2))
     decisions = run(state)
     assert waits(decisions)["default/wide"] == (
-        "no cluster fits the gang: c0: not enough free capacity; "
+        "no cluster can hold all the job's pods now: c0: not enough free capacity; "
         "c1: not enough free capacity; c2: not enough free capacity" + rest
     )
 
@@ -360,9 +363,10 @@ def test_no_cluster_fits_names_three_placers_answers_and_counts_the_rest() -> No
     state = make_state(GPU_TREE, nodes)
     submit(state, make_job("whole", queue="team-a", gpus=8))
     decisions = run(state)
-    miss = "1 pod(s) with 8 GPU(s) do not fit (8 GPU(s) free)"
+    miss = "1 pod with 8 GPUs does not fit on its nodes (8 GPUs free in all)"
     assert waits(decisions)["default/whole"] == (
-        f"no cluster fits the gang: c0: {miss}; c1: {miss}; c2: {miss}; and 1 more"
+        "no cluster can hold all the job's pods now: "
+        f"c0: {miss}; c1: {miss}; c2: {miss}; and 1 more"
     )
 
 
@@ -375,7 +379,7 @@ def test_opportunistic_jobs_take_what_is_left_after_the_other_jobs() -> None:
     assert not [d for d in decisions if isinstance(d, Preempt)]
     # Parked with the other jobs of its question: the book gives its reason.
     (oppo,) = state.pending()
-    assert state.waiting.reason_of(oppo).startswith("no cluster fits the gang")
+    assert state.waiting.reason_of(oppo).startswith("no cluster can hold all the job's pods")
 
 
 def test_borrowing_waits_until_every_queue_had_its_guaranteed_turn() -> None:

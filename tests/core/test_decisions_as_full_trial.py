@@ -220,7 +220,8 @@ def test_a_full_root_waits_the_rest_of_the_queue_with_the_limit_named() -> None:
     cycle(state, 1.0)
     reasons = {j.key: state.waiting.reason_of(j) for j in state.pending()}
     assert all(
-        "node 'root' at max nvidia.com/gpu 16/16" in reasons[f"default/b{i}"] for i in (2, 3, 4)
+        "quota group root is full: 16 of 16 GPUs used" in reasons[f"default/b{i}"]
+        for i in (2, 3, 4)
     )
 
 
@@ -359,10 +360,10 @@ def test_non_preemptible_jobs_over_their_min_wait_together_with_their_own_reason
         reasons[name] = {j.key: state.waiting.reason_of(j) for j in state.pending()}
     assert reasons["all"] == reasons["none"]
     assert reasons["all"]["default/r2"] == (
-        "non-preemptible job needs to fit within min of queue team-a: "
-        "nvidia.com/gpu 4/4 guaranteed in use (needs 2 more)"
+        "the guarantee (min) of queue team-a is full: 4 of 4 GPUs guaranteed in use; "
+        "this job needs 2 and, not preemptible, runs only within the guarantee"
     )
-    assert all("within min of queue team-a" in why for why in reasons["all"].values())
+    assert all("the guarantee (min) of queue team-a" in why for why in reasons["all"].values())
 
 
 def test_opportunistic_groups_keep_the_queue_order_of_equal_jobs() -> None:

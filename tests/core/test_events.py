@@ -368,3 +368,19 @@ def test_a_failed_over_job_is_queued_again_without_its_member() -> None:
     again = [d for d in decisions if isinstance(d, Admit)]
     assert [d.cluster for d in again] == [next(c for c in ("c1", "c2") if c != first)]
     state.check_invariants()
+
+
+def test_every_transition_of_a_run_says_what_happened_in_words() -> None:
+    state = fresh()
+    admit(state, make_job("a", gpus=4, pods=2))
+    (dispatched,) = events.apply(state, events.Dispatched("default/a"))
+    assert isinstance(dispatched, Transition)
+    assert dispatched.reason == "created in cluster c1: 2 pods, 8 GPUs"
+    events.apply(state, events.ClockAdvanced(30.0))
+    (started,) = events.apply(state, events.Started("default/a"))
+    assert isinstance(started, Transition)
+    assert started.reason == "all 2 pods are running in cluster c1"
+    events.apply(state, events.ClockAdvanced(3930.0))
+    (failed,) = events.apply(state, events.Finished("default/a", succeeded=False, reason="OOM"))
+    assert isinstance(failed, Transition)
+    assert failed.reason == "failed after running 1h5m: OOM"

@@ -123,7 +123,7 @@ def test_a_typed_max_holds_for_the_type_used(build) -> None:  # type: ignore[no-
     assert [w.job for w in waits] == ["default/two"]
     reason = waits[0].reason
     assert reason.startswith(f"waits for GPUs of {A} or {B} (GPU memory > 30000): ")
-    assert f"gpu.fleet.io/{A}" in reason and f"gpu.fleet.io/{B}" in reason
+    assert f"{A} GPUs" in reason and f"{B} GPUs" in reason
 
 
 @pytest.mark.parametrize("build", PLACERS)
@@ -135,7 +135,7 @@ def test_the_waiting_reason_names_the_terms_when_matching_gpus_are_busy(build) -
     waits = {d.job: d.reason for d in cycle(state) if isinstance(d, Wait)}
     assert waits["default/late"] == (
         f"waits for GPUs of {A} or {B} (GPU memory > 30000): "
-        "no cluster fits the gang: c1: not enough free capacity"
+        "no cluster can hold all the job's pods now: c1: not enough free capacity"
     )
 
 

@@ -20,7 +20,7 @@ from fleet.core.state import SchedulerState
 from tests.core.factories import make_job, make_nodes, make_state, submit
 
 MODES = {"parked": ALL_SHORTCUTS, "scan": Shortcuts(parking=False), "plain": NO_SHORTCUTS}
-KEPT = "more to borrow; guaranteed jobs still queued in this cycle are owed the room)"
+KEPT = "quota group root has room, but it is owed to guaranteed jobs still queued: "
 
 
 def acts(decisions: list[Decision]) -> list[Decision]:
@@ -104,12 +104,12 @@ def test_jobs_refused_on_owed_room_wait_together_up_to_the_first_that_may_start(
     decisions = runs.cycle(1.0)
     admitted = ["default/a4", "default/b1", "default/b2"]
     assert [d.job for d in decisions if isinstance(d, Admit)] == admitted
-    kept_7 = f"node 'root' at max {GPU} 13/20 (needs 7 {KEPT}"
+    kept_7 = f"{KEPT}13 of 20 GPUs used; this job needs 7 and would borrow it"
     assert runs.reason("a1") == kept_7
-    assert runs.reason("a2") == f"node 'root' at max {GPU} 13/20 (needs 8 more)"
+    assert runs.reason("a2") == "quota group root is full: 13 of 20 GPUs used; this job needs 8"
     assert runs.reason("a3") == kept_7
-    assert runs.reason("a5") == f"node 'root' at max {GPU} 18/20 (needs 8 more)"
-    assert runs.reason("a6") == f"node 'root' at max {GPU} 18/20 (needs 7 more)"
+    assert runs.reason("a5") == "quota group root is full: 18 of 20 GPUs used; this job needs 8"
+    assert runs.reason("a6") == "quota group root is full: 18 of 20 GPUs used; this job needs 7"
     # Only the jobs looked at one by one report a Wait.
     assert [n for n in ("a1", "a2", "a3", "a5", "a6") if runs.looked_at(n)] == ["a1", "a5"]
     assert [d.job for d in decisions if isinstance(d, Wait)] == ["default/a1", "default/a5"]
@@ -132,7 +132,7 @@ def test_a_job_that_asks_none_of_the_blocking_resource_is_still_tried() -> None:
     )
     decisions = runs.cycle(1.0)
     assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/c1"]
-    assert runs.reason("g2") == f"node 'root' at max {GPU} 14/16 (needs 8 more)"
+    assert runs.reason("g2") == "quota group root is full: 14 of 16 GPUs used; this job needs 8"
     assert not runs.looked_at("g2")
 
 
@@ -162,8 +162,8 @@ def test_jobs_that_could_preempt_too_little_of_their_own_queue_wait_together() -
     assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/p4"]
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/low"]
     assert [n for n in ("p1", "p2", "p3") if runs.looked_at(n)] == ["p1"]
-    assert runs.reason("p2") == f"queue team-a at max {GPU} 8/8 (needs 6 more)"
-    assert runs.reason("p3") == f"queue team-a at max {GPU} 8/8 (needs 4 more)"
+    assert runs.reason("p2") == "queue team-a is full: 8 of 8 GPUs used; this job needs 6"
+    assert runs.reason("p3") == "queue team-a is full: 8 of 8 GPUs used; this job needs 4"
 
 
 def test_a_job_kept_out_even_with_its_queues_lower_priorities_gone_preempts_nobody() -> None:
@@ -190,5 +190,5 @@ def test_a_job_kept_out_even_with_its_queues_lower_priorities_gone_preempts_nobo
     decisions = runs.cycle(1.0)
     assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/b1", "default/b2"]
     assert not [d for d in decisions if isinstance(d, Preempt)]
-    assert runs.reason("h1") == f"node 'root' at max {GPU} 17/20 (needs 5 more)"
+    assert runs.reason("h1") == "quota group root is full: 17 of 20 GPUs used; this job needs 5"
     assert [n for n in ("h1", "h2", "h3") if runs.looked_at(n)] == ["h1"]

@@ -56,7 +56,7 @@ def test_a_tail_whose_own_lower_priorities_could_make_room_is_tried() -> None:
     assert [d.job for d in decisions if isinstance(d, Admit)] == ["default/p1"]
     assert [d.job for d in decisions if isinstance(d, Preempt)] == ["default/low"]
     (p2,) = (j for j in state.pending() if j.key == "default/p2")
-    assert "queue team-a at max" in state.waiting.reason_of(p2)
+    assert "queue team-a is full" in state.waiting.reason_of(p2)
 
 
 spec = st.tuples(

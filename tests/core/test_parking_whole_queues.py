@@ -172,14 +172,14 @@ def test_a_rigid_head_parked_whole_reports_its_first_job_only_when_its_reason_ch
     [run] = state.waiting.runs["team-a"]
     assert run.stop is None
     assert first == [("default/r4", state.waiting.reason_of(state.pending()[0]))]
-    assert "5/6 guaranteed in use (needs 4 more)" in first[0][1]
+    assert "5 of 6 GPUs guaranteed in use; this job needs 4" in first[0][1]
     assert waits(2.0) == []  # nothing changed: nothing reported
     finish(state, "default/a0")  # 2 of 6 in use: r4 fits
     submit(state, make_job("a2", queue="team-a", gpus=1, seq=20))
     assert waits(3.0) == [
         (
             "default/r3",
-            "non-preemptible job needs to fit within min of queue team-a: "
-            "nvidia.com/gpu 6/6 guaranteed in use (needs 3 more)",
+            "the guarantee (min) of queue team-a is full: 6 of 6 GPUs guaranteed in use; "
+            "this job needs 3 and, not preemptible, runs only within the guarantee",
         )
     ]

@@ -75,7 +75,8 @@ def test_a_user_at_the_running_jobs_cap_waits_and_other_users_jobs_behind_start(
     )
     assert started(run(state)) == ["default/a1", "default/a2", "default/b1", "default/n1"]
     assert reason(state, "default/a3") == (
-        "user alice holds 2 running jobs of team-a's limits.perUser.runningJobs 2"
+        "user alice runs the most jobs queue team-a allows one user: 2 of 2 jobs running "
+        "(limits.perUser.runningJobs)"
     )
     assert state.users.of("team-a", "alice") == {MAX_JOBS: 2, GPU: 2}
     finish(state, "default/a1")
@@ -94,8 +95,8 @@ def test_a_user_at_the_gpu_cap_waits_with_the_figures() -> None:
     )
     assert started(run(state)) == ["default/a1", "default/a2", "default/b1"]
     assert reason(state, "default/a3") == (
-        "user alice holds 4 nvidia.com/gpu of team-a's limits.perUser.nvidia.com/gpu 4, "
-        "and the job asks 2"
+        "user alice's share of queue team-a is full: 4 of 4 GPUs held "
+        "(limits.perUser.nvidia.com/gpu); this job needs 2"
     )
 
 
@@ -109,7 +110,9 @@ def test_a_job_over_its_users_cap_preempts_nobody() -> None:
     submit(state, make_job("a2", gpus=1, user="alice", priority=100))
     decisions = run(state, 1.0)
     assert not [d for d in decisions if isinstance(d, Preempt)]
-    assert "user alice holds 1 running jobs" in reason(state, "default/a2")
+    assert "user alice runs the most jobs queue team-a allows one user: 1 of 1 job" in reason(
+        state, "default/a2"
+    )
     # Without a cap the same job preempts one of them.
     free = state_with({"runningJobs": 5}, team_max=8)
     submit(free, make_job("a1", gpus=1, user="alice", priority=10))
@@ -123,7 +126,7 @@ def test_a_job_that_cannot_start_anyway_keeps_its_own_reason() -> None:
     state = state_with({"runningJobs": 1}, team_max=8)
     submit(state, make_job("a1", gpus=8, user="alice"), make_job("a2", gpus=1, user="alice"))
     run(state)
-    assert "max" in reason(state, "default/a2") or "nvidia.com/gpu" in reason(state, "default/a2")
+    assert "is full" in reason(state, "default/a2") and "GPUs" in reason(state, "default/a2")
     assert "perUser" not in reason(state, "default/a2")
 
 

@@ -104,7 +104,9 @@ def test_slots_count_whole_pods_per_node() -> None:
     assert isinstance(p.fit(mixed, mixed.pods, Mode.GUARANTEED), NoFit)
     refused = p.fit(gang("x", [4] * 4), gang("x", [4] * 4).pods, Mode.GUARANTEED)
     assert isinstance(refused, NoFit)
-    assert refused.reason == "4 pod(s) with 16 GPU(s) do not fit (13 GPU(s) free)"
+    assert (
+        refused.reason == "4 pods with 16 GPUs in all do not fit on its nodes (13 GPUs free in all)"
+    )
 
 
 @st.composite

@@ -219,4 +219,4 @@ def test_a_kept_tail_waits_on_owed_room_and_a_full_max_on_quota() -> None:
     block = QuotaBlock("team-a", GPU, 4, 1, 8, MAX, True)
     assert waiting.tail_category(block, 2) == waiting.OWED_TO_GUARANTEED
     assert waiting.tail_category(block, 6) == waiting.QUOTA_MAX
-    assert "owed the room" in waiting.tail_reason(block, 2)
+    assert "owed to guaranteed jobs still queued" in waiting.tail_reason(block, 2)

@@ -50,7 +50,9 @@ def test_repeated_failures_after_preemption_decide_as_without_the_memory() -> No
     assert not [d for d in second if isinstance(d, Admit | Preempt)]
     waits = {d.job: d.reason for d in second if isinstance(d, Wait)}
     assert sorted(waits) == [f"default/big{i}" for i in range(3)]
-    assert all("after preemption: no cluster fits the gang" in why for why in waits.values())
+    assert all(
+        "after preemption: no cluster can hold all the job's pods" in why for why in waits.values()
+    )
     assert decided == full_decided == plain_decided
     for other in (full, plain):
         assert {j.key: state.waiting.reason_of(j) for j in state.pending()} == {

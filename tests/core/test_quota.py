@@ -343,7 +343,7 @@ def test_block_at_leaf_max_names_queue_and_limit() -> None:
     block = blocked(t, "team-a", req({GPU: 8}))
     assert (block.kind, block.node, block.resource) == ("max", "team-a", GPU)
     assert (block.used, block.request, block.limit) == (16, 8, 16)
-    assert block.reason == "queue team-a at max nvidia.com/gpu 16/16 (needs 8 more)"
+    assert block.reason == "queue team-a is full: 16 of 16 GPUs used; this job needs 8"
 
 
 def test_block_at_inner_node_max_names_the_node(ledger_for: MakeLedger) -> None:
@@ -353,7 +353,7 @@ def test_block_at_inner_node_max_names_the_node(ledger_for: MakeLedger) -> None:
         ledger.admit("a.2", req(cpu=5))
     block = blocked(ledger.tree, "b.1", req(cpu=5))
     assert (block.node, block.leaf) == ("root", False)
-    assert block.reason == "node 'root' at max cpu 40/40 (needs 5 more)"
+    assert block.reason == "quota group root is full: 40 of 40 CPUs used; this job needs 5"
 
 
 def test_block_checks_the_leaf_first(ledger_for: MakeLedger) -> None:
@@ -368,7 +368,7 @@ def test_block_checks_the_leaf_first(ledger_for: MakeLedger) -> None:
 def test_block_on_memory_formats_quantities() -> None:
     t = team(max={"memory": "1Gi"})
     block = blocked(t, "team-a", req(memory="2Gi"))
-    assert block.reason == "queue team-a at max memory 0/1Gi (needs 2Gi more)"
+    assert block.reason == "queue team-a is full: 0 of 1 GiB memory used; this job needs 2 GiB"
 
 
 def test_max_jobs_blocks_every_mode() -> None:
@@ -393,8 +393,7 @@ def test_non_preemptible_above_min_is_blocked() -> None:
     assert block.kind == "non-preemptible-min"
     assert (block.node, block.resource, block.used, block.limit) == ("team-a", GPU, 8, 8)
     assert block.reason.startswith(
-        "non-preemptible job needs to fit within min of queue team-a: "
-        "nvidia.com/gpu 8/8 guaranteed in use"
+        "the guarantee (min) of queue team-a is full: 8 of 8 GPUs guaranteed in use"
     )
 
 
@@ -826,8 +825,8 @@ def test_a_queue_over_a_lowered_max_admits_nothing_new_until_within_it(
     cpu_only = blocked(ledger.tree, "team-a", req(cpu=1))
     assert (cpu_only.kind, cpu_only.node, cpu_only.resource) == ("over-max", "team-a", GPU)
     assert cpu_only.reason == (
-        "queue team-a is over its max since a quota change: nvidia.com/gpu 16/8; "
-        "it admits nothing new until it is within its limits"
+        "queue team-a is over its max since a quota change: 16 of 8 GPUs used; "
+        "it admits nothing new until it is back within its limits"
     )
     assert [b.node for b in ledger.tree.over_limits()] == ["team-a"]
     ledger.release(first)  # 8/8: within the max again

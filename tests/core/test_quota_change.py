@@ -152,7 +152,7 @@ def test_after_the_grace_the_newest_over_limit_jobs_are_preempted_until_within_l
     events.apply(state, events.ClockAdvanced(700.0))
     preempted = [d for d in cycle(state) if isinstance(d, Preempt)]
     assert [d.job for d in preempted] == ["default/a3", "default/a2"]
-    assert "still over its quota limits 600s after a quota change" in preempted[0].reason
+    assert "still over its quota limits 10m after a quota change" in preempted[0].reason
     assert sorted(state.running) == ["default/a1"]
     assert state.tree.over_limits() == []
     events.apply(state, events.ClockAdvanced(701.0))

@@ -50,7 +50,7 @@ def test_classify_gives_block_kind_members() -> None:
     assert isinstance(above_min, QuotaBlock)
     assert at_max.kind is BlockKind.MAX
     assert above_min.kind is BlockKind.NON_PREEMPTIBLE_MIN
-    assert at_max.reason == "queue team-a at max nvidia.com/gpu 8/8 (needs 1 more)"
+    assert at_max.reason == "queue team-a is full: 8 of 8 GPUs used; this job needs 1"
 
 
 def test_fits_min_says_within_over_or_no_min() -> None:

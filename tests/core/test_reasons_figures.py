@@ -1,6 +1,6 @@
 """A waiting job's reason gives the figures as they are when it is tried.
 
-A quota block's text names the usage it found ("6/10 guaranteed in use").
+A quota block's text names the usage it found ("6 of 10 GPUs guaranteed in use").
 When a job of the same queue is admitted between two jobs of one shape, the
 second is stopped by the same limit with other figures: its text must give
 them, as trying it in full does (the cycle with no shortcut), not the text
@@ -63,8 +63,8 @@ def _reason_of_big_2(queue: str, jobs: Callable[[str], list[Job]], shortcuts: Sh
 @pytest.mark.parametrize(
     ("queue", "jobs", "figures"),
     [
-        ("team-a", _rigid, "nvidia.com/gpu 6/10 guaranteed in use (needs 8 more)"),
-        ("team-b", _capped, "6/6"),
+        ("team-a", _rigid, "6 of 10 GPUs guaranteed in use; this job needs 8"),
+        ("team-b", _capped, "6 of 6 GPUs used"),
     ],
     ids=["non-preemptible-over-min", "at-max"],
 )

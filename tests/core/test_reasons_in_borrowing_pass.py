@@ -39,6 +39,6 @@ def first_cycle_reasons(shortcuts: Shortcuts) -> dict[str, str]:
 def test_a_refusal_for_owed_room_is_worded_as_without_the_shape_memory() -> None:
     fresh = first_cycle_reasons(Shortcuts(shape_memo=False))
     remembered = first_cycle_reasons(ALL_SHORTCUTS)
-    owed = {key: why for key, why in fresh.items() if "are owed the room" in why}
+    owed = {key: why for key, why in fresh.items() if "owed to guaranteed jobs still queued" in why}
     assert owed, "the workload no longer refuses any job for owed room"
     assert {key: remembered[key] for key in owed} == owed

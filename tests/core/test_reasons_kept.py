@@ -40,7 +40,7 @@ def test_a_queues_rigid_runs_share_their_texts_until_its_figures_move() -> None:
     cycle(state, 1.0)
     [before] = state.waiting.runs["team-a"]
     reasons = [state.waiting.reason_of(job) for job in state.pending()]
-    assert "5/6 guaranteed in use (needs 4 more)" in reasons[0]
+    assert "5 of 6 GPUs guaranteed in use; this job needs 4" in reasons[0]
     cycle(state, 2.0)
     [after] = state.waiting.runs["team-a"]
     assert after is not before
@@ -51,7 +51,9 @@ def test_a_queues_rigid_runs_share_their_texts_until_its_figures_move() -> None:
     cycle(state, 3.0)
     [moved] = state.waiting.runs["team-a"]
     assert moved.texts is not before.texts
-    assert "5/7 guaranteed in use (needs 4 more)" in state.waiting.reason_of(state.pending()[0])
+    assert "5 of 7 GPUs guaranteed in use; this job needs 4" in state.waiting.reason_of(
+        state.pending()[0]
+    )
 
 
 def test_what_is_kept_is_dropped_past_its_limit() -> None:

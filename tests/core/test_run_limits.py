@@ -66,7 +66,9 @@ def test_a_job_fails_when_its_run_time_reaches_its_own_deadline() -> None:
     (ended,) = at(state, 110.0)
     assert (ended.job, ended.old, ended.new) == ("default/a", JobState.RUNNING, JobState.FAILED)
     assert ended.event == DEADLINE_EXCEEDED
-    assert "run time 100s" in ended.reason and "activeDeadlineSeconds 100" in ended.reason
+    assert (
+        "ran 1m40s" in ended.reason and "deadline of 1m40s (activeDeadlineSeconds)" in ended.reason
+    )
     assert "default/a" not in state.phase and not state.running
     assert state.tree.used("team-a")[GPU] == 0 and state.dues.next() is None
 
@@ -80,7 +82,9 @@ def test_a_queues_max_runtime_fails_a_job_by_default() -> None:
         JobState.FAILED,
         MAX_RUNTIME_EXCEEDED,
     )
-    assert ended.reason == "run time 75s reached maxRuntime 60s of queue team-a"
+    assert (
+        ended.reason == "the job ran 1m15s, reaching the 1m queue team-a allows a job (maxRuntime)"
+    )
     assert list(state.running) == ["default/b"]  # team-b has no maxRuntime
 
 
@@ -112,7 +116,7 @@ def test_run_time_accumulates_across_a_preemption() -> None:
     assert state.run_time("default/a") == 60.0
     assert state.dues.next() == 240.0  # 40 s left of its 100
     (ended,) = at(state, 240.0)
-    assert ended.event == DEADLINE_EXCEEDED and "run time 100s" in ended.reason
+    assert ended.event == DEADLINE_EXCEEDED and "ran 1m40s" in ended.reason
 
 
 def test_the_earlier_limit_ends_the_job() -> None:

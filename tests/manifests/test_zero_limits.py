@@ -44,7 +44,7 @@ def test_a_max_of_zero_blocks_that_resource_and_no_other() -> None:
     gpu = tree.classify("frozen", request(**{GPU: 1}), priority=0, preemptible=True)
     assert isinstance(gpu, QuotaBlock)
     assert (gpu.node, gpu.resource, gpu.limit) == ("frozen", GPU, 0)
-    assert "at max nvidia.com/gpu 0/0" in gpu.reason
+    assert "is full: 0 of 0 GPUs used" in gpu.reason
     cpu = tree.classify("frozen", request(cpu=4), priority=0, preemptible=True)
     assert not isinstance(cpu, QuotaBlock)
     assert tree.max_of("frozen") == Resources.limits({GPU: 0})

@@ -157,5 +157,5 @@ async def test_a_max_of_zero_is_published_as_a_limit_of_zero(
         (sandbox,) = [q for q in loop.view.queues if q.name == "sandbox"]
         assert sandbox.max == {"cpu": "128", "memory": "1Ti", "nvidia.com/gpu": "0"}
         assert loop.view.reasons["sandbox/gpu"].startswith(
-            "queue sandbox at max nvidia.com/gpu 0/0"
+            "queue sandbox is full: 0 of 0 GPUs used"
         )

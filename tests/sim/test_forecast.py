@@ -317,11 +317,13 @@ def test_describe_job_prints_the_estimated_start_and_its_assumptions(
         },
     }
     monkeypatch.setattr(remote, "request", lambda *a, **k: (200, job_doc))
+    half_past = datetime.datetime(2026, 1, 1, 0, 30, tzinfo=datetime.UTC).timestamp()
+    monkeypatch.setattr(remote.time, "time", lambda: half_past)
     assert main(["describe", "job", "lab/b", "--server", "http://fleet.invalid"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert (
-        "Estimated start: 2026-01-01T01:00:00Z "
-        "(assumes: runs 5m (fleet.io/expected-duration); no new submissions)"
+        "Estimated start: in 30m (at 01:00 UTC; "
+        "assumes runs 5m (fleet.io/expected-duration); no new submissions; computed 30m ago)"
     ) in lines
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from fleet.core import charges
+from fleet.core import charges, resources, wording
 from fleet.core.cells import (
     allocator,
     binding,
@@ -382,7 +382,7 @@ def why_not(
     """The reason of a :class:`NoFit`, for a human."""
     cluster = state.cluster
     gpus = sum(p.gpus for p in pods)
-    what = f"{len(pods)} pod(s) / {gpus} GPU(s)"
+    what = f"{wording.count(len(pods), 'pod')} with {wording.amount(resources.GPU, gpus)}"
     if job.gpu_types:
         what += f" of {' or '.join(job.gpu_types)}"
     tail = "" if preempt else " without preemption"
