@@ -176,7 +176,7 @@ def render(job: Mapping[str, Any], now: float) -> str:
         where = "stored" if policy.get("source") == "stored" else "in the submission"
         lines.append(_line("Policy", f"{policy.get('name')} ({where})"))
     if job.get("suspended"):
-        lines.append(_line("Suspended", "its PropagationPolicy holds it in the queue"))
+        lines.append(_line("Suspended", "paused by its PropagationPolicy (suspension.dispatching)"))
     if job.get("state") in _WAITING or job.get("reason"):
         label = "Waiting reason" if job.get("state") in _WAITING else "Reason"
         lines.append(_line(label, job.get("reason") or "not looked at yet"))

@@ -72,4 +72,5 @@ def test_the_last_quickstart_job_waits_with_a_reason_and_a_start_in_the_future(
     # And describe's table says both in words.
     assert main(["describe", "job", LAST, "--server", server]) == 0
     text = capsys.readouterr().out
-    assert "Reason:" in text and "Estimated start:" in text
+    assert "Waiting reason: queue team-a is full: 32 of 32 GPUs used; this job needs 8" in text
+    assert "Estimated start: in " in text
