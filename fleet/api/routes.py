@@ -16,7 +16,8 @@ The policy routes list, show and delete the stored policies, a team token's
 namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
-no handler ever touches the core's state.  A job's ``apiVersion`` and
+no handler ever touches the core's state; their past (``GET /api/v1/history``)
+from the samples the service stores (:mod:`fleet.service.history`).  A job's ``apiVersion`` and
 ``kind`` are its stored document's (the core sees pod sets, never a kind):
 the job list and detail read them from the row they load anyway, a queue's
 pending jobs with one query of the leaf's live rows (JSON paths of the
@@ -79,7 +80,7 @@ from fleet.core import snapshot
 from fleet.core.fair_share import FairShareView
 from fleet.core.jobs import Job, Mode
 from fleet.core.lifecycle import TERMINAL, JobState
-from fleet.core.resources import TYPED_GPU_PREFIX, format_quantity
+from fleet.core.resources import GPU, TYPED_GPU_PREFIX, format_quantity
 from fleet.core.view import LoopView, QueueView
 from fleet.manifests import convert, topology
 from fleet.manifests.errors import SpecError
@@ -97,6 +98,7 @@ from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import configuration, paging
 from fleet.store import jobs as job_rows
+from fleet.store import samples as sample_rows
 from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow, PolicyRow
 
@@ -255,8 +257,15 @@ def _kind(document: Mapping[str, Any]) -> tuple[str, str]:
     return str(document.get("apiVersion") or ""), str(document.get("kind") or "")
 
 
-def _summary(row: JobRow) -> schemas.JobSummary:
+def _summary(
+    row: JobRow, reason: str | None = None, started: float | None = None, now: float = 0.0
+) -> schemas.JobSummary:
+    """A job as the list shows it: with its waiting (or ending) ``reason``, the time it
+    last ``started`` running and, from that, its run time (up to ``now`` while it holds
+    its GPUs, else up to its last change)."""
     api_version, kind = _kind(row.manifest)
+    holding = row.state in (JobState.RUNNING.value, JobState.DISPATCHED.value)
+    run = None if started is None else max(0.0, (now if holding else row.updated_at) - started)
     return schemas.JobSummary(
         namespace=row.namespace,
         name=row.name,
@@ -270,7 +279,24 @@ def _summary(row: JobRow) -> schemas.JobSummary:
         mode=None if row.mode is None else Mode(row.mode),
         cluster=row.cluster,
         submitted_at=_time(row.created_at),
+        gpus=_gpus_asked(row),
+        reason=reason,
+        started_at=None if started is None else _time(started),
+        run_seconds=None if run is None else round(run, 1),
     )
+
+
+#: What the job list adds to a job's summary that the detail does not repeat.
+_LIST_ONLY: Final[set[str]] = {"gpus", "reason", "started_at", "run_seconds"}
+
+
+def _gpus_asked(row: JobRow) -> int:
+    """The GPUs the job asks for in all: its pod sets' count times GPUs per pod."""
+    total = 0
+    for group in row.record.get("groups", ()):
+        count, per_pod = group[1], group[2]
+        total += int(count) * int(per_pod.get(GPU, 0))
+    return total
 
 
 def _gpu_type(row: JobRow) -> str | None:
@@ -392,8 +418,11 @@ async def list_jobs(
             rows, token = await job_rows.page(session, where, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
-    result = schemas.JobList(items=[_summary(r) for r in rows], continue_=token)
-    return schemas.json_response(result)
+    async with svc.db.read() as session:
+        started = await job_rows.started_times(session, [r.id for r in rows])
+    now = svc.clock.now()
+    items = [_summary(r, _reason(svc, r), started.get(r.id), now) for r in rows]
+    return schemas.json_response(schemas.JobList(items=items, continue_=token))
 
 
 async def _job_row(
@@ -478,7 +507,7 @@ async def get_job(
     waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
     own = auth.may_act_in(auth.caller(request), svc.tree, row.namespace)
     detail = schemas.JobDetail(
-        **_summary(row).model_dump(),
+        **_summary(row).model_dump(exclude=_LIST_ONLY),
         preemptible=job.preemptible,
         user=job.user or None,
         request=schemas.quantities(job.request),
@@ -719,6 +748,73 @@ async def list_queues(request: web.Request) -> web.Response:
     view = _svc(request).loop.view
     items = [schemas.QueueSummary(**_queue_fields(q), pending=q.pending) for q in view.queues]
     return schemas.json_response(schemas.QueueList(items=items))
+
+
+@TABLE.route(
+    "GET",
+    "/api/v1/history",
+    "getHistory",
+    "One series of every leaf queue over time: GPUs used, jobs running or pending, p95 wait",
+    "queues",
+    description="What the dashboard's charts show, as the service sampled it every "
+    "`history_interval` seconds and kept for `history_retention`. Readable by every token, "
+    "as the queues are.",
+    parameters=(
+        query(
+            "series",
+            "gpus, running, pending or wait.",
+            schemas.HistorySeries,
+            required=True,
+            invalid="series must be gpus, running, pending or wait",
+            single=True,
+        ),
+        query(
+            "since",
+            "Seconds before now that the series starts at (default 6 hours).",
+            int,
+            default=6 * 3600,
+            low=1,
+            high=366 * 24 * 3600,
+        ),
+    ),
+    replies=(Reply(200, "The series.", schemas.History), BAD_PAGE, UNAUTHORIZED),
+)
+async def get_history(request: web.Request, *, series: str, since: int) -> web.Response:
+    svc = _svc(request)
+    start = svc.clock.now() - since
+    async with svc.db.read() as session:
+        rows = await sample_rows.samples_since(session, start)
+    by_time: dict[float, dict[str, sample_rows.Sample]] = {}
+    for at, sample in rows:
+        by_time.setdefault(at, {})[sample.queue] = sample
+
+    def value(sample: sample_rows.Sample | None) -> float | None:
+        if sample is None:
+            return None
+        if series == "wait":
+            return None if sample.wait_p95 is None else round(sample.wait_p95, 1)
+        return float(getattr(sample, series))
+
+    queues = sorted({s.queue for _, s in rows if s.queue != sample_rows.FLEET})
+    points = [
+        schemas.HistoryPoint(
+            time=_time(at),
+            queues={q: value(s) for q, s in sorted(found.items()) if q != sample_rows.FLEET},
+            fleet=value(found.get(sample_rows.FLEET)),
+        )
+        for at, found in by_time.items()
+    ]
+    settings = svc.settings
+    body = schemas.History(
+        series=series,
+        unit=schemas.HISTORY_UNITS[series],
+        since=_time(start),
+        interval=settings.history_interval,
+        retention=settings.history_retention,
+        queues=queues,
+        points=points,
+    )
+    return schemas.json_response(body)
 
 
 @TABLE.route(

@@ -51,10 +51,22 @@ def test_a_queue_keeps_its_colour_and_a_view_never_shows_two_queues_alike() -> N
     assert present.vc_class(None) == "vc-free"
 
 
-def test_codes_are_letters_in_name_order() -> None:
+def test_codes_are_read_from_the_names() -> None:
     assert present.vc_codes(["b", "a", "c"]) == {"a": "A", "b": "B", "c": "C"}
     many = present.vc_codes([f"q{i:02d}" for i in range(28)])
-    assert many["q26"] == "A1" and len(set(many.values())) == 28
+    assert many["q26"] == "Q27" and len(set(many.values())) == 28
+    tree = present.vc_codes(["team-b", "sandbox", "team-a", "team-c", "big-memory"])
+    assert tree == {
+        "big-memory": "BM",
+        "sandbox": "S",
+        "team-a": "TA",
+        "team-b": "TB",
+        "team-c": "TC",
+    }
+    assert present.vc_codes(["team-apple", "team-alpha"]) == {
+        "team-alpha": "TA",
+        "team-apple": "TA2",
+    }
 
 
 def test_depths_follow_parents() -> None:
