@@ -179,17 +179,26 @@ class JobSummary(Schema):
         default=None, description="The member cluster it was placed in; null before."
     )
     submitted_at: datetime.datetime = Field(description="When it was first submitted.")
-    gpus: Count = Field(default=0, description="The GPUs it asks for in all (nvidia.com/gpu).")
+    gpus: Count | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="The GPUs it asks for in all (nvidia.com/gpu); the job list sets it.",
+    )
     reason: str | None = Field(
-        default=None, description="Why it waits (a waiting job), or why it ended; null: none."
+        default=None,
+        exclude_if=_absent,
+        description="Why it waits (a waiting job), or why it ended; absent: none.",
     )
     started_at: datetime.datetime | None = Field(
-        default=None, description="When its current run last started running; null: never."
+        default=None,
+        exclude_if=_absent,
+        description="When its current run last started running; absent: never.",
     )
     run_seconds: float | None = Field(
         default=None,
+        exclude_if=_absent,
         description="How long it has run since then (a running job) or ran until it stopped "
-        "(a job that ended or was preempted); null: it never ran.",
+        "(a job that ended or was preempted); absent: it never ran.",
     )
 
 

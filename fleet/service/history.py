@@ -115,17 +115,19 @@ class Sampler:
         self.interval = interval
         self.retention = retention
         self._task: asyncio.Task[None] | None = None
+        self._one_at_a_time = asyncio.Lock()
 
     async def take(self) -> bool:
         """Store one sample now; False when the view is not ready (nothing stored)."""
-        view = self.view()
-        if not view.ready:
-            return False
-        now = self.clock.now()
-        rows = samples(view, self.waits(now - WAIT_WINDOW))
-        async with self.database().write() as session:
-            await add_samples(session, now, rows, keep_after=now - self.retention)
-        return True
+        async with self._one_at_a_time:  # two at one moment: the second replaces the first
+            view = self.view()
+            if not view.ready:
+                return False
+            now = self.clock.now()
+            rows = samples(view, self.waits(now - WAIT_WINDOW))
+            async with self.database().write() as session:
+                await add_samples(session, now, rows, keep_after=now - self.retention)
+            return True
 
     async def _loop(self) -> None:
         while True:

@@ -5,8 +5,9 @@ Theory of operation: plain repository functions over one session, like
 queue, and one for the whole fleet whose queue is :data:`FLEET`) and, in the
 same transaction, deletes every row older than the retention, so the table
 never holds more than the retention's worth of samples however long the
-service runs.  :func:`samples_since` reads them back in time order (the
-primary key, ``at`` first, serves both the range read and the deletion).
+service runs; a sample taken at the very moment of a stored one replaces
+it.  :func:`samples_since` reads them back in time order (the primary key,
+``at`` first, serves the range read and both deletions).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class Sample:
 async def add_samples(
     session: AsyncSession, at: float, samples: Iterable[Sample], *, keep_after: float
 ) -> int:
-    """Store ``samples`` as of ``at`` and delete the rows from before ``keep_after``;
-    the number of rows deleted."""
+    """Store ``samples`` as of ``at`` (in place of any taken at that very moment) and
+    delete the rows from before ``keep_after``; the number of rows deleted."""
+    await session.execute(delete(QueueSampleRow).where(QueueSampleRow.at == at))
     for s in samples:
         session.add(
             QueueSampleRow(

@@ -1,4 +1,5 @@
-"""What the dashboard's templates show, computed from the API's JSON: bars, colours, durations.
+"""What the dashboard's templates show, computed from the API's JSON: bars, colours, codes,
+job shades, lent cells, the summary, charts over time, durations.
 
 Theory of operation: pure functions of the answers of the public HTTP API.
 Quantities arrive as Kubernetes quantity strings and are read here into
@@ -6,13 +7,22 @@ numbers only to draw bars (the API stays the authority on amounts; the text
 beside every bar is the API's own string).  A virtual cluster (a leaf queue)
 gets one of :data:`PALETTE_SIZE` colour classes from a stable digest of its
 name, so a queue keeps its colour on every page, on every run and under any
-``PYTHONHASHSEED``, and a short letter code so colour is never the only signal.
+``PYTHONHASHSEED`` (:func:`vc_classes` keeps the queues of one set apart,
+the same set giving the same colours), and a short code read from its name
+(:func:`vc_codes`, its words' initials) so colour is never the only signal.
+On a cell map a queue's jobs take shades in turn (:func:`map_jobs`), and a
+virtual cluster's guarantee that other queues' jobs hold is counted as lent
+(:func:`lent`).  :func:`chart` turns one series of ``GET /api/v1/history``
+into the geometry of an inline SVG line chart (paths, ticks, legend), so the
+pages draw charts without script or library.  Table durations are written
+as the shared column vocabulary writes them (:func:`compact`: ``1h5m``).
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -467,7 +477,12 @@ def chart(
         return compact(v) if wait else f"{v:g}"
 
     lines = []
-    gap = max(3 * interval, 3 * stride * interval)
+    # A line breaks where samples are missing: a step over three times the usual one
+    # (the median step drawn, as the interval may have changed over the window).
+    times = [at for at, _ in series[""]]
+    steps = sorted(b - a for a, b in itertools.pairwise(times))
+    usual = steps[len(steps) // 2] if steps else interval * stride
+    gap = 3 * max(usual, interval)
     for i, q in enumerate(shown):
         parts: list[str] = []
         before: float | None = None

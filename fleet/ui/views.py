@@ -1,9 +1,15 @@
-"""The dashboard's pages: quota tree, queues, jobs, clusters with their cell maps, admin forms.
+"""The dashboard's pages: the overview (summary, charts over time, quota tree), queues, jobs,
+clusters with their cell maps, admin forms.
 
 Theory of operation: every handler reads what it shows from the public API
 (:class:`fleet.ui.client.Api`, with the caller's token) and renders one
 Jinja2 template on the server; the pages work without script, and
-``fleet.js`` only adds live updates.  Lists are paged on the server (the
+``fleet.js`` only adds live updates and the jobs page's search box.  The
+overview, jobs and clusters pages open with a summary header (members'
+GPUs, leaves' jobs, the last sampled p95 wait); the overview draws the
+charts of ``GET /api/v1/history`` over the window asked for (``?window=``)
+as inline SVG (:func:`fleet.ui.present.chart`), ending at the service's own
+time.  Lists are paged on the server (the
 API's ``limit``/``continue``, or slices of one answer), so no page carries
 every job.  A form posts to the dashboard, which makes the same API call a
 client would (the API validates, authorises and audits it) and shows the
@@ -218,7 +224,9 @@ async def tree(request: web.Request) -> web.Response:
     except ApiProblem as e:
         return await _problem_page(request, e)
     nodes = queues["items"]
-    now = _now()
+    # The service's time (its clock may not be this machine's): where the series end.
+    first = present.parse_time(series[0].get("since"))
+    now = _now() if first is None else first + datetime.timedelta(seconds=present.WINDOWS[window])
     charts = [
         present.chart(
             chart_id,
@@ -475,6 +483,8 @@ async def jobs(request: web.Request) -> web.Response:
         "jobs": [
             {
                 **j,
+                "gpus": j.get("gpus", 0),
+                "reason": j.get("reason"),
                 "age": present.age(j.get("submittedAt"), now),
                 "run_time": present.compact(j.get("runSeconds")),
             }

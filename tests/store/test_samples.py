@@ -33,5 +33,11 @@ async def test_old_samples_are_deleted_as_new_ones_are_written(database_url: str
             (420.0, "team-a", 420),
         ]
         assert recent[0][1] == sample(FLEET, 420)
+        async with db.write() as session:  # taken again at the same moment: replaced
+            await add_samples(session, 420.0, [sample("team-b", 1)], keep_after=120.0)
+        async with db.read() as session:
+            assert [(at, s.queue) for at, s in await samples_since(session, 400.0)] == [
+                (420.0, "team-b")
+            ]
     finally:
         await db.close()

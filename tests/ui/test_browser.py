@@ -22,7 +22,10 @@ package when it is missing); Playwright downloads nothing.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +56,13 @@ SCREENSHOTS_ENV: Final = "FLEET_UI_SCREENSHOTS"
 
 
 class Fleet:
-    """The running server: its URL and the API as a client script would call it."""
+    """The running server: its URL, its SQLite file and the API as a client script would
+    call it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, database: Path) -> None:
         self.url = url
+        self.database = database
+        self.started = time.time()
 
     def call(
         self,
@@ -86,7 +92,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tokens = write_tokens_file(work / "tokens.yaml")
     extra = ["--tokens-file", str(tokens), "--history-interval", "1"]  # charts fill at once
     with servers.serving(work, extra=extra) as server:
-        yield Fleet(server.url)
+        yield Fleet(server.url, work / "fleet.db")
 
 
 @pytest.fixture(scope="module")
@@ -448,3 +454,35 @@ def test_the_cell_map_names_queues_and_tells_their_jobs_apart(
         shades.add(next(c for c in classes if c.startswith("shade-")))
     assert len(shades) == len(here)  # jobs of one queue look different
     narrow.screenshot(path=shots / "cluster-jobs.png", full_page=True)
+
+
+def test_a_day_of_history_on_the_overview(narrow: Page, fleet: Fleet, shots: Path) -> None:
+    """A day of samples from before the server started (written into its store as the
+    sampler writes them: a busy day of four queues), then the live ones."""
+    first = fleet.started - 24 * 3600
+    rows = []
+    for i in range(int((fleet.started - 120 - first) // 60)):
+        at, hour = first + 60 * i, i / 60
+        load = {
+            "team-a": round(14 + 10 * math.sin(hour / 3.8)),
+            "team-b": round(12 + 9 * math.sin(hour / 2.9 + 1.3)),
+            "team-c": round(9 + 7 * math.sin(hour / 5.1 + 2.1)),
+            "sandbox": 8 if 9 <= hour % 24 <= 13 else 0,
+        }
+        depth = {
+            q: max(0, round((2 + k) * math.sin(hour / (1.3 + 0.6 * k) + k)))
+            for k, q in enumerate(load)
+        }
+        wait = {q: 30 + 400 * d for q, d in depth.items()}
+        for q in load:
+            rows.append((at, q, load[q], max(1, load[q] // 4), depth[q], wait[q], 3))
+        rows.append((at, "", sum(load.values()), 9, sum(depth.values()), max(wait.values()), 12))
+    with sqlite3.connect(fleet.database) as db:
+        db.executemany("INSERT OR REPLACE INTO queue_samples VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    log_in(narrow, "admin", "/ui/?window=24h")
+    gpus = narrow.locator("#chart-gpus")
+    expect(gpus.locator("path.line[data-queue]")).to_have_count(len(LEAVES))
+    path = gpus.locator('path.line[data-queue="team-a"]').get_attribute("d") or ""
+    assert path.count("L") > 200  # a day of samples, merged to what the width shows
+    expect(narrow.locator('nav.windows a[aria-current="page"]')).to_have_text("last 24h")
+    narrow.screenshot(path=shots / "overview-day.png", full_page=True)
