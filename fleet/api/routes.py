@@ -103,6 +103,8 @@ from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow, PolicyRow
 
 TABLE: Final = RouteTable()
+#: The most moments ``GET /api/v1/history`` answers (a longer range is merged).
+HISTORY_POINTS: Final = 720
 #: Bytes only a body with a training runtime holds (``ClusterTrainingRuntime``,
 #: ``TrainingRuntime``): such a body is read in the serving process.
 _RUNTIME_KIND: Final = b"TrainingRuntime"
@@ -757,8 +759,9 @@ async def list_queues(request: web.Request) -> web.Response:
     "One series of every leaf queue over time: GPUs used, jobs running or pending, p95 wait",
     "queues",
     description="What the dashboard's charts show, as the service sampled it every "
-    "`history_interval` seconds and kept for `history_retention`. Readable by every token, "
-    "as the queues are.",
+    "`history_interval` seconds and kept for `history_retention`. A range of more than 720 "
+    "samples is merged into 720 stretches, each at its last sample's time with the "
+    "stretch's largest values. Readable by every token, as the queues are.",
     parameters=(
         query(
             "series",
@@ -782,8 +785,11 @@ async def list_queues(request: web.Request) -> web.Response:
 async def get_history(request: web.Request, *, series: str, since: int) -> web.Response:
     svc = _svc(request)
     start = svc.clock.now() - since
+    # At most HISTORY_POINTS moments: a long range is merged into stretches.
+    every = svc.settings.history_interval or 60.0
+    width = 0.0 if since / every <= HISTORY_POINTS else since / HISTORY_POINTS
     async with svc.db.read() as session:
-        rows = await sample_rows.samples_since(session, start)
+        rows = await sample_rows.samples_since(session, start, width=width)
     by_time: dict[float, dict[str, sample_rows.Sample]] = {}
     for at, sample in rows:
         by_time.setdefault(at, {})[sample.queue] = sample

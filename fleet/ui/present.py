@@ -353,6 +353,8 @@ def summary(
 WINDOWS: Final = {"1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 24 * 3600}
 #: Samples drawn per line at most (more are merged, each merged point the largest).
 MAX_POINTS: Final = 480
+#: Lines a chart draws at most: the busiest queues, the others as one line.
+MAX_LINES: Final = PALETTE_SIZE
 #: Dash patterns ``dash-0`` .. ``dash-3`` in fleet.css: lines that lie on each other
 #: still show both.
 DASHES: Final = 4
@@ -435,7 +437,9 @@ def chart(
     """The chart of one ``GET /api/v1/history`` answer over the ``window`` seconds before
     ``now``: a line per queue (coloured as the queue is everywhere, ``colours``) and, with
     ``fleet_line``, one for the whole fleet; time on the x axis (UTC), the series' unit on
-    the y axis (a wait written as a duration)."""
+    the y axis (a wait written as a duration).  Of more than :data:`MAX_LINES` queues the
+    busiest (by their peak in the window) get a line and the others one between them
+    (their sum; for a wait, their largest)."""
     geometry = Chart(chart_id, title, (), (), (), True)
     wait = history.get("series") == "wait"
     end = now.timestamp()
@@ -458,7 +462,23 @@ def chart(
             series[q].append((at, max(vals) if vals else None))
         vals = [v for _, p in chunk if (v := p.get("fleet")) is not None]
         series[""].append((at, max(vals) if vals else None))
-    shown = [q for q in queues] + ([""] if fleet_line else [])
+    if len(queues) > MAX_LINES:  # the busiest get a line, the others one between them
+        peak = {q: max((v or 0.0 for _, v in series[q]), default=0.0) for q in queues}
+        busiest = sorted(queues, key=lambda q: (-peak[q], q))[: MAX_LINES - 1]
+        rest = [q for q in queues if q not in busiest]
+        fold = max if wait else sum
+        other = f"{len(rest)} other queues"
+        series[other] = [
+            (
+                at,
+                fold(found)
+                if (found := [v for q in rest if (v := series[q][i][1]) is not None])
+                else None,
+            )
+            for i, (at, _) in enumerate(series[""])
+        ]
+        queues = [*sorted(busiest), other]
+    shown = [*queues, *([""] if fleet_line else [])]
     top_value = max((v for q in shown for _, v in series[q] if v is not None), default=0.0)
     step = _nice_step(max(top_value, 1.0), wait=wait)
     y_max = step * max(1, -(-max(top_value, 1.0) // step))

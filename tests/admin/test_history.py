@@ -6,7 +6,9 @@ import datetime
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fleet.api import keys
+import pytest
+
+from fleet.api import keys, routes
 from fleet.core.view import LoopView, QueueView
 from fleet.service.history import p95, samples
 from fleet.testing.documents import pytorchjob
@@ -33,7 +35,7 @@ def test_a_sample_has_a_row_per_leaf_and_one_for_the_fleet() -> None:
 
 
 async def test_the_history_of_the_queues_as_any_token_reads_it(
-    api_with: Callable[..., Awaitable[Api]],
+    api_with: Callable[..., Awaitable[Api]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Sampled by hand, one interval at a time (the sampler's own timer is checked below).
     api = await api_with(history_interval=0, history_retention=600.0, estimate_interval=0)
@@ -68,12 +70,17 @@ async def test_the_history_of_the_queues_as_any_token_reads_it(
     for _ in range(20):
         await api.settle(60.0)
         await sampler.take()
-    kept = await api.call("GET", "/api/v1/history?series=running&since=86400", status=200)
+    kept = await api.call("GET", "/api/v1/history?series=running&since=3600", status=200)
     now = datetime.datetime.fromtimestamp(api.clock.now(), datetime.UTC)
     times = [datetime.datetime.fromisoformat(p["time"]) for p in kept["points"]]
     assert min(times) == now - datetime.timedelta(seconds=600)
     assert len(times) == 11
     assert kept["points"][-1]["queues"]["team-a"] == 2.0  # its two running jobs
+    # A range of more samples than the answer holds is merged into stretches.
+    monkeypatch.setattr(routes, "HISTORY_POINTS", 5)
+    merged = await api.call("GET", "/api/v1/history?series=running&since=600", status=200)
+    assert 5 <= len(merged["points"]) <= 6
+    assert merged["points"][-1] == kept["points"][-1]  # the last stretch ends at the last one
     anonymous = await api.client.get("/api/v1/history?series=gpus")
     assert anonymous.status == 401
     bad = await api.call("GET", "/api/v1/history?series=cpu", status=400)

@@ -41,3 +41,20 @@ async def test_old_samples_are_deleted_as_new_ones_are_written(database_url: str
             ]
     finally:
         await db.close()
+
+
+async def test_a_long_range_is_merged_into_stretches(database_url: str) -> None:
+    db = await open_database(database_url)
+    try:
+        async with db.write() as session:
+            for at in range(0, 600, 60):  # 10 samples, 60 s apart
+                s = Sample("team-a", at // 60, 1, 0, float(at) if at % 120 else None, 1)
+                await add_samples(session, float(at), [s], keep_after=0.0)
+        async with db.read() as session:
+            merged = await samples_since(session, 0.0, width=300.0)
+        assert [(at, s.gpus, s.wait_p95, s.starts) for at, s in merged] == [
+            (240.0, 4, 180.0, 5),  # 0..240: the largest of each figure, the admissions summed
+            (540.0, 9, 540.0, 5),
+        ]
+    finally:
+        await db.close()

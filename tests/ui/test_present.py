@@ -228,3 +228,16 @@ def test_a_week_of_samples_is_drawn_with_a_bounded_number_of_points() -> None:
     assert chart.xticks[0].label.startswith("Dec")
     empty = present.chart("gpus", "GPUs", history("gpus", []), {}, now=NOW, window=3600)
     assert empty.empty
+
+
+def test_a_chart_of_many_queues_draws_the_busiest_and_the_others_as_one() -> None:
+    t0 = NOW.timestamp() - 600
+    names = [f"q{i:02d}" for i in range(20)]
+    points = [(t0 + 60 * k, {q: float(i) for i, q in enumerate(names)}, None) for k in range(5)]
+    found = {**history("gpus", points), "queues": names}
+    chart = present.chart("gpus", "GPUs", found, {}, now=NOW, window=3600)
+    assert len(chart.lines) == present.MAX_LINES
+    assert [line.name for line in chart.lines[:3]] == ["q09", "q10", "q11"]
+    other = chart.lines[-1]
+    assert other.name == "9 other queues" and other.cls == "vc-free"
+    assert other.last == str(sum(range(9)))  # GPUs of the others add up
