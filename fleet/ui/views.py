@@ -4,8 +4,8 @@ clusters with their cell maps, admin forms.
 Theory of operation: every handler reads what it shows from the public API
 (:class:`fleet.ui.client.Api`, with the caller's token) and renders one
 Jinja2 template on the server; the pages work without script, and
-``fleet.js`` only adds live updates and the jobs page's search box.  The
-overview, jobs and clusters pages open with a summary header (members'
+``fleet.js`` only adds live updates and the jobs page's search box.  Every
+page but the login and the quota form opens with a summary header (members'
 GPUs, leaves' jobs, the last sampled p95 wait); the overview draws the
 charts of ``GET /api/v1/history`` over the window asked for (``?window=``)
 as inline SVG (:func:`fleet.ui.present.chart`), ending at the service's own
@@ -312,6 +312,7 @@ async def queue(request: web.Request) -> web.Response:
         if request.query.get("continue"):
             running_params["continue"] = request.query["continue"]
         running = await api.json("/api/v1/jobs", running_params) if node["leaf"] else None
+        summary, _ = await _summary(api)
     except ApiProblem as e:
         return await _problem_page(request, e)
     pending = node["pending"]
@@ -324,6 +325,7 @@ async def queue(request: web.Request) -> web.Response:
     context = {
         "me": me,
         "title": f"Queue {name}",
+        "summary": summary,
         "node": node,
         "bars": present.bars(node),
         "pending": [
@@ -512,6 +514,7 @@ async def job(request: web.Request) -> web.Response:
     try:
         me = await _me(api)
         detail = await api.json(url)
+        summary, _ = await _summary(api)
     except ApiProblem as e:
         return await _problem_page(request, e)
     documents: str | None
@@ -523,6 +526,7 @@ async def job(request: web.Request) -> web.Response:
     context = {
         "me": me,
         "title": f"Job {namespace}/{name}",
+        "summary": summary,
         "job": detail,
         "documents": documents,
         "events": [{**e, "at": present.short_time(e["time"])} for e in detail.get("events", [])],
@@ -583,7 +587,9 @@ async def cluster(request: web.Request) -> web.Response:
             (c for c in (await api.json("/api/v1/clusters"))["items"] if c["name"] == name), None
         )
         cells = await api.json("/api/v1/clusters/" + path(name) + "/cells", params)
-        leaves = [n["name"] for n in (await api.json("/api/v1/queues"))["items"] if n["leaf"]]
+        nodes = (await api.json("/api/v1/queues"))["items"]
+        leaves = [n["name"] for n in nodes if n["leaf"]]
+        fleet, _ = await _summary(api, nodes)
     except ApiProblem as e:
         return await _problem_page(request, e)
     queues = sorted(
@@ -599,7 +605,7 @@ async def cluster(request: web.Request) -> web.Response:
     context = {
         "me": me,
         "title": f"Cluster {name}",
-        "summary": None,
+        "summary": fleet,
         "member": summary,
         "lent": present.lent(summary, cells["nodes"]) if summary else {},
         "cells": cells,

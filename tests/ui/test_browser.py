@@ -371,6 +371,7 @@ def test_at_1024_px_no_page_scrolls_sideways_and_the_gauges_line_up(
     for url in PAGES:
         narrow.goto(url)
         expect(narrow.locator("h1")).to_be_visible()
+        expect(narrow.locator("#summary #sum-gpus-total")).to_have_text("48")  # every page
         width = narrow.evaluate("document.documentElement.scrollWidth")
         assert width <= 1024, f"{url} is {width} px wide"
     narrow.goto("/ui/")
