@@ -4,7 +4,9 @@ Theory of operation (aiohttp as its maintainers use it): :func:`create_app`
 builds the application from the settings alone; the service (database,
 configuration, placers, members, scheduler loop) is opened and closed in the
 application's ``cleanup_ctx``, so ``aiohttp_client`` tests and ``fleet serve``
-start it the same way.  Handlers live in :mod:`fleet.api.routes` (with
+start it the same way; so are, on the replica that schedules, the start
+estimates and the history sampler (:mod:`fleet.service.history`).
+Handlers live in :mod:`fleet.api.routes` (with
 :mod:`fleet.api.admin_routes` and :mod:`fleet.api.live`), each beside its
 route's one declaration (:mod:`fleet.api.routing`), and reach the service
 through the typed keys of :mod:`fleet.api.keys`; every error is answered as
@@ -34,7 +36,7 @@ from fleet.api.replicas import Verifier
 from fleet.api.routing import Handler
 from fleet.api.tokens import TokenStore
 from fleet.clock import Clock, RealClock
-from fleet.service import wiring
+from fleet.service import history, wiring
 from fleet.service.settings import Settings
 from fleet.service.telemetry import Telemetry
 from fleet.sim import forecast
@@ -123,14 +125,26 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Applica
             worker=worker,
         )
         app[keys.ESTIMATOR] = estimator
+        sampler = history.Sampler(
+            svc.clock,
+            lambda: svc.loop.view,
+            lambda: svc.loop.db,  # the scheduling loop's: fenced by its term
+            telemetry.recent_waits,
+            interval=settings.history_interval,
+            retention=settings.history_retention,
+        )
+        app[keys.SAMPLER] = sampler
 
         async def leading(now: bool) -> None:  # only the replica that schedules estimates
             if now:
                 watch_service(telemetry, svc)
                 if settings.estimate_interval > 0:
                     estimator.start()
+                if settings.history_interval > 0:
+                    sampler.start()
             else:
                 await estimator.stop()
+                await sampler.stop()
 
         svc.on_role.append(leading)
         if svc.scheduling:
@@ -139,6 +153,7 @@ def create_app(settings: Settings, *, clock: Clock | None = None) -> web.Applica
             yield
         finally:
             await estimator.stop()
+            await sampler.stop()
             if worker is not None:
                 worker.close()
             if keys.PARSE_WORKERS in app:

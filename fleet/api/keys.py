@@ -12,6 +12,7 @@ from fleet.api.parse_workers import ParseWorkers
 from fleet.api.replicas import Verifier
 from fleet.api.routing import Route
 from fleet.api.tokens import Caller, TokenStore
+from fleet.service.history import Sampler
 from fleet.service.settings import Settings
 from fleet.service.wiring import Service
 from fleet.sim.forecast import Estimator
@@ -27,6 +28,8 @@ CALLER_KEY: Final = web.RequestKey("caller", Caller)
 #: set by a handler that stored the request's audit record itself (in its own transaction)
 AUDITED_KEY: Final = web.RequestKey("audited", bool)
 ESTIMATOR: Final = web.AppKey("estimator", Estimator)
+#: the history sampler (it runs on the replica that schedules)
+SAMPLER: Final = web.AppKey("sampler", Sampler)
 #: the audit log's writer (while the service runs)
 AUDIT: Final = web.AppKey("audit", AuditLog)
 #: where submissions are read (absent: in the serving process)

@@ -19,7 +19,8 @@ newest events across jobs (of one namespace or job when asked), a team token's
 namespaces only.
 Jobs are read from the database; queue usage, pending order and waiting
 reasons from the immutable view the loop publishes after each iteration, so
-no handler ever touches the core's state.  A job's ``apiVersion`` and
+no handler ever touches the core's state; their past (``GET /api/v1/history``)
+from the samples the service stores (:mod:`fleet.service.history`).  A job's ``apiVersion`` and
 ``kind`` are its stored document's (the core sees pod sets, never a kind):
 the job list and detail read them from the row they load anyway, a queue's
 pending jobs with one query of the leaf's live rows (JSON paths of the
@@ -100,10 +101,13 @@ from fleet.sim import forecast
 from fleet.store import admin as admin_rows
 from fleet.store import configuration, paging
 from fleet.store import jobs as job_rows
+from fleet.store import samples as sample_rows
 from fleet.store.database import redact_url
 from fleet.store.models import JobEventRow, JobRow, PolicyRow
 
 TABLE: Final = RouteTable()
+#: The most moments ``GET /api/v1/history`` answers (a longer range is merged).
+HISTORY_POINTS: Final = 720
 #: Bytes only a body with a training runtime holds (``ClusterTrainingRuntime``,
 #: ``TrainingRuntime``): such a body is read in the serving process.
 _RUNTIME_KIND: Final = b"TrainingRuntime"
@@ -277,20 +281,26 @@ def _fields(row: JobRow) -> dict[str, Any]:
     )
 
 
-def _summary(request: web.Request, row: JobRow) -> schemas.JobSummary:
-    """A job as the list shows it: GPUs, labels, user, why it waits, since when it runs
-    and when it is expected to start."""
+def _summary(request: web.Request, row: JobRow, started: float | None = None) -> schemas.JobSummary:
+    """A job as the list shows it: GPUs, labels, user, why it waits (or why it ended),
+    when it last ``started`` running and its run time since (up to now while it holds
+    its GPUs, else up to its last change), and when it is expected to start."""
     job = snapshot.job_from_plain(row.record, seq=row.id)
     labels = (row.manifest.get("metadata") or {}).get("labels") or {}
-    since = [float(u["since"]) for u in row.units if u.get("since") is not None]
     waiting = row.state in (JobState.QUEUED.value, JobState.PREEMPTED.value)
+    holding = row.state in (JobState.RUNNING.value, JobState.DISPATCHED.value)
+    svc = _svc(request)
+    run = None
+    if started is not None:
+        run = max(0.0, (svc.clock.now() if holding else row.updated_at) - started)
     return schemas.JobSummary(
         **_fields(row),
         gpus=job.request.amounts.get(GPU, 0),
         labels={str(k): str(v) for k, v in labels.items()},
         user=job.user or None,
-        reason=_reason(_svc(request), row) if waiting else None,
-        started_at=_time(min(since)) if since else None,
+        reason=None if holding else _reason(svc, row),
+        started_at=None if started is None else _time(started),
+        run_seconds=None if run is None else round(run, 1),
         estimated_start=_estimate(request, job.key) if waiting else None,
     )
 
@@ -448,8 +458,10 @@ async def list_jobs(
             rows, token = await job_rows.page(session, where, limit=limit, after=continue_)
     except paging.BadContinueToken:
         raise params.bad_continue() from None
-    result = schemas.JobList(items=[_summary(request, r) for r in rows], continue_=token)
-    return schemas.json_response(result)
+    async with svc.db.read() as session:
+        started = await job_rows.started_times(session, [r.id for r in rows])
+    items = [_summary(request, r, started.get(r.id)) for r in rows]
+    return schemas.json_response(schemas.JobList(items=items, continue_=token))
 
 
 @TABLE.route(
@@ -840,6 +852,77 @@ async def list_queues(request: web.Request) -> web.Response:
     view = _svc(request).loop.view
     items = [schemas.QueueSummary(**_queue_fields(q), pending=q.pending) for q in view.queues]
     return schemas.json_response(schemas.QueueList(items=items))
+
+
+@TABLE.route(
+    "GET",
+    "/api/v1/history",
+    "getHistory",
+    "One series of every leaf queue over time: GPUs used, jobs running or pending, p95 wait",
+    "queues",
+    description="What the dashboard's charts show, as the service sampled it every "
+    "`history_interval` seconds and kept for `history_retention`. A range of more than 720 "
+    "samples is merged into 720 stretches, each at its last sample's time with the "
+    "stretch's largest values. Readable by every token, as the queues are.",
+    parameters=(
+        query(
+            "series",
+            "gpus, running, pending or wait.",
+            schemas.HistorySeries,
+            required=True,
+            invalid="series must be gpus, running, pending or wait",
+            single=True,
+        ),
+        query(
+            "since",
+            "Seconds before now that the series starts at (default 6 hours).",
+            int,
+            default=6 * 3600,
+            low=1,
+            high=366 * 24 * 3600,
+        ),
+    ),
+    replies=(Reply(200, "The series.", schemas.History), BAD_PAGE, UNAUTHORIZED),
+)
+async def get_history(request: web.Request, *, series: str, since: int) -> web.Response:
+    svc = _svc(request)
+    start = svc.clock.now() - since
+    # At most HISTORY_POINTS moments: a long range is merged into stretches.
+    every = svc.settings.history_interval or 60.0
+    width = 0.0 if since / every <= HISTORY_POINTS else since / HISTORY_POINTS
+    async with svc.db.read() as session:
+        rows = await sample_rows.samples_since(session, start, width=width)
+    by_time: dict[float, dict[str, sample_rows.Sample]] = {}
+    for at, sample in rows:
+        by_time.setdefault(at, {})[sample.queue] = sample
+
+    def value(sample: sample_rows.Sample | None) -> float | None:
+        if sample is None:
+            return None
+        if series == "wait":
+            return None if sample.wait_p95 is None else round(sample.wait_p95, 1)
+        return float(getattr(sample, series))
+
+    queues = sorted({s.queue for _, s in rows if s.queue != sample_rows.FLEET})
+    points = [
+        schemas.HistoryPoint(
+            time=_time(at),
+            queues={q: value(s) for q, s in sorted(found.items()) if q != sample_rows.FLEET},
+            fleet=value(found.get(sample_rows.FLEET)),
+        )
+        for at, found in by_time.items()
+    ]
+    settings = svc.settings
+    body = schemas.History(
+        series=series,
+        unit=schemas.HISTORY_UNITS[series],
+        since=_time(start),
+        interval=settings.history_interval,
+        retention=settings.history_retention,
+        queues=queues,
+        points=points,
+    )
+    return schemas.json_response(body)
 
 
 @TABLE.route(

@@ -190,12 +190,21 @@ class JobSummary(Schema):
         description="Whose per-user limits it counts against (absent: nobody's).",
     )
     reason: str | None = Field(
-        default=None, exclude_if=_absent, description="Why the job waits (absent: it does not)."
+        default=None,
+        exclude_if=_absent,
+        description="Why it waits (a waiting job), or why it ended; absent: none (and "
+        "while it holds its GPUs).",
     )
     started_at: datetime.datetime | None = Field(
         default=None,
         exclude_if=_absent,
-        description="Since when its pods hold their GPUs (absent: it holds none).",
+        description="When its current run last started running; absent: never.",
+    )
+    run_seconds: float | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="How long it has run since then (a running job) or ran until it stopped "
+        "(a job that ended or was preempted); absent: it never ran.",
     )
     estimated_start: EstimatedStart | None = Field(
         default=None,
@@ -529,6 +538,47 @@ class QueueList(Schema):
     """Every node of the quota tree, parents before their children."""
 
     items: list[QueueSummary] = Field(description="The nodes of the tree.")
+
+
+HistorySeries = Literal["gpus", "running", "pending", "wait"]
+#: The unit of each series of ``GET /api/v1/history``.
+HISTORY_UNITS: Final[dict[str, str]] = {
+    "gpus": "GPUs",
+    "running": "jobs",
+    "pending": "jobs",
+    "wait": "seconds",
+}
+
+
+class HistoryPoint(Schema):
+    """One sample of a series: each leaf queue's value and the whole fleet's."""
+
+    time: datetime.datetime = Field(description="When the sample was taken.")
+    queues: dict[str, float | None] = Field(
+        description="Leaf queue -> its value (wait: null when nothing was admitted in the "
+        "hour before)."
+    )
+    fleet: float | None = Field(
+        description="The whole fleet's value (GPUs: what the members' cells hold, "
+        "opportunistic jobs included; wait: the p95 of every queue's admissions)."
+    )
+
+
+class History(Schema):
+    """One series over time, as the service sampled it (``history_interval``)."""
+
+    series: HistorySeries = Field(
+        description="gpus: GPUs used; running: holding jobs; pending: waiting jobs (queue "
+        "depth); wait: the 95th percentile of the admission waits of the hour before."
+    )
+    unit: str = Field(description="GPUs, jobs or seconds.")
+    since: datetime.datetime = Field(description="The first time asked for.")
+    interval: float = Field(
+        description="Seconds between two samples (0: sampling is off on the service)."
+    )
+    retention: float = Field(description="Seconds a sample is kept.")
+    queues: list[str] = Field(description="The leaf queues that appear, by name.")
+    points: list[HistoryPoint] = Field(description="The samples, oldest first.")
 
 
 class PendingJob(Schema):

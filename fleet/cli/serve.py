@@ -83,6 +83,18 @@ def add_parser(sub: Any) -> None:
         help="seconds between refreshes of the waiting jobs' estimated starts (default 30; "
         "0 turns them off)",
     )
+    p.add_argument(
+        "--history-interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between samples of the queues' figures for the dashboard's charts "
+        "(default 60; 0 turns them off)",
+    )
+    p.add_argument(
+        "--history-retention",
+        metavar="DURATION",
+        help="how long the dashboard's history samples are kept (e.g. 48h; default 168h, 7 days)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     p.add_argument(
         "--log-format",
@@ -163,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
             "allow_kubeconfig_exec",
             "schedule_interval",
             "estimate_interval",
+            "history_interval",
             "log_level",
             "log_format",
             "otlp_endpoint",
@@ -186,6 +199,14 @@ def run(args: argparse.Namespace) -> int:
             given["quota_cut_grace"] = parse_duration(args.quota_cut_grace)
         except ValueError as e:
             print(f"error: --quota-cut-grace: {e}", file=sys.stderr)
+            return 1
+    if getattr(args, "history_retention", None) is not None:
+        from fleet.manifests.models import parse_duration
+
+        try:
+            given["history_retention"] = parse_duration(args.history_retention)
+        except ValueError as e:
+            print(f"error: --history-retention: {e}", file=sys.stderr)
             return 1
     try:
         settings = Settings(**given)  # also reads the tokens file's path and checks the host

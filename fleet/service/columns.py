@@ -1,7 +1,7 @@
 """The column vocabulary every table of queues and jobs uses: headers, order and cell text.
 
-Theory of operation: ``fleet get``, ``fleet plan``, the API's table views and
-the dashboard show the same columns under the same words, so they are fixed
+Theory of operation: ``fleet get``, ``fleet plan`` and the dashboard show
+the same columns under the same words, so they are fixed
 here once, as constants and small pure functions (no I/O, no clock: the
 caller passes ``now``).
 

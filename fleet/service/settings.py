@@ -133,6 +133,18 @@ class Settings(BaseSettings):
         description="Seconds between two refreshes of the pending jobs' estimated start "
         "times (a forecast by the simulator; only when something changed); 0 turns it off.",
     )
+    history_interval: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds between two samples of the queues' figures (GPUs used, jobs "
+        "running and pending, p95 wait) that the dashboard's charts show; 0 turns it off.",
+    )
+    history_retention: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Seconds a history sample is kept; older ones are deleted as new ones "
+        "are written (default 7 days).",
+    )
     parse_processes: int = Field(
         0,
         ge=0,

@@ -32,7 +32,9 @@ several applications in one process (the tests) never share instruments.
   healthy capacity (:mod:`fleet.core.inventory`), 0 for every resource the
   members hold when it promises no more.  The Prometheus exporter writes them to
   a registry of this object, served on ``/metrics``; an OTLP exporter pushes
-  them too when ``otlp_endpoint`` is set.
+  them too when ``otlp_endpoint`` is set.  The admissions of the last hour
+  are also kept with their waits (:meth:`Telemetry.recent_waits`), from which
+  the dashboard's history samples its p95 wait (:mod:`fleet.service.history`).
 * **Logs.**  :func:`configure_logging`: one JSON object per line (or a text
   line), each with the trace and span ids of the span current when it was
   written; by default (``auto``) text when stderr is a terminal and JSON
@@ -44,6 +46,7 @@ several applications in one process (the tests) never share instruments.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import re
@@ -144,6 +147,10 @@ class ViewLike(Protocol):
     def unadmitted(self) -> Mapping[str, int]: ...
 
 
+#: Seconds of admissions whose waits :meth:`Telemetry.recent_waits` keeps (the
+#: dashboard's p95 wait is of the last hour), and at most how many.
+RECENT_WAITS: Final = 3600.0
+RECENT_WAITS_MAX: Final = 100_000
 #: Histogram buckets in seconds: cycles take milliseconds, admission waits minutes to days.
 CYCLE_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
@@ -332,6 +339,10 @@ class Telemetry:
         )
         #: job key -> when it (last) became pending, for the admission wait time
         self._queued_since: dict[str, float] = {}
+        #: the admissions of the last RECENT_WAITS seconds: (when, queue, wait), oldest first
+        self._recent: collections.deque[tuple[float, str, float]] = collections.deque(
+            maxlen=RECENT_WAITS_MAX
+        )
 
     # What the service tells it -----------------------------------------------------------
     def observe(
@@ -359,12 +370,21 @@ class Telemetry:
                 admitted[d.queue] = admitted.get(d.queue, 0) + 1
                 since = self._queued_since.pop(d.job, None)
                 if since is not None:
-                    self._wait.record(max(0.0, now - since), {"queue": d.queue})
+                    wait = max(0.0, now - since)
+                    self._wait.record(wait, {"queue": d.queue})
+                    self._recent.append((now, d.queue, wait))
             elif isinstance(d, Preempt) and not d.unit:
                 self._preempted.add(1, {"queue": d.queue, "reason": d.cause or OTHER})
                 self._queued_since[d.job] = now
         for queue, count in sorted(admitted.items()):
             self._admitted.add(count, {"queue": queue})
+        while self._recent and self._recent[0][0] < now - RECENT_WAITS:
+            self._recent.popleft()
+
+    def recent_waits(self, since: float) -> list[tuple[str, float]]:
+        """``(queue, seconds waited)`` of the admissions from ``since`` on (at most the
+        last :data:`RECENT_WAITS` seconds' are kept)."""
+        return [(queue, wait) for at, queue, wait in self._recent if at >= since]
 
     def cycle_done(
         self, span: Any, decisions: Sequence[Decision], seconds: float, now: float

@@ -529,6 +529,19 @@ async def events_of(session: AsyncSession, job_id: int) -> list[JobEventRow]:
     return list(rows.scalars())
 
 
+async def started_times(session: AsyncSession, job_ids: Sequence[int]) -> dict[int, float]:
+    """Job id -> when it last started running (its last ``Running`` event), for the jobs
+    of ``job_ids`` that ever ran (one query, by the events' ``job_id`` index)."""
+    if not job_ids:
+        return {}
+    found = await session.execute(
+        select(JobEventRow.job_id, func.max(JobEventRow.time))
+        .where(JobEventRow.job_id.in_(list(job_ids)), JobEventRow.reason == "Running")
+        .group_by(JobEventRow.job_id)
+    )
+    return {int(job_id): float(t) for job_id, t in found.all()}
+
+
 def add_event(
     session: AsyncSession,
     job_id: int,

@@ -32,6 +32,11 @@ virtual time is recorded as it is.
   ``--quota-cut-grace`` clock survives a restart).
 * ``queue_usage``: each queue's decayed usage for fair share with memory
   (:mod:`fleet.core.fair_share`), as of ``at``: kept across restarts.
+* ``queue_samples``: the fleet over time, for the dashboard's charts: every
+  ``history_interval`` seconds one row per leaf queue (GPUs used, jobs
+  running and pending, the p95 admission wait of the last hour) and one for
+  the whole fleet (``queue`` empty); rows older than ``history_retention``
+  are deleted as new ones are written (:mod:`fleet.service.history`).
 * ``leases``: the scheduler's leader, its term and lease (PostgreSQL only).
 * ``job_inbox``: jobs stored by any replica, until the leader picks them up
   (PostgreSQL only).
@@ -220,6 +225,26 @@ class QueueUsageRow(Base):
     #: resource -> the decayed average held, in the resource's base unit
     averages: Mapped[dict[str, Any]] = mapped_column(JSON)
     at: Mapped[float] = mapped_column(Float)
+
+
+class QueueSampleRow(Base):
+    """One queue's figures at one moment (``queue`` empty: the whole fleet's)."""
+
+    __tablename__ = "queue_samples"
+
+    at: Mapped[float] = mapped_column(Float, primary_key=True)
+    queue: Mapped[str] = mapped_column(String(253), primary_key=True)
+    #: GPUs its holding jobs hold
+    gpus: Mapped[int] = mapped_column(Integer)
+    #: its holding jobs (admitted, dispatched, running)
+    running: Mapped[int] = mapped_column(Integer)
+    #: its waiting jobs
+    pending: Mapped[int] = mapped_column(Integer)
+    #: the 95th percentile of the admission waits of the last hour, in seconds
+    #: (None: nothing admitted in that hour)
+    wait_p95: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: the admissions that percentile is of
+    starts: Mapped[int] = mapped_column(Integer)
 
 
 class UnhealthyJobRow(Base):

@@ -17,6 +17,7 @@ shuts down.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import importlib.resources
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from fleet.ui import client, views
+from fleet.ui import client, present, views
 
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -158,6 +159,8 @@ def setup(app: web.Application, site: client.Site) -> None:
         undefined=jinja2.StrictUndefined,
     )
     env.globals["static"] = lambda name: f"/ui/static/{name}?v={files[name][1]}"
+    # an API estimatedStart as a START cell, at the moment the page is made
+    env.globals["start_of"] = lambda e: present.start(e, datetime.datetime.now(datetime.UTC))
     app.middlewares.append(security_headers)
     app.on_shutdown.append(_close)
     app.on_cleanup.append(_cleanup)

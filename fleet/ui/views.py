@@ -1,9 +1,15 @@
-"""The dashboard's pages: quota tree, queues, jobs, clusters with their cell maps, admin forms.
+"""The dashboard's pages: the overview (summary, charts over time, quota tree), queues, jobs,
+clusters with their cell maps, admin forms.
 
 Theory of operation: every handler reads what it shows from the public API
 (:class:`fleet.ui.client.Api`, with the caller's token) and renders one
 Jinja2 template on the server; the pages work without script, and
-``fleet.js`` only adds live updates.  Lists are paged on the server (the
+``fleet.js`` only adds live updates and the jobs page's search box.  Every
+page but the login and the quota form opens with a summary header (members'
+GPUs, leaves' jobs, the last sampled p95 wait); the overview draws the
+charts of ``GET /api/v1/history`` over the window asked for (``?window=``)
+as inline SVG (:func:`fleet.ui.present.chart`), ending at the service's own
+time.  Lists are paged on the server (the
 API's ``limit``/``continue``, or slices of one answer), so no page carries
 every job.  A form posts to the dashboard, which makes the same API call a
 client would (the API validates, authorises and audits it) and shows the
@@ -28,6 +34,7 @@ import aiohttp_jinja2
 from aiohttp import web
 
 from fleet.core.digits import parse_digits
+from fleet.service import columns
 from fleet.ui import present
 from fleet.ui.client import COOKIE, SITE, Api, ApiProblem, path
 
@@ -51,6 +58,17 @@ STATES: Final = (
     "Cancelled",
 )
 TERMINAL: Final = frozenset({"Succeeded", "Failed", "Cancelled"})
+#: Seconds back the summary header looks for the last sample of the p95 wait.
+SUMMARY_WAIT_SINCE: Final = 3600
+#: The jobs page's columns, in the words every Fleet table uses: the CLI's, then some
+#: of its wide ones.
+JOB_COLUMNS: Final = (*columns.JOB_COLUMNS, "REASON", "RUN TIME", "PRIORITY", "KIND")
+#: The charts of the overview: (id, series, title, with the whole fleet's line).
+CHARTS: Final = (
+    ("gpus", "GPUs used per queue", False),
+    ("pending", "Pending jobs per queue (queue depth)", False),
+    ("wait", "Wait: p95 of the last hour's admissions, per queue and overall", True),
+)
 #: Resources offered on a quota form even when the node names none.
 FORM_RESOURCES: Final = ("nvidia.com/gpu", "cpu", "memory", "kube-queue/max-jobs")
 
@@ -75,6 +93,27 @@ async def _me(api: Api) -> dict[str, Any]:
     me, view = await asyncio.gather(api.json("/api/v1/whoami"), api.json("/api/v1/events"))
     found: dict[str, Any] = {**me, "view": view["version"]}
     return found
+
+
+async def _summary(
+    api: Api, queues: list[dict[str, Any]] | None = None
+) -> tuple[present.Summary, dict[str, str]]:
+    """The summary header (the members' GPUs, the leaves' jobs and the last sampled p95
+    wait) and the leaves' colours, the same on every page that has them (the queues are
+    read again unless the page has them)."""
+    clusters, found, wait = await asyncio.gather(
+        api.json("/api/v1/clusters"),
+        api.json("/api/v1/queues") if queues is None else _given(queues),
+        api.json("/api/v1/history", {"series": "wait", "since": str(SUMMARY_WAIT_SINCE)}),
+    )
+    items = found["items"] if isinstance(found, dict) else found
+    points = wait.get("points") or []
+    colours = present.vc_classes(q["name"] for q in items if q.get("leaf"))
+    return present.summary(clusters["items"], items, points[-1] if points else None), colours
+
+
+async def _given(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return value
 
 
 def _may_act(me: Mapping[str, Any], namespace: str) -> bool:
@@ -161,13 +200,36 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 async def tree(request: web.Request) -> web.Response:
     api = Api(request)
+    window = request.query.get("window", "6h")
+    if window not in present.WINDOWS:
+        window = "6h"
+    since = str(present.WINDOWS[window])
     try:
-        me, queues, tree_doc = await asyncio.gather(
-            _me(api), api.json("/api/v1/queues"), api.json("/api/v1/quota-tree")
+        me, queues, tree_doc, *series = await asyncio.gather(
+            _me(api),
+            api.json("/api/v1/queues"),
+            api.json("/api/v1/quota-tree"),
+            *(api.json("/api/v1/history", {"series": c, "since": since}) for c, _, _ in CHARTS),
         )
+        summary, colours = await _summary(api, queues["items"])
     except ApiProblem as e:
         return await _problem_page(request, e)
     nodes = queues["items"]
+    # The service's time (its clock may not be this machine's): where the series end.
+    first = present.parse_time(series[0].get("since"))
+    now = _now() if first is None else first + datetime.timedelta(seconds=present.WINDOWS[window])
+    charts = [
+        present.chart(
+            chart_id,
+            title,
+            found,
+            colours,
+            now=now,
+            window=present.WINDOWS[window],
+            fleet_line=fleet_line,
+        )
+        for (chart_id, title, fleet_line), found in zip(CHARTS, series, strict=True)
+    ]
     status = tree_doc.get("status") or {}
     depth = present.depths(nodes)
     needle = request.query.get("q", "").strip()
@@ -187,12 +249,19 @@ async def tree(request: web.Request) -> web.Response:
         "me": me,
         "title": "Quota tree",
         "rows": rows,
+        "summary": summary,
+        "charts": charts,
+        "window": window,
+        "windows": list(present.WINDOWS),
+        "interval": series[0].get("interval", 0),
         "q": needle,
         "total": len(shown),
         "page": page,
-        "prev": _url("/ui/", q=needle, page=page - 1) if page > 1 else None,
-        "next": _url("/ui/", q=needle, page=page + 1) if start + TREE_PAGE < len(shown) else None,
-        "vc_class": present.vc_class,
+        "prev": _url("/ui/", q=needle, page=page - 1, window=window) if page > 1 else None,
+        "next": _url("/ui/", q=needle, page=page + 1, window=window)
+        if start + TREE_PAGE < len(shown)
+        else None,
+        "vc_class": lambda q: colours.get(q) or present.vc_class(q),
         "watch": "any",
         "overpromised": status.get("overpromised") or [],
         "auto": status.get("capacity") == "auto",
@@ -234,6 +303,7 @@ async def queue(request: web.Request) -> web.Response:
         if request.query.get("continue"):
             running_params["continue"] = request.query["continue"]
         running = await api.json("/api/v1/jobs", running_params) if node["leaf"] else None
+        summary, _ = await _summary(api)
     except ApiProblem as e:
         return await _problem_page(request, e)
     pending = node["pending"]
@@ -246,6 +316,7 @@ async def queue(request: web.Request) -> web.Response:
     context = {
         "me": me,
         "title": f"Queue {name}",
+        "summary": summary,
         "node": node,
         "bars": present.bars(node),
         "pending": [
@@ -384,20 +455,34 @@ async def jobs(request: web.Request) -> web.Response:
         params["continue"] = request.query["continue"]
     try:
         me = await _me(api)
+        summary, colours = await _summary(api)
         found = await api.json("/api/v1/jobs", params)
     except ApiProblem as e:
         if e.status == 400:
             found = {"items": []}
             me = await _me(api)
+            summary, colours = await _summary(api)
             error = e.detail
         else:
             return await _problem_page(request, e)
     else:
         error = ""
+    now = _now()
     context = {
         "me": me,
         "title": "Jobs",
-        "jobs": found["items"],
+        "summary": summary,
+        "columns": JOB_COLUMNS,
+        "jobs": [
+            {
+                **j,
+                "gpus": j.get("gpus", 0),
+                "reason": j.get("reason"),
+                "age": present.age(j.get("submittedAt"), now),
+                "run_time": present.compact(j.get("runSeconds")),
+            }
+            for j in found["items"]
+        ],
         "filters": filters,
         "states": STATES,
         "error": error,
@@ -406,7 +491,7 @@ async def jobs(request: web.Request) -> web.Response:
         else None,
         "first": _url("/ui/jobs", **filters) if request.query.get("continue") else None,
         "job_url": _job_url,
-        "vc_class": present.vc_class,
+        "vc_class": lambda q: colours.get(q) or present.vc_class(q),
         "short_time": present.short_time,
         "watch": "any",
     }
@@ -420,6 +505,7 @@ async def job(request: web.Request) -> web.Response:
     try:
         me = await _me(api)
         detail = await api.json(url)
+        summary, _ = await _summary(api)
     except ApiProblem as e:
         return await _problem_page(request, e)
     documents: str | None
@@ -431,6 +517,7 @@ async def job(request: web.Request) -> web.Response:
     context = {
         "me": me,
         "title": f"Job {namespace}/{name}",
+        "summary": summary,
         "job": detail,
         "documents": documents,
         "events": [{**e, "at": present.short_time(e["time"])} for e in detail.get("events", [])],
@@ -465,13 +552,15 @@ async def clusters(request: web.Request) -> web.Response:
     try:
         me = await _me(api)
         items = (await api.json("/api/v1/clusters"))["items"]
+        summary, colours = await _summary(api)
     except ApiProblem as e:
         return await _problem_page(request, e)
     context = {
         "me": me,
         "title": "Clusters",
+        "summary": summary,
         "clusters": items,
-        "vc_class": present.vc_class,
+        "vc_class": lambda q: colours.get(q) or present.vc_class(q),
         "watch": "any",
     }
     return await _render(request, "clusters.html", context)
@@ -489,23 +578,31 @@ async def cluster(request: web.Request) -> web.Response:
             (c for c in (await api.json("/api/v1/clusters"))["items"] if c["name"] == name), None
         )
         cells = await api.json("/api/v1/clusters/" + path(name) + "/cells", params)
-        leaves = [n["name"] for n in (await api.json("/api/v1/queues"))["items"] if n["leaf"]]
+        nodes = (await api.json("/api/v1/queues"))["items"]
+        leaves = [n["name"] for n in nodes if n["leaf"]]
+        fleet, _ = await _summary(api, nodes)
     except ApiProblem as e:
         return await _problem_page(request, e)
     queues = sorted(
         {c["queue"] for n in cells["nodes"] for c in n["cells"] if c.get("queue")}
         | {vc["name"] for vc in (summary or {}).get("virtualClusters", [])}
     )
-    # Codes from every leaf of the tree, so a queue has the same letter on every cluster.
+    # Codes and colours from every leaf of the tree, so that a queue has the same ones on
+    # every cluster (and its colour on every page that knows the leaves).
     codes = present.vc_codes([*leaves, *queues])
-    colours = present.vc_classes(queues)
+    colours = present.vc_classes([*leaves, *queues])
+    jobs = present.map_jobs(cells["nodes"])
     base = "/ui/clusters/" + path(name)
     context = {
         "me": me,
         "title": f"Cluster {name}",
-        "summary": summary,
+        "summary": fleet,
+        "member": summary,
+        "lent": present.lent(summary, cells["nodes"]) if summary else {},
         "cells": cells,
         "legend": [(q, codes[q], colours[q]) for q in queues],
+        "jobs": sorted(jobs.values(), key=lambda j: (j.queue, j.job)),
+        "shade": {j.job: j.shade for j in jobs.values()},
         "codes": codes,
         "vc_class": lambda q: colours.get(q) or present.vc_class(q),
         "job_url": _job_url,

@@ -82,6 +82,7 @@ CASES = [
         {"admin": 200, "team-a": 200, "team-b": 403, "none": 401, "malformed": 401},
     ),
     Case("listQueues", "GET", lambda c: "/api/v1/queues", READ),
+    Case("getHistory", "GET", lambda c: "/api/v1/history?series=gpus", READ),
     Case("getQueue", "GET", lambda c: "/api/v1/queues/team-a", READ),
     Case("getQuotaTree", "GET", lambda c: "/api/v1/quota-tree", READ),
     Case(

@@ -89,13 +89,21 @@ async def test_the_job_list_and_detail_name_the_kind_and_show_the_pod_sets(
     job = await ok(await client.get("/api/v1/jobs/team-a/tf"))
     assert (job["kind"], job["apiVersion"], job["state"]) == ("TFJob", "kubeflow.org/v1", "Running")
     assert job["podSets"] == [
-        {"role": "PS", "count": 1, "perPod": {"cpu": "2"}, "minimum": None, "placed": 1},
+        {
+            "role": "PS",
+            "count": 1,
+            "perPod": {"cpu": "2"},
+            "minimum": None,
+            "placed": 1,
+            "total": {"cpu": "2"},
+        },
         {
             "role": "Worker",
             "count": 2,
             "perPod": {"nvidia.com/gpu": "1"},
             "minimum": None,
             "placed": 2,
+            "total": {"nvidia.com/gpu": "2"},
         },
     ]
     assert job["gangMinimum"] == 3  # a TFJob is admitted whole

@@ -22,6 +22,7 @@ from fleet.core.lifecycle import JobState
 #: The routes of docs/design/api-and-access.md, *The route table* (``GET /metrics``
 #: is kept out of it and of the OpenAPI document).
 DESIGN_ROUTES = {
+    ("GET", "/api/v1/history"),
     ("PUT", "/api/v1/quota-tree"),
     ("PATCH", "/api/v1/quota-tree/nodes/{name}"),
     ("GET", "/api/v1/quota-tree/history"),

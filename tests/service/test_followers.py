@@ -144,3 +144,37 @@ async def test_a_follower_governs_jobs_with_the_policies_another_replica_stored(
             await asyncio.sleep(0.2)
         found = await body(await s.get(f"{follower}/api/v1/jobs/team-b/governed"), 200)
         assert found["policy"] == {"namespace": "team-b", "name": "standing", "source": "stored"}
+
+
+async def test_only_the_leader_samples_the_history(postgres_url: str, tmp_path: Path) -> None:
+    every = 0.5
+    extra = [*LEASE, "--history-interval", str(every)]
+    async with fresh_postgres_database(postgres_url) as url:
+        ports = [servers.free_port(), servers.free_port()]
+        procs = []
+        try:
+            for n, port in enumerate(ports):
+                log = tmp_path / f"r{n}.log"
+                procs.append(
+                    await asyncio.to_thread(
+                        servers.start, url, port, log, extra=extra, env=servers.REPLICA_ENV
+                    )
+                )
+            follower = f"http://127.0.0.1:{ports[1]}"
+            async with aiohttp.ClientSession() as s:
+                assert (await body(await s.get(f"{follower}/healthz"), 200))["role"] == "follower"
+                await asyncio.sleep(6 * every)
+                history = f"{follower}/api/v1/history?series=gpus&since=60"
+                first = await body(await s.get(history), 200)
+                await asyncio.sleep(8 * every)
+                found = await body(await s.get(history), 200)
+            times = [p["time"] for p in found["points"]]
+            assert len(times) == len(set(times))
+            # One sampler: about one sample per interval (two would write twice as many).
+            added = len(times) - len(first["points"])
+            assert 4 <= added <= 11, (len(first["points"]), times)
+            assert found["points"][-1]["queues"].keys() == {"sandbox", "team-a", "team-b", "team-c"}
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    await asyncio.to_thread(servers.stop, proc)

@@ -18,6 +18,7 @@ TABLES = {
     "leases",
     "node_health",
     "policies",
+    "queue_samples",
     "queue_usage",
     "quota_cuts",
     "quota_trees",

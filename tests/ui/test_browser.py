@@ -2,12 +2,15 @@
 
 A real ``fleet serve`` (:mod:`fleet.testing.servers`) runs on SQLite with the
 example quota tree and simulated clusters and a tokens file (an admin, a
-team-a and a team-b token).  The tests share one browser and act as a person
-would: log in, read the tree, follow a submission from the queue page to the
-cell map until it succeeds (the pages update themselves from the event
-stream, nothing reloads them), cancel a job, edit a quota as admin and be
-refused as a team, mark a node bad.  They check what a person sees: text,
-visible elements, and the colour of cells by virtual cluster.  Each page's
+team-a and a team-b token), sampling the history every second.  The tests
+share one browser and act as a person would: log in, read the tree, follow a
+submission from the queue page to the cell map until it succeeds (the pages
+update themselves from the event stream, nothing reloads them), cancel a
+job, edit a quota as admin and be refused as a team, mark a node bad, read
+the summary and the charts over time, search the jobs, tell jobs apart on
+the cell map; at 1024 px wide no page scrolls sideways and the quota gauges
+line up.  They check what a person sees: text, visible elements, and the
+colour of cells by virtual cluster.  Each page's
 screenshot is saved in ``$FLEET_UI_SCREENSHOTS`` if set, else in
 ``ui-screenshots/`` of pytest's cache directory (``.pytest_cache/d/``), or of
 its temporary directory when the cache is off.
@@ -19,7 +22,10 @@ package when it is missing); Playwright downloads nothing.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,10 +56,13 @@ SCREENSHOTS_ENV: Final = "FLEET_UI_SCREENSHOTS"
 
 
 class Fleet:
-    """The running server: its URL and the API as a client script would call it."""
+    """The running server: its URL, its SQLite file and the API as a client script would
+    call it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, database: Path) -> None:
         self.url = url
+        self.database = database
+        self.started = time.time()
 
     def call(
         self,
@@ -81,8 +90,9 @@ class Fleet:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     work = tmp_path_factory.mktemp("browser")
     tokens = write_tokens_file(work / "tokens.yaml")
-    with servers.serving(work, extra=["--tokens-file", str(tokens)]) as server:
-        yield Fleet(server.url)
+    extra = ["--tokens-file", str(tokens), "--history-interval", "1"]  # charts fill at once
+    with servers.serving(work, extra=extra) as server:
+        yield Fleet(server.url, work / "fleet.db")
 
 
 @pytest.fixture(scope="module")
@@ -292,3 +302,189 @@ def test_without_the_event_stream_the_page_falls_back_to_polling(page: Page, fle
     assert page.locator("#job-state").inner_text() != "Succeeded"  # the page must change
     expect(page.locator("#live-status")).to_contain_text("polling")
     expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=2 * PATIENCE_MS)
+
+
+#: The leaf queues of the example tree, as the charts and the cell map name them.
+LEAVES: Final = ("sandbox", "team-a", "team-b", "team-c")
+#: The pages a person visits, checked at 1024 px wide.
+PAGES: Final = (
+    "/ui/",
+    "/ui/?window=7d",
+    "/ui/jobs",
+    "/ui/clusters",
+    "/ui/clusters/east",
+    "/ui/queues/team-a",
+    "/ui/jobs/team-b/wide-a",
+)
+
+
+@pytest.fixture
+def narrow(browser: Browser, fleet: Fleet) -> Iterator[Page]:
+    """A page 1024 px wide and 768 high, as a laptop or a projector shows it."""
+    context = browser.new_context(viewport={"width": 1024, "height": 768}, base_url=fleet.url)
+    context.set_default_timeout(PATIENCE_MS)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert errors == [], errors
+
+
+def test_the_overview_shows_the_fleet_now_and_over_time(
+    narrow: Page, fleet: Fleet, shots: Path
+) -> None:
+    fleet.submit(pytorchjob("wide-a", namespace="team-b", gpus=4, duration="10m"))
+    fleet.submit(pytorchjob("wide-b", namespace="team-b", gpus=2, duration="10m"))
+    log_in(narrow, "admin", "/ui/?window=1h")
+    expect(narrow.locator("#sum-gpus-total")).to_have_text("48")
+    used = int(narrow.locator("#sum-gpus-used").inner_text())
+    free = int(narrow.locator("#sum-gpus-free").inner_text())
+    assert used >= 6 and used + free <= 48
+    expect(narrow.locator("#summary")).to_contain_text("Wait p95 (last hour)")
+    for series in ("gpus", "pending", "wait"):
+        chart = narrow.locator(f"#chart-{series}")
+        expect(chart.locator("path.line[data-queue]")).to_have_count(len(LEAVES))
+        for leaf in LEAVES:
+            expect(chart.locator(f'.chart-legend li[data-queue="{leaf}"]')).to_contain_text(leaf)
+        expect(chart.locator("text.xlabel").first).to_be_visible()
+    expect(narrow.locator("#chart-wait path.line[data-fleet]")).to_have_count(1)
+    # team-b's line reaches its 6 GPUs once a sample has them (the page is read again).
+    for _ in range(30):
+        narrow.reload()
+        if narrow.locator('#chart-gpus li[data-queue="team-b"] .now').inner_text() == "6":
+            break
+        narrow.wait_for_timeout(500)
+    expect(narrow.locator('#chart-gpus li[data-queue="team-b"] .now')).to_have_text("6")
+    path = narrow.locator('#chart-gpus path.line[data-queue="team-b"]').get_attribute("d") or ""
+    assert path.startswith("M") and "L" in path  # a line through several samples
+    narrow.screenshot(path=shots / "overview.png", full_page=True)
+
+
+def test_at_1024_px_no_page_scrolls_sideways_and_the_gauges_line_up(
+    narrow: Page, fleet: Fleet
+) -> None:
+    fleet.submit(pytorchjob("wide-a", namespace="team-b", gpus=4, duration="10m"))
+    log_in(narrow, "admin", "/ui/")
+    for url in PAGES:
+        narrow.goto(url)
+        expect(narrow.locator("h1")).to_be_visible()
+        expect(narrow.locator("#summary #sum-gpus-total")).to_have_text("48")  # every page
+        width = narrow.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1024, f"{url} is {width} px wide"
+    narrow.goto("/ui/")
+    boxes = narrow.evaluate(
+        "Array.from(document.querySelectorAll('table.tree svg.gauge'), g => {"
+        " const r = g.getBoundingClientRect(); return [r.left, r.width]; })"
+    )
+    assert len(boxes) >= 7
+    lefts, widths = {round(b[0]) for b in boxes}, {round(b[1]) for b in boxes}
+    assert len(lefts) == 1 and len(widths) == 1, boxes
+
+
+def test_the_search_box_filters_the_jobs_list(narrow: Page, fleet: Fleet, shots: Path) -> None:
+    fleet.submit(pytorchjob("find-alpha", namespace="team-c", gpus=1, duration="10m"))
+    fleet.submit(pytorchjob("find-beta", namespace="team-a", gpus=2, duration="10m"))
+    log_in(narrow, "admin", "/ui/jobs")
+    table = narrow.locator("#jobs")
+    expect(table.locator("thead th")).to_have_text(
+        [
+            "NAME",
+            "QUEUE",
+            "STATE",
+            "GPUS",
+            "CLUSTER",
+            "AGE",
+            "START",
+            "REASON",
+            "RUN TIME",
+            "PRIORITY",
+            "KIND",
+        ]
+    )
+    beta = table.locator('tr[data-job="team-a/find-beta"]')
+    expect(beta.locator("td.gpus")).to_have_text("2")
+    expect(beta.locator("td.run-time")).not_to_have_text("")
+    box = narrow.get_by_label("Search this page")
+    box.fill("alpha")
+    expect(table.locator("tbody tr:visible")).to_have_count(1)
+    expect(table.locator("tbody tr:visible")).to_contain_text("team-c/find-alpha")
+    box.fill("team-a running")  # queue and state, every word must match
+    visible = table.locator("tbody tr:visible")
+    expect(visible.first).to_be_visible()
+    for text in visible.all_inner_texts():
+        assert "team-a" in text and "Running" in text
+    expect(narrow.locator("#job-search-count")).to_contain_text("shown")
+    box.fill("")
+    narrow.screenshot(path=shots / "jobs.png", full_page=True)
+
+
+def test_the_cell_map_names_queues_and_tells_their_jobs_apart(
+    narrow: Page, fleet: Fleet, shots: Path
+) -> None:
+    for i in range(3):
+        fleet.submit(pytorchjob(f"shade-{i}", namespace="team-c", gpus=2, duration="10m"))
+    log_in(narrow, "admin", "/ui/clusters")
+    placed: dict[str, str] = {}
+    for _ in range(60):
+        placed = {
+            f"team-c/shade-{i}": found["cluster"]
+            for i in range(3)
+            if (found := fleet.call("GET", f"/api/v1/jobs/team-c/shade-{i}"))["cluster"]
+        }
+        if len(placed) == 3:
+            break
+        narrow.wait_for_timeout(500)
+    cluster = max(set(placed.values()), key=list(placed.values()).count)
+    narrow.goto(f"/ui/clusters/{cluster}")
+    legend = narrow.locator('#legend [data-vc="team-c"]')
+    expect(legend).to_contain_text("team-c")
+    expect(legend.locator(".cell-sample")).to_have_text("TC")  # the queue's initials
+    here = [job for job, where in placed.items() if where == cluster]
+    assert len(here) >= 2, placed
+    jobs = narrow.locator('#job-legend li[data-vc="team-c"]')
+    for job in here:  # the legend names every job on the map
+        expect(jobs.filter(has_text=job)).to_have_count(1)
+    shades = set()
+    for job in here:
+        cell = narrow.locator(f'#cellmap li[data-job="{job}"]').first
+        expect(cell).to_contain_text("TC")
+        assert job in (cell.get_attribute("title") or "")
+        classes = (cell.get_attribute("class") or "").split()
+        shades.add(next(c for c in classes if c.startswith("shade-")))
+    assert len(shades) == len(here)  # jobs of one queue look different
+    narrow.screenshot(path=shots / "cluster-jobs.png", full_page=True)
+
+
+def test_a_day_of_history_on_the_overview(narrow: Page, fleet: Fleet, shots: Path) -> None:
+    """A day of samples from before the server started (written into its store as the
+    sampler writes them: a busy day of four queues), then the live ones."""
+    first = fleet.started - 24 * 3600
+    rows = []
+    for i in range(int((fleet.started - 120 - first) // 60)):
+        at, hour = first + 60 * i, i / 60
+        load = {
+            "team-a": round(14 + 10 * math.sin(hour / 3.8)),
+            "team-b": round(12 + 9 * math.sin(hour / 2.9 + 1.3)),
+            "team-c": round(9 + 7 * math.sin(hour / 5.1 + 2.1)),
+            "sandbox": 8 if 9 <= hour % 24 <= 13 else 0,
+        }
+        depth = {
+            q: max(0, round((2 + k) * math.sin(hour / (1.3 + 0.6 * k) + k)))
+            for k, q in enumerate(load)
+        }
+        wait = {q: 30 + 400 * d for q, d in depth.items()}
+        for q in load:
+            rows.append((at, q, load[q], max(1, load[q] // 4), depth[q], wait[q], 3))
+        rows.append((at, "", sum(load.values()), 9, sum(depth.values()), max(wait.values()), 12))
+    with sqlite3.connect(fleet.database) as db:
+        db.executemany("INSERT OR REPLACE INTO queue_samples VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    log_in(narrow, "admin", "/ui/?window=24h")
+    gpus = narrow.locator("#chart-gpus")
+    expect(gpus.locator("path.line[data-queue]")).to_have_count(len(LEAVES))
+    path = gpus.locator('path.line[data-queue="team-a"]').get_attribute("d") or ""
+    assert path.count("L") > 200  # a day of samples, merged to what the width shows
+    expect(narrow.locator('nav.windows a[aria-current="page"]')).to_have_text("last 24h")
+    narrow.screenshot(path=shots / "overview-day.png", full_page=True)

@@ -324,3 +324,45 @@ async def test_the_jobs_table_names_each_jobs_kind_and_the_job_page_its_pod_sets
     # A gang that waits says so per set.
     page = await (await api.client.get("/ui/jobs/team-a/pt")).text()
     assert 'id="job-gang"' in page and "2/2 pods in gang unschedulable (Worker 2;" in page
+
+
+async def test_the_overview_sums_up_the_fleet_and_charts_each_queue(api: Api) -> None:
+    sampler = api.client.app[keys.SAMPLER]
+    await api.settle()
+    text = pytorchjob("big", namespace="team-a", workers=1, gpus=8, duration="1h")
+    await api.call("POST", "/api/v1/submissions", "admin", status=201, data=text, headers=YAML)
+    await api.settle()
+    await sampler.take()
+    await api.settle(60.0)
+    await sampler.take()
+    await login(api, "team-b")
+    page = await (await api.client.get("/ui/?window=1h")).text()
+    assert 'id="sum-gpus-total">48<' in page and 'id="sum-gpus-used">8<' in page
+    assert 'id="sum-running">1<' in page and 'id="sum-pending">0<' in page
+    assert "Flags" not in page  # the column that was always empty
+    for series in ("gpus", "pending", "wait"):
+        chart = page.split(f'id="chart-{series}"')[1].split("</figure>")[0]
+        lines = re.findall(
+            r'<path class="line (vc-\d+) dash-\d" d="([^"]*)" data-queue="([\w-]+)"', chart
+        )
+        assert sorted(q for _, _, q in lines) == ["sandbox", "team-a", "team-b", "team-c"]
+        assert len({c for c, _, _ in lines}) == 4  # a colour per queue
+        drawn = [q for _, d, q in lines if d.startswith("M")]
+        # A wait is drawn where something was admitted in the hour before.
+        assert drawn == (
+            ["team-a"] if series == "wait" else ["sandbox", "team-a", "team-b", "team-c"]
+        )
+    assert re.search(
+        r'data-queue="team-a"><svg[^>]*>.*?</svg> team-a <span class="now">8</span>', page
+    )
+    # The jobs page: GPUs, reason and run time, under the shared column words.
+    await api.settle(125.0)
+    jobs = await (await api.client.get("/ui/jobs")).text()
+    headers = re.findall(r'<th scope="col"[^>]*>([A-Z ]+)</th>', jobs)
+    assert headers == list(views.JOB_COLUMNS)
+    row = jobs.split('<tr data-job="team-a/big">')[1].split("</tr>")[0]
+    assert '<td class="num gpus">8</td>' in row and '<td class="num run-time">3m</td>' in row
+    listed = await api.call("GET", "/api/v1/jobs", "team-a", status=200)
+    (item,) = listed["items"]
+    assert item["gpus"] == 8 and item["startedAt"] and item["runSeconds"] >= 180
+    assert "reason" not in item  # a running job waits for nothing

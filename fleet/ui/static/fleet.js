@@ -5,7 +5,9 @@
 // concerns the page, the page is fetched again and its #live region replaced
 // (keeping the focused element when it still exists).  When the stream fails
 // three times in a row the page falls back to polling every POLL_MS.  A page
-// whose form is being edited is not refreshed.
+// whose form is being edited is not refreshed.  The jobs page's search box
+// (#job-search) hides the rows of its table whose name, queue and state do not
+// hold every word typed, again after each refresh.
 "use strict";
 (function () {
   const POLL_MS = 5000;
@@ -44,9 +46,13 @@
     const live = document.getElementById("live");
     if (!next || !live) return;
     const focusedId = document.activeElement && document.activeElement.id;
+    const searching = document.getElementById("job-search");
+    const term = searching ? searching.value : "";
     live.replaceChildren(...Array.from(next.childNodes).map((n) => document.importNode(n, true)));
+    const again = document.getElementById("job-search");
+    if (again) again.value = term;
     wire(live);
-    if (focusedId) { const again = document.getElementById(focusedId); if (again) again.focus(); }
+    if (focusedId) { const found = document.getElementById(focusedId); if (found) found.focus(); }
     say("updated " + new Date().toLocaleTimeString());
   }
 
@@ -88,7 +94,31 @@
     });
   }
 
+  function search() {
+    const box = document.getElementById("job-search");
+    const table = document.getElementById("jobs");
+    if (!box || !table) return;
+    const words = box.value.toLowerCase().split(/\s+/).filter((w) => w);
+    let shown = 0;
+    const rows = Array.from(table.tBodies[0] ? table.tBodies[0].rows : []);
+    rows.forEach((row) => {
+      const text = [row.dataset.job || "", row.cells[1] ? row.cells[1].textContent : "",
+        row.cells[2] ? row.cells[2].textContent : ""].join(" ").toLowerCase();
+      const match = words.every((w) => text.includes(w));
+      row.hidden = !match;
+      if (match) shown += 1;
+    });
+    const count = document.getElementById("job-search-count");
+    if (count) count.textContent = words.length ? shown + " of " + rows.length + " shown" : "";
+  }
+
   function wire(root) {
+    const box = root.querySelector ? root.querySelector("#job-search") : null;
+    if (box && !box.dataset.wired) {
+      box.dataset.wired = "1";
+      box.addEventListener("input", search);
+    }
+    search();
     root.querySelectorAll("form[data-confirm]").forEach((form) => {
       if (form.dataset.wired) return;
       form.dataset.wired = "1";
