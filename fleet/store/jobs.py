@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import (
+    Select,
     Table,
     Update,
     bindparam,
@@ -269,22 +270,23 @@ class LoggedEvent:
 async def events_after(session: AsyncSession, after: int, limit: int) -> list[LoggedEvent]:
     """At most ``limit`` logged events with an id above ``after``, oldest first."""
     rows = await session.execute(
-        select(
-            _EVENTS.c.id,
-            _JOBS.c.namespace,
-            _JOBS.c.name,
-            _JOBS.c.uid,
-            _EVENTS.c.time,
-            _EVENTS.c.type,
-            _EVENTS.c.reason,
-            _EVENTS.c.message,
-        )
-        .join(_JOBS, _JOBS.c.id == _EVENTS.c.job_id)
-        .where(_EVENTS.c.id > after)
-        .order_by(_EVENTS.c.id)
-        .limit(limit)
+        _logged().where(_EVENTS.c.id > after).order_by(_EVENTS.c.id).limit(limit)
     )
     return [LoggedEvent(*r) for r in rows]
+
+
+def _logged() -> Select[Any]:
+    """The columns of a :class:`LoggedEvent`: each event with its job's names."""
+    return select(
+        _EVENTS.c.id,
+        _JOBS.c.namespace,
+        _JOBS.c.name,
+        _JOBS.c.uid,
+        _EVENTS.c.time,
+        _EVENTS.c.type,
+        _EVENTS.c.reason,
+        _EVENTS.c.message,
+    ).join(_JOBS, _JOBS.c.id == _EVENTS.c.job_id)
 
 
 async def recent_events(
@@ -297,16 +299,7 @@ async def recent_events(
 ) -> list[LoggedEvent]:
     """The newest ``limit`` logged events, newest first: of one ``namespace`` (and
     job ``name``) when given, and only in ``namespaces`` when given (a team's)."""
-    query = select(
-        _EVENTS.c.id,
-        _JOBS.c.namespace,
-        _JOBS.c.name,
-        _JOBS.c.uid,
-        _EVENTS.c.time,
-        _EVENTS.c.type,
-        _EVENTS.c.reason,
-        _EVENTS.c.message,
-    ).join(_JOBS, _JOBS.c.id == _EVENTS.c.job_id)
+    query = _logged()
     if namespace is not None:
         query = query.where(_JOBS.c.namespace == namespace)
     if name is not None:
