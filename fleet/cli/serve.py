@@ -192,22 +192,15 @@ def run(args: argparse.Namespace) -> int:
     ):
         if (value := getattr(args, flag, None)) is not None:
             given[name] = value
-    if getattr(args, "quota_cut_grace", None) is not None:
-        from fleet.manifests.models import parse_duration
+    for flag in ("quota_cut_grace", "history_retention"):  # durations such as 10m, 48h
+        if (text := getattr(args, flag, None)) is not None:
+            from fleet.manifests.models import parse_duration
 
-        try:
-            given["quota_cut_grace"] = parse_duration(args.quota_cut_grace)
-        except ValueError as e:
-            print(f"error: --quota-cut-grace: {e}", file=sys.stderr)
-            return 1
-    if getattr(args, "history_retention", None) is not None:
-        from fleet.manifests.models import parse_duration
-
-        try:
-            given["history_retention"] = parse_duration(args.history_retention)
-        except ValueError as e:
-            print(f"error: --history-retention: {e}", file=sys.stderr)
-            return 1
+            try:
+                given[flag] = parse_duration(text)
+            except ValueError as e:
+                print(f"error: --{flag.replace('_', '-')}: {e}", file=sys.stderr)
+                return 1
     try:
         settings = Settings(**given)  # also reads the tokens file's path and checks the host
     except ValidationError as e:
