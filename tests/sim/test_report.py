@@ -233,5 +233,6 @@ def test_equal_policies_lines_stay_apart_in_the_plots(
             "two",
             "three",
         ]
+    monkeypatch.undo()  # plt.close is plt.close again (it appended to figures)
     for fig in figures:
         plt.close(fig)
