@@ -272,7 +272,8 @@ def test_a_job_whose_pod_fails_fails_with_the_job_controllers_message(
     end(plane, pod, 3)
     failed = run.wait_state("crash", "Failed")
     message = failed["events"][-1]["message"]
-    assert message.startswith("Job failed: ") and "backoff limit" in message
+    assert message.startswith("failed after running ")  # then what the member said
+    assert ": Job failed: " in message and "backoff limit" in message
     assert run.clusters_view()[MEMBER]["gpus"]["used"] == 0
 
 
