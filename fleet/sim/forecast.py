@@ -69,6 +69,7 @@ from typing import Any, Final, Literal
 
 from fleet.clock import Clock
 from fleet.clusters.sim import DURATION_ANNOTATION, parse_duration
+from fleet.core import wording
 from fleet.sim import engine
 from fleet.sim.engine import EXPECTED_ANNOTATION
 from fleet.sim.worker import ForecastWorker, reachable_from_another_process
@@ -141,15 +142,6 @@ class Forecast:
     ids: Mapping[str, int] = field(default_factory=dict)
 
 
-def _fmt(seconds: float) -> str:
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
-    parts.append(f"{secs}s" if secs or not (hours or minutes) else "")
-    return "".join(parts)
-
-
 def _annotation(manifest: Mapping[str, Any], name: str) -> str | None:
     metadata = manifest.get("metadata") or {}
     value = (metadata.get("annotations") or {}).get(name)
@@ -173,14 +165,16 @@ def _expected(manifest: Mapping[str, Any], queue: str, runs: Runs) -> tuple[floa
     whether that was declared."""
     seconds = _declared(manifest)
     if seconds is not None:
-        return seconds, f"runs {_fmt(seconds)} ({EXPECTED_ANNOTATION})", True
+        return seconds, f"runs {wording.duration(seconds)} ({EXPECTED_ANNOTATION})", True
     recent = runs.get(queue)
     if recent:
         seconds = statistics.median(recent)
-        why = f"runs {_fmt(seconds)} (median of queue {queue}'s last {len(recent)} runs)"
+        why = (
+            f"runs {wording.duration(seconds)} (median of queue {queue}'s last {len(recent)} runs)"
+        )
         return seconds, why, False
 
-    why = f"runs {_fmt(DEFAULT_EXPECTED)} (no duration declared, no history)"
+    why = f"runs {wording.duration(DEFAULT_EXPECTED)} (no duration declared, no history)"
     return DEFAULT_EXPECTED, why, False
 
 
@@ -368,7 +362,8 @@ async def forecast(
         f"simulated from {len(holding)} running and {len(waiting)} waiting jobs, no new "
         f"submissions; running jobs end after their {EXPECTED_ANNOTATION}, else (or once "
         "past it) after the median of their queue's recent runs that lasted longer, else "
-        f"{_fmt(DEFAULT_EXPECTED)}; bounded by {_fmt(horizon)} of simulated time"
+        f"{wording.duration(DEFAULT_EXPECTED)}; bounded by {wording.duration(horizon)} of "
+        "simulated time"
     )
     return Forecast(now, horizon, estimates, preempted, summary, ids)
 
