@@ -274,7 +274,7 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _get_contexts(args: argparse.Namespace) -> int:
-    from fleet.cli.remote import table
+    from fleet.service.columns import table
 
     config = load(config_path())
     rows = [

@@ -25,9 +25,9 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fleet.cli.remote import table
 from fleet.core import wording
 from fleet.core.resources import CPU, GPU, MAX_JOBS, MEMORY, QuantityError, parse_quantity
+from fleet.service.columns import table
 
 #: The width of the label column.
 LABEL: Final = 16

@@ -51,6 +51,7 @@ from typing import IO, Any, Final, NamedTuple
 
 from fleet.cli import config, previews, views
 from fleet.cli.inputs import InputError, read_input
+from fleet.service.columns import table
 
 DEFAULT_SERVER: Final = config.DEFAULT_SERVER
 TIMEOUT: Final = 30.0
@@ -165,15 +166,6 @@ def request(
     if ctype.endswith("json"):
         return status, json.loads(raw)
     return status, raw.decode("utf-8", "replace")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """kubectl-like aligned columns."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
 
 
 def _quantities(values: dict[str, str], empty: str = "-") -> str:

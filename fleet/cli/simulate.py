@@ -288,14 +288,14 @@ def from_live(args: argparse.Namespace) -> int:
         "Waiting jobs: when each should start (UTC) with the tree in force (NOW) and with "
         f"the proposed tree (PROPOSED); {result['assumes']}"
     )
-    print(remote.table(("JOB", "QUEUE", "NOW", "PROPOSED", "CHANGE"), rows))
+    print(columns.table(("JOB", "QUEUE", "NOW", "PROPOSED", "CHANGE"), rows))
     if result["preempted"]:
         rows = [(p["job"], p["current"], p["proposed"]) for p in result["preempted"]]
         print(
             "\nRunning jobs preempted within the forecast: how many times each is preempted "
             "with the tree in force (NOW) and with the proposed tree (PROPOSED)"
         )
-        print(remote.table(("JOB", "NOW", "PROPOSED"), rows))
+        print(columns.table(("JOB", "NOW", "PROPOSED"), rows))
     rows = [
         (q["name"], _wait(q["currentWaitSeconds"]), _wait(q["proposedWaitSeconds"]))
         for q in result["queues"]
@@ -304,7 +304,7 @@ def from_live(args: argparse.Namespace) -> int:
         "\nExpected wait per queue: the mean over its waiting jobs that start within the "
         "forecast, with the tree in force (NOW) and with the proposed tree (PROPOSED)"
     )
-    print(remote.table(("QUEUE", "NOW", "PROPOSED"), rows))
+    print(columns.table(("QUEUE", "NOW", "PROPOSED"), rows))
     return 0
 
 

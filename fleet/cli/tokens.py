@@ -82,7 +82,7 @@ def _tokens_path(args: argparse.Namespace) -> Path | None:
 
 def list_tokens(args: argparse.Namespace) -> int:
     from fleet.api import tokens
-    from fleet.cli.remote import table
+    from fleet.service.columns import table
 
     path = _tokens_path(args)
     if path is None:

@@ -34,6 +34,7 @@ from a range, ``in 12m`` from one time, ``now`` when it is at or before now.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 #: The queue table (fits 100 columns).
@@ -133,3 +134,12 @@ def start_in(earliest: float | None, latest: float | None, now: float) -> str:
     if high <= 0:
         return "now"
     return f"in {_span(max(0.0, low), high)}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """kubectl-like aligned columns (``-`` for None), three spaces apart."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
