@@ -27,7 +27,7 @@ or ``--show-internal`` show them.
 
 **Durations and ages** are written as :func:`duration` writes them (``1h5m``,
 ``12m``, ``40s``, ``2d3h``: two units at most, never fractions of a second);
-an age is a duration in a table and ``5m ago`` in prose (:func:`ago`).  An
+an age is a duration in a table (``describe job`` writes ``5m ago`` in prose).  An
 estimated start is relative to now and never in the past: ``in 10-25m``
 from a range, ``in 12m`` from one time, ``now`` when it is at or before now.
 """
@@ -60,11 +60,6 @@ NONE: Final = "-"
 def internal(resource: str) -> bool:
     """Whether a resource is bookkeeping (``kube-queue/max-jobs``), hidden from tables."""
     return resource.startswith(INTERNAL_PREFIX)
-
-
-def shown(resources: dict[str, str], *, show_internal: bool = False) -> dict[str, str]:
-    """``resources`` without the internal ones (all of them with ``show_internal``)."""
-    return {r: v for r, v in resources.items() if show_internal or not internal(r)}
 
 
 def gpu_triple(used: int, minimum: int, maximum: int | None, opportunistic: int = 0) -> str:
@@ -105,11 +100,6 @@ def duration(seconds: float) -> str:
 def age(seconds: float) -> str:
     """An age in a table: a :func:`duration` (``5m``)."""
     return duration(seconds)
-
-
-def ago(seconds: float) -> str:
-    """An age in prose: ``5m ago`` (``just now`` under a second)."""
-    return "just now" if seconds < 1 else f"{duration(seconds)} ago"
 
 
 def _span(low: float, high: float) -> str:
